@@ -1,0 +1,320 @@
+//! The command-line surface (clap derive types only; no behaviour here).
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// One isolated local world per git worktree: ports, slices, supervised
+/// services and stable URLs, so many branches (or agents) run side by side.
+#[derive(Debug, Parser)]
+#[command(
+    name = "binky",
+    version,
+    propagate_version = true,
+    max_term_width = 100,
+    after_help = "State lives in $BINKY_HOME (default ~/.binky). Colour follows the terminal; NO_COLOR turns it off.\nDocs: README.md · TROUBLESHOOTING.md · `binky doctor` when something is off."
+)]
+pub struct Cli {
+    /// When to use colour.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+
+    /// The project: a path to its folder or binky.toml, or the name of a
+    /// project the daemon knows. Default: the nearest binky.toml upward.
+    #[arg(long, short = 'p', global = true, value_name = "PATH|NAME")]
+    pub project: Option<String>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// Colour when writing to a terminal and NO_COLOR is unset.
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+/// Every verb.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write a starting binky.toml from docker-compose.yml and .env key names.
+    Init(InitArgs),
+    /// Validate a binky.toml and flag footguns (exit 0 valid, 1 errors, 2 unreadable).
+    Check(CheckArgs),
+    /// Bring a world up: worktree, ports, slices, services in depends_on order.
+    Up(UpArgs),
+    /// Restart a world in place: stop, then up again on the same ports and data.
+    Reload(UpArgs),
+    /// Stop a world's processes; keep its files, ports and slices.
+    Down(NameArgs),
+    /// Destroy a world: stop it, tear down its slices, delete its worktree and logs.
+    Remove(RemoveArgs),
+    /// List every world on the machine, grouped by project.
+    Status(StatusArgs),
+    /// Print a world's coordinates (URLs and addresses) as JSON or dotenv lines.
+    Env(EnvArgs),
+    /// Call a service through the proxy with the Host header filled in.
+    Curl(CurlArgs),
+    /// Run the project's [agents] verify commands in the world; non-zero on failure.
+    Verify(VerifyArgs),
+    /// Print a world's captured service logs, interleaved by time.
+    Logs(LogsArgs),
+    /// Sweep what a crash left half-made: slices, worktrees, stale golden markers.
+    Gc(GcArgs),
+    /// Show the machine-global settings (reserves, max_parallel, proxy ports).
+    Config(JsonArgs),
+    /// Set how much RAM and disk Binky always keeps free.
+    Reserve(ReserveArgs),
+    /// Set the proxy's HTTP and HTTPS ports.
+    Port(PortArgs),
+    /// Live terminal view of every world.
+    Dashboard,
+    /// Diagnose the install, the daemon and name resolution; non-zero if something is wrong.
+    Doctor(JsonArgs),
+    /// Point-in-time daemon metrics as one JSON object.
+    Metrics,
+    /// Run the MCP server on stdio so agents can call up/down/status/env/verify.
+    Mcp,
+    /// Manage the machine-global background daemon.
+    Daemon(DaemonArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+}
+
+impl Command {
+    /// The verb as typed, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Init(_) => "init",
+            Command::Check(_) => "check",
+            Command::Up(_) => "up",
+            Command::Reload(_) => "reload",
+            Command::Down(_) => "down",
+            Command::Remove(_) => "remove",
+            Command::Status(_) => "status",
+            Command::Env(_) => "env",
+            Command::Curl(_) => "curl",
+            Command::Verify(_) => "verify",
+            Command::Logs(_) => "logs",
+            Command::Gc(_) => "gc",
+            Command::Config(_) => "config",
+            Command::Reserve(_) => "reserve",
+            Command::Port(_) => "port",
+            Command::Dashboard => "dashboard",
+            Command::Doctor(_) => "doctor",
+            Command::Metrics => "metrics",
+            Command::Mcp => "mcp",
+            Command::Daemon(_) => "daemon",
+            Command::Completions(_) => "completions",
+        }
+    }
+}
+
+/// `binky init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Folder holding docker-compose.yml; the binky.toml is written there.
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    /// Overwrite an existing binky.toml.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `binky check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// A binky.toml, or a folder to search upward from. Default: the current folder.
+    pub path: Option<PathBuf>,
+    /// Print the findings as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `binky up` / `binky reload`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// The world's name: a git branch (created from HEAD if it does not exist).
+    pub name: String,
+    /// Admission group this world belongs to (recorded; used for fairness).
+    #[arg(long, short = 'g', value_name = "GROUP")]
+    pub group: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A command that takes only a world name.
+#[derive(Debug, Args)]
+pub struct NameArgs {
+    /// The world's name (its branch).
+    pub name: String,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `binky remove`.
+#[derive(Debug, Args)]
+pub struct RemoveArgs {
+    /// The world's name (its branch).
+    pub name: String,
+    /// Remove even when the worktree has uncommitted or untracked changes.
+    #[arg(long, short = 'f')]
+    pub force: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `binky status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// `.` limits the list to the current project.
+    #[arg(value_parser = ["."])]
+    pub scope: Option<String>,
+    /// Print as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `binky env`.
+#[derive(Debug, Args)]
+pub struct EnvArgs {
+    /// The world's name (its branch).
+    pub name: String,
+    /// Print `NAME=value` lines quoted for `eval` in bash, zsh and sh.
+    #[arg(long, conflicts_with = "json")]
+    pub dotenv: bool,
+    /// Print a JSON object (the default).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `binky curl`.
+#[derive(Debug, Args)]
+pub struct CurlArgs {
+    /// The world's name (its branch).
+    pub name: String,
+    /// The service to call.
+    pub service: String,
+    /// Request path.
+    #[arg(default_value = "/")]
+    pub path: String,
+    /// HTTP method.
+    #[arg(short = 'X', long = "request", value_name = "METHOD")]
+    pub method: Option<String>,
+    /// Request body (implies POST unless -X is given).
+    #[arg(short = 'd', long = "data", value_name = "DATA")]
+    pub data: Option<String>,
+    /// Extra header, `Name: value`; repeatable.
+    #[arg(short = 'H', long = "header", value_name = "K: V")]
+    pub headers: Vec<String>,
+    /// Print the status line and response headers before the body.
+    #[arg(short = 'i', long = "include")]
+    pub include: bool,
+    /// Exit non-zero when the HTTP status is 400 or above.
+    #[arg(short = 'f', long = "fail")]
+    pub fail: bool,
+}
+
+/// `binky verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The world's name (its branch).
+    pub name: String,
+    /// Run every command even after one fails.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `binky logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The world's name (its branch).
+    pub name: String,
+    /// Only this service.
+    pub service: Option<String>,
+    /// Keep printing new lines as they are written.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// How many lines to print first (per service).
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 100)]
+    pub lines: usize,
+}
+
+/// `binky gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// List what would be swept without sweeping it.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Commands whose only option is `--json`.
+#[derive(Debug, Args)]
+pub struct JsonArgs {
+    /// Print as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `binky reserve`.
+#[derive(Debug, Args)]
+pub struct ReserveArgs {
+    /// Percent of RAM to keep free (0–90).
+    #[arg(long, value_name = "PERCENT")]
+    pub ram: Option<f64>,
+    /// Gigabytes of disk to keep free (≥ 0).
+    #[arg(long, value_name = "GB")]
+    pub disk: Option<f64>,
+}
+
+/// `binky port`.
+#[derive(Debug, Args)]
+pub struct PortArgs {
+    /// The HTTP proxy's port (1–65535, must be free).
+    #[arg(long, value_name = "PORT")]
+    pub proxy: Option<u32>,
+    /// The HTTPS (Caddy) port (1–65535, must be free).
+    #[arg(long, value_name = "PORT")]
+    pub https: Option<u32>,
+}
+
+/// `binky daemon`.
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    #[command(subcommand)]
+    pub action: DaemonAction,
+}
+
+/// `binky daemon <action>`.
+#[derive(Debug, Subcommand)]
+pub enum DaemonAction {
+    /// Start the daemon in the background (a no-op when one runs).
+    Start,
+    /// Stop the daemon; service processes keep running and are re-adopted later.
+    Stop,
+    /// Print pid, version, uptime and socket path.
+    Status(JsonArgs),
+    /// Run the daemon in the foreground (what `start` launches).
+    #[command(hide = true)]
+    Run,
+}
+
+/// `binky completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    pub shell: clap_complete::Shell,
+}

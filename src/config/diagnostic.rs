@@ -1,0 +1,89 @@
+//! Located, actionable findings about a `binky.toml`.
+
+use super::locate::{Position, Step};
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The file is invalid; `up` refuses it.
+    Error,
+    /// Valid, but very likely a mistake (a footgun).
+    Warning,
+}
+
+/// One finding. Messages never quote a credential's value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    /// Error or warning.
+    pub severity: Severity,
+    /// A stable kebab-case identifier, e.g. `unknown-dependency`.
+    pub code: &'static str,
+    /// What is wrong, naming the key.
+    pub message: String,
+    /// Dotted key path, e.g. `services.api.depends_on[1]`.
+    pub key: String,
+    /// 1-based line, when the key could be located.
+    pub line: Option<usize>,
+    /// 1-based column (characters), when the key could be located.
+    pub column: Option<usize>,
+    /// What to do about it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl Diagnostic {
+    /// Renders `file:line:col: severity[code]: message` and an indented hint.
+    pub fn render(&self, file: &str) -> String {
+        let mut out = String::new();
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => write!(out, "{file}:{l}:{c}: ").unwrap(),
+            _ => write!(out, "{file}: ").unwrap(),
+        }
+        let sev = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(out, "{sev}[{}]: {}", self.code, self.message).unwrap();
+        if let Some(h) = &self.hint {
+            write!(out, "\n  hint: {h}").unwrap();
+        }
+        out
+    }
+}
+
+/// Formats a key path as `a.b[2].c`.
+pub fn key_string(path: &[Step]) -> String {
+    let mut s = String::new();
+    for step in path {
+        match step {
+            Step::Key(k) => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                s.push_str(k);
+            }
+            Step::Index(i) => write!(s, "[{i}]").unwrap(),
+        }
+    }
+    s
+}
+
+/// Sets position fields from an optional [`Position`].
+pub(crate) fn with_position(mut d: Diagnostic, pos: Option<Position>) -> Diagnostic {
+    d.line = pos.map(|p| p.line);
+    d.column = pos.map(|p| p.col);
+    d
+}
+
+/// The closest candidate to `word`, if it is close enough to be a likely typo.
+pub fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::jaro_winkler(word, c), c))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}

@@ -1,0 +1,94 @@
+//! `binky.toml`: the model, its validation (`binky check`) and token rendering.
+//!
+//! Nothing here knows about the daemon or any running world: [`load`] and
+//! [`validate::check_str`] are pure over the file's text, and
+//! [`render::render`] is pure over a world's facts.
+
+pub mod diagnostic;
+pub mod locate;
+pub mod model;
+pub mod raw;
+pub mod render;
+pub mod validate;
+
+pub use diagnostic::{Diagnostic, Severity};
+pub use model::*;
+pub use validate::{Report, check_str};
+
+use std::path::{Path, PathBuf};
+
+/// The config file's name.
+pub const FILE_NAME: &str = "binky.toml";
+
+/// Why a config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read (missing, unreadable, not UTF-8).
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The path tried.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No `binky.toml` in the folder or any parent.
+    #[error("no {FILE_NAME} found in {start} or any parent folder")]
+    NotFound {
+        /// Where the search started.
+        start: PathBuf,
+    },
+    /// The file has errors; the report holds them.
+    #[error("{path} has {} error(s)", report.errors())]
+    Invalid {
+        /// The path read.
+        path: PathBuf,
+        /// Every finding.
+        report: Box<Report>,
+    },
+}
+
+/// Finds `binky.toml`: `start` itself if it is a file, else the nearest one in
+/// `start` or its ancestors.
+pub fn find(start: &Path) -> Result<PathBuf, LoadError> {
+    if start.is_file() {
+        return Ok(start.to_path_buf());
+    }
+    if !start.is_dir() {
+        // A path that names no folder is a file the user expected to exist.
+        return Err(LoadError::Read {
+            path: start.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+        });
+    }
+    for dir in start.ancestors() {
+        let candidate = dir.join(FILE_NAME);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    Err(LoadError::NotFound {
+        start: start.to_path_buf(),
+    })
+}
+
+/// Reads and checks the file at `path`.
+pub fn check_file(path: &Path) -> Result<Report, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(check_str(&text, path))
+}
+
+/// Reads, checks and returns the model, or every error found.
+pub fn load(path: &Path) -> Result<Config, LoadError> {
+    let report = check_file(path)?;
+    match report.config {
+        Some(c) => Ok(c),
+        None => Err(LoadError::Invalid {
+            path: path.to_path_buf(),
+            report: Box::new(report),
+        }),
+    }
+}

@@ -1,0 +1,1359 @@
+//! `binky check`: parse, validate and lint a `binky.toml`.
+//!
+//! Validation turns the raw serde shape into the [`Config`] model and collects
+//! every finding it can in one pass, each located by key path and line. Errors
+//! make the file unusable; warnings flag footguns in a valid file.
+
+use super::diagnostic::{Diagnostic, Severity, key_string, suggest, with_position};
+use super::locate::{Locator, Step};
+use super::model::*;
+use super::raw::{self, RawConfig, RawHealth, RawRestart, RawService};
+use super::render::{Field, Token, classify, occurrences};
+use crate::keypath;
+use indexmap::IndexMap;
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+/// The outcome of checking one file.
+#[derive(Debug)]
+pub struct Report {
+    /// The model, when there were no errors.
+    pub config: Option<Config>,
+    /// Every finding, errors first, then by position.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Report {
+    /// Number of errors.
+    pub fn errors(&self) -> usize {
+        self.count(Severity::Error)
+    }
+    /// Number of warnings.
+    pub fn warnings(&self) -> usize {
+        self.count(Severity::Warning)
+    }
+    fn count(&self, s: Severity) -> usize {
+        self.diagnostics.iter().filter(|d| d.severity == s).count()
+    }
+}
+
+/// Checks `text`, the contents of the file at `path`. Never panics on any
+/// input (a fuzz target holds it to that).
+pub fn check_str(text: &str, path: &Path) -> Report {
+    let loc = Locator::new(text);
+    let mut cx = Cx {
+        loc: &loc,
+        diags: Vec::new(),
+    };
+    let raw: RawConfig = match toml::from_str(text) {
+        Ok(r) => r,
+        Err(e) => {
+            cx.parse_error(&e);
+            return cx.finish(None);
+        }
+    };
+    let config = build(&mut cx, raw, path);
+    cx.finish(config)
+}
+
+struct Cx<'a> {
+    loc: &'a Locator<'a>,
+    diags: Vec<Diagnostic>,
+}
+
+impl Cx<'_> {
+    fn push(
+        &mut self,
+        severity: Severity,
+        code: &'static str,
+        path: &[Step],
+        message: String,
+        hint: Option<String>,
+    ) {
+        self.push_at(severity, code, path, None, message, hint);
+    }
+
+    /// Like `push`, but locates `needle` inside the value (a token in a string).
+    fn push_at(
+        &mut self,
+        severity: Severity,
+        code: &'static str,
+        path: &[Step],
+        needle: Option<&str>,
+        message: String,
+        hint: Option<String>,
+    ) {
+        let pos = match needle {
+            Some(n) => self.loc.locate_within(path, n),
+            None => self.loc.locate(path, false),
+        };
+        let d = Diagnostic {
+            severity,
+            code,
+            message,
+            key: key_string(path),
+            line: None,
+            column: None,
+            hint,
+        };
+        self.diags.push(with_position(d, pos));
+    }
+
+    fn error(&mut self, code: &'static str, path: &[Step], msg: String, hint: Option<String>) {
+        self.push(Severity::Error, code, path, msg, hint);
+    }
+
+    fn warn(&mut self, code: &'static str, path: &[Step], msg: String, hint: Option<String>) {
+        self.push(Severity::Warning, code, path, msg, hint);
+    }
+
+    fn finish(mut self, config: Option<Config>) -> Report {
+        self.diags.sort_by(|a, b| {
+            (a.severity, a.line, a.column, a.code).cmp(&(b.severity, b.line, b.column, b.code))
+        });
+        self.diags.dedup();
+        let has_errors = self.diags.iter().any(|d| d.severity == Severity::Error);
+        Report {
+            config: if has_errors { None } else { config },
+            diagnostics: self.diags,
+        }
+    }
+
+    /// Turns a serde/TOML error into a located diagnostic with a suggestion.
+    fn parse_error(&mut self, e: &toml::de::Error) {
+        let msg = e.message().trim().to_owned();
+        let pos = e.span().map(|s| self.loc.position(s.start));
+        let key_path = e
+            .span()
+            .and_then(|s| self.loc_key_at(s.start))
+            .unwrap_or_default();
+        let (code, message, hint) = if let Some(rest) = msg.strip_prefix("unknown field `") {
+            let name = rest.split('`').next().unwrap_or_default().to_owned();
+            let table = table_kind(&key_path);
+            let known = raw::known_keys(table);
+            let hint = match suggest(&name, known.iter().copied()) {
+                Some(s) => Some(format!("did you mean `{s}`?")),
+                None if !known.is_empty() => Some(format!("known keys here: {}", known.join(", "))),
+                None => None,
+            };
+            let where_ = table_label(&key_path);
+            (
+                "unknown-key",
+                format!("unknown key `{name}` in {where_}"),
+                hint,
+            )
+        } else if let Some(rest) = msg.strip_prefix("missing field `") {
+            let name = rest.split('`').next().unwrap_or_default();
+            let m = if name == "project" {
+                "missing table [project]".to_owned()
+            } else {
+                format!("missing required key `{name}`")
+            };
+            let hint = (name == "project" || name == "name")
+                .then(|| "add:\n    [project]\n    name = \"myapp\"".to_owned());
+            ("missing-key", m, hint)
+        } else if msg.starts_with("invalid type") || msg.starts_with("invalid length") {
+            ("invalid-type", msg.replace('\n', " "), None)
+        } else {
+            // TOML syntax errors and anything else from the parser.
+            ("syntax", msg.replace('\n', " "), None)
+        };
+        let mut d = Diagnostic {
+            severity: Severity::Error,
+            code,
+            message,
+            key: key_path.join("."),
+            line: None,
+            column: None,
+            hint,
+        };
+        d.line = pos.map(|p| p.line);
+        d.column = pos.map(|p| p.col);
+        self.diags.push(d);
+    }
+
+    /// The key path whose key starts at `offset`, found by walking the
+    /// span-preserving parse.
+    fn loc_key_at(&self, offset: usize) -> Option<Vec<String>> {
+        let doc = toml_edit::Document::parse(self.loc.text()).ok()?;
+        fn walk(
+            t: &dyn toml_edit::TableLike,
+            offset: usize,
+            prefix: &mut Vec<String>,
+        ) -> Option<Vec<String>> {
+            for (k, item) in t.iter() {
+                prefix.push(k.to_owned());
+                let key_span = t.key(k).and_then(|kk| kk.span());
+                if key_span.as_ref().is_some_and(|s| s.start == offset)
+                    || item.span().is_some_and(|s| s.start == offset)
+                {
+                    return Some(prefix.clone());
+                }
+                if let Some(inner) = item.as_table_like()
+                    && let Some(found) = walk(inner, offset, prefix)
+                {
+                    return Some(found);
+                }
+                prefix.pop();
+            }
+            None
+        }
+        walk(doc.as_table(), offset, &mut Vec::new())
+    }
+}
+
+/// Which table's known keys apply to a key path.
+fn table_kind(path: &[String]) -> &'static str {
+    let parent: Vec<&str> = path[..path.len().saturating_sub(1)]
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    match parent.as_slice() {
+        [] => "",
+        ["project"] => "project",
+        ["agents"] => "agents",
+        ["services", _] => "service",
+        ["services", _, "health"] => "health",
+        ["services", _, "restart"] => "restart",
+        _ => "unknown",
+    }
+}
+
+fn table_label(path: &[String]) -> String {
+    if path.len() <= 1 {
+        "the top level".to_owned()
+    } else {
+        format!("[{}]", path[..path.len() - 1].join("."))
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+fn is_service_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'_')
+}
+
+fn is_env_key(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!(c.next(), Some(f) if f.is_ascii_alphabetic() || f == '_')
+        && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+}
+
+/// Names a token could never mean a service by, because they are token heads.
+const RESERVED_NAMES: &[&str] = &["self", "env", "worktree", "project"];
+
+fn parse_duration(cx: &mut Cx<'_>, path: &[Step], d: &raw::DurationText) -> Option<Duration> {
+    match humantime::parse_duration(d.0.trim()) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            cx.error(
+                "invalid-duration",
+                path,
+                format!("`{}` is not a duration ({e})", d.0),
+                Some(r#"write a number with a unit: "500ms", "30s", "2m""#.to_owned()),
+            );
+            None
+        }
+    }
+}
+
+fn check_globs(cx: &mut Cx<'_>, path: &[Step], globs: &[String]) {
+    for (i, g) in globs.iter().enumerate() {
+        if let Err(e) = globset::Glob::new(g) {
+            let mut p = path.to_vec();
+            p.push(Step::Index(i));
+            cx.error(
+                "invalid-glob",
+                &p,
+                format!("`{g}` is not a valid glob: {}", e.kind()),
+                None,
+            );
+        }
+    }
+}
+
+fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Config> {
+    let project = build_project(cx, &raw.project);
+    let mut services = IndexMap::new();
+    for (name, rs) in &raw.services {
+        if let Some(s) = build_service(cx, name, rs) {
+            services.insert(name.clone(), s);
+        }
+    }
+    let agents = build_agents(cx, raw.agents.as_ref(), &raw.services);
+    let project = project?;
+    if services.len() != raw.services.len() {
+        // Errors were recorded; the cross-service checks below still run on
+        // what was valid so one pass reports as much as it can.
+    }
+    let declared: BTreeSet<&str> = raw.services.keys().map(|k| k.as_str()).collect();
+    check_graph(cx, &services, &declared);
+    check_urls(cx, &services);
+    check_tokens(cx, &project, &services, &declared);
+    check_credentials(cx, &raw);
+    let root = path
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    Some(Config {
+        path: path.to_path_buf(),
+        root,
+        project,
+        services,
+        agents,
+    })
+}
+
+fn build_project(cx: &mut Cx<'_>, p: &raw::RawProject) -> Option<Project> {
+    let mut ok = true;
+    if !is_dns_label(&p.name) {
+        ok = false;
+        cx.error(
+            "invalid-name",
+            &keypath!["project", "name"],
+            format!(
+                "project name `{}` must be a lowercase DNS label (a-z, 0-9, `-`; at most 63; not starting or ending with `-`)",
+                p.name
+            ),
+            Some(format!("try `{}`", crate::slug::dns_label_hint(&p.name))),
+        );
+    }
+    let domain = match &p.domain {
+        Some(d) => {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            if d.is_empty() || d.len() > 253 || !d.split('.').all(is_dns_label) {
+                ok = false;
+                cx.error(
+                    "invalid-name",
+                    &keypath!["project", "domain"],
+                    format!("domain `{d}` is not a valid hostname"),
+                    Some(format!("the default is `{}.localhost`", p.name)),
+                );
+            }
+            d
+        }
+        None => format!("{}.localhost", p.name),
+    };
+    let port_range = match p.port_range {
+        None => DEFAULT_PORT_RANGE,
+        Some([lo, hi]) => {
+            if !(1..=65535).contains(&lo) || !(1..=65535).contains(&hi) || lo > hi {
+                ok = false;
+                cx.error(
+                    "invalid-port-range",
+                    &keypath!["project", "port_range"],
+                    format!("port_range [{lo}, {hi}] must be two ports 1–65535 with lo ≤ hi"),
+                    Some(format!(
+                        "the default is [{}, {}]",
+                        DEFAULT_PORT_RANGE.lo, DEFAULT_PORT_RANGE.hi
+                    )),
+                );
+                DEFAULT_PORT_RANGE
+            } else {
+                if lo < 1024 {
+                    cx.warn(
+                        "privileged-ports",
+                        &keypath!["project", "port_range"],
+                        format!(
+                            "port_range starts at {lo}: ports below 1024 need privileges to bind"
+                        ),
+                        Some("start the range at 1024 or above".to_owned()),
+                    );
+                }
+                PortRange {
+                    lo: lo as u16,
+                    hi: hi as u16,
+                }
+            }
+        }
+    };
+    ok.then(|| Project {
+        name: p.name.clone(),
+        domain,
+        https: p.https.unwrap_or(false),
+        port_range,
+        worktree_root: p.worktree_root.clone(),
+        env_file: p.env_file.clone(),
+    })
+}
+
+fn build_service(cx: &mut Cx<'_>, name: &str, rs: &RawService) -> Option<Service> {
+    let base = keypath!["services", name];
+    if !is_service_name(name) || RESERVED_NAMES.contains(&name) {
+        let why = if RESERVED_NAMES.contains(&name) {
+            format!("service name `{name}` is reserved (it is a token prefix)")
+        } else {
+            format!(
+                "service name `{name}` must start with a lowercase letter and use only a-z, 0-9, `-`, `_` (at most 63)"
+            )
+        };
+        cx.error("invalid-name", &base, why, None);
+    }
+    let present = rs.present_keys();
+    match (&rs.cmd, &rs.adapter) {
+        (Some(_), Some(_)) => {
+            cx.error(
+                "cmd-and-adapter",
+                &keypath!["services", name, "adapter"],
+                format!("service `{name}` has both `cmd` and `adapter`: a service is a process or a resource, never both"),
+                Some("split it into two services, e.g. a resource `db` and a process that depends on it".to_owned()),
+            );
+            None
+        }
+        (None, None) => {
+            cx.error(
+                "cmd-or-adapter",
+                &base,
+                format!("service `{name}` has neither `cmd` nor `adapter`"),
+                Some("add `cmd = \"…\"` for a process, or `adapter = \"postgres\"` (etc.) for a resource".to_owned()),
+            );
+            None
+        }
+        (Some(cmd), None) => {
+            for k in present.iter().filter(|k| raw::RESOURCE_KEYS.contains(k)) {
+                cx.error(
+                    "resource-key-on-process",
+                    &keypath!["services", name, *k],
+                    format!("`{k}` is only valid on a resource (a service with `adapter`), and `{name}` is a process"),
+                    Some("move it to the resource service it belongs to".to_owned()),
+                );
+            }
+            // Best effort even when invalid: cross-service checks still see
+            // this service, and `finish` withholds the model on any error.
+            Some(Service {
+                name: name.to_owned(),
+                kind: ServiceKind::Process(build_process(cx, name, cmd, rs)),
+            })
+        }
+        (None, Some(adapter)) => {
+            for k in present.iter().filter(|k| raw::PROCESS_KEYS.contains(k)) {
+                cx.error(
+                    "process-key-on-resource",
+                    &keypath!["services", name, *k],
+                    format!("`{k}` is only valid on a process (a service with `cmd`), and `{name}` is a resource"),
+                    Some("resources are provisioned, not run; put it on the process that uses this resource".to_owned()),
+                );
+            }
+            Some(Service {
+                name: name.to_owned(),
+                kind: ServiceKind::Resource(build_resource(cx, name, adapter, rs)),
+            })
+        }
+    }
+}
+
+fn build_process(cx: &mut Cx<'_>, name: &str, cmd: &str, rs: &RawService) -> Process {
+    if cmd.trim().is_empty() {
+        cx.error(
+            "empty-cmd",
+            &keypath!["services", name, "cmd"],
+            format!("service `{name}` has an empty `cmd`"),
+            None,
+        );
+    }
+    if let Some(url) = &rs.url
+        && !is_dns_label(url)
+    {
+        cx.error(
+            "invalid-name",
+            &keypath!["services", name, "url"],
+            format!("url label `{url}` must be a lowercase DNS label (a-z, 0-9, `-`)"),
+            Some(format!(
+                "it becomes `<label>.<world>.<domain>`; try `{}`",
+                crate::slug::dns_label_hint(url)
+            )),
+        );
+    }
+    let ports = rs.ports.clone().unwrap_or_default();
+    let mut seen = BTreeSet::new();
+    for (i, p) in ports.iter().enumerate() {
+        let path = keypath!["services", name, "ports", i];
+        if !is_service_name(p) {
+            cx.error(
+                "invalid-name",
+                &path,
+                format!(
+                    "port name `{p}` must start with a lowercase letter and use a-z, 0-9, `-`, `_`"
+                ),
+                None,
+            );
+        } else if !seen.insert(p.as_str()) {
+            cx.error(
+                "duplicate-port",
+                &path,
+                format!("port `{p}` is declared twice"),
+                None,
+            );
+        }
+    }
+    let mut env = IndexMap::new();
+    for (k, v) in rs.env.iter().flatten() {
+        if !is_env_key(k) {
+            cx.error(
+                "invalid-name",
+                &keypath!["services", name, "env", k.as_str()],
+                format!("`{k}` is not a valid environment variable name"),
+                Some("use letters, digits and `_`, not starting with a digit".to_owned()),
+            );
+        }
+        env.insert(k.clone(), v.0.clone());
+    }
+    let depends_on = rs.depends_on.clone().unwrap_or_default();
+    let health = rs.health.as_ref().and_then(|h| build_health(cx, name, h));
+    let restart = match &rs.restart {
+        None => Some(Restart::default()),
+        Some(r) => build_restart(cx, name, r),
+    };
+    let stop_signal = match &rs.stop_signal {
+        None => Some(StopSignal::default()),
+        Some(s) => {
+            let v = StopSignal::parse(s);
+            if v.is_none() {
+                cx.error(
+                    "invalid-signal",
+                    &keypath!["services", name, "stop_signal"],
+                    format!("`{s}` is not a stop signal Binky knows"),
+                    Some(format!("use one of {}", StopSignal::KNOWN.join(", "))),
+                );
+            }
+            v
+        }
+    };
+    let stop_timeout = match &rs.stop_timeout {
+        None => Some(DEFAULT_STOP_TIMEOUT),
+        Some(d) => parse_duration(cx, &keypath!["services", name, "stop_timeout"], d),
+    };
+    let watch = rs.watch.clone().unwrap_or_default();
+    check_globs(cx, &keypath!["services", name, "watch"], &watch);
+    Process {
+        cmd: cmd.to_owned(),
+        cwd: rs.cwd.clone(),
+        url: rs.url.clone(),
+        ports,
+        depends_on,
+        env,
+        env_file: rs.env_file.clone(),
+        health,
+        restart: restart.unwrap_or_default(),
+        watch,
+        stop_signal: stop_signal.unwrap_or_default(),
+        stop_timeout: stop_timeout.unwrap_or(DEFAULT_STOP_TIMEOUT),
+    }
+}
+
+fn build_health(cx: &mut Cx<'_>, name: &str, h: &RawHealth) -> Option<Health> {
+    let base = keypath!["services", name, "health"];
+    match h {
+        RawHealth::Url(u) => Some(Health {
+            probe: Probe::Http(u.clone()),
+            timeout: DEFAULT_HEALTH_TIMEOUT,
+            interval: DEFAULT_HEALTH_INTERVAL,
+        }),
+        RawHealth::Table(t) => {
+            let kinds: Vec<(&str, &String)> = [("http", &t.http), ("tcp", &t.tcp), ("cmd", &t.cmd)]
+                .into_iter()
+                .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+                .collect();
+            let probe = match kinds.as_slice() {
+                [("http", v)] => Some(Probe::Http((*v).clone())),
+                [("tcp", v)] => Some(Probe::Tcp((*v).clone())),
+                [(_, v)] => Some(Probe::Cmd((*v).clone())),
+                [] => {
+                    cx.error(
+                        "invalid-health",
+                        &base,
+                        format!("health of `{name}` names no probe"),
+                        Some("set exactly one of `http`, `tcp` or `cmd`".to_owned()),
+                    );
+                    None
+                }
+                _ => {
+                    let names: Vec<&str> = kinds.iter().map(|(k, _)| *k).collect();
+                    cx.error(
+                        "invalid-health",
+                        &base,
+                        format!(
+                            "health of `{name}` names {} probes ({}); a health check is one probe",
+                            names.len(),
+                            names.join(", ")
+                        ),
+                        Some("keep exactly one of `http`, `tcp` or `cmd`".to_owned()),
+                    );
+                    None
+                }
+            };
+            let timeout = match &t.timeout {
+                None => Some(DEFAULT_HEALTH_TIMEOUT),
+                Some(d) => parse_duration(cx, &keypath!["services", name, "health", "timeout"], d),
+            };
+            let interval = match &t.interval {
+                None => Some(DEFAULT_HEALTH_INTERVAL),
+                Some(d) => parse_duration(cx, &keypath!["services", name, "health", "interval"], d),
+            };
+            if let (Some(t), Some(i)) = (timeout, interval)
+                && i.is_zero()
+            {
+                let _ = t;
+                cx.error(
+                    "invalid-duration",
+                    &keypath!["services", name, "health", "interval"],
+                    "health interval must be greater than zero".to_owned(),
+                    None,
+                );
+                return None;
+            }
+            Some(Health {
+                probe: probe?,
+                timeout: timeout?,
+                interval: interval?,
+            })
+        }
+    }
+}
+
+fn build_restart(cx: &mut Cx<'_>, name: &str, r: &RawRestart) -> Option<Restart> {
+    let policy_err = |cx: &mut Cx<'_>, path: &[Step], p: &str| {
+        cx.error(
+            "invalid-restart",
+            path,
+            format!("`{p}` is not a restart policy"),
+            Some(r#"use "no", "on-failure" or "always""#.to_owned()),
+        );
+    };
+    match r {
+        RawRestart::Policy(p) => match RestartPolicy::parse(p) {
+            Some(policy) => Some(Restart {
+                policy,
+                ..Restart::default()
+            }),
+            None => {
+                policy_err(cx, &keypath!["services", name, "restart"], p);
+                None
+            }
+        },
+        RawRestart::Table(t) => {
+            let d = Restart::default();
+            let policy = match &t.policy {
+                None => Some(d.policy),
+                Some(p) => {
+                    let v = RestartPolicy::parse(p);
+                    if v.is_none() {
+                        policy_err(cx, &keypath!["services", name, "restart", "policy"], p);
+                    }
+                    v
+                }
+            };
+            let mut dur = |key: &'static str, v: &Option<raw::DurationText>, def: Duration| match v
+            {
+                None => Some(def),
+                Some(x) => parse_duration(cx, &keypath!["services", name, "restart", key], x),
+            };
+            let backoff = dur("backoff", &t.backoff, d.backoff);
+            let max_backoff = dur("max_backoff", &t.max_backoff, d.max_backoff);
+            let failure_window = dur("failure_window", &t.failure_window, d.failure_window);
+            let max_failures = match t.max_failures {
+                None => Some(d.max_failures),
+                Some(n) if (1..=1_000_000).contains(&n) => Some(n as u32),
+                Some(n) => {
+                    cx.error(
+                        "invalid-restart",
+                        &keypath!["services", name, "restart", "max_failures"],
+                        format!("max_failures = {n} must be at least 1"),
+                        None,
+                    );
+                    None
+                }
+            };
+            Some(Restart {
+                policy: policy?,
+                backoff: backoff?,
+                max_backoff: max_backoff?,
+                max_failures: max_failures?,
+                failure_window: failure_window?,
+            })
+        }
+    }
+}
+
+fn build_resource(cx: &mut Cx<'_>, name: &str, adapter: &str, rs: &RawService) -> Resource {
+    if !is_service_name(adapter) {
+        cx.error(
+            "invalid-name",
+            &keypath!["services", name, "adapter"],
+            format!("adapter name `{adapter}` is not valid (lowercase letters, digits, `-`, `_`)"),
+            None,
+        );
+    }
+    if let Some(c) = &rs.clone_from
+        && !is_service_name(c)
+    {
+        cx.error(
+            "invalid-name",
+            &keypath!["services", name, "clone_from"],
+            format!("clone_from `{c}` must be a short lowercase name (it is part of the template's name)"),
+            Some("e.g. clone_from = \"golden\"".to_owned()),
+        );
+    }
+    for (key, v) in [("migrate", &rs.migrate), ("seed", &rs.seed)] {
+        if v.as_ref().is_some_and(|s| s.trim().is_empty()) {
+            cx.error(
+                "empty-cmd",
+                &keypath!["services", name, key],
+                format!("`{key}` of `{name}` is empty"),
+                Some("remove the key, or give it a command".to_owned()),
+            );
+        }
+    }
+    let clone_inputs = rs.clone_inputs.clone().unwrap_or_default();
+    if !clone_inputs.is_empty() && rs.clone_from.is_none() {
+        cx.warn(
+            "clone-inputs-without-clone-from",
+            &keypath!["services", name, "clone_inputs"],
+            format!("`{name}` lists clone_inputs but has no clone_from, so they have no effect"),
+            Some("add clone_from = \"golden\" or remove clone_inputs".to_owned()),
+        );
+    }
+    check_globs(
+        cx,
+        &keypath!["services", name, "clone_inputs"],
+        &clone_inputs,
+    );
+    Resource {
+        adapter: adapter.to_owned(),
+        admin_url: rs.admin_url.clone(),
+        migrate: rs.migrate.clone(),
+        seed: rs.seed.clone(),
+        clone_from: rs.clone_from.clone(),
+        clone_inputs,
+        options: rs.options.clone().unwrap_or_default(),
+    }
+}
+
+fn build_agents(
+    cx: &mut Cx<'_>,
+    a: Option<&raw::RawAgents>,
+    services: &IndexMap<String, RawService>,
+) -> Agents {
+    let Some(a) = a else {
+        return Agents::default();
+    };
+    if let Some(expose) = &a.expose {
+        for (i, s) in expose.iter().enumerate() {
+            if !services.contains_key(s) {
+                let hint = suggest(s, services.keys().map(|k| k.as_str()))
+                    .map(|m| format!("did you mean `{m}`?"));
+                cx.error(
+                    "unknown-service",
+                    &keypath!["agents", "expose", i],
+                    format!("agents.expose names `{s}`, which is not a service"),
+                    hint,
+                );
+            }
+        }
+    }
+    for (i, v) in a.verify.iter().flatten().enumerate() {
+        if v.trim().is_empty() {
+            cx.error(
+                "empty-cmd",
+                &keypath!["agents", "verify", i],
+                "an agents.verify command is empty".to_owned(),
+                None,
+            );
+        }
+    }
+    Agents {
+        expose: a.expose.clone(),
+        verify: a.verify.clone().unwrap_or_default(),
+    }
+}
+
+/// Unknown dependencies, self-dependencies, duplicates and cycles.
+fn check_graph(cx: &mut Cx<'_>, services: &IndexMap<String, Service>, declared: &BTreeSet<&str>) {
+    for (name, svc) in services {
+        let mut seen = BTreeSet::new();
+        for (i, dep) in svc.depends_on().iter().enumerate() {
+            let path = keypath!["services", name.as_str(), "depends_on", i];
+            if dep == name {
+                cx.error(
+                    "dependency-cycle",
+                    &path,
+                    format!("`{name}` depends on itself"),
+                    None,
+                );
+            } else if !declared.contains(dep.as_str()) {
+                let hint =
+                    suggest(dep, declared.iter().copied()).map(|m| format!("did you mean `{m}`?"));
+                cx.error(
+                    "unknown-dependency",
+                    &path,
+                    format!("`{name}` depends on `{dep}`, which is not a service"),
+                    hint.or_else(|| {
+                        Some(format!(
+                            "services are: {}",
+                            declared.iter().copied().collect::<Vec<_>>().join(", ")
+                        ))
+                    }),
+                );
+            } else if !seen.insert(dep.as_str()) {
+                cx.warn(
+                    "duplicate-dependency",
+                    &path,
+                    format!("`{name}` lists `{dep}` in depends_on twice"),
+                    None,
+                );
+            }
+        }
+    }
+    for cycle in find_cycles(services) {
+        let first = &cycle[0];
+        let idx = services[first]
+            .depends_on()
+            .iter()
+            .position(|d| *d == cycle[1 % cycle.len()])
+            .unwrap_or(0);
+        let mut shown = cycle.clone();
+        shown.push(first.clone());
+        cx.error(
+            "dependency-cycle",
+            &keypath!["services", first.as_str(), "depends_on", idx],
+            format!("dependency cycle: {}", shown.join(" → ")),
+            Some("remove one of these depends_on entries; a service may still name another's port or URL without depending on it".to_owned()),
+        );
+    }
+}
+
+/// Elementary cycles found by DFS, each reported once, rotated to start at
+/// its first service in file order. Self-loops are reported elsewhere.
+pub(crate) fn find_cycles(services: &IndexMap<String, Service>) -> Vec<Vec<String>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Active,
+        Done,
+    }
+    let index: HashMap<&str, usize> = services
+        .keys()
+        .enumerate()
+        .map(|(i, k)| (k.as_str(), i))
+        .collect();
+    let mut mark = vec![Mark::New; services.len()];
+    let mut stack: Vec<usize> = Vec::new();
+    let mut cycles: Vec<Vec<String>> = Vec::new();
+    fn dfs(
+        v: usize,
+        services: &IndexMap<String, Service>,
+        index: &HashMap<&str, usize>,
+        mark: &mut [Mark],
+        stack: &mut Vec<usize>,
+        cycles: &mut Vec<Vec<String>>,
+    ) {
+        mark[v] = Mark::Active;
+        stack.push(v);
+        for dep in services[v].depends_on() {
+            let Some(&w) = index.get(dep.as_str()) else {
+                continue;
+            };
+            if w == v {
+                continue;
+            }
+            match mark[w] {
+                Mark::New => dfs(w, services, index, mark, stack, cycles),
+                Mark::Active => {
+                    let pos = stack.iter().position(|&x| x == w).unwrap_or(0);
+                    let mut cyc: Vec<usize> = stack[pos..].to_vec();
+                    let min_pos = cyc
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, x)| **x)
+                        .map(|(i, _)| i)
+                        .unwrap_or(0);
+                    cyc.rotate_left(min_pos);
+                    let names: Vec<String> = cyc
+                        .iter()
+                        .map(|&i| services.get_index(i).unwrap().0.clone())
+                        .collect();
+                    if !cycles.contains(&names) {
+                        cycles.push(names);
+                    }
+                }
+                Mark::Done => {}
+            }
+        }
+        stack.pop();
+        mark[v] = Mark::Done;
+    }
+    for v in 0..services.len() {
+        if mark[v] == Mark::New {
+            dfs(v, services, &index, &mut mark, &mut stack, &mut cycles);
+        }
+    }
+    cycles
+}
+
+fn check_urls(cx: &mut Cx<'_>, services: &IndexMap<String, Service>) {
+    let mut owner: HashMap<&str, &str> = HashMap::new();
+    for (name, svc) in services {
+        if let Some(url) = svc.process().and_then(|p| p.url.as_deref()) {
+            if let Some(first) = owner.get(url) {
+                cx.error(
+                    "duplicate-url",
+                    &keypath!["services", name.as_str(), "url"],
+                    format!("url label `{url}` is used by both `{first}` and `{name}`; hostnames must be unique"),
+                    Some(format!("give `{name}` its own label, e.g. url = \"{name}\"")),
+                );
+            } else {
+                owner.insert(url, name);
+            }
+        }
+    }
+}
+
+/// Every string field of a service that may carry tokens, with its key path.
+fn token_fields<'a>(name: &'a str, svc: &'a Service) -> Vec<(Vec<Step>, &'a str)> {
+    let mut out: Vec<(Vec<Step>, &str)> = Vec::new();
+    match &svc.kind {
+        ServiceKind::Process(p) => {
+            out.push((keypath!["services", name, "cmd"].to_vec(), &p.cmd));
+            if let Some(c) = &p.cwd {
+                out.push((keypath!["services", name, "cwd"].to_vec(), c));
+            }
+            for (k, v) in &p.env {
+                out.push((keypath!["services", name, "env", k.as_str()].to_vec(), v));
+            }
+            if let Some(h) = &p.health {
+                let (key, v) = health_key(h);
+                let path = match key {
+                    None => keypath!["services", name, "health"].to_vec(),
+                    Some(k) => keypath!["services", name, "health", k].to_vec(),
+                };
+                out.push((path, v));
+            }
+        }
+        ServiceKind::Resource(r) => {
+            for (k, v) in [
+                ("admin_url", &r.admin_url),
+                ("migrate", &r.migrate),
+                ("seed", &r.seed),
+            ] {
+                if let Some(v) = v {
+                    out.push((keypath!["services", name, k].to_vec(), v));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn health_key(h: &Health) -> (Option<&'static str>, &str) {
+    match &h.probe {
+        Probe::Http(v) => (Some("http"), v),
+        Probe::Tcp(v) => (Some("tcp"), v),
+        Probe::Cmd(v) => (Some("cmd"), v),
+    }
+}
+
+fn check_tokens(
+    cx: &mut Cx<'_>,
+    project: &Project,
+    services: &IndexMap<String, Service>,
+    declared: &BTreeSet<&str>,
+) {
+    for (name, svc) in services {
+        for (path, text) in token_fields(name, svc) {
+            for occ in occurrences(text) {
+                let raw = occ.text(text);
+                check_token(cx, services, declared, name, svc, &path, raw, occ.body);
+            }
+            if matches!(path.get(2), Some(Step::Key(k)) if k == "cmd") {
+                check_literal_ports(cx, project, name, &path, text);
+            }
+        }
+        if let Some(p) = svc.process()
+            && let Some(h) = &p.health
+        {
+            check_health_target(cx, name, svc, h);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_token(
+    cx: &mut Cx<'_>,
+    services: &IndexMap<String, Service>,
+    declared: &BTreeSet<&str>,
+    name: &str,
+    svc: &Service,
+    path: &[Step],
+    raw: &str,
+    body: &str,
+) {
+    match classify(body) {
+        Some(Token::SelfField(f)) => check_field(cx, name, name, svc, f, path, raw, true),
+        Some(Token::Service(target, f)) => match services.get(target) {
+            Some(t) => {
+                check_field(cx, name, target, t, f, path, raw, false);
+                if t.resource().is_some()
+                    && target != name
+                    && svc.process().is_some()
+                    && !depends_transitively(services, name, target)
+                {
+                    cx.push_at(
+                        Severity::Warning,
+                        "resource-not-depended",
+                        path,
+                        Some(raw),
+                        format!("`{name}` uses `{raw}` but does not depend on `{target}`, so it may start before the slice exists"),
+                        Some(format!("add \"{target}\" to services.{name}.depends_on")),
+                    );
+                }
+            }
+            // Declared but invalid (its own error says why): nothing to add.
+            None if declared.contains(target) => {}
+            None => {
+                let hint = suggest(target, declared.iter().copied())
+                    .map(|m| format!("did you mean `${{{}}}`?", body.replacen(target, m, 1)))
+                    .or_else(|| Some("it is left as written when rendered".to_owned()));
+                cx.push_at(
+                    Severity::Warning,
+                    "unknown-service-token",
+                    path,
+                    Some(raw),
+                    format!("`{raw}` names `{target}`, which is not a service"),
+                    hint,
+                );
+            }
+        },
+        _ => {}
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_field(
+    cx: &mut Cx<'_>,
+    user: &str,
+    target: &str,
+    t: &Service,
+    f: Field<'_>,
+    path: &[Step],
+    raw: &str,
+    is_self: bool,
+) {
+    let who = if is_self {
+        format!("`{user}`")
+    } else {
+        format!("service `{target}`")
+    };
+    match f {
+        Field::Ports(port) => {
+            if t.resource().is_some() || !t.port_names().iter().any(|p| p == port) {
+                let declared = t.port_names();
+                let hint = if declared.is_empty() {
+                    format!("add ports = [\"{port}\"] to services.{target}")
+                } else {
+                    format!("declared ports of `{target}`: {}", declared.join(", "))
+                };
+                cx.push_at(
+                    Severity::Error,
+                    "unknown-port",
+                    path,
+                    Some(raw),
+                    format!("`{raw}`: {who} declares no port named `{port}`"),
+                    Some(hint),
+                );
+            }
+        }
+        Field::Port | Field::LocalUrl => {
+            if t.resource().is_some() {
+                cx.push_at(
+                    Severity::Warning,
+                    "resource-has-no-port",
+                    path,
+                    Some(raw),
+                    format!("`{raw}`: `{target}` is a resource; it has an address, not a port"),
+                    Some(format!("use `${{{target}.url}}`")),
+                );
+            } else if !t.has_port() {
+                let code = if is_self {
+                    "self-port-without-port"
+                } else {
+                    "service-without-port"
+                };
+                cx.push_at(
+                    Severity::Warning,
+                    code,
+                    path,
+                    Some(raw),
+                    format!("`{raw}`: {who} has no port (it declares neither `url` nor `ports`), so the token is left as written"),
+                    Some(format!("add url = \"{target}\" or ports = [\"http\"] to services.{target}")),
+                );
+            }
+        }
+        Field::Url | Field::Host => {
+            if t.process().is_some() && !t.has_port() {
+                let code = if is_self {
+                    "self-port-without-port"
+                } else {
+                    "service-without-port"
+                };
+                cx.push_at(
+                    Severity::Warning,
+                    code,
+                    path,
+                    Some(raw),
+                    format!("`{raw}`: {who} has no url or port, so the token is left as written"),
+                    Some(format!("add url = \"{target}\" to services.{target}")),
+                );
+            }
+        }
+    }
+}
+
+/// Whether `from` reaches `to` through depends_on edges.
+fn depends_transitively(services: &IndexMap<String, Service>, from: &str, to: &str) -> bool {
+    let mut stack = vec![from];
+    let mut seen = BTreeSet::new();
+    while let Some(s) = stack.pop() {
+        if !seen.insert(s) {
+            continue;
+        }
+        for d in services.get(s).map(|x| x.depends_on()).unwrap_or(&[]) {
+            if d == to {
+                return true;
+            }
+            stack.push(d);
+        }
+    }
+    false
+}
+
+/// Literal numbers in `cmd` that fall inside the project's port range: a port
+/// hard-coded where the allocator's should be.
+fn check_literal_ports(cx: &mut Cx<'_>, project: &Project, name: &str, path: &[Step], cmd: &str) {
+    let mut stripped = String::with_capacity(cmd.len());
+    // Blank out tokens so `${self.ports.p8080}`-like bodies don't count.
+    let mut last = 0;
+    for occ in occurrences(cmd) {
+        stripped.push_str(&cmd[last..occ.start]);
+        stripped.extend(std::iter::repeat_n(' ', occ.end - occ.start));
+        last = occ.end;
+    }
+    stripped.push_str(&cmd[last..]);
+    let bytes = stripped.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i].is_ascii_digit() {
+            let start = i;
+            while i < bytes.len() && bytes[i].is_ascii_digit() {
+                i += 1;
+            }
+            let boundary_before = start == 0 || !bytes[start - 1].is_ascii_alphanumeric();
+            let boundary_after = i == bytes.len() || !bytes[i].is_ascii_alphanumeric();
+            let num = &stripped[start..i];
+            if boundary_before
+                && boundary_after
+                && num.len() <= 5
+                && let Ok(n) = num.parse::<u32>()
+                && project.port_range.contains(n)
+            {
+                cx.push_at(
+                    Severity::Warning,
+                    "literal-port",
+                    path,
+                    Some(num),
+                    format!(
+                        "`{name}` runs with the literal port {n}, inside port_range [{}, {}]; the allocator may hand that port to another world",
+                        project.port_range.lo, project.port_range.hi
+                    ),
+                    Some("use ${self.port} (or ${self.ports.NAME}) instead".to_owned()),
+                );
+            }
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// A health probe aimed at a port that is not the service's own.
+fn check_health_target(cx: &mut Cx<'_>, name: &str, svc: &Service, h: &Health) {
+    let (key, target) = match &h.probe {
+        Probe::Http(v) => ("http", v.as_str()),
+        Probe::Tcp(v) => ("tcp", v.as_str()),
+        Probe::Cmd(_) => return,
+    };
+    let path = keypath!["services", name, "health", key];
+    if key == "http" && target.starts_with('/') {
+        if !svc.has_port() {
+            cx.error(
+                "health-without-port",
+                &path,
+                format!("health probe `{target}` is a path on `{name}`'s own port, but `{name}` has no port"),
+                Some(format!("add url = \"{name}\" or ports = [\"http\"], or give a full URL")),
+            );
+        }
+        return;
+    }
+    let mut names_other = None;
+    for occ in occurrences(target) {
+        match classify(occ.body) {
+            Some(Token::SelfField(
+                Field::Port | Field::Ports(_) | Field::LocalUrl | Field::Url,
+            )) => {
+                return;
+            }
+            Some(Token::Service(other, _)) if other != name => {
+                names_other = Some(occ.text(target).to_owned());
+            }
+            Some(Token::Service(_, _)) => return,
+            _ => {}
+        }
+    }
+    if let Some(other) = names_other {
+        cx.push_at(
+            Severity::Warning,
+            "health-port-mismatch",
+            &path,
+            Some(&other),
+            format!("health probe of `{name}` targets `{other}`, another service's port, so it can pass while `{name}` is down"),
+            Some("probe ${self.port}".to_owned()),
+        );
+        return;
+    }
+    if let Some(port) = literal_port_in(target) {
+        cx.push_at(
+            Severity::Warning,
+            "health-port-mismatch",
+            &path,
+            Some(&port.to_string()),
+            format!("health probe of `{name}` targets the literal port {port}, not the port Binky assigns `{name}`"),
+            Some("use ${self.port}: each world gets its own port".to_owned()),
+        );
+    }
+}
+
+/// The port in `host:port` or `scheme://host:port/…`, if written literally.
+fn literal_port_in(target: &str) -> Option<u32> {
+    let after_scheme = target.split_once("://").map_or(target, |(_, r)| r);
+    let authority = after_scheme.split('/').next().unwrap_or("");
+    let (_, port) = authority.rsplit_once(':')?;
+    port.parse().ok()
+}
+
+const SECRET_KEY_WORDS: &[&str] = &["PASSWORD", "PASSWD", "SECRET", "TOKEN", "KEY"];
+
+/// A literal credential in `admin_url` or `env`. Messages name the key, never
+/// the value.
+fn check_credentials(cx: &mut Cx<'_>, raw: &RawConfig) {
+    for (name, s) in &raw.services {
+        if let Some(url) = &s.admin_url
+            && url_has_literal_password(url)
+        {
+            cx.warn(
+                "literal-credential",
+                &keypath!["services", name.as_str(), "admin_url"],
+                format!("services.{name}.admin_url contains a literal password; binky.toml is committed"),
+                Some(format!(
+                    "write admin_url = \"${{env.{}_ADMIN_URL}}\" and export that variable in your shell",
+                    name.to_ascii_uppercase().replace('-', "_")
+                )),
+            );
+        }
+        for (k, v) in s.env.iter().flatten() {
+            let upper = k.to_ascii_uppercase();
+            let named_secret = SECRET_KEY_WORDS.iter().any(|w| upper.contains(w));
+            let literal = !v.0.trim().is_empty() && !v.0.contains("${");
+            if (named_secret && literal) || url_has_literal_password(&v.0) {
+                cx.warn(
+                    "literal-credential",
+                    &keypath!["services", name.as_str(), "env", k.as_str()],
+                    format!("services.{name}.env.{k} looks like a credential with a literal value; binky.toml is committed"),
+                    Some(format!("write {k} = \"${{env.{}}}\" and export it in your shell, or move it to an env_file", if is_env_key(k) { k.as_str() } else { "NAME" })),
+                );
+            }
+        }
+    }
+}
+
+/// `scheme://user:password@host` with a non-empty password that is not a token.
+fn url_has_literal_password(s: &str) -> bool {
+    let Some((_, rest)) = s.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let Some((userinfo, _)) = authority.rsplit_once('@') else {
+        return false;
+    };
+    match userinfo.split_once(':') {
+        Some((_, pw)) => !pw.is_empty() && !pw.contains("${"),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codes(src: &str) -> Vec<&'static str> {
+        check_str(src, Path::new("binky.toml"))
+            .diagnostics
+            .iter()
+            .map(|d| d.code)
+            .collect()
+    }
+
+    #[test]
+    fn password_detection() {
+        assert!(url_has_literal_password("postgres://u:p@h/db"));
+        assert!(!url_has_literal_password("postgres://u:${env.P}@h/db"));
+        assert!(!url_has_literal_password("postgres://u@h/db"));
+        assert!(!url_has_literal_password("${env.PG}"));
+    }
+
+    #[test]
+    fn minimal_is_valid() {
+        let r = check_str("[project]\nname = \"acme\"\n", Path::new("binky.toml"));
+        assert!(r.diagnostics.is_empty(), "{:?}", r.diagnostics);
+        let c = r.config.unwrap();
+        assert_eq!(c.project.domain, "acme.localhost");
+        assert_eq!(c.project.port_range, DEFAULT_PORT_RANGE);
+    }
+
+    #[test]
+    fn cycle_reported_once() {
+        let src = "[project]\nname=\"a\"\n[services.a]\ncmd=\"x\"\ndepends_on=[\"b\"]\n[services.b]\ncmd=\"x\"\ndepends_on=[\"c\"]\n[services.c]\ncmd=\"x\"\ndepends_on=[\"a\"]\n";
+        let r = check_str(src, Path::new("binky.toml"));
+        let msgs: Vec<_> = r.diagnostics.iter().map(|d| d.message.clone()).collect();
+        assert_eq!(msgs, vec!["dependency cycle: a → b → c → a"]);
+        assert_eq!(r.diagnostics[0].line, Some(5));
+    }
+
+    #[test]
+    fn literal_port_only_in_range() {
+        let base = "[project]\nname=\"a\"\nport_range=[20000,20100]\n[services.w]\nurl=\"w\"\ncmd=";
+        assert_eq!(
+            codes(&format!("{base}\"serve --port 20050\"\n")),
+            vec!["literal-port"]
+        );
+        assert!(codes(&format!("{base}\"serve --port 8080 --workers 20\"\n")).is_empty());
+    }
+}

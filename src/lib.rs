@@ -1,0 +1,16 @@
+//! Binky: one isolated local world per git worktree.
+//!
+//! A world is a git worktree plus everything it needs to run next to other
+//! worlds on one machine: a block of ports reserved before anything starts, an
+//! isolated slice (database, key prefix, bucket…) carved out of a server the
+//! user already runs, supervised service processes, and stable proxied URLs.
+//!
+//! The crate is both the thin CLI and the machine-global daemon. Data flows one
+//! way: CLI → socket → daemon → admission → worktree → ports → adapters →
+//! supervisor → proxy. See ARCHITECTURE.md for the module map.
+
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod output;
+pub mod slug;

@@ -1,0 +1,40 @@
+//! Terminal output: colour choice (terminal detection and `NO_COLOR` via
+//! anstream) and the few styles Binky uses.
+
+use crate::cli::ColorChoice;
+use anstyle::{AnsiColor, Style};
+
+/// Applies `--color` globally; `auto` follows the terminal, `NO_COLOR` and
+/// `CLICOLOR_FORCE`.
+pub fn init(choice: ColorChoice) {
+    let c = match choice {
+        ColorChoice::Auto => anstream::ColorChoice::Auto,
+        ColorChoice::Always => anstream::ColorChoice::Always,
+        ColorChoice::Never => anstream::ColorChoice::Never,
+    };
+    c.write_global();
+}
+
+/// Errors.
+pub const ERROR: Style = AnsiColor::Red.on_default().bold();
+/// Warnings.
+pub const WARN: Style = AnsiColor::Yellow.on_default().bold();
+/// Success marks.
+pub const OK: Style = AnsiColor::Green.on_default().bold();
+/// Secondary text.
+pub const DIM: Style = Style::new().dimmed();
+/// Emphasis (names).
+pub const BOLD: Style = Style::new().bold();
+
+/// Wraps `text` in `style`; anstream strips the codes where colour is off.
+pub fn paint(style: Style, text: impl std::fmt::Display) -> String {
+    format!("{style}{text}{style:#}")
+}
+
+/// Prints `error: msg` (and `hint: …` lines) to stderr.
+pub fn error(msg: impl std::fmt::Display, hint: Option<&str>) {
+    anstream::eprintln!("{} {msg}", paint(ERROR, "error:"));
+    if let Some(h) = hint {
+        anstream::eprintln!("  {} {h}", paint(DIM, "hint:"));
+    }
+}
