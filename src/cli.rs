@@ -273,10 +273,10 @@ pub struct JsonArgs {
 #[derive(Debug, Args)]
 pub struct ReserveArgs {
     /// Percent of RAM to keep free (0–90).
-    #[arg(long, value_name = "PERCENT")]
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
     pub ram: Option<f64>,
     /// Gigabytes of disk to keep free (≥ 0).
-    #[arg(long, value_name = "GB")]
+    #[arg(long, value_name = "GB", allow_negative_numbers = true)]
     pub disk: Option<f64>,
 }
 

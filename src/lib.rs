@@ -10,7 +10,13 @@
 //! supervisor → proxy. See ARCHITECTURE.md for the module map.
 
 pub mod cli;
+pub mod client;
 pub mod commands;
 pub mod config;
+pub mod daemon;
 pub mod output;
+pub mod paths;
+pub mod platform;
+pub mod protocol;
+pub mod registry;
 pub mod slug;

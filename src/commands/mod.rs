@@ -4,19 +4,35 @@
 //! errors, unreadable input, or a verb that is not implemented yet.
 
 pub mod check;
+pub mod daemon;
+pub mod settings;
+pub mod status;
 
 use crate::cli::{Cli, Command};
+use crate::client::Client;
+use crate::config;
+use crate::output;
+use crate::paths::Paths;
+use crate::protocol::{ApiError, Request, Response};
+use std::path::Path;
 use std::process::ExitCode;
 
 /// Runs one parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    match cli.command {
-        Command::Check(args) => check::run(&args),
+    let project = cli.project.as_deref();
+    match &cli.command {
+        Command::Check(args) => check::run(args),
         Command::Completions(args) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(args.shell, &mut cmd, "binky", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
+        Command::Daemon(args) => daemon::run(&args.action),
+        Command::Status(args) => status::run(args, project),
+        Command::Config(args) => settings::config(args),
+        Command::Reserve(args) => settings::reserve(args),
+        Command::Port(args) => settings::port(args),
+        Command::Metrics => settings::metrics(),
         other => not_implemented(other.name()),
     }
 }
@@ -26,4 +42,66 @@ pub fn run(cli: Cli) -> ExitCode {
 fn not_implemented(verb: &str) -> ExitCode {
     eprintln!("binky {verb}: not implemented yet");
     ExitCode::from(2)
+}
+
+/// Prints an [`ApiError`] with its hint; exit code 1.
+pub(crate) fn fail(e: &ApiError) -> ExitCode {
+    output::error(&e.message, e.hint.as_deref());
+    ExitCode::from(1)
+}
+
+/// A reply of the wrong kind: a bug, reported rather than ignored.
+pub(crate) fn unexpected(r: &Response) -> ExitCode {
+    output::error(
+        format!("unexpected reply from the daemon: {r:?}"),
+        Some("this is a bug; please report it with `binky daemon status`"),
+    );
+    ExitCode::from(1)
+}
+
+pub(crate) fn paths_or_exit() -> Result<Paths, ExitCode> {
+    Paths::from_env().map_err(|e| {
+        output::error(format!("{e:#}"), None);
+        ExitCode::from(2)
+    })
+}
+
+/// Connects without starting a daemon.
+pub(crate) fn connect_only(paths: &Paths) -> Result<Option<Client>, ExitCode> {
+    Client::connect(paths).map_err(|e| fail(&e))
+}
+
+/// Sends one request to the daemon, starting it if needed.
+pub(crate) fn call(req: &Request) -> Result<Response, ExitCode> {
+    let paths = paths_or_exit()?;
+    let mut client = Client::connect_or_start(&paths).map_err(|e| fail(&e))?;
+    client.request(req).map_err(|e| fail(&e))
+}
+
+/// Prints pretty JSON to stdout.
+pub(crate) fn print_json<T: serde::Serialize>(v: &T) {
+    println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
+}
+
+/// The project name for `--project`/`status .`: a known name as is, else the
+/// `[project] name` of the binky.toml found from that path.
+pub(crate) fn project_name(arg: &str) -> Result<String, ExitCode> {
+    let path = Path::new(arg);
+    if !path.exists() && !arg.contains('/') {
+        return Ok(arg.to_owned());
+    }
+    let file = config::find(path).map_err(|e| {
+        output::error(
+            &e,
+            Some("pass a folder inside a project, or a project name"),
+        );
+        ExitCode::from(2)
+    })?;
+    match config::load(&file) {
+        Ok(c) => Ok(c.project.name),
+        Err(e) => {
+            output::error(&e, Some("run `binky check` to see what is wrong"));
+            Err(ExitCode::from(1))
+        }
+    }
 }

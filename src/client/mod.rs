@@ -1,0 +1,202 @@
+//! The CLI's side of the socket: connect, handshake, auto-start, call.
+//!
+//! Blocking on purpose: a CLI call is one short exchange, and skipping an
+//! async runtime keeps `binky status` a few milliseconds end to end.
+
+use crate::paths::Paths;
+use crate::platform;
+use crate::protocol::codec::{read_frame, write_frame};
+use crate::protocol::{
+    ApiError, Hello, PROTOCOL, Progress, Reply, Request, Response, VERSION, Welcome,
+};
+use std::io::BufReader;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How long a CLI waits for a daemon it started to answer.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection to the daemon, past the handshake.
+pub struct Client {
+    reader: BufReader<platform::ClientStream>,
+    writer: platform::ClientStream,
+    /// What the daemon said about itself.
+    pub welcome: Welcome,
+}
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> ApiError {
+    ApiError::new(format!("{what} {}: {e}", path.display()))
+}
+
+impl Client {
+    /// Connects to a running daemon; `Ok(None)` when none is running.
+    ///
+    /// # Errors
+    /// The socket exists but cannot be used (permissions), or the handshake
+    /// fails.
+    pub fn connect(paths: &Paths) -> Result<Option<Client>, ApiError> {
+        let sock = paths.socket();
+        let stream = match platform::connect(&sock) {
+            Ok(s) => s,
+            Err(e) if platform::is_no_daemon(&e) => return Ok(None),
+            Err(e) => {
+                return Err(io_err("cannot connect to the daemon at", &sock, e)
+                    .hint("check the permissions of BINKY_HOME; it must belong to you"));
+            }
+        };
+        let writer = stream
+            .try_clone()
+            .map_err(|e| io_err("cannot use socket", &sock, e))?;
+        let mut client = Client {
+            reader: BufReader::new(stream),
+            writer,
+            welcome: Welcome {
+                protocol: 0,
+                version: String::new(),
+                pid: 0,
+            },
+        };
+        write_frame(&mut client.writer, &Hello::current())
+            .map_err(|e| io_err("cannot talk to the daemon at", &sock, e))?;
+        match read_frame::<_, Welcome>(&mut client.reader) {
+            Ok(Some(w)) => client.welcome = w,
+            Ok(None) => {
+                // The daemon closed on us: it is shutting down. Treat as absent.
+                return Ok(None);
+            }
+            Err(e) => {
+                return Err(ApiError::new(format!(
+                    "the process at {} does not speak binky's protocol ({e})",
+                    sock.display()
+                ))
+                .hint("run `binky daemon stop`, or remove the socket if no daemon runs"));
+            }
+        }
+        Ok(Some(client))
+    }
+
+    /// Connects, starting a daemon first when none is running.
+    ///
+    /// # Errors
+    /// The daemon did not come up within [`START_TIMEOUT`]; the error quotes
+    /// the end of `daemon.log`.
+    pub fn connect_or_start(paths: &Paths) -> Result<Client, ApiError> {
+        if let Some(c) = Self::connect(paths)? {
+            return Ok(c);
+        }
+        start_daemon(paths)?;
+        Self::connect(paths)?.ok_or_else(|| {
+            ApiError::new("the daemon started but stopped answering")
+                .hint(format!("see {}", paths.daemon_log().display()))
+        })
+    }
+
+    /// Whether the daemon runs this very version.
+    pub fn same_version(&self) -> bool {
+        self.welcome.protocol == PROTOCOL && self.welcome.version == VERSION
+    }
+
+    /// Sends `req` and returns its result, passing progress frames to
+    /// `on_progress` as they arrive.
+    ///
+    /// # Errors
+    /// The daemon reported a failure, runs another version, or the
+    /// connection broke.
+    pub fn call(
+        &mut self,
+        req: &Request,
+        on_progress: &mut dyn FnMut(&Progress),
+    ) -> Result<Response, ApiError> {
+        if !self.same_version() && !req.version_independent() {
+            return Err(ApiError::new(format!(
+                "the running daemon is version {}, and this binky is {VERSION}",
+                self.welcome.version
+            ))
+            .hint("run `binky daemon stop`, then retry (a new daemon starts on demand)"));
+        }
+        write_frame(&mut self.writer, req)
+            .map_err(|e| ApiError::new(format!("lost the daemon connection: {e}")))?;
+        loop {
+            match read_frame::<_, Reply>(&mut self.reader) {
+                Ok(Some(Reply::Progress(p))) => on_progress(&p),
+                Ok(Some(Reply::Ok(r))) => return Ok(r),
+                Ok(Some(Reply::Err(e))) => return Err(e),
+                Ok(None) => {
+                    return Err(ApiError::new(format!(
+                        "the daemon closed the connection during `{}`",
+                        req.verb()
+                    ))
+                    .hint("see daemon.log in BINKY_HOME; the daemon may have crashed"));
+                }
+                Err(e) => return Err(ApiError::new(format!("bad reply from the daemon: {e}"))),
+            }
+        }
+    }
+
+    /// [`Client::call`] without progress.
+    pub fn request(&mut self, req: &Request) -> Result<Response, ApiError> {
+        self.call(req, &mut |_| {})
+    }
+}
+
+/// Starts a daemon (`binky daemon run`, detached) and waits until its socket
+/// answers. Two CLIs racing here serialise on `start.lock`.
+///
+/// # Errors
+/// It did not answer within [`START_TIMEOUT`], or exited early; the error
+/// quotes the end of `daemon.log`.
+pub fn start_daemon(paths: &Paths) -> Result<Welcome, ApiError> {
+    paths
+        .ensure()
+        .map_err(|e| ApiError::new(format!("{e:#}")))?;
+    let _guard = platform::lock_file(&paths.start_lock(), true)
+        .map_err(|e| io_err("cannot lock", &paths.start_lock(), e))?;
+    if let Some(c) = Client::connect(paths)? {
+        return Ok(c.welcome);
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| ApiError::new(format!("cannot find the binky executable: {e}")))?;
+    let log = paths.daemon_log();
+    let log_len = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let mut child = platform::spawn_detached(&exe, &["daemon", "run"], &log)
+        .map_err(|e| io_err("cannot start the daemon", &exe, e))?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        if let Some(c) = Client::connect(paths)? {
+            return Ok(c.welcome);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(start_failure(
+                &log,
+                log_len,
+                format!("the daemon exited during start-up ({status})"),
+            ));
+        }
+        if Instant::now() >= deadline {
+            return Err(start_failure(
+                &log,
+                log_len,
+                format!(
+                    "the daemon did not answer within {} s",
+                    START_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+fn start_failure(log: &Path, from: u64, message: String) -> ApiError {
+    let text = std::fs::read(log).unwrap_or_default();
+    let new = String::from_utf8_lossy(&text[(from as usize).min(text.len())..]).into_owned();
+    let tail: Vec<&str> = new.lines().rev().take(8).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    let mut msg = message;
+    if !tail.is_empty() {
+        msg.push_str(":\n    ");
+        msg.push_str(&tail.join("\n    "));
+    }
+    ApiError::new(msg).hint(format!("see {}; BINKY_LOG=debug gives more", log.display()))
+}

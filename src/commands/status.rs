@@ -1,0 +1,84 @@
+//! `binky status [.]`: every world on the machine, grouped by project.
+
+use super::{call, print_json};
+use crate::cli::StatusArgs;
+use crate::output::{DIM, ERROR, OK, WARN, paint};
+use crate::protocol::{Request, Response, StatusReport};
+use std::process::ExitCode;
+
+/// Runs `binky status`.
+pub fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
+    let project = match (args.scope.as_deref(), project_flag) {
+        (_, Some(p)) => Some(super::project_name(p)),
+        (Some("."), None) => Some(super::project_name(".")),
+        _ => None,
+    };
+    let project = match project.transpose() {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    match call(&Request::Status { project }) {
+        Ok(Response::Status(report)) => {
+            if args.json {
+                print_json(&report);
+            } else {
+                print_human(&report);
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(other) => super::unexpected(&other),
+        Err(c) => c,
+    }
+}
+
+fn state_style(state: &str) -> anstyle::Style {
+    match state {
+        "running" => OK,
+        "failed" => ERROR,
+        "stopped" => DIM,
+        _ => WARN,
+    }
+}
+
+/// The human layout shown in the README.
+pub fn print_human(report: &StatusReport) {
+    if report.projects.iter().all(|p| p.worlds.is_empty()) {
+        println!("no worlds yet; `binky up <branch>` in a project folder creates one");
+        return;
+    }
+    for p in report.projects.iter().filter(|p| !p.worlds.is_empty()) {
+        anstream::println!("{}", paint(crate::output::BOLD, &p.name));
+        let width = p
+            .worlds
+            .iter()
+            .map(|w| w.name.chars().count())
+            .max()
+            .unwrap_or(0);
+        for w in &p.worlds {
+            let pad = width - w.name.chars().count();
+            anstream::println!(
+                "  {}{}  [{}]",
+                w.name,
+                " ".repeat(pad),
+                paint(state_style(&w.state), &w.state)
+            );
+            if let Some(e) = &w.error {
+                anstream::println!("      {}", paint(ERROR, e));
+            }
+            let sw = w.services.iter().map(|s| s.name.len()).max().unwrap_or(0);
+            for s in &w.services {
+                let mut line = format!("      {:<sw$}", s.name);
+                if let Some(port) = s.port {
+                    line.push_str(&format!("  :{port}"));
+                }
+                for (n, port) in &s.ports {
+                    line.push_str(&format!("  {n}:{port}"));
+                }
+                if s.state != "running" && s.state != "provisioned" {
+                    line.push_str(&format!("  {}", paint(state_style(&s.state), &s.state)));
+                }
+                anstream::println!("{}", line.trim_end());
+            }
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! `$BINKY_HOME/events.log`: one JSON object a line, rotated by size.
+//!
+//! Events carry names (event, project, world, service, adapter) and a short
+//! detail, never config values or credentials: callers pass a detail written
+//! by Binky, not text copied from the user's config or environment.
+
+use serde::Serialize;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+/// Rotate when the log passes this size, in bytes.
+pub const ROTATE_BYTES: u64 = 10 * 1024 * 1024;
+/// Rotated generations kept (`events.log.1` … `.3`).
+pub const KEEP: u32 = 3;
+
+/// One event.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Event {
+    /// RFC 3339 time, filled in by [`EventLog::emit`].
+    pub ts: String,
+    /// Event name, e.g. `daemon_started`, `port_skipped`, `gave_up`.
+    pub event: String,
+    /// Project name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// World (worktree) name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
+    /// Service name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Adapter name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
+    /// Short Binky-written detail.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl Event {
+    /// An event with only a name.
+    pub fn named(event: &str) -> Self {
+        Event {
+            event: event.to_owned(),
+            ..Default::default()
+        }
+    }
+    /// Sets the detail.
+    pub fn detail(mut self, d: impl Into<String>) -> Self {
+        self.detail = Some(d.into());
+        self
+    }
+}
+
+/// The event log writer.
+pub struct EventLog {
+    path: PathBuf,
+    file: Mutex<Option<File>>,
+    rotate_bytes: u64,
+}
+
+fn open(path: &Path) -> Option<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .ok()
+}
+
+impl EventLog {
+    /// Opens (appending) the log at `path`.
+    pub fn new(path: PathBuf) -> Self {
+        Self::with_rotation(path, ROTATE_BYTES)
+    }
+
+    /// As [`EventLog::new`] with a custom rotation size (tests).
+    pub fn with_rotation(path: PathBuf, rotate_bytes: u64) -> Self {
+        let file = open(&path);
+        EventLog {
+            path,
+            file: Mutex::new(file),
+            rotate_bytes,
+        }
+    }
+
+    /// Appends one event. Failures to write are logged, never fatal: the
+    /// event log is for people, not for correctness.
+    pub fn emit(&self, mut ev: Event) {
+        ev.ts = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
+        let Ok(mut line) = serde_json::to_vec(&ev) else {
+            return;
+        };
+        line.push(b'\n');
+        let mut guard = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            *guard = open(&self.path);
+        }
+        let Some(f) = guard.as_mut() else {
+            tracing::warn!(path = %self.path.display(), "cannot open event log");
+            return;
+        };
+        if let Err(e) = f.write_all(&line) {
+            tracing::warn!(error = %e, "cannot write event log");
+            return;
+        }
+        let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+        if size >= self.rotate_bytes {
+            *guard = None;
+            self.rotate();
+            *guard = open(&self.path);
+        }
+    }
+
+    fn rotate(&self) {
+        let gen_path = |n: u32| PathBuf::from(format!("{}.{n}", self.path.display()));
+        let _ = std::fs::remove_file(gen_path(KEEP));
+        for n in (1..KEEP).rev() {
+            let _ = std::fs::rename(gen_path(n), gen_path(n + 1));
+        }
+        let _ = std::fs::rename(&self.path, gen_path(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_json_and_rotate() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("events.log");
+        let log = EventLog::with_rotation(p.clone(), 2000);
+        for i in 0..100 {
+            let mut e = Event::named("test_event").detail(format!("n={i}"));
+            e.project = Some("acme".into());
+            log.emit(e);
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["event"], "test_event");
+            assert!(v["ts"].as_str().unwrap().ends_with('Z'));
+        }
+        assert!(dir.path().join("events.log.1").exists());
+        assert!(dir.path().join("events.log.3").exists());
+        assert!(!dir.path().join("events.log.4").exists());
+    }
+}

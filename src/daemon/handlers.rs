@@ -1,0 +1,109 @@
+//! One function per request verb.
+
+use super::{Daemon, Sink, settings};
+use crate::platform;
+use crate::protocol::{ApiError, DaemonInfo, Metrics, Request, Response, VERSION};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(e.to_string())
+}
+
+/// Dispatches one request.
+pub(super) async fn handle<W: tokio::io::AsyncWrite + Unpin>(
+    d: &Arc<Daemon>,
+    req: Request,
+    _sink: &mut Sink<'_, W>,
+) -> Result<Response, ApiError> {
+    tracing::debug!(verb = req.verb(), "request");
+    match req {
+        Request::Ping => Ok(Response::Done),
+        Request::DaemonStatus => Ok(Response::DaemonStatus(DaemonInfo {
+            pid: platform::pid(),
+            version: VERSION.to_owned(),
+            uptime_secs: d.started.elapsed().as_secs(),
+            socket: d.paths.socket().display().to_string(),
+            home: d.paths.home().display().to_string(),
+        })),
+        Request::Shutdown => {
+            let _ = d.shutdown.send(true);
+            Ok(Response::Done)
+        }
+        Request::Status { project } => d
+            .registry()
+            .status(project.as_deref())
+            .map(Response::Status)
+            .map_err(internal),
+        Request::Config => d
+            .registry()
+            .settings()
+            .map(Response::Settings)
+            .map_err(internal),
+        Request::SetReserve { ram_pct, disk_gb } => {
+            let s = settings::set_reserve(d, ram_pct, disk_gb)?;
+            d.event(super::Event::named("settings_changed").detail("reserve"));
+            Ok(Response::Settings(s))
+        }
+        Request::SetPorts { proxy, https } => {
+            let s = settings::set_ports(d, proxy, https)?;
+            d.event(super::Event::named("settings_changed").detail("ports"));
+            Ok(Response::Settings(s))
+        }
+        Request::Metrics => metrics(d).map(Response::Metrics),
+    }
+}
+
+fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
+    let (worlds, (services_running, restarts, port_reservations), registry_bytes) = {
+        let reg = d.registry();
+        (
+            reg.world_counts().map_err(internal)?,
+            reg.counters().map_err(internal)?,
+            reg.size_bytes(),
+        )
+    };
+    let (rss_bytes, cpu_time_ms) = self_usage();
+    let now = Instant::now();
+    let cpu_percent = {
+        let mut last = d.cpu_sample.lock().unwrap_or_else(|p| p.into_inner());
+        let (t0, c0) = last.unwrap_or((d.started, 0));
+        *last = Some((now, cpu_time_ms));
+        let wall = now.duration_since(t0).as_secs_f64() * 1000.0;
+        if wall > 0.0 {
+            ((cpu_time_ms.saturating_sub(c0)) as f64 / wall * 100.0) as f32
+        } else {
+            0.0
+        }
+    };
+    Ok(Metrics {
+        version: VERSION.to_owned(),
+        uptime_secs: d.started.elapsed().as_secs(),
+        worlds,
+        services_running,
+        restarts,
+        queue_length: 0,
+        port_reservations,
+        proxy: d.proxy.snapshot(),
+        registry_bytes,
+        rss_bytes,
+        cpu_time_ms,
+        cpu_percent,
+    })
+}
+
+/// This process's resident memory (bytes) and accumulated CPU time (ms), from
+/// sysinfo.
+fn self_usage() -> (u64, u64) {
+    use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
+    let pid = Pid::from_u32(platform::pid());
+    let mut sys = System::new();
+    sys.refresh_processes_specifics(
+        ProcessesToUpdate::Some(&[pid]),
+        true,
+        ProcessRefreshKind::nothing().with_memory().with_cpu(),
+    );
+    sys.process(pid)
+        .map(|p| (p.memory(), p.accumulated_cpu_time()))
+        .unwrap_or((0, 0))
+}

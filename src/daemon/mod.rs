@@ -1,0 +1,294 @@
+//! The machine-global daemon: one per `BINKY_HOME`.
+//!
+//! [`run`] takes the daemon lock, opens the registry, binds the socket and
+//! serves requests until `shutdown` or SIGTERM/SIGINT. It sleeps until a
+//! socket, child, timer or signal wakes it: there is no polling loop. Stopping
+//! the daemon never stops the service processes it supervises.
+
+pub mod events;
+mod handlers;
+mod settings;
+
+use crate::paths::Paths;
+use crate::platform;
+use crate::protocol::codec::{read_frame_async, write_frame_async};
+use crate::protocol::{
+    ApiError, Hello, PROTOCOL, Progress, ProxyMetrics, Reply, Request, VERSION, Welcome,
+};
+use crate::registry::Registry;
+use anyhow::{Context, Result, bail};
+use events::{Event, EventLog};
+use std::io::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::BufReader;
+use tokio::sync::watch;
+
+/// A client must say hello within this long.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Options for [`run`].
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Install SIGTERM/SIGINT handlers (off for in-process tests).
+    pub handle_signals: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            handle_signals: true,
+        }
+    }
+}
+
+/// Shared daemon state.
+pub struct Daemon {
+    pub(crate) paths: Paths,
+    pub(crate) registry: Mutex<Registry>,
+    pub(crate) events: EventLog,
+    pub(crate) started: Instant,
+    pub(crate) shutdown: watch::Sender<bool>,
+    pub(crate) proxy: ProxyCounters,
+    pub(crate) cpu_sample: Mutex<Option<(Instant, u64)>>,
+}
+
+/// Proxy counters, updated lock-free by the proxy.
+#[derive(Default)]
+pub struct ProxyCounters {
+    /// Requests handled.
+    pub requests: AtomicU64,
+    /// Response bytes sent.
+    pub bytes: AtomicU64,
+    /// Proxy errors.
+    pub errors: AtomicU64,
+}
+
+impl ProxyCounters {
+    fn snapshot(&self) -> ProxyMetrics {
+        ProxyMetrics {
+            requests: self.requests.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Daemon {
+    /// Locks the registry. A poisoned lock is recovered: the registry's own
+    /// transactions keep it consistent.
+    pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends to the event log.
+    pub(crate) fn event(&self, ev: Event) {
+        self.events.emit(ev);
+    }
+}
+
+/// Builds a runtime and runs the daemon to completion (`binky daemon run`).
+pub fn run_blocking(paths: Paths) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        // Two workers: the daemon mostly waits; more threads only cost memory.
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(run(paths, RunOptions::default()))
+}
+
+/// Runs the daemon until it is asked to stop.
+///
+/// # Errors
+/// Another daemon holds the lock; the registry is corrupt, locked or too new;
+/// the socket cannot be bound.
+pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
+    paths.ensure()?;
+    let lock_path = paths.daemon_lock();
+    let Some(lock) = platform::lock_file(&lock_path, false)
+        .with_context(|| format!("cannot open {}", lock_path.display()))?
+    else {
+        let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
+        bail!(
+            "another binky daemon (pid {}) is running for {}",
+            holder.trim(),
+            paths.home().display()
+        );
+    };
+    // The lock file's content is informational (the pid); the flock is what
+    // guarantees one daemon.
+    if let Ok(mut f) = std::fs::File::create(&lock_path) {
+        let _ = writeln!(f, "{}", platform::pid());
+    }
+    let registry = Registry::open(&paths.registry())?;
+    let socket = paths.socket();
+    // We hold the lock, so any socket file here belongs to a dead daemon.
+    match std::fs::remove_file(&socket) {
+        Ok(()) => tracing::info!(path = %socket.display(), "removed a stale socket"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(e).context(format!("cannot remove stale socket {}", socket.display()));
+        }
+    }
+    let listener = platform::bind_listener(&socket)
+        .with_context(|| format!("cannot bind {}", socket.display()))?;
+    let (shutdown, mut shutdown_rx) = watch::channel(false);
+    let daemon = Arc::new(Daemon {
+        events: EventLog::new(paths.events_log()),
+        paths: paths.clone(),
+        registry: Mutex::new(registry),
+        started: Instant::now(),
+        shutdown,
+        proxy: ProxyCounters::default(),
+        cpu_sample: Mutex::new(None),
+    });
+    settings::init_defaults(&daemon)?;
+    daemon.event(
+        Event::named("daemon_started").detail(format!("pid {} version {VERSION}", platform::pid())),
+    );
+    tracing::info!(pid = platform::pid(), version = VERSION, socket = %socket.display(), "daemon ready");
+
+    if opts.handle_signals {
+        let d = daemon.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            tracing::info!("signal received; shutting down");
+            let _ = d.shutdown.send(true);
+        });
+    }
+
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let d = daemon.clone();
+                    tokio::spawn(async move { serve(d, stream).await });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = shutdown_rx.changed() => break,
+        }
+    }
+    drop(listener);
+    let _ = std::fs::remove_file(&socket);
+    daemon.event(Event::named("daemon_stopped"));
+    tracing::info!("daemon stopped");
+    drop(lock);
+    Ok(())
+}
+
+/// Sends progress frames for one request.
+pub(crate) struct Sink<'a, W> {
+    w: &'a mut W,
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> Sink<'_, W> {
+    /// Sends one progress frame; a client that went away is not an error for
+    /// the operation.
+    #[allow(dead_code)]
+    pub(crate) async fn progress(&mut self, step: &str, service: Option<&str>, message: String) {
+        let frame = Reply::Progress(Progress {
+            step: step.to_owned(),
+            service: service.map(str::to_owned),
+            message,
+        });
+        let _ = write_frame_async(self.w, &frame).await;
+    }
+}
+
+async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
+    match platform::peer_is_same_user(&stream) {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!("refused a connection from another user");
+            daemon.event(Event::named("connection_refused").detail("peer is another user"));
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read peer credentials; refusing");
+            return;
+        }
+    }
+    let (r, mut w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    let hello: Hello = match tokio::time::timeout(HELLO_TIMEOUT, read_frame_async(&mut r)).await {
+        Ok(Ok(Some(h))) => h,
+        Ok(Ok(None)) => return,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "bad hello");
+            let _ = write_frame_async(
+                &mut w,
+                &Reply::Err(ApiError::new(format!("expected a hello frame: {e}"))),
+            )
+            .await;
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("client sent no hello in time");
+            return;
+        }
+    };
+    let welcome = Welcome {
+        protocol: PROTOCOL,
+        version: VERSION.to_owned(),
+        pid: platform::pid(),
+    };
+    if write_frame_async(&mut w, &welcome).await.is_err() {
+        return;
+    }
+    let matched = hello.protocol == PROTOCOL && hello.version == VERSION;
+    loop {
+        let req: Request = match read_frame_async(&mut r).await {
+            Ok(Some(req)) => req,
+            Ok(None) => return,
+            Err(e) => {
+                // Malformed request: answer with an error and keep serving.
+                let _ = write_frame_async(
+                    &mut w,
+                    &Reply::Err(ApiError::new(format!("bad request: {e}"))),
+                )
+                .await;
+                if e.kind() == std::io::ErrorKind::InvalidData
+                    && e.to_string().contains("malformed")
+                {
+                    continue;
+                }
+                return;
+            }
+        };
+        let reply = if !matched && !req.version_independent() {
+            Reply::Err(
+                ApiError::new(format!(
+                    "the running daemon is version {VERSION}, this client is {}",
+                    hello.version
+                ))
+                .hint("run `binky daemon stop`, then retry"),
+            )
+        } else {
+            let mut sink = Sink { w: &mut w };
+            match handlers::handle(&daemon, req, &mut sink).await {
+                Ok(resp) => Reply::Ok(resp),
+                Err(e) => Reply::Err(e),
+            }
+        };
+        if write_frame_async(&mut w, &reply).await.is_err() {
+            return;
+        }
+    }
+}

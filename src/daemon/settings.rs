@@ -1,0 +1,142 @@
+//! Machine-global settings: validation and the effective proxy ports.
+
+use super::Daemon;
+use crate::protocol::{ApiError, Settings};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
+
+/// The proxy's port when port 80 cannot be bound (not root, or taken).
+pub const FALLBACK_PROXY_PORT: u16 = 18080;
+/// The HTTPS port when 443 cannot be bound.
+pub const FALLBACK_HTTPS_PORT: u16 = 18443;
+
+/// Environment overrides for the default ports (CI and tests run several
+/// daemons on one machine).
+pub const PROXY_PORT_ENV: &str = "BINKY_PROXY_PORT";
+/// See [`PROXY_PORT_ENV`].
+pub const HTTPS_PORT_ENV: &str = "BINKY_HTTPS_PORT";
+
+/// Whether `port` can be bound on loopback right now (IPv4, and IPv6 where
+/// the machine has it).
+pub fn port_is_free(port: u16) -> bool {
+    let v4 = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).is_ok();
+    let v6 = match TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, port))) {
+        Ok(_) => true,
+        // No IPv6 on this machine: only IPv4 matters.
+        Err(e) => e.kind() == std::io::ErrorKind::AddrNotAvailable,
+    };
+    v4 && v6
+}
+
+fn env_port(name: &str) -> Option<u16> {
+    std::env::var(name).ok()?.parse().ok().filter(|p| *p != 0)
+}
+
+/// Fills in unset proxy ports: 80/443 when bindable, else the documented
+/// fallbacks. Run once at start-up so `binky config` shows real values.
+pub(super) fn init_defaults(d: &Daemon) -> anyhow::Result<()> {
+    let mut reg = d.registry();
+    let s = reg.settings()?;
+    let mut pairs = Vec::new();
+    if s.proxy_port == 0 {
+        let p = env_port(PROXY_PORT_ENV).unwrap_or_else(|| {
+            if port_is_free(80) {
+                80
+            } else {
+                FALLBACK_PROXY_PORT
+            }
+        });
+        pairs.push(("proxy_port", p.to_string()));
+    }
+    if s.https_port == 0 {
+        let p = env_port(HTTPS_PORT_ENV).unwrap_or_else(|| {
+            if port_is_free(443) {
+                443
+            } else {
+                FALLBACK_HTTPS_PORT
+            }
+        });
+        pairs.push(("https_port", p.to_string()));
+    }
+    if !pairs.is_empty() {
+        reg.set_settings(&pairs)?;
+    }
+    Ok(())
+}
+
+/// Validates and stores reserves. RAM 0–90 %, disk ≥ 0 GB.
+pub(super) fn set_reserve(
+    d: &Daemon,
+    ram: Option<f64>,
+    disk: Option<f64>,
+) -> Result<Settings, ApiError> {
+    let mut pairs = Vec::new();
+    if let Some(r) = ram {
+        if !(0.0..=90.0).contains(&r) || r.is_nan() {
+            return Err(ApiError::new(format!("--ram {r} is out of range"))
+                .hint("give a percentage from 0 to 90"));
+        }
+        pairs.push(("ram_reserve_pct", r.to_string()));
+    }
+    if let Some(g) = disk {
+        if g < 0.0 || !g.is_finite() {
+            return Err(ApiError::new(format!("--disk {g} is out of range"))
+                .hint("give gigabytes, 0 or more"));
+        }
+        pairs.push(("disk_reserve_gb", g.to_string()));
+    }
+    store(d, &pairs)
+}
+
+/// Validates and stores proxy ports: 1–65535 and free (unless unchanged).
+pub(super) fn set_ports(
+    d: &Daemon,
+    proxy: Option<u32>,
+    https: Option<u32>,
+) -> Result<Settings, ApiError> {
+    let current = d
+        .registry()
+        .settings()
+        .map_err(|e| ApiError::new(e.to_string()))?;
+    let mut pairs = Vec::new();
+    let check = |flag: &str, p: u32, now: u16| -> Result<u16, ApiError> {
+        let port = u16::try_from(p).ok().filter(|p| *p != 0).ok_or_else(|| {
+            ApiError::new(format!("--{flag} {p} is not a port")).hint("give a port from 1 to 65535")
+        })?;
+        if port != now && !port_is_free(port) {
+            return Err(ApiError::new(format!("port {port} is in use on loopback"))
+                .hint("pick a free port; `ss -ltnp` shows who holds it"));
+        }
+        Ok(port)
+    };
+    let new_proxy = proxy
+        .map(|p| check("proxy", p, current.proxy_port))
+        .transpose()?;
+    let new_https = https
+        .map(|p| check("https", p, current.https_port))
+        .transpose()?;
+    if new_proxy.is_some() && new_proxy == new_https {
+        return Err(ApiError::new("the proxy and HTTPS ports must differ"));
+    }
+    if let Some(p) = new_proxy {
+        if p == current.https_port && new_https.is_none() {
+            return Err(ApiError::new(format!("port {p} is already the HTTPS port")));
+        }
+        pairs.push(("proxy_port", p.to_string()));
+    }
+    if let Some(p) = new_https {
+        if p == current.proxy_port && new_proxy.is_none() {
+            return Err(ApiError::new(format!("port {p} is already the proxy port")));
+        }
+        pairs.push(("https_port", p.to_string()));
+    }
+    store(d, &pairs)
+}
+
+fn store(d: &Daemon, pairs: &[(&str, String)]) -> Result<Settings, ApiError> {
+    let mut reg = d.registry();
+    if !pairs.is_empty() {
+        reg.set_settings(pairs)
+            .map_err(|e| ApiError::new(e.to_string()))?;
+    }
+    reg.settings().map_err(|e| ApiError::new(e.to_string()))
+}

@@ -1,0 +1,14 @@
+//! Everything operating-system specific lives under this module, so a Windows
+//! port (named pipes, job objects) replaces one file.
+//!
+//! Linux is the tested platform; other Unixes compile against the same code.
+
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+pub use unix::*;
+
+#[cfg(not(unix))]
+compile_error!(
+    "binky supports Unix-like systems for now; the Windows port lives in src/platform/windows.rs"
+);

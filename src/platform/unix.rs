@@ -1,0 +1,126 @@
+//! Unix implementation: private folders, exclusive file locks, the local
+//! socket with peer credentials, and detaching the daemon into its own session.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+/// The local stream type the CLI uses (blocking).
+pub type ClientStream = std::os::unix::net::UnixStream;
+/// The daemon's listener type (async).
+pub type Listener = tokio::net::UnixListener;
+/// The daemon's accepted stream type (async).
+pub type ServerStream = tokio::net::UnixStream;
+
+/// Creates `dir` (and parents) with mode 0700; tightens an existing one.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::metadata(dir)?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Sets an existing file's mode to 0600.
+pub fn make_private_file(path: &Path) -> io::Result<()> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+}
+
+/// An exclusive advisory lock on a file, released when dropped (or when the
+/// process dies, which is why a dead daemon's lock never needs cleaning).
+pub struct FileLock {
+    _lock: nix::fcntl::Flock<File>,
+}
+
+/// Takes an exclusive lock on `path` (creating it, mode 0600). With
+/// `wait = false`, returns `Ok(None)` when another process holds it.
+pub fn lock_file(path: &Path, wait: bool) -> io::Result<Option<FileLock>> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .open(path)?;
+    let arg = if wait {
+        nix::fcntl::FlockArg::LockExclusive
+    } else {
+        nix::fcntl::FlockArg::LockExclusiveNonblock
+    };
+    match nix::fcntl::Flock::lock(f, arg) {
+        Ok(l) => Ok(Some(FileLock { _lock: l })),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(io::Error::from(e)),
+    }
+}
+
+/// Binds the daemon's socket at `path` with mode 0600. A leftover socket file
+/// must have been removed by the caller (it holds the daemon lock, so no live
+/// daemon can own it).
+pub fn bind_listener(path: &Path) -> io::Result<Listener> {
+    // Bind under a tight umask so there is no window where the socket is
+    // reachable with looser permissions.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let res = tokio::net::UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let l = res?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+/// Whether the peer of `stream` runs as the same user as this process.
+pub fn peer_is_same_user(stream: &ServerStream) -> io::Result<bool> {
+    let cred = stream.peer_cred()?;
+    Ok(cred.uid() == nix::unistd::geteuid().as_raw())
+}
+
+/// Connects to the daemon's socket.
+pub fn connect(path: &Path) -> io::Result<ClientStream> {
+    ClientStream::connect(path)
+}
+
+/// Whether a connect error means "no daemon there" (as opposed to, say, a
+/// permission problem the user must fix).
+pub fn is_no_daemon(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// Starts `exe args…` detached: its own session (so closing the terminal does
+/// not hang it up), stdin from /dev/null, stdout and stderr appended to `log`.
+/// The child handle lets the caller notice an early exit; it is never killed
+/// on drop.
+pub fn spawn_detached(exe: &Path, args: &[&str], log: &Path) -> io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let out = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(log)?;
+    let err = out.try_clone()?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(io::Error::from)?;
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// This process's id.
+pub fn pid() -> u32 {
+    std::process::id()
+}

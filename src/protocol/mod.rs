@@ -1,0 +1,319 @@
+//! The daemon's one typed API, shared by the CLI, MCP and the dashboard.
+//!
+//! Wire format: newline-delimited JSON over the local socket. The client sends
+//! a [`Hello`] first and the daemon answers [`Welcome`] with its own version;
+//! a mismatch becomes an instruction ("run `binky daemon stop`") instead of a
+//! decode error. Then the client sends one [`Request`] and reads [`Reply`]
+//! frames: zero or more `progress`, then exactly one `ok` or `err`.
+//!
+//! `Hello`, `Welcome` and the `daemon_status`/`shutdown` requests must stay
+//! decodable across versions: they are how a new CLI stops an old daemon.
+
+pub mod codec;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+/// Bumped whenever a frame changes shape.
+pub const PROTOCOL: u32 = 1;
+
+/// This build's package version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Largest frame either side accepts, in bytes.
+pub const MAX_FRAME: usize = 4 * 1024 * 1024;
+
+/// First frame, client → daemon.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Hello {
+    /// The client's [`PROTOCOL`].
+    pub protocol: u32,
+    /// The client's package version.
+    pub version: String,
+}
+
+impl Hello {
+    /// This build's hello.
+    pub fn current() -> Self {
+        Hello {
+            protocol: PROTOCOL,
+            version: VERSION.to_owned(),
+        }
+    }
+}
+
+/// First frame, daemon → client.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Welcome {
+    /// The daemon's [`PROTOCOL`].
+    pub protocol: u32,
+    /// The daemon's package version.
+    pub version: String,
+    /// The daemon's pid.
+    pub pid: u32,
+}
+
+/// One verb of the daemon.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "verb", rename_all = "snake_case")]
+pub enum Request {
+    /// Liveness.
+    Ping,
+    /// pid, version, uptime, socket.
+    DaemonStatus,
+    /// Stop the daemon (not the services it supervises).
+    Shutdown,
+    /// Every world, optionally one project's.
+    Status {
+        /// Limit to this project name.
+        project: Option<String>,
+    },
+    /// The machine-global settings.
+    Config,
+    /// Set RAM/disk reserves; `None` leaves a value unchanged.
+    SetReserve {
+        /// Percent of RAM to keep free, 0–90.
+        ram_pct: Option<f64>,
+        /// Gigabytes of disk to keep free, ≥ 0.
+        disk_gb: Option<f64>,
+    },
+    /// Set the proxy ports; `None` leaves a value unchanged.
+    SetPorts {
+        /// HTTP proxy port.
+        proxy: Option<u32>,
+        /// HTTPS port.
+        https: Option<u32>,
+    },
+    /// Point-in-time metrics.
+    Metrics,
+}
+
+impl Request {
+    /// The verb's name, for logs and errors.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Request::Ping => "ping",
+            Request::DaemonStatus => "daemon_status",
+            Request::Shutdown => "shutdown",
+            Request::Status { .. } => "status",
+            Request::Config => "config",
+            Request::SetReserve { .. } => "set_reserve",
+            Request::SetPorts { .. } => "set_ports",
+            Request::Metrics => "metrics",
+        }
+    }
+
+    /// Verbs a daemon of another version still serves, so the user can act on
+    /// the mismatch message.
+    pub fn version_independent(&self) -> bool {
+        matches!(
+            self,
+            Request::DaemonStatus | Request::Shutdown | Request::Ping
+        )
+    }
+}
+
+/// A frame from the daemon after the [`Welcome`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", content = "body", rename_all = "snake_case")]
+pub enum Reply {
+    /// Something a long operation is doing now.
+    Progress(Progress),
+    /// The operation finished.
+    Ok(Response),
+    /// The operation failed.
+    Err(ApiError),
+}
+
+/// A progress event of a long operation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Progress {
+    /// A short step name, e.g. `worktree`, `ports`, `start`.
+    pub step: String,
+    /// The service concerned, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Human text.
+    pub message: String,
+}
+
+/// A failure the user can act on.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ApiError {
+    /// What went wrong.
+    pub message: String,
+    /// What to do about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl ApiError {
+    /// An error with no hint.
+    pub fn new(message: impl Into<String>) -> Self {
+        ApiError {
+            message: message.into(),
+            hint: None,
+        }
+    }
+    /// Adds a hint.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+/// The result of a finished request.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", content = "data", rename_all = "snake_case")]
+pub enum Response {
+    /// For `ping` and `shutdown`.
+    Done,
+    /// For `daemon_status`.
+    DaemonStatus(DaemonInfo),
+    /// For `status`.
+    Status(StatusReport),
+    /// For `config`, `set_reserve`, `set_ports`.
+    Settings(Settings),
+    /// For `metrics`.
+    Metrics(Metrics),
+}
+
+/// `binky daemon status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DaemonInfo {
+    /// The daemon's pid.
+    pub pid: u32,
+    /// Its package version.
+    pub version: String,
+    /// Seconds since it started.
+    pub uptime_secs: u64,
+    /// Its socket.
+    pub socket: String,
+    /// Its state folder.
+    pub home: String,
+}
+
+/// Machine-global settings, persisted in the registry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Settings {
+    /// Percent of RAM admission keeps free.
+    pub ram_reserve_pct: f64,
+    /// Gigabytes of disk admission keeps free.
+    pub disk_reserve_gb: f64,
+    /// Most worlds running at once.
+    pub max_parallel: u32,
+    /// The HTTP proxy's port.
+    pub proxy_port: u16,
+    /// The HTTPS (Caddy) port.
+    pub https_port: u16,
+}
+
+/// Every world, grouped by project.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StatusReport {
+    /// Projects in name order.
+    pub projects: Vec<ProjectStatus>,
+}
+
+/// One project's worlds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProjectStatus {
+    /// Project name.
+    pub name: String,
+    /// Folder holding its binky.toml (in the main worktree).
+    pub root: String,
+    /// Worlds in name order.
+    pub worlds: Vec<WorldStatus>,
+}
+
+/// One world.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorldStatus {
+    /// Its name (the branch).
+    pub name: String,
+    /// DNS-safe slug used in hostnames and paths.
+    pub slug: String,
+    /// `running`, `stopped`, `failed`, `queued`, `suspended`, `starting`, …
+    pub state: String,
+    /// The worktree's path.
+    pub path: String,
+    /// Admission group, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Why it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Its services in start order.
+    pub services: Vec<ServiceStatus>,
+}
+
+/// One service of a world.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServiceStatus {
+    /// Service name.
+    pub name: String,
+    /// `process` or `resource`.
+    pub kind: String,
+    /// `running`, `starting`, `stopped`, `failed`, `provisioned`, …
+    pub state: String,
+    /// Process id while running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Primary port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// Named extra ports.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub ports: IndexMap<String, u16>,
+    /// Restarts since the world came up.
+    #[serde(default)]
+    pub restarts: u32,
+}
+
+/// `binky metrics`: one JSON object.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Metrics {
+    /// Daemon package version.
+    pub version: String,
+    /// Seconds since the daemon started.
+    pub uptime_secs: u64,
+    /// World count by state.
+    pub worlds: IndexMap<String, u64>,
+    /// Service processes running.
+    pub services_running: u64,
+    /// Restarts performed, all worlds.
+    pub restarts: u64,
+    /// Worlds waiting for admission.
+    pub queue_length: u64,
+    /// Ports reserved, all projects.
+    pub port_reservations: u64,
+    /// Proxy counters.
+    pub proxy: ProxyMetrics,
+    /// Registry size on disk (database plus WAL), bytes.
+    pub registry_bytes: u64,
+    /// Daemon resident set size, bytes.
+    pub rss_bytes: u64,
+    /// Daemon CPU time used since start, milliseconds.
+    pub cpu_time_ms: u64,
+    /// Daemon CPU use since the previous sample, percent of one core.
+    pub cpu_percent: f32,
+}
+
+/// Proxy counters.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProxyMetrics {
+    /// Requests handled.
+    pub requests: u64,
+    /// Response bytes sent.
+    pub bytes: u64,
+    /// Requests that ended in a proxy error (no route, upstream refused).
+    pub errors: u64,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}

@@ -1,0 +1,442 @@
+//! The SQLite registry: the daemon's durable state.
+//!
+//! The daemon is its only writer. Every multi-row change is one transaction.
+//! The schema is migrated in place (rusqlite_migration, `user_version`); a
+//! registry from a newer Binky, a corrupt file or a file locked by another
+//! process is reported and never overwritten.
+
+mod schema;
+
+use crate::protocol::{ProjectStatus, ServiceStatus, Settings, StatusReport, WorldStatus};
+use indexmap::IndexMap;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a statement waits for a lock held by another connection.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why the registry cannot be used. Each names the file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The file exists but is not an SQLite database (or is damaged).
+    #[error(
+        "the registry {path} is not a readable SQLite database ({detail}); it was left untouched. Move it aside to start with an empty registry: mv {path} {path}.broken"
+    )]
+    Corrupt {
+        /// The registry path.
+        path: PathBuf,
+        /// SQLite's message.
+        detail: String,
+    },
+    /// Another process holds a lock on it.
+    #[error(
+        "the registry {path} is locked by another process ({detail}); close whatever has it open (an sqlite3 shell?) and retry"
+    )]
+    Locked {
+        /// The registry path.
+        path: PathBuf,
+        /// SQLite's message.
+        detail: String,
+    },
+    /// Written by a newer Binky.
+    #[error(
+        "the registry {path} was written by a newer binky (schema {found}, this binky knows {known}); upgrade binky, or point BINKY_HOME elsewhere"
+    )]
+    TooNew {
+        /// The registry path.
+        path: PathBuf,
+        /// Its schema version.
+        found: i64,
+        /// The newest this build knows.
+        known: i64,
+    },
+    /// Any other SQLite failure.
+    #[error("registry {path}: {source}")]
+    Sqlite {
+        /// The registry path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: rusqlite::Error,
+    },
+}
+
+/// Default settings: what `binky config` shows before anything is set.
+pub fn default_settings() -> Settings {
+    Settings {
+        ram_reserve_pct: 10.0,
+        disk_reserve_gb: 5.0,
+        max_parallel: 16,
+        proxy_port: 0,
+        https_port: 0,
+    }
+}
+
+/// An open registry.
+pub struct Registry {
+    conn: Connection,
+    path: PathBuf,
+}
+
+fn classify(path: &Path, e: rusqlite::Error) -> RegistryError {
+    use rusqlite::ErrorCode::*;
+    let code = e.sqlite_error_code();
+    let detail = e.to_string();
+    match code {
+        Some(NotADatabase) | Some(DatabaseCorrupt) => RegistryError::Corrupt {
+            path: path.to_path_buf(),
+            detail,
+        },
+        Some(DatabaseBusy) | Some(DatabaseLocked) => RegistryError::Locked {
+            path: path.to_path_buf(),
+            detail,
+        },
+        _ => RegistryError::Sqlite {
+            path: path.to_path_buf(),
+            source: e,
+        },
+    }
+}
+
+impl Registry {
+    /// Opens (creating if absent) and migrates the registry at `path`.
+    ///
+    /// # Errors
+    /// [`RegistryError`]: corrupt, locked, too new, or another SQLite error.
+    pub fn open(path: &Path) -> Result<Self, RegistryError> {
+        let mut conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| classify(path, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| classify(path, e))?;
+        // Reading the header first: a non-database file fails here, before
+        // anything could write to it.
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| classify(path, e))?;
+        let known = schema::LATEST;
+        if version > known {
+            return Err(RegistryError::TooNew {
+                path: path.to_path_buf(),
+                found: version,
+                known,
+            });
+        }
+        conn.query_row("PRAGMA journal_mode=WAL", [], |_| Ok(()))
+            .map_err(|e| classify(path, e))?;
+        conn.execute_batch("PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL;")
+            .map_err(|e| classify(path, e))?;
+        schema::migrations()
+            .to_latest(&mut conn)
+            .map_err(|e| match e {
+                rusqlite_migration::Error::RusqliteError { err, .. } => classify(path, err),
+                other => RegistryError::Corrupt {
+                    path: path.to_path_buf(),
+                    detail: other.to_string(),
+                },
+            })?;
+        // Keep the database private even under a permissive umask.
+        for suffix in ["", "-wal", "-shm"] {
+            let p = PathBuf::from(format!("{}{suffix}", path.display()));
+            let _ = crate::platform::make_private_file(&p);
+        }
+        Ok(Registry {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn err(&self, e: rusqlite::Error) -> RegistryError {
+        classify(&self.path, e)
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version in the file.
+    pub fn schema_version(&self) -> Result<i64, RegistryError> {
+        self.conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| self.err(e))
+    }
+
+    /// The settings, defaults filled in for keys never set.
+    pub fn settings(&self) -> Result<Settings, RegistryError> {
+        let mut s = default_settings();
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT key, value FROM settings")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| self.err(e))?;
+        for row in rows {
+            let (k, v) = row.map_err(|e| self.err(e))?;
+            match k.as_str() {
+                "ram_reserve_pct" => s.ram_reserve_pct = v.parse().unwrap_or(s.ram_reserve_pct),
+                "disk_reserve_gb" => s.disk_reserve_gb = v.parse().unwrap_or(s.disk_reserve_gb),
+                "max_parallel" => s.max_parallel = v.parse().unwrap_or(s.max_parallel),
+                "proxy_port" => s.proxy_port = v.parse().unwrap_or(s.proxy_port),
+                "https_port" => s.https_port = v.parse().unwrap_or(s.https_port),
+                _ => {}
+            }
+        }
+        Ok(s)
+    }
+
+    /// Stores several settings in one transaction.
+    pub fn set_settings(&mut self, pairs: &[(&str, String)]) -> Result<(), RegistryError> {
+        let path = self.path.clone();
+        let tx = self.conn.transaction().map_err(|e| classify(&path, e))?;
+        for (k, v) in pairs {
+            tx.execute(
+                "INSERT INTO settings(key, value) VALUES (?1, ?2)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![k, v],
+            )
+            .map_err(|e| classify(&path, e))?;
+        }
+        tx.commit().map_err(|e| classify(&path, e))
+    }
+
+    /// Every world with its services and ports, grouped by project; only
+    /// `project` when given.
+    pub fn status(&self, project: Option<&str>) -> Result<StatusReport, RegistryError> {
+        let mut projects: IndexMap<i64, ProjectStatus> = IndexMap::new();
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT id, name, root FROM projects
+                 WHERE ?1 IS NULL OR name = ?1 ORDER BY name",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([project], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    ProjectStatus {
+                        name: r.get(1)?,
+                        root: r.get(2)?,
+                        worlds: Vec::new(),
+                    },
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        for row in rows {
+            let (id, p) = row.map_err(|e| self.err(e))?;
+            projects.insert(id, p);
+        }
+        if projects.is_empty() {
+            return Ok(StatusReport::default());
+        }
+        let mut worlds: IndexMap<i64, (i64, WorldStatus)> = IndexMap::new();
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT id, project_id, name, slug, state, path, grp, error
+                 FROM worlds ORDER BY name",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    WorldStatus {
+                        name: r.get(2)?,
+                        slug: r.get(3)?,
+                        state: r.get(4)?,
+                        path: r.get(5)?,
+                        group: r.get(6)?,
+                        error: r.get(7)?,
+                        services: Vec::new(),
+                    },
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        for row in rows {
+            let (id, pid, w) = row.map_err(|e| self.err(e))?;
+            if projects.contains_key(&pid) {
+                worlds.insert(id, (pid, w));
+            }
+        }
+        let mut services: IndexMap<(i64, String), ServiceStatus> = IndexMap::new();
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT world_id, name, kind, state, pid, restarts FROM services ORDER BY world_id, seq",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    ServiceStatus {
+                        name: r.get(1)?,
+                        kind: r.get(2)?,
+                        state: r.get(3)?,
+                        pid: r.get::<_, Option<u32>>(4)?,
+                        port: None,
+                        ports: IndexMap::new(),
+                        restarts: r.get(5)?,
+                    },
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        for row in rows {
+            let (wid, s) = row.map_err(|e| self.err(e))?;
+            if worlds.contains_key(&wid) {
+                services.insert((wid, s.name.clone()), s);
+            }
+        }
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT world_id, service, name, port FROM port_reservations ORDER BY port",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, u16>(3)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        for row in rows {
+            let (wid, svc, name, port) = row.map_err(|e| self.err(e))?;
+            if let Some(s) = services.get_mut(&(wid, svc)) {
+                if name.is_empty() {
+                    s.port = Some(port);
+                } else {
+                    s.ports.insert(name, port);
+                }
+            }
+        }
+        for ((wid, _), s) in services {
+            if let Some((_, w)) = worlds.get_mut(&wid) {
+                w.services.push(s);
+            }
+        }
+        for (_, (pid, w)) in worlds {
+            if let Some(p) = projects.get_mut(&pid) {
+                p.worlds.push(w);
+            }
+        }
+        Ok(StatusReport {
+            projects: projects.into_values().collect(),
+        })
+    }
+
+    /// World counts by state.
+    pub fn world_counts(&self) -> Result<IndexMap<String, u64>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT state, COUNT(*) FROM worlds GROUP BY state ORDER BY state")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?)))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// (services running, total restarts, port reservations).
+    pub fn counters(&self) -> Result<(u64, u64, u64), RegistryError> {
+        self.conn
+            .query_row(
+                "SELECT
+                   (SELECT COUNT(*) FROM services WHERE state = 'running'),
+                   (SELECT COALESCE(SUM(restarts), 0) FROM services),
+                   (SELECT COUNT(*) FROM port_reservations)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    /// Size of the database and its WAL, in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        let wal = PathBuf::from(format!("{}-wal", self.path.display()));
+        [&self.path, &wal]
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum()
+    }
+
+    /// Registers a project (or updates its root), returning its id.
+    pub fn upsert_project(&mut self, name: &str, root: &str) -> Result<i64, RegistryError> {
+        self.conn
+            .query_row(
+                "INSERT INTO projects(name, root, created_at) VALUES (?1, ?2, unixepoch())
+                 ON CONFLICT(name) DO UPDATE SET root = excluded.root
+                 RETURNING id",
+                params![name, root],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    /// A project's id by name.
+    pub fn project_id(&self, name: &str) -> Result<Option<i64>, RegistryError> {
+        self.conn
+            .query_row("SELECT id FROM projects WHERE name = ?1", [name], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Direct access for modules that own their own tables (ports, worlds).
+    pub fn conn(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_valid() {
+        schema::migrations().validate().unwrap();
+    }
+
+    #[test]
+    fn settings_round_trip_and_status_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Registry::open(&dir.path().join("r.db")).unwrap();
+        assert_eq!(r.settings().unwrap(), default_settings());
+        r.set_settings(&[
+            ("ram_reserve_pct", "15".into()),
+            ("proxy_port", "8080".into()),
+        ])
+        .unwrap();
+        let s = r.settings().unwrap();
+        assert_eq!(s.ram_reserve_pct, 15.0);
+        assert_eq!(s.proxy_port, 8080);
+        assert!(r.status(None).unwrap().projects.is_empty());
+        assert_eq!(r.schema_version().unwrap(), schema::LATEST);
+    }
+
+    #[test]
+    fn corrupt_file_is_reported_and_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.db");
+        let junk = b"this is not a database, it is a shopping list\n".repeat(100);
+        std::fs::write(&p, &junk).unwrap();
+        let err = Registry::open(&p).err().expect("must fail");
+        assert!(matches!(err, RegistryError::Corrupt { .. }), "{err}");
+        assert!(err.to_string().contains("left untouched"));
+        assert_eq!(std::fs::read(&p).unwrap(), junk);
+    }
+}

@@ -1,0 +1,88 @@
+//! Ordered schema migrations. Append only: a released migration is never
+//! edited, so every older registry upgrades along the same path.
+
+use rusqlite_migration::{M, Migrations};
+
+/// The newest schema version (the number of migrations).
+pub const LATEST: i64 = 1;
+
+/// All migrations, oldest first.
+pub fn migrations() -> Migrations<'static> {
+    Migrations::new(vec![M::up(V1)])
+}
+
+const V1: &str = r#"
+CREATE TABLE projects (
+    id          INTEGER PRIMARY KEY,
+    name        TEXT NOT NULL UNIQUE,
+    root        TEXT NOT NULL,            -- folder of binky.toml in the main worktree
+    created_at  INTEGER NOT NULL
+);
+
+CREATE TABLE worlds (
+    id          INTEGER PRIMARY KEY,
+    project_id  INTEGER NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+    name        TEXT NOT NULL,            -- the branch
+    slug        TEXT NOT NULL,            -- DNS-safe, used in hostnames and paths
+    path        TEXT NOT NULL,            -- the worktree
+    state       TEXT NOT NULL,            -- running | stopped | failed | queued | suspended | starting | stopping
+    intent      TEXT,                     -- operation in flight (up, down, reload, remove), for reconciliation
+    grp         TEXT,
+    error       TEXT,
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    UNIQUE (project_id, name),
+    UNIQUE (project_id, slug)
+);
+
+CREATE TABLE services (
+    id          INTEGER PRIMARY KEY,
+    world_id    INTEGER NOT NULL REFERENCES worlds(id) ON DELETE CASCADE,
+    seq         INTEGER NOT NULL,         -- start order
+    name        TEXT NOT NULL,
+    kind        TEXT NOT NULL,            -- process | resource
+    state       TEXT NOT NULL,
+    pid         INTEGER,
+    start_time  INTEGER,                  -- process start time (clock ticks since boot), with pid the identity
+    pgid        INTEGER,
+    restarts    INTEGER NOT NULL DEFAULT 0,
+    last_exit   TEXT,
+    updated_at  INTEGER NOT NULL,
+    UNIQUE (world_id, name)
+);
+
+CREATE TABLE port_reservations (
+    port        INTEGER PRIMARY KEY,      -- a port is never handed out twice, across all projects
+    world_id    INTEGER NOT NULL REFERENCES worlds(id) ON DELETE CASCADE,
+    service     TEXT NOT NULL,
+    name        TEXT NOT NULL,            -- '' for the primary port
+    UNIQUE (world_id, service, name)
+);
+
+CREATE TABLE slices (
+    id          INTEGER PRIMARY KEY,
+    world_id    INTEGER REFERENCES worlds(id) ON DELETE SET NULL,
+    project     TEXT NOT NULL,
+    service     TEXT NOT NULL,
+    adapter     TEXT NOT NULL,
+    slice       TEXT NOT NULL,
+    state       TEXT NOT NULL,            -- provisioning | live | teardown
+    created_at  INTEGER NOT NULL,
+    UNIQUE (adapter, slice)
+);
+
+CREATE TABLE verify_results (
+    id          INTEGER PRIMARY KEY,
+    world_id    INTEGER NOT NULL REFERENCES worlds(id) ON DELETE CASCADE,
+    passed      INTEGER NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    commit_sha  TEXT,
+    started_at  INTEGER NOT NULL,
+    detail      TEXT
+);
+
+CREATE TABLE settings (
+    key         TEXT PRIMARY KEY,
+    value       TEXT NOT NULL
+);
+"#;

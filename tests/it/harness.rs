@@ -1,0 +1,179 @@
+//! A small harness every integration test reuses: a private `BINKY_HOME`, the
+//! real binary run as a subprocess with a clean environment, and waits on
+//! conditions (never fixed sleeps).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub fn binky_exe() -> &'static str {
+    env!("CARGO_BIN_EXE_binky")
+}
+
+/// A free TCP port on loopback (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One test's state folder. Dropping it stops its daemon (and kills it if it
+/// does not stop).
+pub struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    /// A fresh, short (socket paths are limited to ~107 bytes) state folder.
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("bk")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        Home { dir }
+    }
+
+    /// The state folder.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A file under the state folder.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `binky ARGS` with only this home's variables set: every inherited
+    /// `BINKY_*` is removed so a developer's own settings never leak in.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(binky_exe());
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("BINKY_") {
+                c.env_remove(k);
+            }
+        }
+        c.args(args)
+            .env("BINKY_HOME", self.path())
+            .env("NO_COLOR", "1")
+            .env("BINKY_PROXY_PORT", free_port().to_string())
+            .env("BINKY_HTTPS_PORT", free_port().to_string())
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs `binky ARGS` to completion.
+    pub fn run(&self, args: &[&str]) -> Out {
+        Out(self.cmd(args).output().expect("spawn binky"))
+    }
+
+    /// Runs `binky ARGS` and asserts it exits 0.
+    pub fn ok(&self, args: &[&str]) -> Out {
+        let out = self.run(args);
+        assert_eq!(out.code(), 0, "binky {args:?} failed:\n{out}");
+        out
+    }
+
+    /// The running daemon's pid, from its lock file.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        let text = std::fs::read_to_string(self.file("daemon.lock")).ok()?;
+        let pid: u32 = text.trim().parse().ok()?;
+        alive(pid).then_some(pid)
+    }
+
+    /// The event log's lines, parsed.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.file("events.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("event line is JSON"))
+            .collect()
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let pid = self.daemon_pid();
+        let _ = self.cmd(&["daemon", "stop"]).output();
+        if let Some(pid) = pid
+            && !wait_until(Duration::from_secs(5), || !alive(pid))
+        {
+            kill9(pid);
+        }
+    }
+}
+
+/// Whether `pid` is a live (non-zombie) process.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state is the field after the parenthesised command name.
+            let state = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r.trim_start())
+                .unwrap_or("");
+            !state.starts_with('Z') && !state.starts_with('X')
+        }
+        Err(_) => false,
+    }
+}
+
+/// SIGKILL.
+pub fn kill9(pid: u32) {
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+}
+
+/// Polls `cond` until it holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// A finished command's output.
+pub struct Out(pub Output);
+
+impl Out {
+    /// Exit code (-1 if killed by a signal).
+    pub fn code(&self) -> i32 {
+        self.0.status.code().unwrap_or(-1)
+    }
+    /// stdout as text.
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.0.stdout).into_owned()
+    }
+    /// stderr as text.
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.0.stderr).into_owned()
+    }
+    /// stdout parsed as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout())
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{self}"))
+    }
+}
+
+impl std::fmt::Display for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}--- stderr\n{}",
+            self.code(),
+            self.stdout(),
+            self.stderr()
+        )
+    }
+}

@@ -1,0 +1,5 @@
+//! Integration tests: the real `binky` binary against a real daemon, each test
+//! in its own temporary `BINKY_HOME`.
+
+mod daemon;
+mod harness;
