@@ -9,6 +9,7 @@
 //! way: CLI → socket → daemon → admission → worktree → ports → adapters →
 //! supervisor → proxy. See ARCHITECTURE.md for the module map.
 
+pub mod adapters;
 pub mod cli;
 pub mod client;
 pub mod commands;
@@ -17,6 +18,9 @@ pub mod daemon;
 pub mod output;
 pub mod paths;
 pub mod platform;
+pub mod ports;
 pub mod protocol;
 pub mod registry;
 pub mod slug;
+pub mod supervisor;
+pub mod worktree;

@@ -7,6 +7,7 @@ pub mod check;
 pub mod daemon;
 pub mod settings;
 pub mod status;
+pub mod world;
 
 use crate::cli::{Cli, Command};
 use crate::client::Client;
@@ -33,6 +34,12 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Reserve(args) => settings::reserve(args),
         Command::Port(args) => settings::port(args),
         Command::Metrics => settings::metrics(),
+        Command::Up(args) => world::up(args, project, false),
+        Command::Reload(args) => world::up(args, project, true),
+        Command::Down(args) => world::down(args, project),
+        Command::Remove(args) => world::remove(args, project),
+        Command::Env(args) => world::env(args, project),
+        Command::Logs(args) => world::logs(args, project),
         other => not_implemented(other.name()),
     }
 }

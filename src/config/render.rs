@@ -194,7 +194,7 @@ pub struct Facts<'a> {
     /// Every service of the world.
     pub services: &'a IndexMap<String, ServiceFacts>,
     /// `${env.NAME}` look-up.
-    pub env: &'a dyn Fn(&str) -> Option<String>,
+    pub env: &'a (dyn Fn(&str) -> Option<String> + Sync),
 }
 
 /// The result of rendering one string.
@@ -259,7 +259,7 @@ mod tests {
 
     fn facts_with<'a>(
         services: &'a IndexMap<String, ServiceFacts>,
-        env: &'a dyn Fn(&str) -> Option<String>,
+        env: &'a (dyn Fn(&str) -> Option<String> + Sync),
     ) -> Facts<'a> {
         Facts {
             project: "acme",

@@ -1,6 +1,6 @@
 //! One function per request verb.
 
-use super::{Daemon, Sink, settings};
+use super::{Daemon, ProgressTx, settings, world};
 use crate::platform;
 use crate::protocol::{ApiError, DaemonInfo, Metrics, Request, Response, VERSION};
 use std::sync::Arc;
@@ -11,10 +11,10 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 }
 
 /// Dispatches one request.
-pub(super) async fn handle<W: tokio::io::AsyncWrite + Unpin>(
+pub(super) async fn handle(
     d: &Arc<Daemon>,
     req: Request,
-    _sink: &mut Sink<'_, W>,
+    progress: ProgressTx,
 ) -> Result<Response, ApiError> {
     tracing::debug!(verb = req.verb(), "request");
     match req {
@@ -51,6 +51,13 @@ pub(super) async fn handle<W: tokio::io::AsyncWrite + Unpin>(
             Ok(Response::Settings(s))
         }
         Request::Metrics => metrics(d).map(Response::Metrics),
+        Request::Up(r) => world::up(d, r, &progress).await.map(Response::World),
+        Request::Reload(r) => world::reload(d, r, &progress).await.map(Response::World),
+        Request::Down(w) => world::down(d, w).await.map(Response::World),
+        Request::Remove { world: w, force } => {
+            world::remove(d, w, force).await.map(Response::World)
+        }
+        Request::Env { world: w, env } => world::env(d, w, env).await.map(Response::Env),
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod events;
 mod handlers;
 mod settings;
+mod world;
 
 use crate::paths::Paths;
 use crate::platform;
@@ -52,6 +53,23 @@ pub struct Daemon {
     pub(crate) shutdown: watch::Sender<bool>,
     pub(crate) proxy: ProxyCounters,
     pub(crate) cpu_sample: Mutex<Option<(Instant, u64)>>,
+    pub(crate) worlds: world::Worlds,
+}
+
+/// Where a long operation reports what it is doing; frames go to the caller
+/// as they happen. A caller that went away does not stop the operation.
+#[derive(Clone)]
+pub(crate) struct ProgressTx(tokio::sync::mpsc::UnboundedSender<Progress>);
+
+impl ProgressTx {
+    /// Reports one step.
+    pub(crate) fn say(&self, step: &str, service: Option<&str>, message: String) {
+        let _ = self.0.send(Progress {
+            step: step.to_owned(),
+            service: service.map(str::to_owned),
+            message,
+        });
+    }
 }
 
 /// Proxy counters, updated lock-free by the proxy.
@@ -143,6 +161,7 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
         shutdown,
         proxy: ProxyCounters::default(),
         cpu_sample: Mutex::new(None),
+        worlds: world::Worlds::default(),
     });
     settings::init_defaults(&daemon)?;
     daemon.event(
@@ -191,25 +210,6 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     tracing::info!("daemon stopped");
     drop(lock);
     Ok(())
-}
-
-/// Sends progress frames for one request.
-pub(crate) struct Sink<'a, W> {
-    w: &'a mut W,
-}
-
-impl<W: tokio::io::AsyncWrite + Unpin> Sink<'_, W> {
-    /// Sends one progress frame; a client that went away is not an error for
-    /// the operation.
-    #[allow(dead_code)]
-    pub(crate) async fn progress(&mut self, step: &str, service: Option<&str>, message: String) {
-        let frame = Reply::Progress(Progress {
-            step: step.to_owned(),
-            service: service.map(str::to_owned),
-            message,
-        });
-        let _ = write_frame_async(self.w, &frame).await;
-    }
 }
 
 async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
@@ -281,8 +281,21 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
                 .hint("run `binky daemon stop`, then retry"),
             )
         } else {
-            let mut sink = Sink { w: &mut w };
-            match handlers::handle(&daemon, req, &mut sink).await {
+            let (ptx, mut prx) = tokio::sync::mpsc::unbounded_channel();
+            let op = handlers::handle(&daemon, req, ProgressTx(ptx));
+            tokio::pin!(op);
+            let result = loop {
+                tokio::select! {
+                    r = &mut op => break r,
+                    Some(p) = prx.recv() => {
+                        let _ = write_frame_async(&mut w, &Reply::Progress(p)).await;
+                    }
+                }
+            };
+            while let Ok(p) = prx.try_recv() {
+                let _ = write_frame_async(&mut w, &Reply::Progress(p)).await;
+            }
+            match result {
                 Ok(resp) => Reply::Ok(resp),
                 Err(e) => Reply::Err(e),
             }

@@ -124,3 +124,112 @@ pub fn spawn_detached(exe: &Path, args: &[&str], log: &Path) -> io::Result<std::
 pub fn pid() -> u32 {
     std::process::id()
 }
+
+/// Maps a portable signal name (`SIGTERM`…) to the native signal.
+pub fn signal_by_name(name: &str) -> Option<nix::sys::signal::Signal> {
+    name.parse().ok()
+}
+
+/// Sends `sig` to every process in group `pgid`. `Ok(false)` when the group
+/// no longer exists.
+pub fn signal_group(pgid: u32, sig: Option<nix::sys::signal::Signal>) -> io::Result<bool> {
+    let Ok(raw) = i32::try_from(pgid) else {
+        return Ok(false);
+    };
+    // pgid 0 or 1 would signal our own group or init: never.
+    if raw <= 1 {
+        return Ok(false);
+    }
+    match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(raw), sig) {
+        Ok(()) => Ok(true),
+        Err(nix::errno::Errno::ESRCH) => Ok(false),
+        Err(e) => Err(io::Error::from(e)),
+    }
+}
+
+/// Whether any process of group `pgid` is still alive.
+pub fn group_alive(pgid: u32) -> bool {
+    signal_group(pgid, None).unwrap_or(false)
+}
+
+/// A process's start time in clock ticks since boot (field 22 of
+/// `/proc/<pid>/stat`). With the pid it identifies a process across pid reuse.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is parenthesised and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Pids of `pid` and all its descendants (from `/proc/*/stat` parent links).
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let mut parent_of: Vec<(u32, u32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat"))
+                && let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r)
+                && let Some(pp) = rest.split_whitespace().nth(1).and_then(|s| s.parse().ok())
+            {
+                parent_of.push((p, pp));
+            }
+        }
+    }
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let cur = tree[i];
+        tree.extend(
+            parent_of
+                .iter()
+                .filter(|(_, pp)| *pp == cur)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    tree
+}
+
+/// TCP ports the processes in `pids` listen on (their socket inodes matched
+/// against `/proc/net/tcp{,6}` LISTEN entries).
+pub fn listening_ports(pids: &[u32]) -> Vec<u16> {
+    let mut inodes = std::collections::HashSet::new();
+    for pid in pids {
+        if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            for e in dir.flatten() {
+                if let Ok(target) = std::fs::read_link(e.path())
+                    && let Some(inode) = target
+                        .to_str()
+                        .and_then(|t| t.strip_prefix("socket:["))
+                        .and_then(|t| t.strip_suffix(']'))
+                {
+                    inodes.insert(inode.to_owned());
+                }
+            }
+        }
+    }
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local_address is f[1] ("IP:PORT" in hex), state f[3] ("0A" = LISTEN), inode f[9].
+            if f.len() > 9
+                && f[3] == "0A"
+                && inodes.contains(f[9])
+                && let Some(port) = f[1]
+                    .rsplit_once(':')
+                    .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+                && !ports.contains(&port)
+            {
+                ports.push(port);
+            }
+        }
+    }
+    ports.sort_unstable();
+    ports
+}

@@ -86,6 +86,78 @@ pub enum Request {
     },
     /// Point-in-time metrics.
     Metrics,
+    /// Bring a world up (streams progress).
+    Up(UpRequest),
+    /// Stop, then up again on the same ports and data.
+    Reload(UpRequest),
+    /// Stop a world's processes.
+    Down(WorldRef),
+    /// Destroy a world.
+    Remove {
+        /// Which world.
+        world: WorldRef,
+        /// Remove despite uncommitted changes.
+        force: bool,
+    },
+    /// A world's coordinates.
+    Env {
+        /// Which world.
+        world: WorldRef,
+        /// The CLI's environment, for `${env.NAME}` in `admin_url`.
+        env: ClientEnv,
+    },
+}
+
+/// Names a world: its project (by folder or name) and its name (branch).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorldRef {
+    /// A folder inside the project (where the CLI ran, or `--project PATH`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_dir: Option<String>,
+    /// A registered project's name (`--project NAME`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The world's name: its branch.
+    pub name: String,
+}
+
+/// `up` and `reload`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct UpRequest {
+    /// Which world.
+    pub world: WorldRef,
+    /// Admission group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The CLI's environment: the base environment of services, and where
+    /// `${env.NAME}` resolves first. Held in daemon memory only.
+    pub env: ClientEnv,
+}
+
+/// A caller's environment variables. Its `Debug` prints names only, so a
+/// value (often a credential) can never reach a log.
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct ClientEnv(pub Vec<(String, String)>);
+
+impl ClientEnv {
+    /// This process's environment (UTF-8 variables only).
+    pub fn current() -> Self {
+        ClientEnv(std::env::vars().collect())
+    }
+    /// A variable's value.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl std::fmt::Debug for ClientEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClientEnv(<{} variables>)", self.0.len())
+    }
 }
 
 impl Request {
@@ -100,6 +172,11 @@ impl Request {
             Request::SetReserve { .. } => "set_reserve",
             Request::SetPorts { .. } => "set_ports",
             Request::Metrics => "metrics",
+            Request::Up(_) => "up",
+            Request::Reload(_) => "reload",
+            Request::Down(_) => "down",
+            Request::Remove { .. } => "remove",
+            Request::Env { .. } => "env",
         }
     }
 
@@ -176,6 +253,38 @@ pub enum Response {
     Settings(Settings),
     /// For `metrics`.
     Metrics(Metrics),
+    /// For `up`, `reload`, `down`, `remove`: the world afterwards.
+    World(WorldOutcome),
+    /// For `env`.
+    Env(WorldEnv),
+}
+
+/// A world after a lifecycle verb.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorldOutcome {
+    /// Project name.
+    pub project: String,
+    /// The world.
+    pub world: WorldStatus,
+    /// Nothing had to be done (already running / already stopped).
+    #[serde(default)]
+    pub noop: bool,
+    /// Things worth telling the user (a re-created worktree, a moved port).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// `binky env`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorldEnv {
+    /// Project name.
+    pub project: String,
+    /// World name.
+    pub world: String,
+    /// Worktree path.
+    pub worktree: String,
+    /// Exposed service → address.
+    pub services: IndexMap<String, String>,
 }
 
 /// `binky daemon status`.

@@ -6,6 +6,9 @@
 //! process is reported and never overwritten.
 
 mod schema;
+mod worlds;
+
+pub use worlds::{SliceRow, WorldRow};
 
 use crate::protocol::{ProjectStatus, ServiceStatus, Settings, StatusReport, WorldStatus};
 use indexmap::IndexMap;
@@ -79,7 +82,7 @@ pub struct Registry {
     path: PathBuf,
 }
 
-fn classify(path: &Path, e: rusqlite::Error) -> RegistryError {
+pub(crate) fn classify(path: &Path, e: rusqlite::Error) -> RegistryError {
     use rusqlite::ErrorCode::*;
     let code = e.sqlite_error_code();
     let detail = e.to_string();
@@ -399,6 +402,11 @@ impl Registry {
     /// Direct access for modules that own their own tables (ports, worlds).
     pub fn conn(&mut self) -> &mut Connection {
         &mut self.conn
+    }
+
+    /// Read access to the connection.
+    pub fn conn_ref(&self) -> &Connection {
+        &self.conn
     }
 }
 

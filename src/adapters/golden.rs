@@ -1,0 +1,97 @@
+//! Golden templates: pay for migrate + seed once, then copy per world.
+//!
+//! The template `<project>_golden_<clone_from>` is keyed by a hash of the
+//! migrate and seed commands and the contents of the `clone_inputs` files. Its
+//! marker `$BINKY_HOME/golden/<adapter>/<template>` holds that key; a changed
+//! key (or a missing template) rebuilds it.
+
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+/// The template's name.
+pub fn template_name(project: &str, clone_from: &str) -> String {
+    format!("{project}_golden_{clone_from}")
+}
+
+/// The template key: SHA-256 over the commands and every file matching the
+/// `clone_inputs` globs under `root` (sorted by path, path and contents both
+/// hashed, so a rename changes the key too).
+pub fn key(
+    migrate: Option<&str>,
+    seed: Option<&str>,
+    clone_inputs: &[String],
+    root: &Path,
+) -> String {
+    let mut h = Sha256::new();
+    for part in [migrate.unwrap_or(""), "\0", seed.unwrap_or(""), "\0"] {
+        h.update(part.as_bytes());
+    }
+    if !clone_inputs.is_empty() {
+        let mut b = globset::GlobSetBuilder::new();
+        for g in clone_inputs {
+            if let Ok(g) = globset::Glob::new(g) {
+                b.add(g);
+            }
+        }
+        if let Ok(set) = b.build() {
+            let mut files = Vec::new();
+            collect(root, root, &set, &mut files);
+            files.sort();
+            for rel in files {
+                h.update(rel.as_bytes());
+                h.update(b"\0");
+                if let Ok(bytes) = std::fs::read(root.join(&rel)) {
+                    h.update(&bytes);
+                }
+                h.update(b"\0");
+            }
+        }
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn collect(root: &Path, dir: &Path, set: &globset::GlobSet, out: &mut Vec<String>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let name = e.file_name();
+        if name == ".git" || name == "node_modules" {
+            continue;
+        }
+        match e.file_type() {
+            Ok(t) if t.is_dir() => collect(root, &p, set, out),
+            Ok(t) if t.is_file() => {
+                if let Ok(rel) = p.strip_prefix(root)
+                    && set.is_match(rel)
+                {
+                    out.push(rel.to_string_lossy().into_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_follows_commands_and_input_files() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("migrations")).unwrap();
+        std::fs::write(d.path().join("migrations/001.sql"), "create table a(x);").unwrap();
+        let inputs = vec!["migrations/*.sql".to_string()];
+        let k1 = key(Some("m"), Some("s"), &inputs, d.path());
+        assert_eq!(k1, key(Some("m"), Some("s"), &inputs, d.path()));
+        assert_ne!(k1, key(Some("m2"), Some("s"), &inputs, d.path()));
+        std::fs::write(d.path().join("migrations/001.sql"), "create table b(x);").unwrap();
+        assert_ne!(k1, key(Some("m"), Some("s"), &inputs, d.path()));
+        assert_ne!(
+            key(Some("ab"), None, &[], d.path()),
+            key(Some("a"), Some("b"), &[], d.path())
+        );
+    }
+}

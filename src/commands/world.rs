@@ -1,0 +1,340 @@
+//! `binky up`, `reload`, `down`, `remove`, `env`, `logs`.
+
+use super::{fail, paths_or_exit, print_json};
+use crate::cli::{EnvArgs, LogsArgs, NameArgs, RemoveArgs, UpArgs};
+use crate::client::Client;
+use crate::output::{DIM, OK, paint};
+use crate::protocol::{ClientEnv, Progress, Request, Response, UpRequest, WorldOutcome, WorldRef};
+use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Which world a command means: `--project PATH|NAME` or the current folder.
+pub(crate) fn world_ref(project: Option<&str>, name: &str) -> WorldRef {
+    match project {
+        Some(p) if Path::new(p).exists() || p.contains('/') => WorldRef {
+            project_dir: Some(absolute(p)),
+            project: None,
+            name: name.to_owned(),
+        },
+        Some(p) => WorldRef {
+            project_dir: None,
+            project: Some(p.to_owned()),
+            name: name.to_owned(),
+        },
+        None => WorldRef {
+            project_dir: Some(absolute(".")),
+            project: None,
+            name: name.to_owned(),
+        },
+    }
+}
+
+fn absolute(p: &str) -> String {
+    std::path::absolute(p)
+        .unwrap_or_else(|_| PathBuf::from(p))
+        .display()
+        .to_string()
+}
+
+/// Shows progress: one rewritten line on a terminal, plain lines otherwise.
+struct ProgressView {
+    tty: bool,
+    shown: bool,
+}
+
+impl ProgressView {
+    fn new() -> Self {
+        ProgressView {
+            tty: std::io::stderr().is_terminal(),
+            shown: false,
+        }
+    }
+    fn show(&mut self, p: &Progress) {
+        let mut err = anstream::stderr();
+        if self.tty {
+            let text: String = p.message.chars().take(70).collect();
+            let _ = write!(err, "\r\x1b[2K{} {text}", paint(DIM, "…"));
+            self.shown = true;
+        } else {
+            let _ = writeln!(err, "· {}", p.message);
+        }
+        let _ = err.flush();
+    }
+    fn clear(&mut self) {
+        if self.tty && self.shown {
+            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+            self.shown = false;
+        }
+    }
+}
+
+fn call_world(req: Request) -> Result<WorldOutcome, ExitCode> {
+    let paths = paths_or_exit()?;
+    let mut client = Client::connect_or_start(&paths).map_err(|e| fail(&e))?;
+    let mut view = ProgressView::new();
+    let res = client.call(&req, &mut |p| view.show(p));
+    view.clear();
+    match res {
+        Ok(Response::World(o)) => Ok(o),
+        Ok(other) => Err(super::unexpected(&other)),
+        Err(e) => Err(fail(&e)),
+    }
+}
+
+fn print_services(o: &WorldOutcome) {
+    let width = o
+        .world
+        .services
+        .iter()
+        .map(|s| s.name.len())
+        .max()
+        .unwrap_or(0);
+    for s in &o.world.services {
+        let mut line = format!("  {:<width$}", s.name);
+        if s.kind == "process" {
+            if let Some(pid) = s.pid {
+                line.push_str(&format!("  pid {pid}"));
+            }
+            if let Some(port) = s.port {
+                line.push_str(&format!("  :{port}"));
+            }
+            if s.state != "running" {
+                line.push_str(&format!("  {}", s.state));
+            }
+        } else {
+            line.push_str(&format!("  {}", s.state));
+        }
+        println!("{line}");
+    }
+}
+
+fn notes(o: &WorldOutcome) {
+    for n in &o.notes {
+        anstream::eprintln!("{} {n}", paint(DIM, "note:"));
+    }
+}
+
+/// `binky up` / `binky reload`.
+pub fn up(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
+    let req = UpRequest {
+        world: world_ref(project, &args.name),
+        group: args.group.clone(),
+        env: ClientEnv::current(),
+    };
+    let req = if reload {
+        Request::Reload(req)
+    } else {
+        Request::Up(req)
+    };
+    match call_world(req) {
+        Ok(o) => {
+            if args.json {
+                print_json(&o);
+            } else {
+                notes(&o);
+                print_services(&o);
+                anstream::println!(
+                    "{} {}: {} ({} service(s))",
+                    paint(OK, "✓"),
+                    if reload { "reloaded" } else { "up" },
+                    o.world.name,
+                    o.world.services.len()
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(c) => c,
+    }
+}
+
+/// `binky down`.
+pub fn down(args: &NameArgs, project: Option<&str>) -> ExitCode {
+    match call_world(Request::Down(world_ref(project, &args.name))) {
+        Ok(o) => {
+            if args.json {
+                print_json(&o);
+            } else {
+                anstream::println!(
+                    "{} down: {} (files, ports and data kept; `binky up {}` resumes it)",
+                    paint(OK, "✓"),
+                    o.world.name,
+                    o.world.name
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(c) => c,
+    }
+}
+
+/// `binky remove`.
+pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
+    match call_world(Request::Remove {
+        world: world_ref(project, &args.name),
+        force: args.force,
+    }) {
+        Ok(o) => {
+            if args.json {
+                print_json(&o);
+            } else {
+                anstream::println!(
+                    "{} removed: {} (worktree, slices, logs and ports released; the branch is kept)",
+                    paint(OK, "✓"),
+                    o.world.name
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(c) => c,
+    }
+}
+
+/// Quotes `v` for POSIX shells: single quotes, with `'` written as `'\''`.
+/// Exact in bash, zsh and sh for any value, newlines included.
+pub fn shell_quote(v: &str) -> String {
+    format!("'{}'", v.replace('\'', r"'\''"))
+}
+
+/// `NAME_URL` for a service name: uppercased, other characters to `_`.
+pub fn dotenv_name(service: &str) -> String {
+    let up: String = service
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{up}_URL")
+}
+
+/// `binky env`.
+pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
+    let paths = match paths_or_exit() {
+        Ok(p) => p,
+        Err(c) => return c,
+    };
+    let mut client = match Client::connect_or_start(&paths) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let req = Request::Env {
+        world: world_ref(project, &args.name),
+        env: ClientEnv::current(),
+    };
+    let env = match client.request(&req) {
+        Ok(Response::Env(e)) => e,
+        Ok(other) => return super::unexpected(&other),
+        Err(e) => return fail(&e),
+    };
+    if args.dotenv {
+        for (svc, value) in &env.services {
+            println!("{}={}", dotenv_name(svc), shell_quote(value));
+        }
+        println!("BINKY_WORKTREE={}", shell_quote(&env.worktree));
+        println!("BINKY_WORLD={}", shell_quote(&env.world));
+        println!("BINKY_PROJECT={}", shell_quote(&env.project));
+    } else {
+        print_json(&env.services);
+    }
+    ExitCode::SUCCESS
+}
+
+/// The log folder of a world, found without the daemon.
+fn log_dir(project: Option<&str>, name: &str) -> Result<(PathBuf, String), ExitCode> {
+    let paths = paths_or_exit()?;
+    let project_name = match project {
+        Some(p) if !Path::new(p).exists() && !p.contains('/') => p.to_owned(),
+        other => super::project_name(other.unwrap_or("."))?,
+    };
+    let slug = crate::slug::world_slug(name);
+    Ok((paths.world_logs(&project_name, &slug), project_name))
+}
+
+/// `binky logs`.
+pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
+    let (dir, project_name) = match log_dir(project, &args.name) {
+        Ok(v) => v,
+        Err(c) => return c,
+    };
+    let mut files: Vec<(String, PathBuf)> = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".log").map(|s| (s.to_owned(), e.path()))
+            })
+            .collect(),
+        Err(_) => {
+            crate::output::error(
+                format!(
+                    "no logs for world `{}` of project {project_name}",
+                    args.name
+                ),
+                Some("`binky status` lists the worlds; logs appear once a world has been up"),
+            );
+            return ExitCode::from(1);
+        }
+    };
+    files.sort();
+    if let Some(s) = &args.service {
+        files.retain(|(n, _)| n == s);
+        if files.is_empty() {
+            crate::output::error(
+                format!("no log for service `{s}` in world `{}`", args.name),
+                None,
+            );
+            return ExitCode::from(1);
+        }
+    }
+    let width = files.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut out = anstream::stdout().lock();
+    for (svc, path) in &files {
+        for line in crate::supervisor::logs::tail(path, args.lines) {
+            let _ = writeln!(out, "{} {line}", paint(DIM, format!("{svc:<width$} |")));
+        }
+    }
+    let _ = out.flush();
+    drop(out);
+    if !args.follow {
+        return ExitCode::SUCCESS;
+    }
+    // Follow: print lines as they are appended, in arrival order.
+    let mut offsets: Vec<u64> = files
+        .iter()
+        .map(|(_, p)| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .collect();
+    let mut partial: Vec<String> = vec![String::new(); files.len()];
+    loop {
+        for (i, (svc, path)) in files.iter().enumerate() {
+            let Ok(mut f) = std::fs::File::open(path) else {
+                continue;
+            };
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            if len < offsets[i] {
+                offsets[i] = 0; // rolled
+            }
+            if len == offsets[i] {
+                continue;
+            }
+            let _ = f.seek(SeekFrom::Start(offsets[i]));
+            let mut buf = Vec::new();
+            let _ = f.read_to_end(&mut buf);
+            offsets[i] += buf.len() as u64;
+            partial[i].push_str(&String::from_utf8_lossy(&buf));
+            while let Some(pos) = partial[i].find('\n') {
+                let line: String = partial[i].drain(..=pos).collect();
+                anstream::println!(
+                    "{} {}",
+                    paint(DIM, format!("{svc:<width$} |")),
+                    line.trim_end_matches('\n')
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -1,0 +1,1399 @@
+//! World lifecycle: `up`, `down`, `reload`, `remove`, `env`.
+//!
+//! `up` runs the pipeline in order — worktree → config → ports → slices →
+//! render → supervised start by dependency level — recording its intent in the
+//! registry before it acts. One async lock per world serialises verbs on the
+//! same world, so the same name upped twice at once yields one world.
+
+use super::events::Event as LogEvent;
+use super::{Daemon, ProgressTx};
+use crate::adapters::{self, Slice, golden};
+use crate::config::render::{Facts, ServiceFacts, render};
+use crate::config::{self, Config, Probe, ServiceKind};
+use crate::ports::{self, PortNote};
+use crate::protocol::{
+    ApiError, ClientEnv, UpRequest, WorldEnv, WorldOutcome, WorldRef, WorldStatus,
+};
+use crate::registry::WorldRow;
+use crate::slug::world_slug;
+use crate::supervisor::{self, Handle, ServiceSpec, State, health};
+use crate::worktree;
+use indexmap::IndexMap;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Lines of a failing service's log quoted in the error.
+const FAILURE_LOG_LINES: usize = 20;
+
+/// The daemon's live worlds.
+#[derive(Default)]
+pub(crate) struct Worlds {
+    runtimes: Mutex<HashMap<i64, Arc<Runtime>>>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    golden: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Supervised processes of one world.
+pub(crate) struct Runtime {
+    handles: IndexMap<String, Arc<Handle>>,
+    /// Start order by dependency level.
+    levels: Vec<Vec<String>>,
+}
+
+impl Worlds {
+    fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(key.to_owned()).or_default().clone()
+    }
+    fn golden_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.golden.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(key.to_owned()).or_default().clone()
+    }
+    fn runtime(&self, id: i64) -> Option<Arc<Runtime>> {
+        self.runtimes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+    fn take_runtime(&self, id: i64) -> Option<Arc<Runtime>> {
+        self.runtimes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
+    }
+    fn put_runtime(&self, id: i64, rt: Runtime) {
+        self.runtimes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::new(rt));
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(e.to_string())
+}
+
+/// A project found from a [`WorldRef`].
+struct Located {
+    name: String,
+    main: PathBuf,
+    subdir: PathBuf,
+    /// The config as read from where the project was found (names, roots).
+    config: Config,
+}
+
+impl Located {
+    /// The project folder in the main worktree: the base for `worktree_root`.
+    fn main_root(&self) -> PathBuf {
+        self.main.join(&self.subdir)
+    }
+}
+
+fn invalid_config(e: config::LoadError) -> ApiError {
+    match e {
+        config::LoadError::Invalid { path, report } => {
+            let shown = path.display().to_string();
+            let lines: Vec<String> = report
+                .diagnostics
+                .iter()
+                .filter(|d| d.severity == config::Severity::Error)
+                .map(|d| d.render(&shown))
+                .collect();
+            ApiError::new(format!("{shown} is not valid:\n{}", lines.join("\n")))
+                .hint(format!("run `binky check {shown}` and fix what it reports"))
+        }
+        other => ApiError::new(other.to_string()),
+    }
+}
+
+fn locate(d: &Daemon, w: &WorldRef) -> Result<Located, ApiError> {
+    let dir = match (&w.project_dir, &w.project) {
+        (_, Some(name)) => {
+            let root = d
+                .registry()
+                .project_root(name)
+                .map_err(internal)?
+                .ok_or_else(|| {
+                    ApiError::new(format!("no project named `{name}` is known to this daemon"))
+                        .hint("run the command inside the project, or pass --project PATH")
+                })?;
+            PathBuf::from(root)
+        }
+        (Some(dir), None) => PathBuf::from(dir),
+        (None, None) => return Err(ApiError::new("no project given")),
+    };
+    let file = config::find(&dir).map_err(|e| {
+        ApiError::new(e.to_string())
+            .hint("run binky inside a project (a folder with binky.toml), or pass --project")
+    })?;
+    let config = config::load(&file).map_err(invalid_config)?;
+    let loc = worktree::locate(&config.root).map_err(|e| {
+        ApiError::new(e.to_string()).hint("binky.toml must live inside a git repository")
+    })?;
+    Ok(Located {
+        name: config.project.name.clone(),
+        main: loc.main_workdir,
+        subdir: loc.subdir,
+        config,
+    })
+}
+
+/// Start order: services grouped in levels; every service's dependencies sit
+/// in earlier levels. (The config was validated, so there is no cycle.)
+fn levels(cfg: &Config) -> Vec<Vec<String>> {
+    let mut placed: HashMap<&str, usize> = HashMap::new();
+    let mut out: Vec<Vec<String>> = Vec::new();
+    while placed.len() < cfg.services.len() {
+        let before = placed.len();
+        let mut this: Vec<String> = Vec::new();
+        for (name, s) in &cfg.services {
+            if placed.contains_key(name.as_str()) {
+                continue;
+            }
+            if s.depends_on()
+                .iter()
+                .all(|dep| placed.contains_key(dep.as_str()))
+            {
+                this.push(name.clone());
+            }
+        }
+        for n in &this {
+            placed.insert(cfg.services.get_key_value(n).unwrap().0, out.len());
+        }
+        out.push(this);
+        if placed.len() == before {
+            break; // unreachable for a validated config
+        }
+    }
+    out
+}
+
+fn proxy_url(d: &Daemon, label: &str, slug: &str, domain: &str) -> String {
+    let port = d.registry().settings().map(|s| s.proxy_port).unwrap_or(80);
+    if port == 80 || port == 0 {
+        format!("http://{label}.{slug}.{domain}")
+    } else {
+        format!("http://{label}.{slug}.{domain}:{port}")
+    }
+}
+
+fn slice_for(
+    d: &Daemon,
+    adapter: &dyn adapters::Adapter,
+    name: String,
+    project: &str,
+    r: &config::Resource,
+    admin_url: Option<String>,
+) -> Slice {
+    let _ = r;
+    Slice {
+        name,
+        project: project.to_owned(),
+        admin_url,
+        options: r.options.clone(),
+        data_dir: d.paths.home().join("slices").join(adapter.name()),
+    }
+}
+
+/// Reads a dotenv file: the world's copy first, else the main checkout's
+/// (a git-ignored `.env` exists only where the user made it).
+fn read_env_file(
+    world_root: &Path,
+    main_root: &Path,
+    rel: &str,
+) -> Result<Vec<(String, String)>, ApiError> {
+    let candidates = [
+        config::resolve_against(world_root, rel),
+        config::resolve_against(main_root, rel),
+    ];
+    let path = candidates.iter().find(|p| p.is_file()).ok_or_else(|| {
+        ApiError::new(format!(
+            "env_file {rel} not found in the world's checkout or the main one"
+        ))
+        .hint(format!(
+            "create {} or remove env_file",
+            candidates[1].display()
+        ))
+    })?;
+    let iter = dotenvy::from_path_iter(path)
+        .map_err(|e| ApiError::new(format!("cannot read env_file {}: {e}", path.display())))?;
+    let mut out = Vec::new();
+    for item in iter {
+        let (k, v) =
+            item.map_err(|e| ApiError::new(format!("env_file {}: {e}", path.display())))?;
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+fn env_key(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Everything `up` computed about a world before starting it.
+struct Plan {
+    facts: IndexMap<String, ServiceFacts>,
+    world_root: PathBuf,
+    project_env: Vec<(String, String)>,
+}
+
+fn lookup_env<'a>(
+    project_env: &'a [(String, String)],
+    client: &'a ClientEnv,
+) -> impl Fn(&str) -> Option<String> + Sync + 'a {
+    move |name: &str| {
+        project_env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| client.get(name).map(str::to_owned))
+            .or_else(|| std::env::var(name).ok())
+    }
+}
+
+/// `binky up`.
+pub(crate) async fn up(
+    d: &Arc<Daemon>,
+    req: UpRequest,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
+    let loc = locate(d, &req.world)?;
+    let name = req.world.name.clone();
+    let key = format!("{}/{}", loc.name, name);
+    let lock = d.worlds.lock_for(&key);
+    let _guard = lock.lock().await;
+    up_locked(d, &loc, &name, req.group.as_deref(), &req.env, progress).await
+}
+
+async fn up_locked(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    name: &str,
+    group: Option<&str>,
+    client_env: &ClientEnv,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
+    let project = loc.name.as_str();
+    let slug = world_slug(name);
+    let project_id = d
+        .registry()
+        .upsert_project(project, &loc.main_root().display().to_string())
+        .map_err(internal)?;
+    let existing = d
+        .registry()
+        .find_world(project_id, name)
+        .map_err(internal)?;
+    if let Some(w) = &existing
+        && w.state == "running"
+        && let Some(rt) = d.worlds.runtime(w.id)
+        && rt
+            .handles
+            .values()
+            .all(|h| matches!(*h.state.borrow(), State::Running { .. }))
+        && Path::new(&w.path).exists()
+    {
+        return outcome(d, project, w.id, true, Vec::new());
+    }
+    let mut notes = Vec::new();
+
+    progress.say("worktree", None, format!("worktree for {name}"));
+    let root = match &loc.config.project.worktree_root {
+        Some(r) => config::resolve_against(&loc.main_root(), r),
+        None => worktree::default_root(&loc.main),
+    };
+    let (main, branch, slug2) = (loc.main.clone(), name.to_owned(), slug.clone());
+    let ensured = tokio::task::spawn_blocking(move || {
+        worktree::ensure(&main, &branch, &slug2, &root)
+    })
+    .await
+    .map_err(internal)?
+    .map_err(|e| {
+        let hint = match &e {
+            worktree::WorktreeError::CheckedOutElsewhere { .. } => {
+                "switch that checkout to another branch, or run `binky up` with a different name"
+            }
+            worktree::WorktreeError::InvalidBranch(_) => "use a valid git branch name",
+            _ => "see the git error above",
+        };
+        ApiError::new(e.to_string()).hint(hint)
+    })?;
+    if ensured.recreated {
+        let msg = format!(
+            "the worktree folder {} was missing and has been re-created",
+            ensured.path.display()
+        );
+        progress.say("worktree", None, msg.clone());
+        notes.push(msg);
+        d.event(world_event("worktree_recreated", project, name));
+    }
+    let world_root = ensured.path.join(&loc.subdir);
+    let cfg_path = world_root.join(config::FILE_NAME);
+    let cfg = config::load(&cfg_path).map_err(invalid_config)?;
+    if cfg.project.name != project {
+        return Err(ApiError::new(format!(
+            "{} names project `{}`, but this project is `{project}`",
+            cfg_path.display(),
+            cfg.project.name
+        ))
+        .hint("a branch must keep the project's name"));
+    }
+
+    // Record the intent before acting, so a crash can be reconciled.
+    let world_id = {
+        let mut reg = d.registry();
+        let id = reg
+            .upsert_world(
+                project_id,
+                name,
+                &slug,
+                &ensured.path.display().to_string(),
+                "starting",
+                Some("up"),
+                group,
+            )
+            .map_err(internal)?;
+        let services: Vec<(String, &str)> = cfg
+            .services
+            .iter()
+            .map(|(n, s)| {
+                (
+                    n.clone(),
+                    if s.process().is_some() {
+                        "process"
+                    } else {
+                        "resource"
+                    },
+                )
+            })
+            .collect();
+        reg.sync_services(id, &services).map_err(internal)?;
+        reg.reset_restarts(id).map_err(internal)?;
+        id
+    };
+    d.event(world_event("up_started", project, name));
+
+    let result = bring_up(
+        d, &cfg, loc, project, name, &slug, world_id, world_root, client_env, progress, &mut notes,
+    )
+    .await;
+    match result {
+        Ok(()) => {
+            d.registry()
+                .set_world_state(world_id, "running", None, None)
+                .map_err(internal)?;
+            d.event(world_event("up", project, name));
+            outcome(d, project, world_id, false, notes)
+        }
+        Err(e) => {
+            let _ = d
+                .registry()
+                .set_world_state(world_id, "failed", None, Some(&e.message));
+            d.event(world_event("up_failed", project, name).detail(first_line(&e.message)));
+            Err(e)
+        }
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").to_owned()
+}
+
+fn world_event(ev: &str, project: &str, world: &str) -> LogEvent {
+    let mut e = LogEvent::named(ev);
+    e.project = Some(project.to_owned());
+    e.worktree = Some(world.to_owned());
+    e
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn bring_up(
+    d: &Arc<Daemon>,
+    cfg: &Config,
+    loc: &Located,
+    project: &str,
+    name: &str,
+    slug: &str,
+    world_id: i64,
+    world_root: PathBuf,
+    client_env: &ClientEnv,
+    progress: &ProgressTx,
+    notes: &mut Vec<String>,
+) -> Result<(), ApiError> {
+    // Ports: the whole map, before anything starts.
+    let mut needs: Vec<ports::PortKey> = Vec::new();
+    for (n, s) in &cfg.services {
+        if s.has_port() {
+            needs.push((n.clone(), String::new()));
+            for p in s.port_names() {
+                needs.push((n.clone(), p.clone()));
+            }
+        }
+    }
+    let running_ports: Vec<u16> = Vec::new();
+    let mut port_notes = Vec::new();
+    let allocated = {
+        let mut reg = d.registry();
+        ports::allocate(
+            reg.conn(),
+            project,
+            world_id,
+            cfg.project.port_range,
+            &needs,
+            &|p| running_ports.contains(&p),
+            &mut port_notes,
+        )
+        .map_err(|e| {
+            ApiError::new(e.to_string())
+                .hint("widen [project] port_range, or remove worlds you no longer need")
+        })?
+    };
+    for n in port_notes {
+        let mut ev = world_event("port_skipped", project, name);
+        match n {
+            PortNote::Skipped(p) => ev = ev.detail(format!("port {p} is held outside binky")),
+            PortNote::Moved { service, from, to } => {
+                ev = world_event("port_moved", project, name).detail(format!(
+                    "port {from} was taken outside binky; moved to {to}"
+                ));
+                ev.service = Some(service.clone());
+                notes.push(format!(
+                    "{service}: port {from} was taken outside binky; now {to}"
+                ));
+            }
+        }
+        d.event(ev);
+    }
+    progress.say(
+        "ports",
+        None,
+        format!("{} port(s) reserved", allocated.len()),
+    );
+
+    let main_root = loc.main_root();
+    let mut project_env = Vec::new();
+    if let Some(f) = &cfg.project.env_file {
+        project_env = read_env_file(&world_root, &main_root, f)?;
+    }
+
+    // Facts every token may read.
+    let mut facts: IndexMap<String, ServiceFacts> = IndexMap::new();
+    for (n, s) in &cfg.services {
+        let mut f = ServiceFacts::default();
+        if let Some(p) = allocated.get(&(n.clone(), String::new())) {
+            f.port = Some(*p);
+            f.local_url = Some(format!("http://localhost:{p}"));
+            f.url = f.local_url.clone();
+            f.host = Some("localhost".into());
+        }
+        for pn in s.port_names() {
+            if let Some(p) = allocated.get(&(n.clone(), pn.clone())) {
+                f.ports.insert(pn.clone(), *p);
+            }
+        }
+        if let Some(label) = s.process().and_then(|p| p.url.as_deref()) {
+            let url = proxy_url(d, label, slug, &cfg.project.domain);
+            f.host = Some(format!("{label}.{slug}.{}", cfg.project.domain));
+            f.url = Some(url);
+        }
+        facts.insert(n.clone(), f);
+    }
+    let mut plan = Plan {
+        facts,
+        world_root: world_root.clone(),
+        project_env,
+    };
+
+    // Slices, before any process that may use them.
+    for (n, s) in &cfg.services {
+        if let ServiceKind::Resource(r) = &s.kind {
+            progress.say("provision", Some(n), format!("{} slice for {n}", r.adapter));
+            let address = provision(
+                d, cfg, project, name, slug, world_id, n, r, &plan, client_env,
+            )
+            .await?;
+            let f = plan.facts.get_mut(n).expect("fact per service");
+            f.host = host_of(&address);
+            f.url = Some(address);
+            d.registry()
+                .service_state(world_id, n, "provisioned", None, false)
+                .map_err(internal)?;
+        }
+    }
+
+    // Processes, level by level; independent ones start together.
+    let lv = levels(cfg);
+    let mut handles: IndexMap<String, Arc<Handle>> = IndexMap::new();
+    let log_dir = d.paths.world_logs(project, slug);
+    let mut failure: Option<ApiError> = None;
+    'levels: for level in &lv {
+        let mut started = Vec::new();
+        for sname in level {
+            let svc = &cfg.services[sname];
+            let Some(p) = svc.process() else { continue };
+            let spec = process_spec(cfg, project, name, sname, p, &plan, client_env, &log_dir)?;
+            progress.say("start", Some(sname), format!("starting {sname}"));
+            let recorder = recorder(
+                d.clone(),
+                world_id,
+                project.to_owned(),
+                name.to_owned(),
+                sname.clone(),
+            );
+            let log = spec.log.clone();
+            let h = Arc::new(supervisor::spawn(spec, recorder));
+            handles.insert(sname.clone(), h.clone());
+            started.push((sname.clone(), h, log));
+        }
+        for (sname, h, log) in started {
+            let mut watch = h.state.clone();
+            let settled = loop {
+                let s = watch.borrow_and_update().clone();
+                if s.is_settled() {
+                    break s;
+                }
+                if watch.changed().await.is_err() {
+                    break watch.borrow().clone();
+                }
+            };
+            match settled {
+                State::Running { pid } => {
+                    let port = plan.facts[&sname]
+                        .port
+                        .map(|p| format!("  :{p}"))
+                        .unwrap_or_default();
+                    progress.say("ready", Some(&sname), format!("{sname}  pid {pid}{port}"));
+                }
+                other => {
+                    let reason = match &other {
+                        State::Unhealthy { reason, .. } => format!("not healthy: {reason}"),
+                        State::Failed { reason } => reason.clone(),
+                        State::Stopped { exit } => exit.clone().unwrap_or_else(|| "stopped".into()),
+                        s => s.label().to_owned(),
+                    };
+                    let tail = supervisor::logs::tail(&log, FAILURE_LOG_LINES);
+                    let mut msg = format!("service `{sname}` failed to start: {reason}");
+                    if !tail.is_empty() {
+                        msg.push_str(&format!(
+                            "\nlast {} line(s) of {}:\n",
+                            tail.len(),
+                            log.display()
+                        ));
+                        for l in tail {
+                            msg.push_str("  | ");
+                            msg.push_str(&l);
+                            msg.push('\n');
+                        }
+                    }
+                    failure.get_or_insert(
+                        ApiError::new(msg.trim_end().to_owned())
+                            .hint(format!("`binky logs {name} {sname}` shows its output; services already started stay up for inspection")),
+                    );
+                }
+            }
+        }
+        if failure.is_some() {
+            break 'levels;
+        }
+    }
+    d.worlds.put_runtime(
+        world_id,
+        Runtime {
+            handles,
+            levels: lv,
+        },
+    );
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn host_of(address: &str) -> Option<String> {
+    let rest = address.split_once("://")?.1;
+    let authority = rest.split('/').next()?;
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match hostport.strip_prefix('[') {
+        Some(v6) => v6.split(']').next()?,
+        None => hostport.split(':').next()?,
+    };
+    (!host.is_empty()).then(|| host.to_owned())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn provision(
+    d: &Arc<Daemon>,
+    cfg: &Config,
+    project: &str,
+    world: &str,
+    slug: &str,
+    world_id: i64,
+    service: &str,
+    r: &config::Resource,
+    plan: &Plan,
+    client_env: &ClientEnv,
+) -> Result<String, ApiError> {
+    let adapter = adapters::by_name(&r.adapter).ok_or_else(|| {
+        ApiError::new(format!(
+            "services.{service}: no adapter named `{}`",
+            r.adapter
+        ))
+        .hint(format!(
+            "built-in adapters: {}",
+            adapters::BUILT_IN.join(", ")
+        ))
+    })?;
+    let env_fn = lookup_env(&plan.project_env, client_env);
+    let admin_url = match &r.admin_url {
+        None => None,
+        Some(t) => {
+            let rendered = render(
+                t,
+                Some(service),
+                &facts_for(cfg, world, &plan.world_root, &plan.facts, &env_fn),
+            );
+            if let Some(tok) = rendered.unresolved.first() {
+                return Err(ApiError::new(format!(
+                    "services.{service}.admin_url uses {tok}, which is not set"
+                ))
+                .hint("export it in the shell you run binky from (or put it in env_file)"));
+            }
+            Some(rendered.text)
+        }
+    };
+    let slice_name = adapter.slice_name(project, slug);
+    let slice = slice_for(
+        d,
+        adapter.as_ref(),
+        slice_name.clone(),
+        project,
+        r,
+        admin_url.clone(),
+    );
+    let known = d
+        .registry()
+        .slices_of(world_id)
+        .map_err(internal)?
+        .into_iter()
+        .find(|s| s.service == service && s.slice == slice_name);
+    let exists = adapter
+        .exists(&slice)
+        .await
+        .map_err(|e| ApiError::new(e.message))?;
+    if known.as_ref().is_some_and(|k| k.state == "live") && exists {
+        // `up` after `down`: the slice is kept, nothing re-provisioned.
+        return adapter
+            .resolve(&slice)
+            .await
+            .map_err(|e| ApiError::new(e.message));
+    }
+    // Intent first: a crash from here leaves a row `gc` can sweep.
+    d.registry()
+        .set_slice(
+            Some(world_id),
+            project,
+            service,
+            adapter.name(),
+            &slice_name,
+            "provisioning",
+        )
+        .map_err(internal)?;
+    if exists {
+        adapter
+            .teardown(&slice)
+            .await
+            .map_err(|e| ApiError::new(e.message))?;
+    }
+    let log = d
+        .paths
+        .world_logs(project, slug)
+        .join(format!("{service}.log"));
+    let result: Result<(), ApiError> = async {
+        let mut cloned = false;
+        if let Some(from) = &r.clone_from
+            && adapter.capabilities().clone
+        {
+            let tname = golden::template_name(project, from);
+            let template = slice_for(
+                d,
+                adapter.as_ref(),
+                tname.clone(),
+                project,
+                r,
+                admin_url.clone(),
+            );
+            let key = golden::key(
+                r.migrate.as_deref(),
+                r.seed.as_deref(),
+                &r.clone_inputs,
+                &plan.world_root,
+            );
+            let marker = d.paths.golden_dir(adapter.name()).join(&tname);
+            let glock = d.worlds.golden_lock(&format!("{}/{tname}", adapter.name()));
+            let _g = glock.lock().await;
+            let fresh = std::fs::read_to_string(&marker)
+                .ok()
+                .as_deref()
+                .map(str::trim)
+                == Some(key.as_str())
+                && adapter.exists(&template).await.unwrap_or(false);
+            if !fresh {
+                let _ = std::fs::remove_file(&marker);
+                adapter
+                    .teardown(&template)
+                    .await
+                    .map_err(|e| ApiError::new(e.message))?;
+                adapter
+                    .provision(&template)
+                    .await
+                    .map_err(|e| ApiError::new(e.message))?;
+                let taddr = adapter
+                    .resolve(&template)
+                    .await
+                    .map_err(|e| ApiError::new(e.message))?;
+                run_data_commands(cfg, world, service, r, plan, client_env, &taddr, &log).await?;
+                if let Some(dir) = marker.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                std::fs::write(&marker, format!("{key}\n")).map_err(internal)?;
+                d.event(world_event("golden_built", project, world).detail(tname.clone()));
+            }
+            match adapter.clone_slice(&template, &slice).await {
+                Ok(()) => cloned = true,
+                Err(e) => {
+                    let mut ev =
+                        world_event("clone_fallback", project, world).detail(e.message.clone());
+                    ev.service = Some(service.to_owned());
+                    ev.adapter = Some(adapter.name().to_owned());
+                    d.event(ev);
+                    let _ = adapter.teardown(&slice).await;
+                }
+            }
+        }
+        if !cloned {
+            adapter
+                .provision(&slice)
+                .await
+                .map_err(|e| ApiError::new(e.message))?;
+            let addr = adapter
+                .resolve(&slice)
+                .await
+                .map_err(|e| ApiError::new(e.message))?;
+            run_data_commands(cfg, world, service, r, plan, client_env, &addr, &log).await?;
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        // Leave nothing half-made: drop the slice and its record.
+        let _ = adapter.teardown(&slice).await;
+        let _ = d.registry().delete_slice(adapter.name(), &slice_name);
+        return Err(e);
+    }
+    d.registry()
+        .set_slice(
+            Some(world_id),
+            project,
+            service,
+            adapter.name(),
+            &slice_name,
+            "live",
+        )
+        .map_err(internal)?;
+    let mut ev = world_event("provisioned", project, world);
+    ev.service = Some(service.to_owned());
+    ev.adapter = Some(adapter.name().to_owned());
+    d.event(ev);
+    adapter
+        .resolve(&slice)
+        .await
+        .map_err(|e| ApiError::new(e.message))
+}
+
+fn facts_for<'a>(
+    cfg: &'a Config,
+    world: &'a str,
+    world_root: &'a Path,
+    facts: &'a IndexMap<String, ServiceFacts>,
+    env: &'a (dyn Fn(&str) -> Option<String> + Sync),
+) -> Facts<'a> {
+    let _ = world_root;
+    Facts {
+        project: &cfg.project.name,
+        worktree_name: world,
+        worktree_path: world_root.to_str().unwrap_or(""),
+        services: facts,
+        env,
+    }
+}
+
+/// The environment every process of a world starts with: the caller's, the
+/// env files, then Binky's own variables (the whole port map).
+fn base_env(
+    cfg: &Config,
+    world: &str,
+    service: &str,
+    plan: &Plan,
+    client_env: &ClientEnv,
+) -> Vec<(String, String)> {
+    let mut env: IndexMap<String, String> = if client_env.0.is_empty() {
+        std::env::vars().collect()
+    } else {
+        client_env.0.iter().cloned().collect()
+    };
+    for (k, v) in &plan.project_env {
+        env.insert(k.clone(), v.clone());
+    }
+    env.insert("BINKY_PROJECT".into(), cfg.project.name.clone());
+    env.insert("BINKY_WORLD".into(), world.to_owned());
+    env.insert(
+        "BINKY_WORKTREE".into(),
+        plan.world_root.display().to_string(),
+    );
+    env.insert("BINKY_SERVICE".into(), service.to_owned());
+    for (n, f) in &plan.facts {
+        let key = env_key(n);
+        if let Some(p) = f.port {
+            env.insert(format!("BINKY_PORT_{key}"), p.to_string());
+        }
+        for (pn, p) in &f.ports {
+            env.insert(format!("BINKY_PORT_{key}_{}", env_key(pn)), p.to_string());
+        }
+    }
+    if let Some(p) = plan.facts.get(service).and_then(|f| f.port) {
+        env.insert("PORT".into(), p.to_string());
+    }
+    env.into_iter().collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_data_commands(
+    cfg: &Config,
+    world: &str,
+    service: &str,
+    r: &config::Resource,
+    plan: &Plan,
+    client_env: &ClientEnv,
+    address: &str,
+    log: &Path,
+) -> Result<(), ApiError> {
+    let mut facts = plan.facts.clone();
+    if let Some(f) = facts.get_mut(service) {
+        f.url = Some(address.to_owned());
+        f.host = host_of(address);
+    }
+    let env_fn = lookup_env(&plan.project_env, client_env);
+    let fx = facts_for(cfg, world, &plan.world_root, &facts, &env_fn);
+    let mut env = base_env(cfg, world, service, plan, client_env);
+    env.push(("BINKY_SLICE_URL".into(), address.to_owned()));
+    env.push((format!("{}_URL", env_key(service)), address.to_owned()));
+    for (step, cmd) in [("migrate", &r.migrate), ("seed", &r.seed)] {
+        let Some(cmd) = cmd else { continue };
+        let rendered = render(cmd, Some(service), &fx).text;
+        let out = supervisor::logs::open_append(log).map_err(internal)?;
+        let err = out.try_clone().map_err(internal)?;
+        let status = tokio::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(&rendered)
+            .current_dir(&plan.world_root)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .status()
+            .await
+            .map_err(|e| ApiError::new(format!("services.{service}.{step}: cannot run: {e}")))?;
+        if !status.success() {
+            let tail = supervisor::logs::tail(log, FAILURE_LOG_LINES);
+            return Err(ApiError::new(format!(
+                "services.{service}.{step} failed ({status}):\n{}",
+                tail.iter()
+                    .map(|l| format!("  | {l}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ))
+            .hint(format!(
+                "the slice was dropped; fix the {step} command and run `binky up` again"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn process_spec(
+    cfg: &Config,
+    _project: &str,
+    world: &str,
+    service: &str,
+    p: &config::Process,
+    plan: &Plan,
+    client_env: &ClientEnv,
+    log_dir: &Path,
+) -> Result<ServiceSpec, ApiError> {
+    let mut service_env = plan.project_env.clone();
+    if let Some(f) = &p.env_file {
+        service_env.extend(read_env_file(&plan.world_root, &plan.world_root, f)?);
+    }
+    let env_fn = lookup_env(&service_env, client_env);
+    let fx = facts_for(cfg, world, &plan.world_root, &plan.facts, &env_fn);
+    let r = |t: &str| render(t, Some(service), &fx).text;
+    let mut env: IndexMap<String, String> = base_env(cfg, world, service, plan, client_env)
+        .into_iter()
+        .collect();
+    for (k, v) in &service_env {
+        env.insert(k.clone(), v.clone());
+    }
+    for (k, v) in &p.env {
+        env.insert(k.clone(), r(v));
+    }
+    let cwd = match &p.cwd {
+        Some(c) => config::resolve_against(&plan.world_root, &r(c)),
+        None => plan.world_root.clone(),
+    };
+    let env: Vec<(String, String)> = env.into_iter().collect();
+    let own_port = plan.facts[service].port;
+    let health = match &p.health {
+        None => None,
+        Some(h) => {
+            let probe = match &h.probe {
+                Probe::Http(u) => health::parse_http(&r(u), own_port),
+                Probe::Tcp(a) => health::parse_tcp(&r(a)),
+                Probe::Cmd(c) => Ok(health::ProbeSpec::Cmd {
+                    cmd: r(c),
+                    cwd: cwd.clone(),
+                    env: env.clone(),
+                }),
+            }
+            .map_err(|e| ApiError::new(format!("services.{service}.health: {e}")))?;
+            Some((probe, h.timeout, h.interval))
+        }
+    };
+    Ok(ServiceSpec {
+        name: service.to_owned(),
+        cmd: r(&p.cmd),
+        cwd,
+        env,
+        log: log_dir.join(format!("{service}.log")),
+        port: own_port,
+        health,
+        restart: p.restart.clone(),
+        stop_signal: p.stop_signal.0.to_owned(),
+        stop_timeout: p.stop_timeout,
+        watch: p.watch.clone(),
+        watch_root: plan.world_root.clone(),
+    })
+}
+
+/// Records one service's supervisor events in the registry and event log.
+fn recorder(
+    d: Arc<Daemon>,
+    world_id: i64,
+    project: String,
+    world: String,
+    service: String,
+) -> supervisor::Recorder {
+    Arc::new(move |e: supervisor::Event| {
+        let ev = |name: &str| {
+            let mut e = world_event(name, &project, &world);
+            e.service = Some(service.clone());
+            e
+        };
+        match e {
+            supervisor::Event::Started { pid, start_time } => {
+                let _ = d
+                    .registry()
+                    .service_started(world_id, &service, pid, start_time);
+            }
+            supervisor::Event::State(s) => {
+                let exit = match &s {
+                    State::Stopped { exit } => exit.clone(),
+                    State::Failed { reason } => Some(reason.clone()),
+                    _ => None,
+                };
+                let _ = d.registry().service_state(
+                    world_id,
+                    &service,
+                    s.label(),
+                    exit.as_deref(),
+                    s.pid().is_some(),
+                );
+                match &s {
+                    State::Unhealthy { reason, .. } => {
+                        d.event(ev("unhealthy").detail(reason.clone()))
+                    }
+                    State::Failed { reason } => d.event(ev("failed").detail(reason.clone())),
+                    State::Stopped { exit: Some(x) } => d.event(ev("exited").detail(x.clone())),
+                    _ => {}
+                }
+            }
+            supervisor::Event::Restarting { exit, delay } => {
+                let _ = d.registry().service_restarted(world_id, &service);
+                d.event(ev("restarting").detail(format!("{exit}; restarting in {delay:?}")));
+            }
+            supervisor::Event::GaveUp { reason } => {
+                let _ = d.registry().set_world_state(
+                    world_id,
+                    "failed",
+                    None,
+                    Some(&format!("{service}: {reason}")),
+                );
+                d.event(ev("gave_up").detail(reason));
+            }
+            supervisor::Event::WatchRestart => d.event(ev("watch_restart")),
+        }
+    })
+}
+
+fn outcome(
+    d: &Daemon,
+    project: &str,
+    world_id: i64,
+    noop: bool,
+    notes: Vec<String>,
+) -> Result<WorldOutcome, ApiError> {
+    let world = world_status(d, project, world_id)?;
+    Ok(WorldOutcome {
+        project: project.to_owned(),
+        world,
+        noop,
+        notes,
+    })
+}
+
+fn world_status(d: &Daemon, project: &str, world_id: i64) -> Result<WorldStatus, ApiError> {
+    let reg = d.registry();
+    let row_name: String = reg
+        .conn_ref()
+        .query_row("SELECT name FROM worlds WHERE id = ?1", [world_id], |r| {
+            r.get(0)
+        })
+        .map_err(internal)?;
+    let report = reg.status(Some(project)).map_err(internal)?;
+    report
+        .projects
+        .into_iter()
+        .flat_map(|p| p.worlds)
+        .find(|w| w.name == row_name)
+        .ok_or_else(|| ApiError::new("world vanished from the registry"))
+}
+
+fn find_world(d: &Daemon, loc: &Located, name: &str) -> Result<WorldRow, ApiError> {
+    let reg = d.registry();
+    let pid = reg.project_id(&loc.name).map_err(internal)?;
+    pid.and_then(|pid| reg.find_world(pid, name).transpose())
+        .transpose()
+        .map_err(internal)?
+        .ok_or_else(|| {
+            ApiError::new(format!("no world `{name}` in project {}", loc.name))
+                .hint("`binky status` lists the worlds")
+        })
+}
+
+/// Stops a world's processes in reverse dependency order.
+async fn stop_processes(d: &Daemon, w: &WorldRow) {
+    match d.worlds.take_runtime(w.id) {
+        Some(rt) => {
+            for level in rt.levels.iter().rev() {
+                let mut set = tokio::task::JoinSet::new();
+                for n in level {
+                    if let Some(h) = rt.handles.get(n) {
+                        let h = h.clone();
+                        set.spawn(async move { h.stop().await });
+                    }
+                }
+                while set.join_next().await.is_some() {}
+            }
+        }
+        None => {
+            // No live supervisor (the daemon restarted): stop what the
+            // registry recorded, if it is still that very process.
+            let rows: Vec<(String, Option<u32>, Option<i64>)> = {
+                let reg = d.registry();
+                let mut stmt = match reg
+                    .conn_ref()
+                    .prepare("SELECT name, pid, start_time FROM services WHERE world_id = ?1")
+                {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
+                stmt.query_map([w.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .and_then(|rows| rows.collect())
+                    .unwrap_or_default()
+            };
+            let mut groups = Vec::new();
+            for (_, pid, start) in rows {
+                if let (Some(pid), Some(start)) = (pid, start)
+                    && crate::platform::process_start_time(pid) == Some(start as u64)
+                {
+                    let _ =
+                        crate::platform::signal_group(pid, Some(nix::sys::signal::Signal::SIGTERM));
+                    groups.push(pid);
+                }
+            }
+            // Not our children any more, so nothing to reap: wait (bounded)
+            // for the groups to go, then force them.
+            let deadline = tokio::time::Instant::now() + crate::config::DEFAULT_STOP_TIMEOUT;
+            let mut pause = std::time::Duration::from_millis(5);
+            while groups.iter().any(|g| crate::platform::group_alive(*g))
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_millis(100));
+            }
+            for g in &groups {
+                let _ = crate::platform::signal_group(*g, Some(nix::sys::signal::Signal::SIGKILL));
+            }
+            // A zombie still counts as alive until its parent reaps it; don't
+            // wait on that for long.
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+            while groups.iter().any(|g| crate::platform::group_alive(*g))
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
+    }
+    let reg = d.registry();
+    let _ = reg.conn_ref().execute(
+        "UPDATE services SET state = 'stopped', pid = NULL, pgid = NULL, start_time = NULL WHERE world_id = ?1 AND kind = 'process'",
+        [w.id],
+    );
+}
+
+/// `binky down`.
+pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome, ApiError> {
+    let loc = locate(d, &wref)?;
+    let lock = d.worlds.lock_for(&format!("{}/{}", loc.name, wref.name));
+    let _guard = lock.lock().await;
+    let w = find_world(d, &loc, &wref.name)?;
+    let noop = w.state == "stopped";
+    d.registry()
+        .set_world_state(w.id, &w.state, Some("down"), None)
+        .map_err(internal)?;
+    stop_processes(d, &w).await;
+    d.registry()
+        .set_world_state(w.id, "stopped", None, None)
+        .map_err(internal)?;
+    d.event(world_event("down", &loc.name, &w.name));
+    outcome(d, &loc.name, w.id, noop, Vec::new())
+}
+
+/// `binky reload`: stop, then up on the same ports and data.
+pub(crate) async fn reload(
+    d: &Arc<Daemon>,
+    req: UpRequest,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
+    let loc = locate(d, &req.world)?;
+    let lock = d
+        .worlds
+        .lock_for(&format!("{}/{}", loc.name, req.world.name));
+    let _guard = lock.lock().await;
+    if let Ok(w) = find_world(d, &loc, &req.world.name) {
+        progress.say("stop", None, format!("stopping {}", w.name));
+        stop_processes(d, &w).await;
+        d.registry()
+            .set_world_state(w.id, "stopped", None, None)
+            .map_err(internal)?;
+    }
+    up_locked(
+        d,
+        &loc,
+        &req.world.name,
+        req.group.as_deref(),
+        &req.env,
+        progress,
+    )
+    .await
+}
+
+/// `binky remove`.
+pub(crate) async fn remove(
+    d: &Arc<Daemon>,
+    wref: WorldRef,
+    force: bool,
+) -> Result<WorldOutcome, ApiError> {
+    let loc = locate(d, &wref)?;
+    let lock = d.worlds.lock_for(&format!("{}/{}", loc.name, wref.name));
+    let _guard = lock.lock().await;
+    let w = find_world(d, &loc, &wref.name)?;
+    let path = PathBuf::from(&w.path);
+    if !force && path.exists() {
+        let p2 = path.clone();
+        let changes = tokio::task::spawn_blocking(move || worktree::changes(&p2))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+        if !changes.is_empty() {
+            let shown: Vec<String> = changes.iter().take(20).map(|c| format!("  {c}")).collect();
+            let more = if changes.len() > 20 {
+                format!("\n  … and {} more", changes.len() - 20)
+            } else {
+                String::new()
+            };
+            return Err(ApiError::new(format!(
+                "the worktree {} has uncommitted or untracked changes:\n{}{more}",
+                path.display(),
+                shown.join("\n")
+            ))
+            .hint(format!(
+                "commit or stash them, or run `binky remove {} --force` to discard them",
+                w.name
+            )));
+        }
+    }
+    let before = world_status(d, &loc.name, w.id)?;
+    d.registry()
+        .set_world_state(w.id, &w.state, Some("remove"), None)
+        .map_err(internal)?;
+    stop_processes(d, &w).await;
+    // Tear down slices.
+    let slices = d.registry().slices_of(w.id).map_err(internal)?;
+    for s in slices {
+        if let Some(adapter) = adapters::by_name(&s.adapter) {
+            d.registry()
+                .set_slice(
+                    Some(w.id),
+                    &loc.name,
+                    &s.service,
+                    &s.adapter,
+                    &s.slice,
+                    "teardown",
+                )
+                .map_err(internal)?;
+            let slice = Slice {
+                name: s.slice.clone(),
+                project: loc.name.clone(),
+                admin_url: None,
+                options: Default::default(),
+                data_dir: d.paths.home().join("slices").join(adapter.name()),
+            };
+            adapter.teardown(&slice).await.map_err(|e| {
+                ApiError::new(format!("teardown of {} failed: {}", s.slice, e.message))
+                    .hint("`binky gc` retries it")
+            })?;
+            d.registry()
+                .delete_slice(&s.adapter, &s.slice)
+                .map_err(internal)?;
+        }
+    }
+    let main = loc.main.clone();
+    let p2 = path.clone();
+    tokio::task::spawn_blocking(move || worktree::remove(&main, &p2))
+        .await
+        .map_err(internal)?
+        .map_err(|e| {
+            ApiError::new(format!(
+                "cannot remove the worktree {}: {e}",
+                path.display()
+            ))
+        })?;
+    let _ = std::fs::remove_dir_all(d.paths.world_logs(&loc.name, &w.slug));
+    {
+        let reg = d.registry();
+        let _ = ports::release(reg.conn_ref(), w.id);
+        reg.delete_world(w.id).map_err(internal)?;
+    }
+    d.event(world_event("removed", &loc.name, &w.name));
+    let mut world = before;
+    world.state = "removed".into();
+    Ok(WorldOutcome {
+        project: loc.name.clone(),
+        world,
+        noop: false,
+        notes: Vec::new(),
+    })
+}
+
+/// `binky env`: exposed services → addresses.
+pub(crate) async fn env(
+    d: &Arc<Daemon>,
+    wref: WorldRef,
+    client_env: ClientEnv,
+) -> Result<WorldEnv, ApiError> {
+    let loc = locate(d, &wref)?;
+    let w = find_world(d, &loc, &wref.name)?;
+    let world_root = PathBuf::from(&w.path).join(&loc.subdir);
+    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
+    let ports: IndexMap<(String, String), u16> = {
+        let reg = d.registry();
+        let mut stmt = reg
+            .conn_ref()
+            .prepare("SELECT service, name, port FROM port_reservations WHERE world_id = ?1")
+            .map_err(internal)?;
+        stmt.query_map([w.id], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
+            .and_then(|rows| rows.collect())
+            .map_err(internal)?
+    };
+    let exposed: Vec<String> = match &cfg.agents.expose {
+        Some(list) => list.clone(),
+        None => cfg
+            .services
+            .iter()
+            .filter(|(_, s)| s.resource().is_some() || s.process().is_some_and(|p| p.url.is_some()))
+            .map(|(n, _)| n.clone())
+            .collect(),
+    };
+    let mut out = IndexMap::new();
+    for n in exposed {
+        let Some(s) = cfg.services.get(&n) else {
+            continue;
+        };
+        let value = match &s.kind {
+            ServiceKind::Process(p) => match (&p.url, ports.get(&(n.clone(), String::new()))) {
+                (Some(label), _) => Some(proxy_url(d, label, &w.slug, &cfg.project.domain)),
+                (None, Some(port)) => Some(format!("http://localhost:{port}")),
+                (None, None) => None,
+            },
+            ServiceKind::Resource(r) => match adapters::by_name(&r.adapter) {
+                Some(a) => {
+                    let env_fn = lookup_env(&[], &client_env);
+                    let facts = IndexMap::new();
+                    let admin = r.admin_url.as_ref().map(|t| {
+                        render(
+                            t,
+                            Some(&n),
+                            &facts_for(&cfg, &w.name, &world_root, &facts, &env_fn),
+                        )
+                        .text
+                    });
+                    let slice = slice_for(
+                        d,
+                        a.as_ref(),
+                        a.slice_name(&loc.name, &w.slug),
+                        &loc.name,
+                        r,
+                        admin,
+                    );
+                    Some(
+                        a.resolve(&slice)
+                            .await
+                            .map_err(|e| ApiError::new(e.message))?,
+                    )
+                }
+                None => None,
+            },
+        };
+        if let Some(v) = value {
+            out.insert(n, v);
+        }
+    }
+    Ok(WorldEnv {
+        project: loc.name.clone(),
+        world: w.name.clone(),
+        worktree: world_root.display().to_string(),
+        services: out,
+    })
+}

@@ -1,0 +1,284 @@
+//! Queries for worlds, their services and slices.
+
+use super::{Registry, RegistryError};
+use rusqlite::{OptionalExtension, params};
+
+/// A world's row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorldRow {
+    /// Row id.
+    pub id: i64,
+    /// Owning project id.
+    pub project_id: i64,
+    /// The branch.
+    pub name: String,
+    /// DNS-safe slug.
+    pub slug: String,
+    /// Worktree path.
+    pub path: String,
+    /// State word.
+    pub state: String,
+    /// Operation in flight.
+    pub intent: Option<String>,
+}
+
+/// A slice's row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceRow {
+    /// The resource service's name.
+    pub service: String,
+    /// Adapter name.
+    pub adapter: String,
+    /// Slice name.
+    pub slice: String,
+    /// `provisioning`, `live` or `teardown`.
+    pub state: String,
+}
+
+impl Registry {
+    /// A project's root folder by name.
+    pub fn project_root(&self, name: &str) -> Result<Option<String>, RegistryError> {
+        self.conn
+            .query_row("SELECT root FROM projects WHERE name = ?1", [name], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The world `name` of a project.
+    pub fn find_world(
+        &self,
+        project_id: i64,
+        name: &str,
+    ) -> Result<Option<WorldRow>, RegistryError> {
+        self.conn
+            .query_row(
+                "SELECT id, project_id, name, slug, path, state, intent FROM worlds
+                 WHERE project_id = ?1 AND name = ?2",
+                params![project_id, name],
+                |r| {
+                    Ok(WorldRow {
+                        id: r.get(0)?,
+                        project_id: r.get(1)?,
+                        name: r.get(2)?,
+                        slug: r.get(3)?,
+                        path: r.get(4)?,
+                        state: r.get(5)?,
+                        intent: r.get(6)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Creates or updates a world, returning its id.
+    #[allow(clippy::too_many_arguments)]
+    pub fn upsert_world(
+        &mut self,
+        project_id: i64,
+        name: &str,
+        slug: &str,
+        path: &str,
+        state: &str,
+        intent: Option<&str>,
+        group: Option<&str>,
+    ) -> Result<i64, RegistryError> {
+        self.conn
+            .query_row(
+                "INSERT INTO worlds(project_id, name, slug, path, state, intent, grp, error, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, unixepoch(), unixepoch())
+                 ON CONFLICT(project_id, name) DO UPDATE SET
+                   slug = excluded.slug, path = excluded.path, state = excluded.state,
+                   intent = excluded.intent, grp = COALESCE(excluded.grp, worlds.grp),
+                   error = NULL, updated_at = unixepoch()
+                 RETURNING id",
+                params![project_id, name, slug, path, state, intent, group],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    /// Sets a world's state, intent and error.
+    pub fn set_world_state(
+        &self,
+        id: i64,
+        state: &str,
+        intent: Option<&str>,
+        error: Option<&str>,
+    ) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE worlds SET state = ?2, intent = ?3, error = ?4, updated_at = unixepoch() WHERE id = ?1",
+                params![id, state, intent, error],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Makes the world's service rows match `services` (`(name, kind)` in
+    /// start order), keeping counters of services that stay. One transaction.
+    pub fn sync_services(
+        &mut self,
+        world_id: i64,
+        services: &[(String, &str)],
+    ) -> Result<(), RegistryError> {
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|e| super::classify(&path, e))?;
+        let names: Vec<&str> = services.iter().map(|(n, _)| n.as_str()).collect();
+        {
+            let mut stmt = tx
+                .prepare("SELECT name FROM services WHERE world_id = ?1")
+                .map_err(|e| super::classify(&path, e))?;
+            let existing: Vec<String> = stmt
+                .query_map([world_id], |r| r.get(0))
+                .and_then(|rows| rows.collect())
+                .map_err(|e| super::classify(&path, e))?;
+            for old in existing.iter().filter(|o| !names.contains(&o.as_str())) {
+                tx.execute(
+                    "DELETE FROM services WHERE world_id = ?1 AND name = ?2",
+                    params![world_id, old],
+                )
+                .map_err(|e| super::classify(&path, e))?;
+            }
+        }
+        for (seq, (name, kind)) in services.iter().enumerate() {
+            tx.execute(
+                "INSERT INTO services(world_id, seq, name, kind, state, restarts, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, 'stopped', 0, unixepoch())
+                 ON CONFLICT(world_id, name) DO UPDATE SET seq = excluded.seq, kind = excluded.kind",
+                params![world_id, seq as i64, name, kind],
+            )
+            .map_err(|e| super::classify(&path, e))?;
+        }
+        tx.commit().map_err(|e| super::classify(&path, e))
+    }
+
+    /// Records a started process.
+    pub fn service_started(
+        &self,
+        world_id: i64,
+        name: &str,
+        pid: u32,
+        start_time: Option<u64>,
+    ) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE services SET pid = ?3, pgid = ?3, start_time = ?4, state = 'starting', updated_at = unixepoch()
+                 WHERE world_id = ?1 AND name = ?2",
+                params![world_id, name, pid, start_time.map(|t| t as i64)],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Sets a service's state (and clears its pid when no process is left).
+    pub fn service_state(
+        &self,
+        world_id: i64,
+        name: &str,
+        state: &str,
+        exit: Option<&str>,
+        has_process: bool,
+    ) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE services SET state = ?3,
+                   last_exit = COALESCE(?4, last_exit),
+                   pid = CASE WHEN ?5 THEN pid ELSE NULL END,
+                   pgid = CASE WHEN ?5 THEN pgid ELSE NULL END,
+                   start_time = CASE WHEN ?5 THEN start_time ELSE NULL END,
+                   updated_at = unixepoch()
+                 WHERE world_id = ?1 AND name = ?2",
+                params![world_id, name, state, exit, has_process],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Counts a restart.
+    pub fn service_restarted(&self, world_id: i64, name: &str) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE services SET restarts = restarts + 1 WHERE world_id = ?1 AND name = ?2",
+                params![world_id, name],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Resets restart counters at `up`.
+    pub fn reset_restarts(&self, world_id: i64) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE services SET restarts = 0 WHERE world_id = ?1",
+                [world_id],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Records a slice's state (creating its row).
+    pub fn set_slice(
+        &self,
+        world_id: Option<i64>,
+        project: &str,
+        service: &str,
+        adapter: &str,
+        slice: &str,
+        state: &str,
+    ) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, unixepoch())
+                 ON CONFLICT(adapter, slice) DO UPDATE SET state = excluded.state, world_id = excluded.world_id",
+                params![world_id, project, service, adapter, slice, state],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// The slices of a world.
+    pub fn slices_of(&self, world_id: i64) -> Result<Vec<SliceRow>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT service, adapter, slice, state FROM slices WHERE world_id = ?1")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([world_id], |r| {
+                Ok(SliceRow {
+                    service: r.get(0)?,
+                    adapter: r.get(1)?,
+                    slice: r.get(2)?,
+                    state: r.get(3)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Forgets a slice.
+    pub fn delete_slice(&self, adapter: &str, slice: &str) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "DELETE FROM slices WHERE adapter = ?1 AND slice = ?2",
+                params![adapter, slice],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Deletes a world with its services and port reservations (one
+    /// transaction, by cascade).
+    pub fn delete_world(&self, id: i64) -> Result<(), RegistryError> {
+        self.conn
+            .execute("DELETE FROM worlds WHERE id = ?1", [id])
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+}

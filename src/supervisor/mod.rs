@@ -1,0 +1,498 @@
+//! The supervisor: one task per service process.
+//!
+//! Each service runs in its own process group (so stopping it reaches npm/pnpm
+//! trees), with stdout and stderr appended straight to its log file — not
+//! through the daemon, so a restarting daemon loses no output. Exits are
+//! reaped as they happen (tokio waits on the child through SIGCHLD, no
+//! polling). What to do after an exit is [`restart::decide`].
+
+pub mod health;
+pub mod logs;
+pub mod restart;
+
+use crate::config::Restart;
+use crate::platform;
+use health::ProbeSpec;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Log files roll at this size when the service (re)starts.
+pub const LOG_ROLL_BYTES: u64 = 5 * 1024 * 1024;
+/// Rolled generations kept.
+pub const LOG_GENERATIONS: u32 = 3;
+
+/// A fully rendered service, ready to run.
+#[derive(Clone)]
+pub struct ServiceSpec {
+    /// Service name.
+    pub name: String,
+    /// Shell command line (rendered).
+    pub cmd: String,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// The complete environment.
+    pub env: Vec<(String, String)>,
+    /// Log file.
+    pub log: PathBuf,
+    /// Primary port, if any.
+    pub port: Option<u16>,
+    /// Health probe and its timing.
+    pub health: Option<(ProbeSpec, Duration, Duration)>,
+    /// Restart policy.
+    pub restart: Restart,
+    /// Stop signal name (`SIGTERM`…).
+    pub stop_signal: String,
+    /// Grace before SIGKILL.
+    pub stop_timeout: Duration,
+    /// Globs (relative to `watch_root`) that restart the service on change.
+    pub watch: Vec<String>,
+    /// Folder the watch globs are relative to.
+    pub watch_root: PathBuf,
+}
+
+// Hand-written so environment values (which may hold credentials) never
+// reach a log through `{:?}`.
+impl std::fmt::Debug for ServiceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceSpec")
+            .field("name", &self.name)
+            .field("cwd", &self.cwd)
+            .field("env", &format_args!("<{} variables>", self.env.len()))
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A service's state, as the supervisor sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Process started; health probe pending.
+    Starting {
+        /// Its pid (and process group).
+        pid: u32,
+    },
+    /// Running (and healthy, if it has a probe).
+    Running {
+        /// Its pid.
+        pid: u32,
+    },
+    /// Running, but its probe did not pass within the timeout.
+    Unhealthy {
+        /// Its pid.
+        pid: u32,
+        /// Why.
+        reason: String,
+    },
+    /// Exited; will start again after a delay.
+    Backoff {
+        /// The delay.
+        delay: Duration,
+    },
+    /// Stopped for good: by request, or the policy says not to restart.
+    Stopped {
+        /// Exit description, when it exited on its own.
+        exit: Option<String>,
+    },
+    /// Gave up, or could not start at all.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl State {
+    /// The word `status` shows.
+    pub fn label(&self) -> &'static str {
+        match self {
+            State::Starting { .. } => "starting",
+            State::Running { .. } => "running",
+            State::Unhealthy { .. } => "unhealthy",
+            State::Backoff { .. } => "restarting",
+            State::Stopped { .. } => "stopped",
+            State::Failed { .. } => "failed",
+        }
+    }
+    /// The pid while a process exists.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            State::Starting { pid } | State::Running { pid } | State::Unhealthy { pid, .. } => {
+                Some(*pid)
+            }
+            _ => None,
+        }
+    }
+    /// Whether the state will not change without a request.
+    pub fn is_settled(&self) -> bool {
+        !matches!(self, State::Starting { .. } | State::Backoff { .. })
+    }
+}
+
+/// Something the daemon records (registry, event log).
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A process started.
+    Started {
+        /// Pid = process group id.
+        pid: u32,
+        /// Start time in clock ticks since boot.
+        start_time: Option<u64>,
+    },
+    /// The state changed.
+    State(State),
+    /// Restarting after an exit.
+    Restarting {
+        /// How it exited.
+        exit: String,
+        /// After this delay.
+        delay: Duration,
+    },
+    /// Gave up after too many failures.
+    GaveUp {
+        /// Why.
+        reason: String,
+    },
+    /// A watched file changed.
+    WatchRestart,
+}
+
+/// What the daemon can ask of a running service task.
+enum Control {
+    Stop(oneshot::Sender<()>),
+    Restart,
+}
+
+/// Controls one service task.
+pub struct Handle {
+    /// Current state.
+    pub state: watch::Receiver<State>,
+    ctl: mpsc::UnboundedSender<Control>,
+}
+
+impl Handle {
+    /// Stops the service (signal, grace, SIGKILL to the whole group) and waits
+    /// until it is down. A service that already ended returns at once.
+    pub async fn stop(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.ctl.send(Control::Stop(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Waits until the first start settles: healthy, unhealthy, failed or
+    /// stopped.
+    pub async fn wait_settled(&mut self) -> State {
+        loop {
+            let s = self.state.borrow_and_update().clone();
+            if s.is_settled() {
+                return s;
+            }
+            if self.state.changed().await.is_err() {
+                return self.state.borrow().clone();
+            }
+        }
+    }
+}
+
+/// Receives everything worth recording, called inline by the service task
+/// before the state it reports becomes visible on [`Handle::state`], so a
+/// reader of the state never sees it ahead of the record.
+pub type Recorder = std::sync::Arc<dyn Fn(Event) + Send + Sync>;
+
+/// Starts supervising `spec`.
+pub fn spawn(spec: ServiceSpec, events: Recorder) -> Handle {
+    let (state_tx, state_rx) = watch::channel(State::Starting { pid: 0 });
+    let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+    let watcher = start_watcher(&spec, ctl_tx.clone());
+    tokio::spawn(async move {
+        let _watcher = watcher;
+        run(spec, state_tx, ctl_rx, events).await;
+    });
+    Handle {
+        state: state_rx,
+        ctl: ctl_tx,
+    }
+}
+
+fn start_watcher(
+    spec: &ServiceSpec,
+    ctl: mpsc::UnboundedSender<Control>,
+) -> Option<notify_debouncer_mini::Debouncer<notify::RecommendedWatcher>> {
+    if spec.watch.is_empty() {
+        return None;
+    }
+    let mut builder = globset::GlobSetBuilder::new();
+    for g in &spec.watch {
+        if let Ok(glob) = globset::Glob::new(g) {
+            builder.add(glob);
+        }
+    }
+    let set = builder.build().ok()?;
+    let root = spec.watch_root.clone();
+    let root_cb = root.clone();
+    let mut debouncer = notify_debouncer_mini::new_debouncer(
+        Duration::from_millis(300),
+        move |res: notify_debouncer_mini::DebounceEventResult| {
+            let Ok(events) = res else { return };
+            let hit = events.iter().any(|e| {
+                e.path
+                    .strip_prefix(&root_cb)
+                    .is_ok_and(|rel| set.is_match(rel))
+            });
+            if hit {
+                let _ = ctl.send(Control::Restart);
+            }
+        },
+    )
+    .ok()?;
+    debouncer
+        .watcher()
+        .watch(&root, notify::RecursiveMode::Recursive)
+        .ok()?;
+    Some(debouncer)
+}
+
+fn spawn_process(spec: &ServiceSpec) -> std::io::Result<tokio::process::Child> {
+    logs::roll(&spec.log, LOG_ROLL_BYTES, LOG_GENERATIONS);
+    let out = logs::open_append(&spec.log)?;
+    let err = out.try_clone()?;
+    let mut c = tokio::process::Command::new("/bin/sh");
+    c.arg("-c")
+        .arg(&spec.cmd)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        // Its own group, so a stop reaches every descendant.
+        .process_group(0)
+        // The daemon may exit or restart; the service must not die with it.
+        .kill_on_drop(false);
+    c.spawn()
+}
+
+fn describe(status: std::io::Result<std::process::ExitStatus>) -> (bool, String) {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) if s.success() => (true, "exited with code 0".into()),
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(c), _) => (false, format!("exited with code {c}")),
+            (_, Some(sig)) => (false, format!("killed by signal {sig}")),
+            _ => (false, format!("exited ({s})")),
+        },
+        Err(e) => (false, format!("wait failed: {e}")),
+    }
+}
+
+/// Stops a process group: `signal`, up to `grace` for the whole group to go,
+/// then SIGKILL. Waits for the leader so it is reaped.
+async fn stop_group(child: &mut tokio::process::Child, pgid: u32, signal: &str, grace: Duration) {
+    let sig = platform::signal_by_name(signal);
+    let _ = platform::signal_group(pgid, sig);
+    let deadline = tokio::time::Instant::now() + grace;
+    let _ = tokio::time::timeout_at(deadline, child.wait()).await;
+    // The leader may be gone while grandchildren linger; check the group
+    // until the grace ends (bounded: only while stopping).
+    let mut pause = Duration::from_millis(5);
+    while platform::group_alive(pgid) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+    let _ = platform::signal_group(pgid, Some(nix::sys::signal::Signal::SIGKILL));
+    let _ = child.wait().await;
+}
+
+/// Probes until it passes (Ok) or the timeout ends (Err with the last reason).
+async fn probe_until_healthy(
+    probe: &ProbeSpec,
+    timeout: Duration,
+    interval: Duration,
+) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let per_attempt = interval
+        .max(Duration::from_millis(500))
+        .min(Duration::from_secs(5));
+    loop {
+        let last = match health::attempt(probe, per_attempt).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if tokio::time::Instant::now() + interval >= deadline {
+            return Err(last);
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+async fn run(
+    spec: ServiceSpec,
+    state: watch::Sender<State>,
+    mut ctl: mpsc::UnboundedReceiver<Control>,
+    events: Recorder,
+) {
+    let set = |s: State| {
+        events(Event::State(s.clone()));
+        let _ = state.send(s);
+    };
+    let mut history: VecDeque<Instant> = VecDeque::new();
+    let mut ever_healthy = false;
+    loop {
+        let mut child = match spawn_process(&spec) {
+            Ok(c) => c,
+            Err(e) => {
+                set(State::Failed {
+                    reason: format!("cannot start `{}`: {e}", spec.name),
+                });
+                return;
+            }
+        };
+        let pid = child.id().unwrap_or(0);
+        events(Event::Started {
+            pid,
+            start_time: platform::process_start_time(pid),
+        });
+        set(State::Starting { pid });
+
+        // Phase 1: until healthy (or no probe), unless it exits or is stopped.
+        let healthy = async {
+            match &spec.health {
+                Some((probe, timeout, interval)) => {
+                    probe_until_healthy(probe, *timeout, *interval).await
+                }
+                None => Ok(()),
+            }
+        };
+        tokio::pin!(healthy);
+        let mut exit: Option<std::io::Result<std::process::ExitStatus>> = None;
+        let mut phase1_done = false;
+        while !phase1_done && exit.is_none() {
+            tokio::select! {
+                r = &mut healthy => {
+                    phase1_done = true;
+                    match r {
+                        Ok(()) => { ever_healthy = true; set(State::Running { pid }); }
+                        Err(reason) => set(State::Unhealthy { pid, reason: unhealthy_reason(&spec, pid, reason) }),
+                    }
+                }
+                st = child.wait() => exit = Some(st),
+                c = ctl.recv() => match c {
+                    Some(Control::Stop(done)) => {
+                        stop_group(&mut child, pid, &spec.stop_signal, spec.stop_timeout).await;
+                        set(State::Stopped { exit: None });
+                        let _ = done.send(());
+                        return;
+                    }
+                    Some(Control::Restart) => {
+                        events(Event::WatchRestart);
+                        stop_group(&mut child, pid, &spec.stop_signal, spec.stop_timeout).await;
+                        exit = None;
+                        phase1_done = true;
+                        continue;
+                    }
+                    None => return,
+                },
+            }
+        }
+        // Phase 2: running until it exits or we are asked to stop/restart.
+        let mut restart_now = false;
+        if exit.is_none()
+            && matches!(
+                state.borrow().clone(),
+                State::Running { .. } | State::Unhealthy { .. }
+            )
+        {
+            tokio::select! {
+                st = child.wait() => exit = Some(st),
+                c = ctl.recv() => match c {
+                    Some(Control::Stop(done)) => {
+                        stop_group(&mut child, pid, &spec.stop_signal, spec.stop_timeout).await;
+                        set(State::Stopped { exit: None });
+                        let _ = done.send(());
+                        return;
+                    }
+                    Some(Control::Restart) => {
+                        events(Event::WatchRestart);
+                        stop_group(&mut child, pid, &spec.stop_signal, spec.stop_timeout).await;
+                        restart_now = true;
+                    }
+                    None => return,
+                },
+            }
+        } else if exit.is_none() {
+            // Restart requested during start-up.
+            restart_now = true;
+        }
+        if restart_now {
+            continue;
+        }
+        // It exited on its own. Leave no stray descendants holding its port.
+        let _ = platform::signal_group(pid, Some(nix::sys::signal::Signal::SIGKILL));
+        let (success, how) = describe(exit.expect("exit recorded"));
+        if !ever_healthy {
+            // It never came up: restarting would only repeat the failure, and
+            // `up` should report it now.
+            set(State::Failed {
+                reason: format!("{how} before it became ready"),
+            });
+            return;
+        }
+        match restart::decide(&spec.restart, success, &mut history, Instant::now()) {
+            restart::Decision::Stop => {
+                set(State::Stopped { exit: Some(how) });
+                return;
+            }
+            restart::Decision::GiveUp => {
+                let reason = format!(
+                    "gave up: {} exits within {:?} (last: {how})",
+                    spec.restart.max_failures, spec.restart.failure_window
+                );
+                events(Event::GaveUp {
+                    reason: reason.clone(),
+                });
+                set(State::Failed { reason });
+                return;
+            }
+            restart::Decision::Restart(delay) => {
+                events(Event::Restarting { exit: how, delay });
+                set(State::Backoff { delay });
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    c = ctl.recv() => match c {
+                        Some(Control::Stop(done)) => {
+                            set(State::Stopped { exit: None });
+                            let _ = done.send(());
+                            return;
+                        }
+                        Some(Control::Restart) => {}
+                        None => return,
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// Explains a failed probe; when nothing listens on the assigned port but
+/// the process tree listens elsewhere, says so (the service ignores `$PORT`).
+fn unhealthy_reason(spec: &ServiceSpec, pid: u32, last: String) -> String {
+    let Some(port) = spec
+        .health
+        .as_ref()
+        .and_then(|(p, _, _)| p.port())
+        .filter(|p| Some(*p) == spec.port)
+    else {
+        return last;
+    };
+    let listening = platform::listening_ports(&platform::process_tree(pid));
+    if listening.contains(&port) || listening.is_empty() {
+        return last;
+    }
+    let list: Vec<String> = listening.iter().map(|p| p.to_string()).collect();
+    format!(
+        "nothing listens on its assigned port {port}, but its processes listen on {}; pass ${{self.port}} (or read $PORT) in its cmd",
+        list.join(", ")
+    )
+}
