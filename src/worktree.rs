@@ -32,11 +32,21 @@ pub enum WorktreeError {
     #[error("{0} already exists and is not a worktree of this repository")]
     PathTaken(PathBuf),
     /// Anything libgit2 reports.
-    #[error("git: {0}")]
+    #[error("git: {}", git_message(.0))]
     Git(#[from] git2::Error),
     /// File system errors.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+/// libgit2 sometimes reports an empty message; name the class and code then.
+fn git_message(e: &git2::Error) -> String {
+    let m = e.message().trim();
+    if m.is_empty() || m == "no error" {
+        format!("{:?} error ({:?})", e.class(), e.code())
+    } else {
+        m.to_owned()
+    }
 }
 
 /// Where a project lives.

@@ -32,6 +32,9 @@ pub(crate) struct Worlds {
     runtimes: Mutex<HashMap<i64, Arc<Runtime>>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     golden: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// libgit2 is not safe for concurrent changes to one repository (refs,
+    /// `.git/worktrees`), so worktree changes are serialised per repository.
+    repos: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Supervised processes of one world.
@@ -49,6 +52,10 @@ impl Worlds {
     fn golden_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.golden.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(key.to_owned()).or_default().clone()
+    }
+    fn repo_lock(&self, main: &Path) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.repos.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(main.to_path_buf()).or_default().clone()
     }
     fn runtime(&self, id: i64) -> Option<Arc<Runtime>> {
         self.runtimes
@@ -313,6 +320,8 @@ async fn up_locked(
         None => worktree::default_root(&loc.main),
     };
     let (main, branch, slug2) = (loc.main.clone(), name.to_owned(), slug.clone());
+    let repo_lock = d.worlds.repo_lock(&loc.main);
+    let repo_guard = repo_lock.lock().await;
     let ensured = tokio::task::spawn_blocking(move || {
         worktree::ensure(&main, &branch, &slug2, &root)
     })
@@ -1291,6 +1300,8 @@ pub(crate) async fn remove(
     }
     let main = loc.main.clone();
     let p2 = path.clone();
+    let repo_lock = d.worlds.repo_lock(&loc.main);
+    let _repo_guard = repo_lock.lock().await;
     tokio::task::spawn_blocking(move || worktree::remove(&main, &p2))
         .await
         .map_err(internal)?

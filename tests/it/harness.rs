@@ -104,6 +104,28 @@ impl Drop for Home {
         {
             kill9(pid);
         }
+        // Stopping the daemon leaves services running (by design); a test
+        // must not, so kill every process group the registry still records.
+        for pgid in self.recorded_groups() {
+            let _ = Command::new("kill")
+                .args(["-9", "--", &format!("-{pgid}")])
+                .status();
+        }
+    }
+}
+
+impl Home {
+    /// Process groups of services the registry says are running.
+    pub fn recorded_groups(&self) -> Vec<u32> {
+        let Ok(conn) = rusqlite::Connection::open(self.file("registry.db")) else {
+            return Vec::new();
+        };
+        let Ok(mut stmt) = conn.prepare("SELECT pgid FROM services WHERE pgid IS NOT NULL") else {
+            return Vec::new();
+        };
+        stmt.query_map([], |r| r.get::<_, u32>(0))
+            .map(|rows| rows.flatten().filter(|p| *p > 1).collect())
+            .unwrap_or_default()
     }
 }
 

@@ -3,3 +3,5 @@
 
 mod daemon;
 mod harness;
+mod project;
+mod world;

@@ -1,0 +1,151 @@
+//! Real git repositories with a binky.toml, for world tests.
+
+#![allow(dead_code)]
+
+use crate::harness::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A git repository in a temp folder with one commit holding `binky.toml`
+/// (in `subdir`, "" for the root) and any extra files.
+pub struct Repo {
+    dir: tempfile::TempDir,
+    /// The main worktree.
+    pub main: PathBuf,
+    /// The project folder (holding binky.toml).
+    pub project: PathBuf,
+}
+
+/// Runs git in `dir`, asserting success; returns stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl Repo {
+    /// A repository whose project lives in `subdir`.
+    pub fn with(subdir: &str, toml: &str, files: &[(&str, &str)]) -> Repo {
+        let dir = tempfile::Builder::new()
+            .prefix("bkr")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let main = dir.path().join("app");
+        let project = main.join(subdir);
+        std::fs::create_dir_all(&project).unwrap();
+        git(&main, &["init", "-q", "-b", "main"]);
+        std::fs::write(project.join("binky.toml"), toml).unwrap();
+        for (name, text) in files {
+            let p = project.join(name);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        git(&main, &["add", "-A"]);
+        git(&main, &["commit", "-qm", "init"]);
+        Repo { dir, main, project }
+    }
+
+    /// A repository with the project at its root.
+    pub fn new(toml: &str) -> Repo {
+        Self::with("", toml, &[])
+    }
+
+    /// Where Binky puts worktrees by default.
+    pub fn worktree_root(&self) -> PathBuf {
+        self.dir.path().join("app.worktrees")
+    }
+
+    /// `binky ARGS` run inside the project folder.
+    pub fn cmd(&self, home: &Home, args: &[&str]) -> Command {
+        let mut c = home.cmd(args);
+        c.current_dir(&self.project);
+        c
+    }
+
+    /// Runs `binky ARGS` in the project folder.
+    pub fn run(&self, home: &Home, args: &[&str]) -> Out {
+        Out(self.cmd(home, args).output().unwrap())
+    }
+
+    /// Runs and asserts exit 0.
+    pub fn ok(&self, home: &Home, args: &[&str]) -> Out {
+        let out = self.run(home, args);
+        assert_eq!(out.code(), 0, "binky {args:?} failed:\n{out}");
+        out
+    }
+
+    /// `binky status --json` for this project's worlds: name → world JSON.
+    pub fn worlds(&self, home: &Home) -> serde_json::Map<String, serde_json::Value> {
+        let st = self.ok(home, &["status", "--json"]).json();
+        let mut out = serde_json::Map::new();
+        for p in st["projects"].as_array().unwrap() {
+            for w in p["worlds"].as_array().unwrap() {
+                out.insert(w["name"].as_str().unwrap().to_owned(), w.clone());
+            }
+        }
+        out
+    }
+}
+
+/// A `[project]` header with a private port range of `n` free ports, so
+/// parallel tests never compete for ports.
+pub fn project_header(name: &str, n: u16) -> String {
+    let (lo, hi) = free_range(n);
+    format!("[project]\nname = \"{name}\"\nport_range = [{lo}, {hi}]\n")
+}
+
+/// A run of `n` consecutive ports, free now, chosen at random so parallel
+/// tests rarely pick the same run.
+pub fn free_range(n: u16) -> (u16, u16) {
+    use std::net::TcpListener;
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos() as u64;
+    let mut lo = 25000 + (seed % 5000) as u16;
+    loop {
+        let hi = lo + n - 1;
+        if (lo..=hi).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return (lo, hi);
+        }
+        lo = lo.wrapping_add(n).max(25000);
+        if lo > 31000 {
+            lo = 25000;
+        }
+    }
+}
+
+/// A process service serving HTTP on its port with a health probe.
+pub fn http_service(name: &str, extra: &str) -> String {
+    format!(
+        "[services.{name}]\ncmd = \"exec python3 -m http.server ${{self.port}} --bind 127.0.0.1\"\nurl = \"{name}\"\nhealth = {{ http = \"/\", timeout = \"20s\", interval = \"50ms\" }}\n{extra}\n"
+    )
+}
+
+/// Pids of live processes whose command line contains `marker`.
+pub fn pids_with(marker: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline"))
+            && String::from_utf8_lossy(&cmd).contains(marker)
+            && alive(pid)
+            && pid != std::process::id()
+        {
+            out.push(pid);
+        }
+    }
+    out
+}

@@ -1,0 +1,524 @@
+//! The main job: `up`, `down`, `reload`, `remove`, `status`, `env`, `logs`
+//! against real git repositories and real processes.
+
+use crate::harness::*;
+use crate::project::*;
+use std::collections::HashSet;
+use std::time::Duration;
+
+fn two_services(name: &str) -> String {
+    format!(
+        "{}{}{}",
+        project_header(name, 40),
+        http_service("api", ""),
+        http_service(
+            "web",
+            "depends_on = [\"api\"]\nenv = { API = \"${api.local_url}\" }"
+        )
+    )
+}
+
+fn ports_of(world: &serde_json::Value) -> Vec<u64> {
+    world["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["port"].as_u64())
+        .collect()
+}
+
+#[test]
+fn up_prints_services_status_down_and_up_again_keeps_ports() {
+    let home = Home::new();
+    let repo = Repo::new(&two_services("acme"));
+    let out = repo.ok(&home, &["up", "login-fix"]);
+    let text = out.stdout();
+    assert!(text.contains("✓ up: login-fix (2 service(s))"), "{out}");
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with("api  pid ")),
+        "{out}"
+    );
+    let w = &repo.worlds(&home)["login-fix"];
+    assert_eq!(w["state"], "running");
+    let ports = ports_of(w);
+    assert_eq!(ports.len(), 2);
+    // The service really listens where Binky says.
+    for p in &ports {
+        assert!(std::net::TcpStream::connect(("127.0.0.1", *p as u16)).is_ok());
+    }
+    let status = repo.ok(&home, &["status"]).stdout();
+    assert!(
+        status.starts_with("acme\n  login-fix  [running]\n"),
+        "{status}"
+    );
+    // up again: a fast no-op with the same pids.
+    let pids = |w: &serde_json::Value| -> Vec<u64> {
+        w["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["pid"].as_u64())
+            .collect()
+    };
+    let before = pids(w);
+    repo.ok(&home, &["up", "login-fix"]);
+    assert_eq!(pids(&repo.worlds(&home)["login-fix"]), before);
+    // down stops the processes and keeps ports.
+    repo.ok(&home, &["down", "login-fix"]);
+    let w = &repo.worlds(&home)["login-fix"];
+    assert_eq!(w["state"], "stopped");
+    for p in &ports {
+        assert!(wait_until(Duration::from_secs(5), || {
+            std::net::TcpStream::connect(("127.0.0.1", *p as u16)).is_err()
+        }));
+    }
+    repo.ok(&home, &["up", "login-fix"]);
+    assert_eq!(ports_of(&repo.worlds(&home)["login-fix"]), ports);
+    // reload: same ports, new processes.
+    let before = pids(&repo.worlds(&home)["login-fix"]);
+    let out = repo.ok(&home, &["reload", "login-fix"]);
+    assert!(out.stdout().contains("✓ reloaded: login-fix"), "{out}");
+    let w = &repo.worlds(&home)["login-fix"];
+    assert_eq!(ports_of(w), ports);
+    assert_ne!(pids(w), before);
+}
+
+#[test]
+fn two_worlds_share_no_port_and_env_names_them() {
+    let home = Home::new();
+    let repo = Repo::new(&two_services("acme"));
+    repo.ok(&home, &["up", "a"]);
+    repo.ok(&home, &["up", "b"]);
+    let worlds = repo.worlds(&home);
+    let pa: HashSet<u64> = ports_of(&worlds["a"]).into_iter().collect();
+    let pb: HashSet<u64> = ports_of(&worlds["b"]).into_iter().collect();
+    assert_eq!(pa.len() + pb.len(), 4);
+    assert!(pa.is_disjoint(&pb));
+    let env = repo.ok(&home, &["env", "a"]).json();
+    let web = env["web"].as_str().unwrap();
+    assert!(web.starts_with("http://web.a.acme.localhost"), "{env}");
+    let dotenv = repo.ok(&home, &["env", "a", "--dotenv"]).stdout();
+    assert!(
+        dotenv.contains("WEB_URL='http://web.a.acme.localhost"),
+        "{dotenv}"
+    );
+    assert!(dotenv.contains("BINKY_WORLD='a'"), "{dotenv}");
+}
+
+#[test]
+fn fifteen_worlds_from_fifteen_clients_are_all_healthy_on_distinct_ports() {
+    let home = Home::new();
+    // Exactly 30 ports: 15 worlds × 2 services. A 16th world must not fit.
+    let (lo, hi) = free_range(30);
+    let toml = format!(
+        "[project]\nname = \"swarm\"\nport_range = [{lo}, {hi}]\n{}{}",
+        http_service("api", ""),
+        http_service("web", "depends_on = [\"api\"]")
+    );
+    let repo = Repo::new(&toml);
+    let children: Vec<_> = (0..15)
+        .map(|i| {
+            repo.cmd(&home, &["up", &format!("race-{i}")])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = Out(c.wait_with_output().unwrap());
+        assert_eq!(out.code(), 0, "{out}");
+    }
+    let worlds = repo.worlds(&home);
+    assert_eq!(worlds.len(), 15);
+    let mut all = HashSet::new();
+    for (name, w) in &worlds {
+        assert_eq!(w["state"], "running", "{name}");
+        for p in ports_of(w) {
+            assert!(all.insert(p), "port {p} handed out twice");
+        }
+    }
+    assert_eq!(all.len(), 30);
+    // No service log mentions EADDRINUSE.
+    for entry in walk(&home.file("logs")) {
+        let text = std::fs::read_to_string(&entry).unwrap_or_default();
+        assert!(
+            !text.contains("Address already in use"),
+            "{}",
+            entry.display()
+        );
+    }
+    let out = repo.run(&home, &["up", "one-too-many"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr()
+            .contains(&format!("port range {lo}–{hi} exhausted for project swarm")),
+        "{out}"
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_same_name_upped_twice_at_once_is_one_world() {
+    let home = Home::new();
+    let repo = Repo::new(&two_services("acme"));
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            repo.cmd(&home, &["up", "twin", "--json"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<serde_json::Value> = children
+        .into_iter()
+        .map(|c| {
+            let out = Out(c.wait_with_output().unwrap());
+            assert_eq!(out.code(), 0, "{out}");
+            out.json()
+        })
+        .collect();
+    assert_eq!(outs[0]["world"]["services"], outs[1]["world"]["services"]);
+    assert!(outs.iter().any(|o| o["noop"] == true));
+    assert_eq!(repo.worlds(&home).len(), 1);
+    let git_worktrees = git(&repo.main, &["worktree", "list"]);
+    assert_eq!(git_worktrees.lines().count(), 2, "{git_worktrees}");
+}
+
+#[test]
+fn depends_on_order_is_observed() {
+    let home = Home::new();
+    // web refuses to start unless api already answers on its port.
+    let toml = format!(
+        "{}{}[services.web]\ncmd = \"python3 -c 'import socket,os; socket.create_connection((\\\"127.0.0.1\\\", int(os.environ[\\\"BINKY_PORT_API\\\"])))' && exec python3 -m http.server ${{self.port}} --bind 127.0.0.1\"\nurl = \"web\"\ndepends_on = [\"api\"]\nhealth = {{ http = \"/\", timeout = \"20s\", interval = \"50ms\" }}\n",
+        project_header("order", 10),
+        // api takes a moment before it listens.
+        "[services.api]\ncmd = \"sleep 0.5 && exec python3 -m http.server ${self.port} --bind 127.0.0.1\"\nurl = \"api\"\nhealth = { http = \"/\", timeout = \"20s\", interval = \"50ms\" }\n",
+    );
+    let repo = Repo::new(&toml);
+    let out = repo.ok(&home, &["up", "x"]);
+    let api = out.stdout().find("api  pid").unwrap();
+    let web = out.stdout().find("web  pid").unwrap();
+    assert!(api < web, "{out}");
+    assert_eq!(repo.worlds(&home)["x"]["state"], "running");
+}
+
+#[test]
+fn a_health_timeout_fails_cleanly_with_the_log_tail() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.slow]\ncmd = \"echo booting-but-never-listening; exec sleep 600\"\nurl = \"slow\"\nhealth = {{ http = \"/\", timeout = \"1s\", interval = \"100ms\" }}\n",
+        project_header("hc", 5)
+    );
+    let repo = Repo::new(&toml);
+    let out = repo.run(&home, &["up", "x"]);
+    assert_eq!(out.code(), 1, "{out}");
+    let err = out.stderr();
+    assert!(
+        err.contains("service `slow` failed to start: not healthy"),
+        "{out}"
+    );
+    assert!(err.contains("booting-but-never-listening"), "{out}");
+    assert!(err.contains("binky logs x slow"), "{out}");
+    let w = &repo.worlds(&home)["x"];
+    assert_eq!(w["state"], "failed");
+    assert_eq!(w["services"][0]["state"], "unhealthy");
+}
+
+#[test]
+fn a_service_that_ignores_its_port_is_named_with_the_port_it_uses() {
+    let home = Home::new();
+    let fixed = free_port();
+    let toml = format!(
+        "{}[services.dev]\ncmd = \"exec python3 -m http.server {fixed} --bind 127.0.0.1\"\nurl = \"dev\"\nhealth = {{ http = \"/\", timeout = \"3s\", interval = \"100ms\" }}\n",
+        project_header("s1", 5)
+    );
+    let repo = Repo::new(&toml);
+    let out = repo.run(&home, &["up", "x"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr()
+            .contains("nothing listens on its assigned port"),
+        "{out}"
+    );
+    assert!(
+        out.stderr().contains(&format!("listen on {fixed}")),
+        "{out}"
+    );
+    assert!(out.stderr().contains("${self.port}"), "{out}");
+}
+
+#[test]
+fn restarts_back_off_then_give_up() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.flaky]\ncmd = \"sleep 0.2; exit 3\"\nrestart = {{ policy = \"on-failure\", backoff = \"100ms\", max_backoff = \"200ms\", max_failures = 3, failure_window = \"60s\" }}\n",
+        project_header("flaky", 2)
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "x"]);
+    assert!(
+        wait_until(Duration::from_secs(15), || home
+            .events()
+            .iter()
+            .any(|e| e["event"] == "gave_up")),
+        "no gave_up event: {:?}",
+        home.events()
+    );
+    let restarting = home
+        .events()
+        .iter()
+        .filter(|e| e["event"] == "restarting")
+        .count();
+    assert_eq!(restarting, 2);
+    let w = &repo.worlds(&home)["x"];
+    assert_eq!(w["state"], "failed");
+    assert_eq!(w["services"][0]["state"], "failed");
+    assert_eq!(w["services"][0]["restarts"], 2);
+}
+
+#[test]
+fn down_kills_a_tree_that_ignores_sigterm() {
+    let home = Home::new();
+    let marker = format!("MARK{}", std::process::id());
+    let toml = format!(
+        "{}[services.stubborn]\ncmd = \"python3 -c 'import signal,subprocess,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); subprocess.Popen([\\\"python3\\\", \\\"-c\\\", \\\"import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)\\\", \\\"{marker}\\\"]); time.sleep(600)' {marker}\"\nstop_timeout = \"1s\"\n",
+        project_header("tree", 2)
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "x"]);
+    assert!(wait_until(Duration::from_secs(10), || pids_with(&marker)
+        .len()
+        >= 2));
+    repo.ok(&home, &["down", "x"]);
+    assert!(
+        wait_until(Duration::from_secs(5), || pids_with(&marker).is_empty()),
+        "survivors: {:?}",
+        pids_with(&marker)
+    );
+}
+
+#[test]
+fn remove_refuses_a_dirty_worktree_then_force_removes_everything() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}{}",
+        project_header("rm", 4),
+        http_service("web", "")
+    ));
+    repo.ok(&home, &["up", "feature/x"]);
+    let path = repo.worlds(&home)["feature/x"]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    std::fs::write(format!("{path}/scratch.txt"), "wip").unwrap();
+    let out = repo.run(&home, &["remove", "feature/x"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("?? scratch.txt"), "{out}");
+    assert!(out.stderr().contains("--force"), "{out}");
+    assert!(std::path::Path::new(&path).exists());
+    let port = ports_of(&repo.worlds(&home)["feature/x"])[0];
+    repo.ok(&home, &["remove", "feature/x", "--force"]);
+    assert!(!std::path::Path::new(&path).exists());
+    assert!(repo.worlds(&home).is_empty());
+    assert!(git(&repo.main, &["branch", "--list", "feature/x"]).contains("feature/x"));
+    assert_eq!(git(&repo.main, &["worktree", "list"]).lines().count(), 1);
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::net::TcpStream::connect(("127.0.0.1", port as u16)).is_err()
+    }));
+    let m = home.ok(&["metrics"]).json();
+    assert_eq!(m["port_reservations"], 0);
+}
+
+#[test]
+fn odd_branch_names_get_distinct_valid_slugs() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}{}",
+        project_header("names", 20),
+        http_service("web", "")
+    ));
+    let names = [
+        "feature/Login-Page",
+        "fix/ÜBER_bug.v2",
+        "日本語",
+        "ctd-1744-improve-visibility-of-later-and-undated-notifications-in-the-inbox-view",
+        "feat-x",
+        "feat/x",
+    ];
+    for n in names {
+        repo.ok(&home, &["up", n]);
+    }
+    let worlds = repo.worlds(&home);
+    let mut slugs = HashSet::new();
+    for n in names {
+        let w = &worlds[n];
+        let slug = w["slug"].as_str().unwrap();
+        assert!(slugs.insert(slug.to_owned()), "slug {slug} twice");
+        assert!(slug.len() <= 40 && !slug.is_empty());
+        assert!(
+            slug.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        );
+        // Flat: every worktree sits directly in the root.
+        let path = std::path::Path::new(w["path"].as_str().unwrap());
+        assert_eq!(path.parent().unwrap(), repo.worktree_root());
+        let env = repo.ok(&home, &["env", n]).json();
+        let host = env["web"].as_str().unwrap().trim_start_matches("http://");
+        let host = host.split(':').next().unwrap();
+        assert!(
+            host.split('.').all(|l| !l.is_empty() && l.len() <= 63),
+            "{host}"
+        );
+    }
+    repo.ok(&home, &["remove", "feature/Login-Page"]);
+    let after = repo.worlds(&home);
+    assert_eq!(after.len(), names.len() - 1);
+    assert!(!after.contains_key("feature/Login-Page"));
+}
+
+#[test]
+fn a_port_held_on_ipv6_loopback_only_is_skipped() {
+    let home = Home::new();
+    let (lo, hi) = free_range(6);
+    let holder = match std::net::TcpListener::bind(("::1", lo)) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("SKIP: cannot bind [::1]:{lo} ({e}); no IPv6 loopback here");
+            return;
+        }
+    };
+    let toml = format!(
+        "[project]\nname = \"p1\"\nport_range = [{lo}, {hi}]\n{}",
+        http_service("web", "")
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "a"]);
+    let port = ports_of(&repo.worlds(&home)["a"])[0];
+    assert_ne!(port, lo as u64);
+    assert!(
+        home.events().iter().any(|e| e["event"] == "port_skipped"
+            && e["detail"].as_str().unwrap().contains(&lo.to_string())),
+        "{:?}",
+        home.events()
+    );
+    drop(holder);
+}
+
+#[test]
+fn logs_roll_at_restart_and_logs_command_prefixes_services() {
+    let home = Home::new();
+    // Writes 6 MiB at start, then serves.
+    let toml = format!(
+        "{}[services.chatty]\ncmd = \"python3 -c 'import sys; sys.stdout.write((\\\"x\\\" * 1023 + \\\"\\\\n\\\") * 6144)' && echo ready && exec sleep 600\"\n",
+        project_header("logs", 2)
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "x"]);
+    let dir = home.file("logs/logs/x");
+    let log = dir.join("chatty.log");
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("ready")
+    }));
+    repo.ok(&home, &["reload", "x"]);
+    let rolled = dir.join("chatty.log.1");
+    assert!(rolled.exists(), "no rolled generation");
+    assert!(std::fs::metadata(&rolled).unwrap().len() >= 5 * 1024 * 1024);
+    let out = repo.ok(&home, &["logs", "x", "-n", "1"]);
+    assert!(
+        out.stdout().lines().all(|l| l.starts_with("chatty |")),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_project_in_a_subfolder_runs_in_the_same_subfolder_of_its_worktree() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.where]\ncmd = \"pwd > where.txt; exec sleep 600\"\n",
+        project_header("mono", 2)
+    );
+    let repo = Repo::with("apps/shop", &toml, &[("README.md", "shop")]);
+    repo.ok(&home, &["up", "feat"]);
+    let path = repo.worlds(&home)["feat"]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let expected = std::path::Path::new(&path).join("apps/shop");
+    assert!(wait_until(Duration::from_secs(5), || expected
+        .join("where.txt")
+        .exists()));
+    let cwd = std::fs::read_to_string(expected.join("where.txt")).unwrap();
+    assert_eq!(cwd.trim(), expected.display().to_string());
+}
+
+#[test]
+fn a_deleted_worktree_is_recreated_and_its_slice_reused() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\nmigrate = \"python3 -c 'import os,sqlite3; c=sqlite3.connect(os.environ[\\\"BINKY_SLICE_URL\\\"][9:]); c.execute(\\\"create table t(x)\\\"); c.commit()'\"\n",
+        project_header("w2", 2)
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "feat-a"]);
+    let path = repo.worlds(&home)["feat-a"]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let db = home.file("slices/sqlite/w2_feat-a.sqlite3");
+    // Mark the slice so re-provisioning would be visible.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute("insert into t values (42)", []).unwrap();
+    drop(conn);
+    std::fs::remove_dir_all(&path).unwrap();
+    let out = repo.ok(&home, &["up", "feat-a"]);
+    assert!(
+        out.stderr().contains("was missing and has been re-created"),
+        "{out}"
+    );
+    assert!(std::path::Path::new(&path).join("binky.toml").exists());
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let v: i64 = conn.query_row("select x from t", [], |r| r.get(0)).unwrap();
+    assert_eq!(v, 42, "the slice was re-provisioned");
+}
+
+#[test]
+fn a_branch_checked_out_in_the_main_worktree_fails_before_anything_is_made() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\n",
+        project_header("w2b", 2)
+    );
+    let repo = Repo::new(&toml);
+    git(&repo.main, &["switch", "-q", "-c", "feat-b"]);
+    let out = repo.run(&home, &["up", "feat-b"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr().contains("checked out in the main worktree"),
+        "{out}"
+    );
+    assert!(
+        out.stderr().contains(&repo.main.display().to_string()),
+        "{out}"
+    );
+    assert!(repo.worlds(&home).is_empty());
+    assert!(!home.file("slices/sqlite/w2b_feat-b.sqlite3").exists());
+}
