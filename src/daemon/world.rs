@@ -333,10 +333,11 @@ async fn up_locked(
                 "switch that checkout to another branch, or run `binky up` with a different name"
             }
             worktree::WorktreeError::InvalidBranch(_) => "use a valid git branch name",
-            _ => "see the git error above",
+            _ => "check the repository with `git worktree list` and `git status`",
         };
         ApiError::new(e.to_string()).hint(hint)
     })?;
+    drop(repo_guard);
     if ensured.recreated {
         let msg = format!(
             "the worktree folder {} was missing and has been re-created",
