@@ -55,10 +55,21 @@ impl<'a> Locator<'a> {
     /// Parses `text` for spans. A syntax error leaves a locator that only
     /// converts offsets.
     pub fn new(text: &'a str) -> Self {
-        Locator {
-            text,
-            doc: toml_edit::Document::parse(text).ok(),
-        }
+        // toml_edit only ever sees text the TOML parser accepted: on some
+        // malformed input (e.g. "e= =[\0{e.\nr=e.", found by fuzzing)
+        // toml_edit 0.23 panics ("all items have spans") instead of
+        // returning an error.
+        let doc = if text.parse::<toml::Table>().is_ok() {
+            toml_edit::Document::parse(text).ok()
+        } else {
+            None
+        };
+        Locator { text, doc }
+    }
+
+    /// The span-preserving parse, when the text is valid TOML.
+    pub fn document(&self) -> Option<&toml_edit::Document<&'a str>> {
+        self.doc.as_ref()
     }
 
     /// The source text.
@@ -158,6 +169,34 @@ impl<'a> Locator<'a> {
             None => Some(self.position(span.start)),
         }
     }
+
+    /// The position of byte `offset` of `value`, the string at `path`. Exact
+    /// when the source spells the string without escapes (the usual case);
+    /// otherwise the first `needle` in the source text, as
+    /// [`Locator::locate_within`].
+    pub fn locate_in_value(
+        &self,
+        path: &[Step],
+        value: &str,
+        offset: usize,
+        needle: &str,
+    ) -> Option<Position> {
+        if let Some(span) = self.span(path, false)
+            && let Some(raw) = self.text.get(span.clone())
+        {
+            for q in ["\"\"\"", "'''", "\"", "'"] {
+                if raw.len() >= 2 * q.len()
+                    && raw.starts_with(q)
+                    && raw.ends_with(q)
+                    && raw.get(q.len()..raw.len() - q.len()) == Some(value)
+                    && offset <= value.len()
+                {
+                    return Some(self.position(span.start + q.len() + offset));
+                }
+            }
+        }
+        self.locate_within(path, needle)
+    }
 }
 
 #[cfg(test)]
@@ -196,6 +235,31 @@ mod tests {
             l.locate_within(&keypath!["services", "api", "cmd"], "${self.port}"),
             Some(Position { line: 5, col: 12 })
         );
+    }
+
+    #[test]
+    fn locates_each_repeat_of_a_token() {
+        let src = "[s]\na = \"${x.url} ${x.url}\"\nb = \"\\\"q\\\" ${x.url}\"\n";
+        let l = Locator::new(src);
+        let path = keypath!["s", "a"];
+        let v = "${x.url} ${x.url}";
+        assert_eq!(
+            l.locate_in_value(&path, v, 9, "${x.url}"),
+            Some(Position { line: 2, col: 15 })
+        );
+        // With escapes the source differs from the value: first match.
+        let path = keypath!["s", "b"];
+        assert_eq!(
+            l.locate_in_value(&path, "\"q\" ${x.url}", 4, "${x.url}"),
+            Some(Position { line: 3, col: 12 })
+        );
+    }
+
+    #[test]
+    fn malformed_text_gives_no_spans_and_no_panic() {
+        let l = Locator::new("\ne= =[\0{e.\nr=e.");
+        assert!(l.document().is_none());
+        assert_eq!(l.locate(&keypath!["e"], false), None);
     }
 
     #[test]

@@ -57,6 +57,20 @@ pub fn check_str(text: &str, path: &Path) -> Report {
     cx.finish(config)
 }
 
+/// A piece `value[start..end]` of a string value, e.g. one token.
+#[derive(Clone, Copy)]
+struct At<'s> {
+    value: &'s str,
+    start: usize,
+    end: usize,
+}
+
+impl<'s> At<'s> {
+    fn text(&self) -> &'s str {
+        self.value.get(self.start..self.end).unwrap_or_default()
+    }
+}
+
 struct Cx<'a> {
     loc: &'a Locator<'a>,
     diags: Vec<Diagnostic>,
@@ -74,18 +88,18 @@ impl Cx<'_> {
         self.push_at(severity, code, path, None, message, hint);
     }
 
-    /// Like `push`, but locates `needle` inside the value (a token in a string).
+    /// Like `push`, but locates a piece of the value (a token in a string).
     fn push_at(
         &mut self,
         severity: Severity,
         code: &'static str,
         path: &[Step],
-        needle: Option<&str>,
+        at: Option<At<'_>>,
         message: String,
         hint: Option<String>,
     ) {
-        let pos = match needle {
-            Some(n) => self.loc.locate_within(path, n),
+        let pos = match at {
+            Some(a) => self.loc.locate_in_value(path, a.value, a.start, a.text()),
             None => self.loc.locate(path, false),
         };
         let d = Diagnostic {
@@ -121,23 +135,38 @@ impl Cx<'_> {
     }
 
     /// Turns a serde/TOML error into a located diagnostic with a suggestion.
+    /// Messages speak TOML (`a table`, `an array`), name the key, and never
+    /// quote a string value: it may be a credential in the wrong place.
     fn parse_error(&mut self, e: &toml::de::Error) {
         let msg = e.message().trim().to_owned();
-        let pos = e.span().map(|s| self.loc.position(s.start));
-        let key_path = e
-            .span()
+        let span = e.span();
+        let pos = span.as_ref().map(|s| self.loc.position(s.start));
+        let key_path = span
+            .as_ref()
             .and_then(|s| self.loc_key_at(s.start))
             .unwrap_or_default();
+        let key = key_string(&key_path);
+        let names: Vec<String> = key_path
+            .iter()
+            .map(|s| match s {
+                Step::Key(k) => k.clone(),
+                Step::Index(i) => format!("[{i}]"),
+            })
+            .collect();
         let (code, message, hint) = if let Some(rest) = msg.strip_prefix("unknown field `") {
             let name = rest.split('`').next().unwrap_or_default().to_owned();
-            let table = table_kind(&key_path);
+            let table = if key_path.iter().any(|s| matches!(s, Step::Index(_))) {
+                "unknown"
+            } else {
+                table_kind(&names)
+            };
             let known = raw::known_keys(table);
             let hint = match suggest(&name, known.iter().copied()) {
                 Some(s) => Some(format!("did you mean `{s}`?")),
                 None if !known.is_empty() => Some(format!("known keys here: {}", known.join(", "))),
                 None => None,
             };
-            let where_ = table_label(&key_path);
+            let where_ = table_label(&names);
             (
                 "unknown-key",
                 format!("unknown key `{name}` in {where_}"),
@@ -145,25 +174,86 @@ impl Cx<'_> {
             )
         } else if let Some(rest) = msg.strip_prefix("missing field `") {
             let name = rest.split('`').next().unwrap_or_default();
-            let m = if name == "project" {
-                "missing table [project]".to_owned()
-            } else {
-                format!("missing required key `{name}`")
+            let (m, hint) = match name {
+                "project" => (
+                    "missing table [project]".to_owned(),
+                    Some("add:\n    [project]\n    name = \"myapp\"".to_owned()),
+                ),
+                "name" => (
+                    "[project] has no `name`".to_owned(),
+                    Some(
+                        "add name = \"myapp\" under [project]: a lowercase DNS label used in every hostname"
+                            .to_owned(),
+                    ),
+                ),
+                _ => (format!("missing required key `{name}`"), None),
             };
-            let hint = (name == "project" || name == "name")
-                .then(|| "add:\n    [project]\n    name = \"myapp\"".to_owned());
             ("missing-key", m, hint)
-        } else if msg.starts_with("invalid type") || msg.starts_with("invalid length") {
-            ("invalid-type", msg.replace('\n', " "), None)
+        } else if let Some(rest) = msg.strip_prefix("invalid type: ") {
+            let (found, expected) = rest
+                .split_once(", expected ")
+                .unwrap_or((rest, "another type"));
+            let m = format!(
+                "{} must be {}, not {}",
+                if key.is_empty() {
+                    "this value".to_owned()
+                } else {
+                    format!("`{key}`")
+                },
+                toml_type(expected),
+                found_type(found)
+            );
+            ("invalid-type", m, type_hint(&names))
+        } else if let Some(rest) = msg.strip_prefix("invalid length ") {
+            let (n, expected) = rest
+                .split_once(", expected ")
+                .unwrap_or((rest, "another length"));
+            let what = if key.is_empty() {
+                "this array".to_owned()
+            } else {
+                format!("`{key}`")
+            };
+            let n = n.trim();
+            let els = if n == "1" { "element" } else { "elements" };
+            let m = format!("{what} has {n} {els}; expected {expected}");
+            ("invalid-type", m, type_hint(&names))
+        } else if msg == "duplicate key" {
+            // The span is the repeated key; quote it when it is a short name.
+            let name = span
+                .as_ref()
+                .and_then(|s| self.loc.text().get(s.clone()))
+                .filter(|k| !k.is_empty() && k.len() <= 64 && !k.contains('\n'));
+            let m = match name {
+                Some(k) => format!("duplicate key `{k}`"),
+                None => "duplicate key".to_owned(),
+            };
+            (
+                "syntax",
+                m,
+                Some("a key or table may be defined only once; merge the two".to_owned()),
+            )
+        } else if msg.starts_with("invalid value") {
+            // serde's other value error quotes the value: drop it.
+            let what = if key.is_empty() {
+                "a value".to_owned()
+            } else {
+                format!("`{key}`")
+            };
+            (
+                "invalid-type",
+                format!("{what}: {}", redact_value(&msg)),
+                type_hint(&names),
+            )
         } else {
-            // TOML syntax errors and anything else from the parser.
+            // TOML syntax errors and anything else from the parser. The
+            // parser's messages describe the syntax, never quote values.
             ("syntax", msg.replace('\n', " "), None)
         };
         let mut d = Diagnostic {
             severity: Severity::Error,
             code,
             message,
-            key: key_path.join("."),
+            key,
             line: None,
             column: None,
             hint,
@@ -173,34 +263,156 @@ impl Cx<'_> {
         self.diags.push(d);
     }
 
-    /// The key path whose key starts at `offset`, found by walking the
-    /// span-preserving parse.
-    fn loc_key_at(&self, offset: usize) -> Option<Vec<String>> {
-        let doc = toml_edit::Document::parse(self.loc.text()).ok()?;
-        fn walk(
+    /// The key path whose key or value starts at `offset`, found by walking
+    /// the span-preserving parse (tables, inline tables and arrays).
+    fn loc_key_at(&self, offset: usize) -> Option<Vec<Step>> {
+        use toml_edit::{Item, Value};
+        let doc = self.loc.document()?;
+        fn walk_value(v: &Value, offset: usize, prefix: &mut Vec<Step>) -> Option<Vec<Step>> {
+            match v {
+                Value::InlineTable(t) => walk_table(t, offset, prefix),
+                Value::Array(a) => {
+                    for (i, el) in a.iter().enumerate() {
+                        prefix.push(Step::Index(i));
+                        if el.span().is_some_and(|s| s.start == offset) {
+                            return Some(prefix.clone());
+                        }
+                        if let Some(found) = walk_value(el, offset, prefix) {
+                            return Some(found);
+                        }
+                        prefix.pop();
+                    }
+                    None
+                }
+                _ => None,
+            }
+        }
+        fn walk_item(item: &Item, offset: usize, prefix: &mut Vec<Step>) -> Option<Vec<Step>> {
+            match item {
+                Item::Table(t) => walk_table(t, offset, prefix),
+                Item::Value(v) => walk_value(v, offset, prefix),
+                Item::ArrayOfTables(a) => {
+                    for (i, t) in a.iter().enumerate() {
+                        prefix.push(Step::Index(i));
+                        if t.span().is_some_and(|s| s.start == offset) {
+                            return Some(prefix.clone());
+                        }
+                        if let Some(found) = walk_table(t, offset, prefix) {
+                            return Some(found);
+                        }
+                        prefix.pop();
+                    }
+                    None
+                }
+                Item::None => None,
+            }
+        }
+        fn walk_table(
             t: &dyn toml_edit::TableLike,
             offset: usize,
-            prefix: &mut Vec<String>,
-        ) -> Option<Vec<String>> {
+            prefix: &mut Vec<Step>,
+        ) -> Option<Vec<Step>> {
             for (k, item) in t.iter() {
-                prefix.push(k.to_owned());
+                prefix.push(Step::Key(k.to_owned()));
                 let key_span = t.key(k).and_then(|kk| kk.span());
                 if key_span.as_ref().is_some_and(|s| s.start == offset)
                     || item.span().is_some_and(|s| s.start == offset)
                 {
                     return Some(prefix.clone());
                 }
-                if let Some(inner) = item.as_table_like()
-                    && let Some(found) = walk(inner, offset, prefix)
-                {
+                if let Some(found) = walk_item(item, offset, prefix) {
                     return Some(found);
                 }
                 prefix.pop();
             }
             None
         }
-        walk(doc.as_table(), offset, &mut Vec::new())
+        walk_table(doc.as_table(), offset, &mut Vec::new())
     }
+}
+
+/// serde's name for an expected type, in TOML's words.
+fn toml_type(expected: &str) -> String {
+    let e = expected.trim();
+    if e.starts_with("struct ") || e == "a map" || e == "map" {
+        return "a table".to_owned();
+    }
+    match e {
+        "a sequence" | "sequence" => "an array".to_owned(),
+        "i64" | "i32" | "u64" | "u32" | "u16" | "u8" | "i8" | "i16" | "an integer" => {
+            "an integer".to_owned()
+        }
+        "f64" | "f32" => "a number".to_owned(),
+        "a boolean" | "bool" => "`true` or `false`".to_owned(),
+        _ => e.to_owned(),
+    }
+}
+
+/// serde's description of what was found, in TOML's words, without the value
+/// of a string (it may be a credential).
+fn found_type(found: &str) -> String {
+    let f = found.trim();
+    let kind = f.split([' ', '`', '"']).next().unwrap_or(f);
+    match kind {
+        "string" | "char" => "a string".to_owned(),
+        "sequence" => "an array".to_owned(),
+        "map" | "newtype" | "enum" => "a table".to_owned(),
+        "boolean" => format!("the boolean {}", f.trim_start_matches("boolean").trim()),
+        "integer" => format!("the integer {}", f.trim_start_matches("integer").trim()),
+        "floating" => format!(
+            "the float {}",
+            f.trim_start_matches("floating point").trim()
+        ),
+        "unit" => "an empty value".to_owned(),
+        _ => redact_value(f),
+    }
+}
+
+/// Drops any `"…"`-quoted text from a parser message.
+fn redact_value(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut in_quote = false;
+    for c in msg.chars() {
+        if c == '"' {
+            if !in_quote {
+                out.push_str("\"…");
+            } else {
+                out.push('"');
+            }
+            in_quote = !in_quote;
+        } else if !in_quote {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// What to write instead, for the keys whose type is easy to get wrong.
+fn type_hint(path: &[String]) -> Option<String> {
+    let p: Vec<&str> = path.iter().map(|s| s.as_str()).collect();
+    let h = match p.as_slice() {
+        ["project"] | ["services"] | ["agents"] => {
+            format!("`{}` is a table: write [{}] on its own line, then its keys", p[0], p[0])
+        }
+        ["project", "port_range"] => "write port_range = [20000, 24999] (first and last port)".to_owned(),
+        ["project", "https"] => "write https = true or https = false".to_owned(),
+        ["services", _] => {
+            "each service is a table: [services.NAME] with `cmd` (a process) or `adapter` (a resource)".to_owned()
+        }
+        ["services", _, "cmd" | "migrate" | "seed"] => {
+            format!("write the command line as one string: {} = \"serve --port ${{self.port}}\"", p[2])
+        }
+        ["services", _, "env"] => {
+            "write env as a table: env = { NAME = \"value\" } or a [services.NAME.env] section".to_owned()
+        }
+        ["services", _, "env", _] => "an env value is a string, number or boolean".to_owned(),
+        ["services", _, k @ ("ports" | "depends_on" | "watch" | "clone_inputs"), ..]
+        | ["agents", k @ ("expose" | "verify"), ..] => {
+            format!("write an array of strings: {k} = [\"…\", \"…\"]")
+        }
+        _ => return None,
+    };
+    Some(h)
 }
 
 /// Which table's known keys apply to a key path.
@@ -287,7 +499,7 @@ fn check_globs(cx: &mut Cx<'_>, path: &[Step], globs: &[String]) {
 }
 
 fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Config> {
-    let project = build_project(cx, &raw.project);
+    let (project, range) = build_project(cx, &raw.project);
     let mut services = IndexMap::new();
     for (name, rs) in &raw.services {
         if let Some(s) = build_service(cx, name, rs) {
@@ -295,16 +507,15 @@ fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Config> {
         }
     }
     let agents = build_agents(cx, raw.agents.as_ref(), &raw.services);
-    let project = project?;
-    if services.len() != raw.services.len() {
-        // Errors were recorded; the cross-service checks below still run on
-        // what was valid so one pass reports as much as it can.
-    }
+    // The cross-service checks run even when the project or some services
+    // had errors (recorded already), so one pass reports as much as it can.
     let declared: BTreeSet<&str> = raw.services.keys().map(|k| k.as_str()).collect();
     check_graph(cx, &services, &declared);
     check_urls(cx, &services);
-    check_tokens(cx, &project, &services, &declared);
+    check_tokens(cx, range, &services, &declared);
+    check_verify_tokens(cx, &agents, &services, &declared);
     check_credentials(cx, &raw);
+    let project = project?;
     let root = path
         .parent()
         .map(|p| {
@@ -325,16 +536,22 @@ fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Config> {
     })
 }
 
-fn build_project(cx: &mut Cx<'_>, p: &raw::RawProject) -> Option<Project> {
+/// The project, or `None` after errors; and the port range to lint literal
+/// ports against (`None` when `port_range` itself is invalid).
+fn build_project(cx: &mut Cx<'_>, p: &raw::RawProject) -> (Option<Project>, Option<PortRange>) {
     let mut ok = true;
     if !is_dns_label(&p.name) {
         ok = false;
+        let what = if p.name.is_empty() {
+            "project name is empty; it".to_owned()
+        } else {
+            format!("project name `{}`", p.name)
+        };
         cx.error(
             "invalid-name",
             &keypath!["project", "name"],
             format!(
-                "project name `{}` must be a lowercase DNS label (a-z, 0-9, `-`; at most 63; not starting or ending with `-`)",
-                p.name
+                "{what} must be a lowercase DNS label (a-z, 0-9, `-`; at most 63; not starting or ending with `-`)"
             ),
             Some(format!("try `{}`", crate::slug::dns_label_hint(&p.name))),
         );
@@ -355,11 +572,13 @@ fn build_project(cx: &mut Cx<'_>, p: &raw::RawProject) -> Option<Project> {
         }
         None => format!("{}.localhost", p.name),
     };
+    let mut range_ok = true;
     let port_range = match p.port_range {
         None => DEFAULT_PORT_RANGE,
         Some([lo, hi]) => {
             if !(1..=65535).contains(&lo) || !(1..=65535).contains(&hi) || lo > hi {
                 ok = false;
+                range_ok = false;
                 cx.error(
                     "invalid-port-range",
                     &keypath!["project", "port_range"],
@@ -388,27 +607,38 @@ fn build_project(cx: &mut Cx<'_>, p: &raw::RawProject) -> Option<Project> {
             }
         }
     };
-    ok.then(|| Project {
+    let project = ok.then(|| Project {
         name: p.name.clone(),
         domain,
         https: p.https.unwrap_or(false),
         port_range,
         worktree_root: p.worktree_root.clone(),
         env_file: p.env_file.clone(),
-    })
+    });
+    (project, range_ok.then_some(port_range))
 }
 
 fn build_service(cx: &mut Cx<'_>, name: &str, rs: &RawService) -> Option<Service> {
     let base = keypath!["services", name];
     if !is_service_name(name) || RESERVED_NAMES.contains(&name) {
-        let why = if RESERVED_NAMES.contains(&name) {
-            format!("service name `{name}` is reserved (it is a token prefix)")
+        let (why, hint) = if RESERVED_NAMES.contains(&name) {
+            (
+                format!("service name `{name}` is reserved (it is a token prefix)"),
+                "`self`, `env`, `worktree` and `project` start tokens such as ${env.HOME}; rename the service".to_owned(),
+            )
         } else {
-            format!(
-                "service name `{name}` must start with a lowercase letter and use only a-z, 0-9, `-`, `_` (at most 63)"
+            let mut try_ = crate::slug::dns_label_hint(name);
+            if !try_.starts_with(|c: char| c.is_ascii_lowercase()) {
+                try_.insert_str(0, "svc-");
+            }
+            (
+                format!(
+                    "service name `{name}` must start with a lowercase letter and use only a-z, 0-9, `-`, `_` (at most 63)"
+                ),
+                format!("try [services.{try_}]"),
             )
         };
-        cx.error("invalid-name", &base, why, None);
+        cx.error("invalid-name", &base, why, Some(hint));
     }
     let present = rs.present_keys();
     match (&rs.cmd, &rs.adapter) {
@@ -510,12 +740,19 @@ fn build_process(cx: &mut Cx<'_>, name: &str, cmd: &str, rs: &RawService) -> Pro
     let mut env = IndexMap::new();
     for (k, v) in rs.env.iter().flatten() {
         if !is_env_key(k) {
-            cx.error(
-                "invalid-name",
-                &keypath!["services", name, "env", k.as_str()],
-                format!("`{k}` is not a valid environment variable name"),
-                Some("use letters, digits and `_`, not starting with a digit".to_owned()),
-            );
+            // About the name, so located at the key rather than its value.
+            let path = keypath!["services", name, "env", k.as_str()];
+            let d = Diagnostic {
+                severity: Severity::Error,
+                code: "invalid-name",
+                message: format!("`{k}` is not a valid environment variable name"),
+                key: key_string(&path),
+                line: None,
+                column: None,
+                hint: Some("use letters, digits and `_`, not starting with a digit".to_owned()),
+            };
+            let pos = cx.loc.locate(&path, true);
+            cx.diags.push(with_position(d, pos));
         }
         env.insert(k.clone(), v.0.clone());
     }
@@ -611,15 +848,15 @@ fn build_health(cx: &mut Cx<'_>, name: &str, h: &RawHealth) -> Option<Health> {
                 None => Some(DEFAULT_HEALTH_INTERVAL),
                 Some(d) => parse_duration(cx, &keypath!["services", name, "health", "interval"], d),
             };
-            if let (Some(t), Some(i)) = (timeout, interval)
-                && i.is_zero()
-            {
-                let _ = t;
+            if interval.is_some_and(|i| i.is_zero()) {
                 cx.error(
                     "invalid-duration",
                     &keypath!["services", name, "health", "interval"],
-                    "health interval must be greater than zero".to_owned(),
-                    None,
+                    format!("health interval of `{name}` must be greater than zero"),
+                    Some(format!(
+                        "the default is {}",
+                        humantime::format_duration(DEFAULT_HEALTH_INTERVAL)
+                    )),
                 );
                 return None;
             }
@@ -762,7 +999,15 @@ fn build_agents(
         for (i, s) in expose.iter().enumerate() {
             if !services.contains_key(s) {
                 let hint = suggest(s, services.keys().map(|k| k.as_str()))
-                    .map(|m| format!("did you mean `{m}`?"));
+                    .map(|m| format!("did you mean `{m}`?"))
+                    .or_else(|| {
+                        Some(if services.is_empty() {
+                            "there are no services; remove it".to_owned()
+                        } else {
+                            let names: Vec<&str> = services.keys().map(|k| k.as_str()).collect();
+                            format!("services are: {}", names.join(", "))
+                        })
+                    });
                 cx.error(
                     "unknown-service",
                     &keypath!["agents", "expose", i],
@@ -802,17 +1047,19 @@ fn check_graph(cx: &mut Cx<'_>, services: &IndexMap<String, Service>, declared: 
                     None,
                 );
             } else if !declared.contains(dep.as_str()) {
-                let hint =
-                    suggest(dep, declared.iter().copied()).map(|m| format!("did you mean `{m}`?"));
+                let others = || declared.iter().copied().filter(|d| *d != name);
+                let hint = suggest(dep, others()).map(|m| format!("did you mean `{m}`?"));
                 cx.error(
                     "unknown-dependency",
                     &path,
                     format!("`{name}` depends on `{dep}`, which is not a service"),
                     hint.or_else(|| {
-                        Some(format!(
-                            "services are: {}",
-                            declared.iter().copied().collect::<Vec<_>>().join(", ")
-                        ))
+                        let others: Vec<&str> = others().collect();
+                        Some(if others.is_empty() {
+                            format!("`{name}` is the only service; declare [services.{dep}] or remove it")
+                        } else {
+                            format!("other services are: {}", others.join(", "))
+                        })
                     }),
                 );
             } else if !seen.insert(dep.as_str()) {
@@ -975,18 +1222,32 @@ fn health_key(h: &Health) -> (Option<&'static str>, &str) {
 
 fn check_tokens(
     cx: &mut Cx<'_>,
-    project: &Project,
+    range: Option<PortRange>,
     services: &IndexMap<String, Service>,
     declared: &BTreeSet<&str>,
 ) {
     for (name, svc) in services {
         for (path, text) in token_fields(name, svc) {
             for occ in occurrences(text) {
-                let raw = occ.text(text);
-                check_token(cx, services, declared, name, svc, &path, raw, occ.body);
+                let at = At {
+                    value: text,
+                    start: occ.start,
+                    end: occ.end,
+                };
+                check_token(
+                    cx,
+                    services,
+                    declared,
+                    Some((name, svc)),
+                    &path,
+                    at,
+                    occ.body,
+                );
             }
-            if matches!(path.get(2), Some(Step::Key(k)) if k == "cmd") {
-                check_literal_ports(cx, project, name, &path, text);
+            if let Some(range) = range
+                && matches!(path.get(2), Some(Step::Key(k)) if k == "cmd")
+            {
+                check_literal_ports(cx, range, name, svc.has_port(), &path, text);
             }
         }
         if let Some(p) = svc.process()
@@ -997,23 +1258,56 @@ fn check_tokens(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Tokens in `[agents] verify`: they render with no `self`, against the
+/// same services.
+fn check_verify_tokens(
+    cx: &mut Cx<'_>,
+    agents: &Agents,
+    services: &IndexMap<String, Service>,
+    declared: &BTreeSet<&str>,
+) {
+    for (i, text) in agents.verify.iter().enumerate() {
+        let path = keypath!["agents", "verify", i];
+        for occ in occurrences(text) {
+            let at = At {
+                value: text,
+                start: occ.start,
+                end: occ.end,
+            };
+            check_token(cx, services, declared, None, &path, at, occ.body);
+        }
+    }
+}
+
+/// One `${…}` in a string of service `owner` (`None`: in `[agents]`).
 fn check_token(
     cx: &mut Cx<'_>,
     services: &IndexMap<String, Service>,
     declared: &BTreeSet<&str>,
-    name: &str,
-    svc: &Service,
+    owner: Option<(&str, &Service)>,
     path: &[Step],
-    raw: &str,
+    at: At<'_>,
     body: &str,
 ) {
+    let raw = at.text();
+    let user = owner.map_or("agents.verify", |(n, _)| n);
     match classify(body) {
-        Some(Token::SelfField(f)) => check_field(cx, name, name, svc, f, path, raw, true),
+        Some(Token::SelfField(f)) => match owner {
+            Some((name, svc)) => check_field(cx, name, name, svc, f, path, at, true),
+            None => cx.push_at(
+                Severity::Warning,
+                "self-outside-service",
+                path,
+                Some(at),
+                format!("`{raw}` is in agents.verify, where there is no `self`, so it is left as written"),
+                Some("name the service instead, e.g. `${api.url}`".to_owned()),
+            ),
+        },
         Some(Token::Service(target, f)) => match services.get(target) {
             Some(t) => {
-                check_field(cx, name, target, t, f, path, raw, false);
-                if t.resource().is_some()
+                check_field(cx, user, target, t, f, path, at, false);
+                if let Some((name, svc)) = owner
+                    && t.resource().is_some()
                     && target != name
                     && svc.process().is_some()
                     && !depends_transitively(services, name, target)
@@ -1022,7 +1316,7 @@ fn check_token(
                         Severity::Warning,
                         "resource-not-depended",
                         path,
-                        Some(raw),
+                        Some(at),
                         format!("`{name}` uses `{raw}` but does not depend on `{target}`, so it may start before the slice exists"),
                         Some(format!("add \"{target}\" to services.{name}.depends_on")),
                     );
@@ -1038,14 +1332,75 @@ fn check_token(
                     Severity::Warning,
                     "unknown-service-token",
                     path,
-                    Some(raw),
+                    Some(at),
                     format!("`{raw}` names `{target}`, which is not a service"),
                     hint,
                 );
             }
         },
-        _ => {}
+        Some(_) => {}
+        None => check_unowned_token(cx, declared, path, at, body),
     }
+}
+
+/// Fields a service token may ask for, as written after `SVC.`.
+const SERVICE_FIELDS: &[&str] = &["port", "ports.NAME", "url", "local_url", "host"];
+
+/// A `${HEAD.REST}` that `classify` rejects but whose head is Binky's (`self`,
+/// `env`, `worktree`, `project`, or a service): almost surely a typo, which
+/// would otherwise be left in the rendered text unnoticed.
+fn check_unowned_token(
+    cx: &mut Cx<'_>,
+    declared: &BTreeSet<&str>,
+    path: &[Step],
+    at: At<'_>,
+    body: &str,
+) {
+    let raw = at.text();
+    let Some((head, rest)) = body.split_once('.') else {
+        return;
+    };
+    let (known, hint): (&[&str], Option<String>) = match head {
+        "env" => (
+            &[],
+            Some("an environment variable name uses letters, digits and `_`, not starting with a digit".to_owned()),
+        ),
+        "worktree" => (&["name", "path"], None),
+        "project" => (&["name"], None),
+        "self" => (SERVICE_FIELDS, None),
+        h if declared.contains(h) => (SERVICE_FIELDS, None),
+        _ => return,
+    };
+    let hint = hint.or_else(|| {
+        if let Some(port) = rest.strip_prefix("ports.") {
+            return Some(format!(
+                "`{port}` cannot be a port name: port names use letters, digits, `-` and `_`"
+            ));
+        }
+        let candidates = known.iter().map(|k| k.trim_end_matches(".NAME"));
+        Some(match suggest(rest, candidates) {
+            Some("ports") => {
+                format!("did you mean `${{{head}.ports.NAME}}` (NAME a declared port)?")
+            }
+            Some(m) => format!("did you mean `${{{head}.{m}}}`?"),
+            None => format!(
+                "`{head}` has: {}",
+                known
+                    .iter()
+                    .map(|k| format!("{head}.{k}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+    });
+    cx.push_at(
+        Severity::Warning,
+        "unknown-token",
+        path,
+        Some(at),
+        format!("`{raw}` is not a token Binky knows, so it is left as written"),
+        hint,
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1056,9 +1411,10 @@ fn check_field(
     t: &Service,
     f: Field<'_>,
     path: &[Step],
-    raw: &str,
+    at: At<'_>,
     is_self: bool,
 ) {
+    let raw = at.text();
     let who = if is_self {
         format!("`{user}`")
     } else {
@@ -1077,7 +1433,7 @@ fn check_field(
                     Severity::Error,
                     "unknown-port",
                     path,
-                    Some(raw),
+                    Some(at),
                     format!("`{raw}`: {who} declares no port named `{port}`"),
                     Some(hint),
                 );
@@ -1089,7 +1445,7 @@ fn check_field(
                     Severity::Warning,
                     "resource-has-no-port",
                     path,
-                    Some(raw),
+                    Some(at),
                     format!("`{raw}`: `{target}` is a resource; it has an address, not a port"),
                     Some(format!("use `${{{target}.url}}`")),
                 );
@@ -1103,7 +1459,7 @@ fn check_field(
                     Severity::Warning,
                     code,
                     path,
-                    Some(raw),
+                    Some(at),
                     format!("`{raw}`: {who} has no port (it declares neither `url` nor `ports`), so the token is left as written"),
                     Some(format!("add url = \"{target}\" or ports = [\"http\"] to services.{target}")),
                 );
@@ -1120,7 +1476,7 @@ fn check_field(
                     Severity::Warning,
                     code,
                     path,
-                    Some(raw),
+                    Some(at),
                     format!("`{raw}`: {who} has no url or port, so the token is left as written"),
                     Some(format!("add url = \"{target}\" to services.{target}")),
                 );
@@ -1149,7 +1505,14 @@ fn depends_transitively(services: &IndexMap<String, Service>, from: &str, to: &s
 
 /// Literal numbers in `cmd` that fall inside the project's port range: a port
 /// hard-coded where the allocator's should be.
-fn check_literal_ports(cx: &mut Cx<'_>, project: &Project, name: &str, path: &[Step], cmd: &str) {
+fn check_literal_ports(
+    cx: &mut Cx<'_>,
+    range: PortRange,
+    name: &str,
+    has_port: bool,
+    path: &[Step],
+    cmd: &str,
+) {
     let mut stripped = String::with_capacity(cmd.len());
     // Blank out tokens so `${self.ports.p8080}`-like bodies don't count.
     let mut last = 0;
@@ -1174,18 +1537,26 @@ fn check_literal_ports(cx: &mut Cx<'_>, project: &Project, name: &str, path: &[S
                 && boundary_after
                 && num.len() <= 5
                 && let Ok(n) = num.parse::<u32>()
-                && project.port_range.contains(n)
+                && range.contains(n)
             {
                 cx.push_at(
                     Severity::Warning,
                     "literal-port",
                     path,
-                    Some(num),
+                    Some(At {
+                        value: cmd,
+                        start,
+                        end: i,
+                    }),
                     format!(
                         "`{name}` runs with the literal port {n}, inside port_range [{}, {}]; the allocator may hand that port to another world",
-                        project.port_range.lo, project.port_range.hi
+                        range.lo, range.hi
                     ),
-                    Some("use ${self.port} (or ${self.ports.NAME}) instead".to_owned()),
+                    Some(if has_port {
+                        "use ${self.port} (or ${self.ports.NAME}) instead".to_owned()
+                    } else {
+                        format!("declare url = \"{name}\" or ports = [\"http\"] on `{name}`, then use ${{self.port}}")
+                    }),
                 );
             }
         } else {
@@ -1222,41 +1593,57 @@ fn check_health_target(cx: &mut Cx<'_>, name: &str, svc: &Service, h: &Health) {
                 return;
             }
             Some(Token::Service(other, _)) if other != name => {
-                names_other = Some(occ.text(target).to_owned());
+                names_other = Some(At {
+                    value: target,
+                    start: occ.start,
+                    end: occ.end,
+                });
             }
             Some(Token::Service(_, _)) => return,
             _ => {}
         }
     }
-    if let Some(other) = names_other {
+    if let Some(at) = names_other {
+        let other = at.text();
         cx.push_at(
             Severity::Warning,
             "health-port-mismatch",
             &path,
-            Some(&other),
+            Some(at),
             format!("health probe of `{name}` targets `{other}`, another service's port, so it can pass while `{name}` is down"),
             Some("probe ${self.port}".to_owned()),
         );
         return;
     }
-    if let Some(port) = literal_port_in(target) {
+    if let Some((port, at)) = literal_port_in(target) {
         cx.push_at(
             Severity::Warning,
             "health-port-mismatch",
             &path,
-            Some(&port.to_string()),
+            Some(at),
             format!("health probe of `{name}` targets the literal port {port}, not the port Binky assigns `{name}`"),
             Some("use ${self.port}: each world gets its own port".to_owned()),
         );
     }
 }
 
-/// The port in `host:port` or `scheme://host:port/…`, if written literally.
-fn literal_port_in(target: &str) -> Option<u32> {
-    let after_scheme = target.split_once("://").map_or(target, |(_, r)| r);
-    let authority = after_scheme.split('/').next().unwrap_or("");
-    let (_, port) = authority.rsplit_once(':')?;
-    port.parse().ok()
+/// The port in `host:port` or `scheme://host:port/…`, if written literally,
+/// and where it is in `target`.
+fn literal_port_in(target: &str) -> Option<(u32, At<'_>)> {
+    let from = target.find("://").map_or(0, |i| i + 3);
+    let authority = target[from..].split(['/', '?', '#']).next().unwrap_or("");
+    let colon = authority.rfind(':')?;
+    let port = &authority[colon + 1..];
+    if port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let start = from + colon + 1;
+    let at = At {
+        value: target,
+        start,
+        end: start + port.len(),
+    };
+    port.parse().ok().map(|p| (p, at))
 }
 
 const SECRET_KEY_WORDS: &[&str] = &["PASSWORD", "PASSWD", "SECRET", "TOKEN", "KEY"];
@@ -1287,7 +1674,11 @@ fn check_credentials(cx: &mut Cx<'_>, raw: &RawConfig) {
                     "literal-credential",
                     &keypath!["services", name.as_str(), "env", k.as_str()],
                     format!("services.{name}.env.{k} looks like a credential with a literal value; binky.toml is committed"),
-                    Some(format!("write {k} = \"${{env.{}}}\" and export it in your shell, or move it to an env_file", if is_env_key(k) { k.as_str() } else { "NAME" })),
+                    Some(if is_env_key(k) {
+                        format!("write {k} = \"${{env.{k}}}\" and export {k} in your shell, or move it to an env_file")
+                    } else {
+                        "read it from the environment with ${env.NAME} and export NAME in your shell, or move it to an env_file".to_owned()
+                    }),
                 );
             }
         }
@@ -1319,6 +1710,58 @@ mod tests {
             .iter()
             .map(|d| d.code)
             .collect()
+    }
+
+    fn messages(src: &str) -> String {
+        check_str(src, Path::new("binky.toml"))
+            .diagnostics
+            .iter()
+            .map(|d| d.render("binky.toml"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn type_errors_never_quote_strings() {
+        for src in [
+            "[project]\nname=\"a\"\nhttps = \"hunter2\"\n",
+            "[project]\nname=\"a\"\n[services.x]\ncmd=\"y\"\nenv = \"PW=hunter2\"\n",
+            "[project]\nname=\"a\"\n[services.x]\ncmd=\"y\"\ndepends_on = \"hunter2\"\n",
+            "[project]\nname=\"a\"\nport_range = \"hunter2\"\n",
+            "project = \"hunter2\"\n",
+        ] {
+            let m = messages(src);
+            assert!(m.contains("invalid-type"), "{m}");
+            assert!(!m.contains("hunter2"), "{m}");
+        }
+        assert_eq!(
+            redact_value(r#"invalid value: string "pw", expected x"#),
+            r#"invalid value: string "…", expected x"#
+        );
+    }
+
+    #[test]
+    fn malformed_toml_that_panicked_toml_edit() {
+        // toml_edit 0.23 panics on this; the locator must never hand it over.
+        let r = check_str("\ne= =[\0{e.\nr=e.", Path::new("binky.toml"));
+        assert_eq!(r.diagnostics[0].code, "syntax");
+    }
+
+    #[test]
+    fn zero_interval_reported_beside_a_bad_timeout() {
+        let src = "[project]\nname=\"a\"\n[services.x]\ncmd=\"y\"\nurl=\"x\"\nhealth={http=\"/\", timeout=\"soon\", interval=\"0s\"}\n";
+        let m = messages(src);
+        assert!(m.contains("`soon` is not a duration"), "{m}");
+        assert!(
+            m.contains("interval of `x` must be greater than zero"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn invalid_project_does_not_hide_service_errors() {
+        let src = "[project]\nname=\"A B\"\n[services.x]\ncmd=\"y\"\ndepends_on=[\"nope\"]\n";
+        assert_eq!(codes(src), vec!["invalid-name", "unknown-dependency"]);
     }
 
     #[test]
