@@ -83,6 +83,12 @@ pub enum Command {
     Daemon(DaemonArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
+    /// Copy stdin to a log file, timestamping each line (run by the supervisor).
+    #[command(hide = true)]
+    LogWriter {
+        /// The log file to append to.
+        file: PathBuf,
+    },
 }
 
 impl Command {
@@ -110,6 +116,7 @@ impl Command {
             Command::Mcp => "mcp",
             Command::Daemon(_) => "daemon",
             Command::Completions(_) => "completions",
+            Command::LogWriter { .. } => "log-writer",
         }
     }
 }

@@ -189,8 +189,14 @@ mod tests {
     }
 
     fn free_range(len: u16) -> PortRange {
-        // Find a run of free ports high up, away from the default range.
-        let mut lo = 41000;
+        // A run of free ports below the kernel's ephemeral range (which
+        // outgoing connections of other tests draw from), away from the
+        // default project range, at a random start.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let mut lo = 12000 + (nanos % 4000) as u16;
         loop {
             match (lo..lo + len).find(|p| !is_free(*p)) {
                 Some(busy) => lo = busy + 1,

@@ -29,6 +29,22 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Daemon(args) => daemon::run(&args.action),
+        Command::LogWriter { file } => {
+            // Survive the terminal and the daemon: only the end of input
+            // (the service is gone) ends this process.
+            crate::platform::ignore_terminal_signals();
+            let mut f = match crate::supervisor::logs::open_append(file) {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("binky log-writer: {}: {e}", file.display());
+                    return ExitCode::from(1);
+                }
+            };
+            match crate::supervisor::logs::stamp(std::io::stdin().lock(), &mut f) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::from(1),
+            }
+        }
         Command::Status(args) => status::run(args, project),
         Command::Config(args) => settings::config(args),
         Command::Reserve(args) => settings::reserve(args),

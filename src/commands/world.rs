@@ -292,14 +292,28 @@ pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
         }
     }
     let width = files.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
-    let mut out = anstream::stdout().lock();
-    for (svc, path) in &files {
-        for line in crate::supervisor::logs::tail(path, args.lines) {
-            let _ = writeln!(out, "{} {line}", paint(DIM, format!("{svc:<width$} |")));
+    // Interleave by the time each line was written (the log writer stamps
+    // every line); a stable sort keeps each file's own order.
+    let mut merged: Vec<(String, usize, usize, String)> = Vec::new();
+    for (i, (_, path)) in files.iter().enumerate() {
+        let mut last_ts = String::new();
+        for (j, line) in crate::supervisor::logs::tail(path, args.lines)
+            .into_iter()
+            .enumerate()
+        {
+            let (ts, text) = crate::supervisor::logs::split_stamp(&line);
+            if let Some(ts) = ts {
+                last_ts = ts.to_owned();
+            }
+            merged.push((last_ts.clone(), i, j, text.to_owned()));
         }
     }
-    let _ = out.flush();
-    drop(out);
+    merged.sort();
+    let mut out = anstream::stdout().lock();
+    for (_, i, _, text) in merged {
+        let svc = &files[i].0;
+        let _ = writeln!(out, "{} {text}", paint(DIM, format!("{svc:<width$} |")));
+    }
     if !args.follow {
         return ExitCode::SUCCESS;
     }

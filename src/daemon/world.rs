@@ -591,7 +591,7 @@ async fn bring_up(
                         State::Stopped { exit } => exit.clone().unwrap_or_else(|| "stopped".into()),
                         s => s.label().to_owned(),
                     };
-                    let tail = supervisor::logs::tail(&log, FAILURE_LOG_LINES);
+                    let tail = supervisor::logs::tail_text(&log, FAILURE_LOG_LINES);
                     let mut msg = format!("service `{sname}` failed to start: {reason}");
                     if !tail.is_empty() {
                         msg.push_str(&format!(
@@ -925,7 +925,7 @@ async fn run_data_commands(
             .await
             .map_err(|e| ApiError::new(format!("services.{service}.{step}: cannot run: {e}")))?;
         if !status.success() {
-            let tail = supervisor::logs::tail(log, FAILURE_LOG_LINES);
+            let tail = supervisor::logs::tail_text(log, FAILURE_LOG_LINES);
             return Err(ApiError::new(format!(
                 "services.{service}.{step} failed ({status}):\n{}",
                 tail.iter()
@@ -1003,6 +1003,7 @@ fn process_spec(
         stop_timeout: p.stop_timeout,
         watch: p.watch.clone(),
         watch_root: plan.world_root.clone(),
+        log_writer: std::env::current_exe().ok(),
     })
 }
 

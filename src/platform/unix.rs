@@ -233,3 +233,14 @@ pub fn listening_ports(pids: &[u32]) -> Vec<u16> {
     ports.sort_unstable();
     ports
 }
+
+/// Ignores SIGHUP and SIGINT, so closing or interrupting the terminal that
+/// started a helper process does not end it.
+pub fn ignore_terminal_signals() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: installing SIG_IGN runs no code in a signal context.
+    unsafe {
+        let _ = signal(Signal::SIGHUP, SigHandler::SigIgn);
+        let _ = signal(Signal::SIGINT, SigHandler::SigIgn);
+    }
+}

@@ -51,6 +51,9 @@ pub struct ServiceSpec {
     pub watch: Vec<String>,
     /// Folder the watch globs are relative to.
     pub watch_root: PathBuf,
+    /// The `binky` executable, run as `binky log-writer <log>` to timestamp
+    /// each output line. `None` writes output to the log file directly.
+    pub log_writer: Option<PathBuf>,
 }
 
 // Hand-written so environment values (which may hold credentials) never
@@ -256,8 +259,38 @@ fn start_watcher(
 
 fn spawn_process(spec: &ServiceSpec) -> std::io::Result<tokio::process::Child> {
     logs::roll(&spec.log, LOG_ROLL_BYTES, LOG_GENERATIONS);
-    let out = logs::open_append(&spec.log)?;
-    let err = out.try_clone()?;
+    let (out, err): (Stdio, Stdio) = match &spec.log_writer {
+        Some(exe) => {
+            if let Some(dir) = spec.log.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let (reader, writer) = std::io::pipe()?;
+            let mut stamper = {
+                let mut c = tokio::process::Command::new(exe);
+                c.arg("log-writer")
+                    .arg(&spec.log)
+                    .stdin(Stdio::from(reader))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    // Not in the service's group: a stop must not cut the
+                    // service's last words; it exits when the pipe closes.
+                    .process_group(0)
+                    .kill_on_drop(false);
+                c.spawn()?
+                // `c` drops here, closing our copy of the read end.
+            };
+            tokio::spawn(async move {
+                let _ = stamper.wait().await;
+            });
+            let w2 = writer.try_clone()?;
+            (Stdio::from(writer), Stdio::from(w2))
+        }
+        None => {
+            let out = logs::open_append(&spec.log)?;
+            let err = out.try_clone()?;
+            (Stdio::from(out), Stdio::from(err))
+        }
+    };
     let mut c = tokio::process::Command::new("/bin/sh");
     c.arg("-c")
         .arg(&spec.cmd)
@@ -265,8 +298,8 @@ fn spawn_process(spec: &ServiceSpec) -> std::io::Result<tokio::process::Child> {
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::from(err))
+        .stdout(out)
+        .stderr(err)
         // Its own group, so a stop reaches every descendant.
         .process_group(0)
         // The daemon may exit or restart; the service must not die with it.

@@ -522,3 +522,83 @@ fn a_branch_checked_out_in_the_main_worktree_fails_before_anything_is_made() {
     assert!(repo.worlds(&home).is_empty());
     assert!(!home.file("slices/sqlite/w2b_feat-b.sqlite3").exists());
 }
+
+#[test]
+fn logs_interleave_services_by_time() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.a]\ncmd = \"echo a1; sleep 0.4; echo a2; exec sleep 600\"\n[services.b]\ncmd = \"sleep 0.2; echo b1; sleep 0.4; echo b2; exec sleep 600\"\n",
+        project_header("il", 2)
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "x"]);
+    let dir = home.file("logs/il/x");
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(dir.join("b.log"))
+            .unwrap_or_default()
+            .contains("b2")
+    }));
+    let out = repo.ok(&home, &["logs", "x"]);
+    let lines: Vec<String> = out
+        .stdout()
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(lines, vec!["a | a1", "b | b1", "a | a2", "b | b2"], "{out}");
+    let only_b = repo.ok(&home, &["logs", "x", "b", "-n", "1"]);
+    assert_eq!(only_b.stdout().trim(), "b | b2");
+}
+
+#[test]
+fn dotenv_quoting_is_exact_in_bash_zsh_and_sh() {
+    use binky::commands::world::shell_quote;
+    let values = [
+        "plain",
+        "with spaces  and\ttabs",
+        "dollar $HOME ${X} $(whoami) `id`",
+        "quotes ' \" '' \"\"",
+        "back\\slash\\n",
+        "multi\nline\n",
+        "ünïcödé ☃",
+        "",
+    ];
+    let mut script = String::new();
+    for (i, v) in values.iter().enumerate() {
+        script.push_str(&format!("V{i}={}\n", shell_quote(v)));
+    }
+    let mut ran = 0;
+    for shell in ["bash", "zsh", "sh"] {
+        let Some(path) = ["/bin", "/usr/bin"]
+            .iter()
+            .map(|d| std::path::Path::new(d).join(shell))
+            .find(|p| p.exists())
+        else {
+            eprintln!("SKIP {shell}: not installed");
+            continue;
+        };
+        ran += 1;
+        for (i, v) in values.iter().enumerate() {
+            let prog = format!("eval \"$(cat)\"; printf '%s' \"$V{i}\"");
+            let mut child = std::process::Command::new(&path)
+                .args(["-c", &prog])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(script.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                *v,
+                "{shell} value {i}"
+            );
+        }
+    }
+    assert!(ran >= 2, "at least bash and sh must be present");
+}
