@@ -74,7 +74,7 @@ pub fn print_human(report: &StatusReport) {
                 for (n, port) in &s.ports {
                     line.push_str(&format!("  {n}:{port}"));
                 }
-                if s.state != "running" && s.state != "provisioned" {
+                if s.kind == "resource" || s.state != "running" {
                     line.push_str(&format!("  {}", paint(state_style(&s.state), &s.state)));
                 }
                 anstream::println!("{}", line.trim_end());
