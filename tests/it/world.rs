@@ -602,3 +602,58 @@ fn dotenv_quoting_is_exact_in_bash_zsh_and_sh() {
     }
     assert!(ran >= 2, "at least bash and sh must be present");
 }
+
+#[test]
+fn a_watched_file_change_restarts_the_service() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.w]\ncmd = \"echo started; exec sleep 600\"\nwatch = [\"src/**/*.txt\"]\n",
+        project_header("watch", 2)
+    );
+    let repo = Repo::with("", &toml, &[("src/a.txt", "1")]);
+    repo.ok(&home, &["up", "x"]);
+    let pid = |repo: &Repo| repo.worlds(&home)["x"]["services"][0]["pid"].as_u64();
+    let first = pid(&repo).unwrap();
+    let path = repo.worlds(&home)["x"]["path"].as_str().unwrap().to_owned();
+    // A file that does not match is ignored…
+    std::fs::write(format!("{path}/src/other.md"), "x").unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(pid(&repo), Some(first), "restarted on a non-matching file");
+    // …a matching one restarts the service.
+    std::fs::write(format!("{path}/src/a.txt"), "2").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || pid(&repo)
+            .is_some_and(|p| p != first)),
+        "no restart after a watched change"
+    );
+    assert!(home.events().iter().any(|e| e["event"] == "watch_restart"));
+}
+
+#[test]
+fn status_dot_lists_only_the_current_project_and_group_is_recorded() {
+    let home = Home::new();
+    let a = Repo::new(&format!(
+        "{}{}",
+        project_header("alpha", 2),
+        "[services.s]\ncmd = \"exec sleep 600\"\n"
+    ));
+    let b = Repo::new(&format!(
+        "{}{}",
+        project_header("beta", 2),
+        "[services.s]\ncmd = \"exec sleep 600\"\n"
+    ));
+    a.ok(&home, &["up", "one", "--group", "agents"]);
+    b.ok(&home, &["up", "two"]);
+    let all = a.ok(&home, &["status"]).stdout();
+    assert!(all.contains("alpha") && all.contains("beta"), "{all}");
+    let mine = a.ok(&home, &["status", "."]).stdout();
+    assert!(mine.contains("alpha") && !mine.contains("beta"), "{mine}");
+    let json = a.ok(&home, &["status", ".", "--json"]).json();
+    assert_eq!(json["projects"][0]["worlds"][0]["group"], "agents");
+    // By name, from anywhere.
+    let by_name = home.ok(&["-p", "beta", "status"]).stdout();
+    assert!(
+        by_name.contains("beta") && !by_name.contains("alpha"),
+        "{by_name}"
+    );
+}
