@@ -20,6 +20,7 @@ pub mod paths;
 pub mod platform;
 pub mod ports;
 pub mod protocol;
+pub mod proxy;
 pub mod registry;
 pub mod slug;
 pub mod supervisor;

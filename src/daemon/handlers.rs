@@ -47,6 +47,8 @@ pub(super) async fn handle(
         }
         Request::SetPorts { proxy, https } => {
             let s = settings::set_ports(d, proxy, https)?;
+            // The proxy moves now; no restart.
+            let _ = d.proxy_port.send(s.proxy_port);
             d.event(super::Event::named("settings_changed").detail("ports"));
             Ok(Response::Settings(s))
         }

@@ -51,7 +51,9 @@ pub struct Daemon {
     pub(crate) events: EventLog,
     pub(crate) started: Instant,
     pub(crate) shutdown: watch::Sender<bool>,
-    pub(crate) proxy: ProxyCounters,
+    pub(crate) proxy: Arc<ProxyCounters>,
+    pub(crate) routes: Arc<crate::proxy::Routes>,
+    pub(crate) proxy_port: watch::Sender<u16>,
     pub(crate) cpu_sample: Mutex<Option<(Instant, u64)>>,
     pub(crate) worlds: world::Worlds,
 }
@@ -153,17 +155,44 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     let listener = platform::bind_listener(&socket)
         .with_context(|| format!("cannot bind {}", socket.display()))?;
     let (shutdown, mut shutdown_rx) = watch::channel(false);
+    let (proxy_port, proxy_port_rx) = watch::channel(0u16);
     let daemon = Arc::new(Daemon {
         events: EventLog::new(paths.events_log()),
         paths: paths.clone(),
         registry: Mutex::new(registry),
         started: Instant::now(),
         shutdown,
-        proxy: ProxyCounters::default(),
+        proxy: Arc::new(ProxyCounters::default()),
+        routes: Arc::new(crate::proxy::Routes::default()),
+        proxy_port,
         cpu_sample: Mutex::new(None),
         worlds: world::Worlds::default(),
     });
     settings::init_defaults(&daemon)?;
+    // The proxy: routes rebuilt from the registry, then served on the
+    // configured port (and moved when `binky port` changes it).
+    for (host, project, world, service, port, state) in daemon.registry().routes()? {
+        daemon.routes.set(
+            &host,
+            crate::proxy::Route {
+                project,
+                world,
+                service,
+                port,
+                state,
+            },
+        );
+    }
+    let port = daemon.registry().settings()?.proxy_port;
+    let _ = daemon.proxy_port.send(port);
+    {
+        let proxy = crate::proxy::Proxy::new(daemon.routes.clone(), daemon.proxy.clone());
+        let d = daemon.clone();
+        tokio::spawn(crate::proxy::serve(proxy, proxy_port_rx, move |msg| {
+            tracing::warn!("{msg}");
+            d.event(Event::named("proxy_bind_failed").detail(msg));
+        }));
+    }
     daemon.event(
         Event::named("daemon_started").detail(format!("pid {} version {VERSION}", platform::pid())),
     );

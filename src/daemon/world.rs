@@ -513,7 +513,23 @@ async fn bring_up(
         }
         if let Some(label) = s.process().and_then(|p| p.url.as_deref()) {
             let url = proxy_url(d, label, slug, &cfg.project.domain);
-            f.host = Some(format!("{label}.{slug}.{}", cfg.project.domain));
+            let host = format!("{label}.{slug}.{}", cfg.project.domain);
+            if let Some(port) = f.port {
+                d.routes.set(
+                    &host,
+                    crate::proxy::Route {
+                        project: project.to_owned(),
+                        world: name.to_owned(),
+                        service: n.clone(),
+                        port,
+                        state: "starting".into(),
+                    },
+                );
+                d.registry()
+                    .set_service_host(world_id, n, &host)
+                    .map_err(internal)?;
+            }
+            f.host = Some(host);
             f.url = Some(url);
         }
         facts.insert(n.clone(), f);
@@ -1028,6 +1044,7 @@ fn recorder(
                     .service_started(world_id, &service, pid, start_time);
             }
             supervisor::Event::State(s) => {
+                d.routes.set_state(&project, &world, &service, s.label());
                 let exit = match &s {
                     State::Stopped { exit } => exit.clone(),
                     State::Failed { reason } => Some(reason.clone()),
@@ -1181,6 +1198,17 @@ async fn stop_processes(d: &Daemon, w: &WorldRow) {
         "UPDATE services SET state = 'stopped', pid = NULL, pgid = NULL, start_time = NULL WHERE world_id = ?1 AND kind = 'process'",
         [w.id],
     );
+    if let Ok(project) = reg.conn_ref().query_row(
+        "SELECT p.name FROM projects p JOIN worlds w ON w.project_id = p.id WHERE w.id = ?1",
+        [w.id],
+        |r| r.get::<_, String>(0),
+    ) {
+        for (_, r) in d.routes.all() {
+            if r.project == project && r.world == w.name {
+                d.routes.set_state(&project, &w.name, &r.service, "stopped");
+            }
+        }
+    }
 }
 
 /// `binky down`.
@@ -1319,6 +1347,7 @@ pub(crate) async fn remove(
         let _ = ports::release(reg.conn_ref(), w.id);
         reg.delete_world(w.id).map_err(internal)?;
     }
+    d.routes.remove_world(&loc.name, &w.name);
     d.event(world_event("removed", &loc.name, &w.name));
     let mut world = before;
     world.state = "removed".into();

@@ -4,11 +4,11 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 1;
+pub const LATEST: i64 = 2;
 
 /// All migrations, oldest first.
 pub fn migrations() -> Migrations<'static> {
-    Migrations::new(vec![M::up(V1)])
+    Migrations::new(vec![M::up(V1), M::up(V2)])
 }
 
 const V1: &str = r#"
@@ -85,4 +85,10 @@ CREATE TABLE settings (
     key         TEXT PRIMARY KEY,
     value       TEXT NOT NULL
 );
+"#;
+
+/// v2: the proxied hostname of a url service, so the daemon can rebuild its
+/// routing table at start-up without re-reading any config.
+const V2: &str = r#"
+ALTER TABLE services ADD COLUMN host TEXT;
 "#;

@@ -282,3 +282,52 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 }
+
+/// A route as recorded: `(host, project, world, service, port, state)`.
+pub type RouteRow = (String, String, String, String, u16, String);
+
+impl Registry {
+    /// Records the proxied hostname of a url service.
+    pub fn set_service_host(
+        &self,
+        world_id: i64,
+        name: &str,
+        host: &str,
+    ) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE services SET host = ?3 WHERE world_id = ?1 AND name = ?2",
+                params![world_id, name, host],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Every recorded route, for rebuilding the proxy table at start-up.
+    pub fn routes(&self) -> Result<Vec<RouteRow>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT s.host, p.name, w.name, s.name, r.port, s.state
+                 FROM services s
+                 JOIN worlds w ON w.id = s.world_id
+                 JOIN projects p ON p.id = w.project_id
+                 JOIN port_reservations r ON r.world_id = s.world_id AND r.service = s.name AND r.name = ''
+                 WHERE s.host IS NOT NULL",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+}

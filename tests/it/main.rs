@@ -4,4 +4,5 @@
 mod daemon;
 mod harness;
 mod project;
+mod proxy;
 mod world;

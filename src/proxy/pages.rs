@@ -1,0 +1,109 @@
+//! Error pages a person can act on.
+
+use super::{Body, Route, full};
+use hyper::{Response, StatusCode, header};
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn page(status: StatusCode, title: &str, body: String) -> Response<Body> {
+    let html = format!(
+        "<!doctype html><meta charset=utf-8><title>{t}</title><body style=\"font-family:sans-serif;max-width:50em;margin:2em auto\"><h1>{t}</h1>{body}<p><small>binky proxy</small></p></body>\n",
+        t = escape(title)
+    );
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(full(html))
+        .expect("valid response")
+}
+
+/// 404: no route for this host; lists what the daemon knows.
+pub(super) fn not_found(host: &str, routes: &[(String, Route)]) -> Response<Body> {
+    let mut body = format!("<p>No world serves <code>{}</code>.</p>", escape(host));
+    if routes.is_empty() {
+        body.push_str("<p>No worlds are up. Run <code>binky up &lt;branch&gt;</code>.</p>");
+    } else {
+        body.push_str("<p>Known here:</p><ul>");
+        for (h, r) in routes {
+            body.push_str(&format!(
+                "<li><code>{}</code> — {} / {} / {} ({})</li>",
+                escape(h),
+                escape(&r.project),
+                escape(&r.world),
+                escape(&r.service),
+                escape(&r.state)
+            ));
+        }
+        body.push_str("</ul>");
+    }
+    page(StatusCode::NOT_FOUND, "Unknown host", body)
+}
+
+/// 503 while starting (with Retry-After), 502 when stopped or failed.
+pub(super) fn unavailable(r: &Route) -> Response<Body> {
+    let starting = matches!(r.state.as_str(), "starting" | "restarting");
+    let status = if starting || r.state == "suspended" {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    let hint = if starting {
+        "It is starting; this page retries shortly.".to_owned()
+    } else {
+        format!(
+            "Run <code>binky up {}</code>, or <code>binky logs {} {}</code> to see why.",
+            escape(&r.world),
+            escape(&r.world),
+            escape(&r.service)
+        )
+    };
+    let mut resp = page(
+        status,
+        &format!("{} is {}", r.service, r.state),
+        format!(
+            "<p>Service <code>{}</code> of world <code>{}</code> (project {}) is <b>{}</b>.</p><p>{hint}</p>",
+            escape(&r.service),
+            escape(&r.world),
+            escape(&r.project),
+            escape(&r.state)
+        ),
+    );
+    if starting {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("2"));
+    }
+    resp
+}
+
+/// 502: the upstream refused or broke the connection.
+pub(super) fn bad_gateway(r: &Route, e: &dyn std::fmt::Display) -> Response<Body> {
+    page(
+        StatusCode::BAD_GATEWAY,
+        &format!("{} did not answer", r.service),
+        format!(
+            "<p>Service <code>{}</code> of world <code>{}</code> is {} but its port {} did not answer: {}.</p><p>Does it listen on <code>$PORT</code>? <code>binky logs {} {}</code> shows its output.</p>",
+            escape(&r.service),
+            escape(&r.world),
+            escape(&r.state),
+            r.port,
+            escape(&e.to_string()),
+            escape(&r.world),
+            escape(&r.service)
+        ),
+    )
+}
+
+/// 400.
+pub(super) fn bad_request(why: &str) -> Response<Body> {
+    page(
+        StatusCode::BAD_REQUEST,
+        "Bad request",
+        format!("<p>{}</p>", escape(why)),
+    )
+}

@@ -1,0 +1,271 @@
+//! The reverse proxy with real HTTP and WebSocket clients.
+
+use crate::harness::*;
+use crate::project::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+fn fixture() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/echo.py"
+    ))
+    .unwrap()
+}
+
+/// A project with an `echo` url service (and `echo6`, bound to ::1 only).
+fn echo_repo(extra: &str) -> Repo {
+    let toml = format!(
+        "{}[services.echo]\ncmd = \"exec python3 echo.py\"\nurl = \"echo\"\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"20s\", interval = \"50ms\" }}\n{extra}",
+        project_header("px", 10)
+    );
+    Repo::with("", &toml, &[("echo.py", &fixture())])
+}
+
+fn proxy_port(home: &Home) -> u16 {
+    home.ok(&["config", "--json"]).json()["proxy_port"]
+        .as_u64()
+        .unwrap() as u16
+}
+
+/// One HTTP/1.1 request on an open connection; returns (status, headers, body).
+fn request(conn: &mut TcpStream, host: &str, path: &str, extra: &str) -> (u16, String, String) {
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n").unwrap();
+    let mut r = BufReader::new(conn.try_clone().unwrap());
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).unwrap();
+    (status, head, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn get(port: u16, host: &str, path: &str) -> (u16, String, String) {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    request(&mut c, host, path, "")
+}
+
+#[test]
+fn routes_by_host_with_keep_alive_and_forwarded_headers() {
+    let home = Home::new();
+    let repo = echo_repo("");
+    repo.ok(&home, &["up", "feat"]);
+    let port = proxy_port(&home);
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // Case, port and trailing dot in Host do not matter; two requests share
+    // one connection.
+    for host in [
+        format!("Echo.Feat.PX.localhost:{port}"),
+        "echo.feat.px.localhost.".to_string(),
+    ] {
+        let (status, head, body) = request(&mut conn, &host, "/q?x=1", "X-Custom: kept\r\n");
+        assert_eq!(status, 200, "{head}{body}");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["path"], "/q?x=1");
+        assert_eq!(v["world"], "feat");
+        assert_eq!(
+            v["headers"]["host"],
+            host.as_str(),
+            "Host reaches the service unchanged"
+        );
+        assert_eq!(v["headers"]["x-custom"], "kept");
+        assert_eq!(v["headers"]["x-forwarded-for"], "127.0.0.1");
+        assert_eq!(v["headers"]["x-forwarded-proto"], "http");
+        assert_eq!(v["headers"]["x-forwarded-host"], host.as_str());
+        assert!(
+            v["headers"]["forwarded"]
+                .as_str()
+                .unwrap()
+                .contains("for=127.0.0.1")
+        );
+    }
+    // The URL binky prints carries the proxy port and works.
+    let env = repo.ok(&home, &["env", "feat"]).json();
+    assert_eq!(env["echo"], format!("http://echo.feat.px.localhost:{port}"));
+}
+
+#[test]
+fn unknown_stopped_and_refused_give_pages_a_person_can_act_on() {
+    let home = Home::new();
+    // `deaf` runs but never listens: the proxy's dial is refused.
+    let repo = echo_repo("[services.deaf]\ncmd = \"exec sleep 600\"\nurl = \"deaf\"\n");
+    repo.ok(&home, &["up", "feat"]);
+    let port = proxy_port(&home);
+    let (status, _, body) = get(port, "nope.px.localhost", "/");
+    assert_eq!(status, 404);
+    assert!(body.contains("echo.feat.px.localhost"), "{body}");
+    let (status, _, body) = get(port, "deaf.feat.px.localhost", "/");
+    assert_eq!(status, 502);
+    assert!(
+        body.contains("did not answer") && body.contains("binky logs feat deaf"),
+        "{body}"
+    );
+    repo.ok(&home, &["down", "feat"]);
+    let (status, _, body) = get(port, "echo.feat.px.localhost", "/");
+    assert_eq!(status, 502);
+    assert!(body.contains("feat") && body.contains("stopped"), "{body}");
+}
+
+#[test]
+fn a_starting_service_gets_503_with_retry_after() {
+    let home = Home::new();
+    let repo = echo_repo(
+        "[services.slow]\ncmd = \"sleep 3; exec python3 echo.py\"\nurl = \"slow\"\nhealth = { tcp = \"localhost:${self.port}\", timeout = \"20s\", interval = \"50ms\" }\n",
+    );
+    let mut up = repo
+        .cmd(&home, &["up", "feat"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the proxy knows the route, then ask while it starts.
+    let mut seen = None;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let port = proxy_port(&home);
+    while Instant::now() < deadline {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let r = request(&mut s, "slow.feat.px.localhost", "/", "");
+            if r.0 == 503 {
+                seen = Some(r);
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, head, body) = seen.expect("a 503 while starting");
+    assert_eq!(status, 503);
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 2"),
+        "{head}"
+    );
+    assert!(body.contains("starting"), "{body}");
+    assert!(up.wait().unwrap().success());
+    assert_eq!(get(proxy_port(&home), "slow.feat.px.localhost", "/").0, 200);
+}
+
+#[test]
+fn websocket_echo_passes_through_with_subprotocol() {
+    let home = Home::new();
+    let repo = echo_repo("");
+    repo.ok(&home, &["up", "ws"]);
+    let port = proxy_port(&home);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+        let mut req = format!("ws://127.0.0.1:{port}/?token=abc")
+            .into_client_request()
+            .unwrap();
+        req.headers_mut()
+            .insert("Host", "echo.ws.px.localhost".parse().unwrap());
+        req.headers_mut()
+            .insert("Sec-WebSocket-Protocol", "vite-hmr".parse().unwrap());
+        let (mut ws, resp) = tokio_tungstenite::connect_async(req)
+            .await
+            .expect("handshake through the proxy");
+        assert_eq!(resp.status(), 101);
+        assert_eq!(resp.headers()["sec-websocket-protocol"], "vite-hmr");
+        for text in ["hello", "second message"] {
+            ws.send(Message::text(text)).await.unwrap();
+            let got = ws.next().await.unwrap().unwrap();
+            assert_eq!(got.into_text().unwrap().as_str(), text);
+        }
+        // An idle upgraded connection stays open.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        ws.send(Message::text("after idle")).await.unwrap();
+        assert_eq!(
+            ws.next()
+                .await
+                .unwrap()
+                .unwrap()
+                .into_text()
+                .unwrap()
+                .as_str(),
+            "after idle"
+        );
+    });
+}
+
+#[test]
+fn server_sent_events_arrive_as_sent() {
+    let home = Home::new();
+    let repo = echo_repo("");
+    repo.ok(&home, &["up", "sse"]);
+    let port = proxy_port(&home);
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let start = Instant::now();
+    write!(
+        c,
+        "GET /sse HTTP/1.1\r\nHost: echo.sse.px.localhost\r\n\r\n"
+    )
+    .unwrap();
+    let mut r = BufReader::new(c);
+    let mut line = String::new();
+    while !line.starts_with("data: event 0") {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+    }
+    // The stream lasts ~3 s; the first event must come long before its end.
+    assert!(
+        start.elapsed() < Duration::from_millis(1500),
+        "first event took {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_service_bound_to_ipv6_loopback_only_is_reached() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("SKIP: no IPv6 loopback here");
+        return;
+    }
+    let home = Home::new();
+    let repo = echo_repo(
+        "[services.six]\ncmd = \"BIND=::1 exec python3 echo.py\"\nurl = \"six\"\nhealth = { tcp = \"localhost:${self.port}\", timeout = \"20s\", interval = \"50ms\" }\n",
+    );
+    repo.ok(&home, &["up", "v6"]);
+    let (status, _, body) = get(proxy_port(&home), "six.v6.px.localhost", "/");
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn the_proxy_moves_port_without_a_restart_and_routes_survive_a_daemon_restart() {
+    let home = Home::new();
+    let repo = echo_repo("");
+    repo.ok(&home, &["up", "mv"]);
+    let old = proxy_port(&home);
+    let pid = home.daemon_pid().unwrap();
+    let new = free_port();
+    home.ok(&["port", "--proxy", &new.to_string()]);
+    assert_eq!(home.daemon_pid(), Some(pid), "same daemon");
+    assert!(wait_until(Duration::from_secs(5), || TcpStream::connect((
+        "127.0.0.1",
+        old
+    ))
+    .is_err()));
+    assert_eq!(get(new, "echo.mv.px.localhost", "/").0, 200);
+    // Stop and start the daemon: the world keeps running and routed.
+    home.ok(&["daemon", "stop"]);
+    home.ok(&["daemon", "start"]);
+    assert_eq!(get(new, "echo.mv.px.localhost", "/").0, 200);
+}
