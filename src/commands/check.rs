@@ -10,8 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Runs `binky check`.
-pub fn run(args: &CheckArgs) -> ExitCode {
-    let start = args.path.clone().unwrap_or_else(|| PathBuf::from("."));
+pub fn run(args: &CheckArgs, project: Option<&str>) -> ExitCode {
+    let start = args
+        .path
+        .clone()
+        .or_else(|| project.map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("."));
     let path = match config::find(&start) {
         Ok(p) => p,
         Err(e) => {

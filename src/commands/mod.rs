@@ -4,6 +4,7 @@
 //! errors, unreadable input, or a verb that is not implemented yet.
 
 pub mod check;
+pub mod curl;
 pub mod daemon;
 pub mod settings;
 pub mod status;
@@ -22,7 +23,7 @@ use std::process::ExitCode;
 pub fn run(cli: Cli) -> ExitCode {
     let project = cli.project.as_deref();
     match &cli.command {
-        Command::Check(args) => check::run(args),
+        Command::Check(args) => check::run(args, project),
         Command::Completions(args) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(args.shell, &mut cmd, "binky", &mut std::io::stdout());
@@ -56,6 +57,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Remove(args) => world::remove(args, project),
         Command::Env(args) => world::env(args, project),
         Command::Logs(args) => world::logs(args, project),
+        Command::Curl(args) => curl::run(args, project),
         other => not_implemented(other.name()),
     }
 }

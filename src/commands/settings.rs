@@ -44,6 +44,18 @@ pub fn reserve(args: &ReserveArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    // JSON has no NaN or infinity: refuse them here rather than send null.
+    for (flag, v) in [("--ram", args.ram), ("--disk", args.disk)] {
+        if let Some(v) = v
+            && !v.is_finite()
+        {
+            crate::output::error(
+                format!("{flag} {v} is not a number"),
+                Some("give a finite number"),
+            );
+            return ExitCode::from(2);
+        }
+    }
     match settings_of(call(&Request::SetReserve {
         ram_pct: args.ram,
         disk_gb: args.disk,

@@ -17,8 +17,21 @@ pub fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
         Ok(p) => p,
         Err(code) => return code,
     };
+    let by_name =
+        project_flag.is_some_and(|p| !std::path::Path::new(p).exists() && !p.contains('/'));
+    let wanted = project.clone();
     match call(&Request::Status { project }) {
         Ok(Response::Status(report)) => {
+            if by_name && report.projects.is_empty() {
+                crate::output::error(
+                    format!(
+                        "no project named `{}` is known to this daemon",
+                        wanted.unwrap_or_default()
+                    ),
+                    Some("`binky status` lists every project"),
+                );
+                return ExitCode::from(1);
+            }
             if args.json {
                 print_json(&report);
             } else {

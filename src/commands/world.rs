@@ -281,12 +281,13 @@ pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
         }
     };
     files.sort();
+    let all_names: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
     if let Some(s) = &args.service {
         files.retain(|(n, _)| n == s);
         if files.is_empty() {
             crate::output::error(
                 format!("no log for service `{s}` in world `{}`", args.name),
-                None,
+                Some(&format!("services with logs: {}", all_names.join(", "))),
             );
             return ExitCode::from(1);
         }
@@ -342,11 +343,8 @@ pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
             partial[i].push_str(&String::from_utf8_lossy(&buf));
             while let Some(pos) = partial[i].find('\n') {
                 let line: String = partial[i].drain(..=pos).collect();
-                anstream::println!(
-                    "{} {}",
-                    paint(DIM, format!("{svc:<width$} |")),
-                    line.trim_end_matches('\n')
-                );
+                let text = crate::supervisor::logs::split_stamp(line.trim_end_matches('\n')).1;
+                anstream::println!("{} {text}", paint(DIM, format!("{svc:<width$} |")));
             }
         }
         std::thread::sleep(Duration::from_millis(200));

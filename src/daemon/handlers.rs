@@ -60,6 +60,9 @@ pub(super) async fn handle(
             world::remove(d, w, force).await.map(Response::World)
         }
         Request::Env { world: w, env } => world::env(d, w, env).await.map(Response::Env),
+        Request::Locate { world: w, service } => {
+            world::locate_service(d, w, &service).map(Response::Located)
+        }
     }
 }
 

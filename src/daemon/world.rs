@@ -94,7 +94,16 @@ struct Located {
 impl Located {
     /// The project folder in the main worktree: the base for `worktree_root`.
     fn main_root(&self) -> PathBuf {
-        self.main.join(&self.subdir)
+        join_subdir(&self.main, &self.subdir)
+    }
+}
+
+/// `base/subdir`, without the trailing slash `join("")` would add.
+fn join_subdir(base: &Path, subdir: &Path) -> PathBuf {
+    if subdir.as_os_str().is_empty() {
+        base.to_path_buf()
+    } else {
+        base.join(subdir)
     }
 }
 
@@ -293,9 +302,23 @@ async fn up_locked(
 ) -> Result<WorldOutcome, ApiError> {
     let project = loc.name.as_str();
     let slug = world_slug(name);
+    let root = loc.main_root().display().to_string();
+    if let Some(known) = d.registry().project_root(project).map_err(internal)?
+        && known != root
+        && Path::new(&known).join(config::FILE_NAME).is_file()
+    {
+        // Two checkouts claiming one project name would share worlds,
+        // hostnames and slices.
+        return Err(ApiError::new(format!(
+            "project `{project}` is already registered at {known}, and {root} uses the same name"
+        ))
+        .hint(
+            "give this project its own [project] name, or remove the other project's worlds first",
+        ));
+    }
     let project_id = d
         .registry()
-        .upsert_project(project, &loc.main_root().display().to_string())
+        .upsert_project(project, &root)
         .map_err(internal)?;
     let existing = d
         .registry()
@@ -313,6 +336,11 @@ async fn up_locked(
         return outcome(d, project, w.id, true, Vec::new());
     }
     let mut notes = Vec::new();
+    if let Some(w) = &existing {
+        // Not (fully) running: stop whatever is left of it first, so nothing
+        // runs twice and its ports are free to keep.
+        stop_processes(d, w).await;
+    }
 
     progress.say("worktree", None, format!("worktree for {name}"));
     let root = match &loc.config.project.worktree_root {
@@ -347,7 +375,7 @@ async fn up_locked(
         notes.push(msg);
         d.event(world_event("worktree_recreated", project, name));
     }
-    let world_root = ensured.path.join(&loc.subdir);
+    let world_root = join_subdir(&ensured.path, &loc.subdir);
     let cfg_path = world_root.join(config::FILE_NAME);
     let cfg = config::load(&cfg_path).map_err(invalid_config)?;
     if cfg.project.name != project {
@@ -1240,13 +1268,13 @@ pub(crate) async fn reload(
         .worlds
         .lock_for(&format!("{}/{}", loc.name, req.world.name));
     let _guard = lock.lock().await;
-    if let Ok(w) = find_world(d, &loc, &req.world.name) {
-        progress.say("stop", None, format!("stopping {}", w.name));
-        stop_processes(d, &w).await;
-        d.registry()
-            .set_world_state(w.id, "stopped", None, None)
-            .map_err(internal)?;
-    }
+    let w = find_world(d, &loc, &req.world.name)
+        .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
+    progress.say("stop", None, format!("stopping {}", w.name));
+    stop_processes(d, &w).await;
+    d.registry()
+        .set_world_state(w.id, "stopped", None, None)
+        .map_err(internal)?;
     up_locked(
         d,
         &loc,
@@ -1269,6 +1297,18 @@ pub(crate) async fn remove(
     let _guard = lock.lock().await;
     let w = find_world(d, &loc, &wref.name)?;
     let path = PathBuf::from(&w.path);
+    let root = match &loc.config.project.worktree_root {
+        Some(r) => config::resolve_against(&loc.main_root(), r),
+        None => worktree::default_root(&loc.main),
+    };
+    if !force && path.exists() && !path.starts_with(&root) {
+        return Err(ApiError::new(format!(
+            "the worktree {} was not made by binky (it is outside {}); binky will not delete it on its own",
+            path.display(),
+            root.display()
+        ))
+        .hint(format!("remove it with `git worktree remove`, or run `binky remove {} --force`", w.name)));
+    }
     if !force && path.exists() {
         let p2 = path.clone();
         let changes = tokio::task::spawn_blocking(move || worktree::changes(&p2))
@@ -1367,7 +1407,7 @@ pub(crate) async fn env(
 ) -> Result<WorldEnv, ApiError> {
     let loc = locate(d, &wref)?;
     let w = find_world(d, &loc, &wref.name)?;
-    let world_root = PathBuf::from(&w.path).join(&loc.subdir);
+    let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
     let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
     let ports: IndexMap<(String, String), u16> = {
         let reg = d.registry();
@@ -1438,4 +1478,51 @@ pub(crate) async fn env(
         worktree: world_root.display().to_string(),
         services: out,
     })
+}
+
+/// Where `binky curl` should connect for one service: the proxy for a url
+/// service, else the service's own port.
+pub(crate) fn locate_service(
+    d: &Arc<Daemon>,
+    wref: WorldRef,
+    service: &str,
+) -> Result<crate::protocol::ServiceTarget, ApiError> {
+    let loc = locate(d, &wref)?;
+    let w = find_world(d, &loc, &wref.name)?;
+    let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
+    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
+    let svc = cfg.services.get(service).ok_or_else(|| {
+        ApiError::new(format!("world `{}` has no service `{service}`", w.name)).hint(format!(
+            "services: {}",
+            cfg.services.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+    })?;
+    if let Some(label) = svc.process().and_then(|p| p.url.as_deref()) {
+        let port = d.registry().settings().map_err(internal)?.proxy_port;
+        return Ok(crate::protocol::ServiceTarget {
+            port,
+            host: format!("{label}.{}.{}", w.slug, cfg.project.domain),
+            via_proxy: true,
+        });
+    }
+    let port: Option<u16> = d
+        .registry()
+        .conn_ref()
+        .query_row(
+            "SELECT port FROM port_reservations WHERE world_id = ?1 AND service = ?2 AND name = ''",
+            rusqlite::params![w.id, service],
+            |r| r.get(0),
+        )
+        .ok();
+    match port {
+        Some(port) => Ok(crate::protocol::ServiceTarget {
+            port,
+            host: format!("localhost:{port}"),
+            via_proxy: false,
+        }),
+        None => Err(
+            ApiError::new(format!("service `{service}` has no port to call"))
+                .hint("declare `url` or `ports` for it in binky.toml"),
+        ),
+    }
 }

@@ -99,6 +99,13 @@ pub enum Request {
         /// Remove despite uncommitted changes.
         force: bool,
     },
+    /// Where to reach one service of a world (for `binky curl`).
+    Locate {
+        /// Which world.
+        world: WorldRef,
+        /// The service.
+        service: String,
+    },
     /// A world's coordinates.
     Env {
         /// Which world.
@@ -177,6 +184,7 @@ impl Request {
             Request::Down(_) => "down",
             Request::Remove { .. } => "remove",
             Request::Env { .. } => "env",
+            Request::Locate { .. } => "locate",
         }
     }
 
@@ -257,6 +265,19 @@ pub enum Response {
     World(WorldOutcome),
     /// For `env`.
     Env(WorldEnv),
+    /// For `locate`.
+    Located(ServiceTarget),
+}
+
+/// How to reach one service.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServiceTarget {
+    /// Connect here (loopback).
+    pub port: u16,
+    /// Send this Host header.
+    pub host: String,
+    /// Whether `port` is the proxy's (else the service's own).
+    pub via_proxy: bool,
 }
 
 /// A world after a lifecycle verb.

@@ -269,3 +269,35 @@ fn the_proxy_moves_port_without_a_restart_and_routes_survive_a_daemon_restart() 
     home.ok(&["daemon", "start"]);
     assert_eq!(get(new, "echo.mv.px.localhost", "/").0, 200);
 }
+
+#[test]
+fn binky_curl_fills_in_the_host_and_fails_on_http_errors_with_f() {
+    let home = Home::new();
+    let repo = echo_repo("");
+    repo.ok(&home, &["up", "c"]);
+    let out = repo.ok(&home, &["curl", "c", "echo", "/x?y=1", "-H", "X-Test: yes"]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout()).unwrap();
+    assert_eq!(v["path"], "/x?y=1");
+    assert_eq!(v["headers"]["x-test"], "yes");
+    assert!(
+        v["headers"]["host"]
+            .as_str()
+            .unwrap()
+            .starts_with("echo.c.px.localhost")
+    );
+    let inc = repo.ok(&home, &["curl", "c", "echo", "-i"]);
+    assert!(inc.stdout().starts_with("HTTP/1.1 200"), "{inc}");
+    // A status ≥ 400 exits non-zero only with -f.
+    home.ok(&["-p", "px", "down", "c"]);
+    let plain = repo.run(&home, &["curl", "c", "echo"]);
+    assert_eq!(plain.code(), 0, "{plain}");
+    let failing = repo.run(&home, &["curl", "c", "echo", "-f"]);
+    assert_eq!(failing.code(), 22, "{failing}");
+    assert!(failing.stderr().contains("HTTP 502"), "{failing}");
+    let unknown = repo.run(&home, &["curl", "c", "nosuch"]);
+    assert_eq!(unknown.code(), 1);
+    assert!(
+        unknown.stderr().contains("no service `nosuch`"),
+        "{unknown}"
+    );
+}

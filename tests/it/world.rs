@@ -657,3 +657,88 @@ fn status_dot_lists_only_the_current_project_and_group_is_recorded() {
         "{by_name}"
     );
 }
+
+#[test]
+fn up_on_a_failed_world_stops_what_is_left_before_starting_again() {
+    let home = Home::new();
+    let marker = format!("KEEP{}", std::process::id());
+    let toml = format!(
+        "{}[services.keep]\ncmd = \"exec python3 -c \'import time; time.sleep(600)\' {marker}\"\n[services.crash]\ncmd = \"sleep 0.2; exit 3\"\nrestart = \"no\"\n",
+        project_header("again", 2)
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "x"]);
+    assert!(wait_until(Duration::from_secs(5), || pids_with(&marker)
+        .len()
+        == 1));
+    assert!(wait_until(Duration::from_secs(5), || {
+        repo.worlds(&home)["x"]["services"][1]["state"] == "stopped"
+    }));
+    repo.ok(&home, &["up", "x"]);
+    assert_eq!(
+        pids_with(&marker).len(),
+        1,
+        "the old `keep` must be stopped, not duplicated"
+    );
+    repo.ok(&home, &["down", "x"]);
+    assert!(wait_until(Duration::from_secs(5), || pids_with(&marker).is_empty()));
+}
+
+#[test]
+fn reload_of_an_unknown_world_creates_nothing() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n",
+        project_header("rl", 2)
+    ));
+    let out = repo.run(&home, &["reload", "nope"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("no world `nope`"), "{out}");
+    assert!(!git(&repo.main, &["branch", "--list", "nope"]).contains("nope"));
+}
+
+#[test]
+fn a_second_checkout_with_the_same_project_name_is_refused() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n",
+        project_header("twin", 4)
+    );
+    let a = Repo::new(&toml);
+    let b = Repo::new(&toml);
+    a.ok(&home, &["up", "alpha"]);
+    let out = b.run(&home, &["up", "alpha"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("already registered at"), "{out}");
+    assert_eq!(
+        a.worlds(&home)["alpha"]["path"].as_str().unwrap(),
+        a.worktree_root().join("alpha").display().to_string()
+    );
+}
+
+#[test]
+fn remove_will_not_delete_a_hand_made_worktree_without_force() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n",
+        project_header("hand", 2)
+    ));
+    let mine = repo.main.parent().unwrap().join("my-own-checkout");
+    git(
+        &repo.main,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "manual",
+            mine.to_str().unwrap(),
+        ],
+    );
+    std::fs::write(mine.join(".env"), "SECRET=1").unwrap();
+    repo.ok(&home, &["up", "manual"]);
+    let out = repo.run(&home, &["remove", "manual"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("was not made by binky"), "{out}");
+    assert!(mine.join(".env").exists());
+}
