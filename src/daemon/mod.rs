@@ -183,6 +183,8 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
             },
         );
     }
+    // Reconcile before serving: re-adopt what is still running.
+    world::reconcile(&daemon).await;
     let port = daemon.registry().settings()?.proxy_port;
     let _ = daemon.proxy_port.send(port);
     {

@@ -525,43 +525,7 @@ async fn bring_up(
     }
 
     // Facts every token may read.
-    let mut facts: IndexMap<String, ServiceFacts> = IndexMap::new();
-    for (n, s) in &cfg.services {
-        let mut f = ServiceFacts::default();
-        if let Some(p) = allocated.get(&(n.clone(), String::new())) {
-            f.port = Some(*p);
-            f.local_url = Some(format!("http://localhost:{p}"));
-            f.url = f.local_url.clone();
-            f.host = Some("localhost".into());
-        }
-        for pn in s.port_names() {
-            if let Some(p) = allocated.get(&(n.clone(), pn.clone())) {
-                f.ports.insert(pn.clone(), *p);
-            }
-        }
-        if let Some(label) = s.process().and_then(|p| p.url.as_deref()) {
-            let url = proxy_url(d, label, slug, &cfg.project.domain);
-            let host = format!("{label}.{slug}.{}", cfg.project.domain);
-            if let Some(port) = f.port {
-                d.routes.set(
-                    &host,
-                    crate::proxy::Route {
-                        project: project.to_owned(),
-                        world: name.to_owned(),
-                        service: n.clone(),
-                        port,
-                        state: "starting".into(),
-                    },
-                );
-                d.registry()
-                    .set_service_host(world_id, n, &host)
-                    .map_err(internal)?;
-            }
-            f.host = Some(host);
-            f.url = Some(url);
-        }
-        facts.insert(n.clone(), f);
-    }
+    let facts = build_facts(d, cfg, project, name, slug, world_id, &allocated)?;
     let mut plan = Plan {
         facts,
         world_root: world_root.clone(),
@@ -671,6 +635,251 @@ async fn bring_up(
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Ports, URLs and hosts of every service (resources' addresses are filled
+/// in later), registering each url service's route with the proxy.
+fn build_facts(
+    d: &Daemon,
+    cfg: &Config,
+    project: &str,
+    name: &str,
+    slug: &str,
+    world_id: i64,
+    allocated: &IndexMap<ports::PortKey, u16>,
+) -> Result<IndexMap<String, ServiceFacts>, ApiError> {
+    let mut facts: IndexMap<String, ServiceFacts> = IndexMap::new();
+    for (n, s) in &cfg.services {
+        let mut f = ServiceFacts::default();
+        if let Some(p) = allocated.get(&(n.clone(), String::new())) {
+            f.port = Some(*p);
+            f.local_url = Some(format!("http://localhost:{p}"));
+            f.url = f.local_url.clone();
+            f.host = Some("localhost".into());
+        }
+        for pn in s.port_names() {
+            if let Some(p) = allocated.get(&(n.clone(), pn.clone())) {
+                f.ports.insert(pn.clone(), *p);
+            }
+        }
+        if let Some(label) = s.process().and_then(|p| p.url.as_deref()) {
+            let url = proxy_url(d, label, slug, &cfg.project.domain);
+            let host = format!("{label}.{slug}.{}", cfg.project.domain);
+            if let Some(port) = f.port {
+                d.routes.set(
+                    &host,
+                    crate::proxy::Route {
+                        project: project.to_owned(),
+                        world: name.to_owned(),
+                        service: n.clone(),
+                        port,
+                        state: "starting".into(),
+                    },
+                );
+                d.registry()
+                    .set_service_host(world_id, n, &host)
+                    .map_err(internal)?;
+            }
+            f.host = Some(host);
+            f.url = Some(url);
+        }
+        facts.insert(n.clone(), f);
+    }
+    Ok(facts)
+}
+
+/// Start-up reconciliation: re-adopts the service processes of worlds that
+/// were up when the previous daemon stopped or died.
+///
+/// A recorded process is ours only if its pid *and* start time match (a
+/// recycled pid is never mistaken for it). Adopted processes are watched for
+/// exit through a pidfd, not polled; ones that died meanwhile are started
+/// again per their restart policy. An `up` the crash interrupted is marked
+/// failed with the reason.
+pub(crate) async fn reconcile(d: &Arc<Daemon>) {
+    let worlds: Vec<(i64, String, String, String, Option<String>)> = {
+        let reg = d.registry();
+        let mut stmt = match reg.conn_ref().prepare(
+            "SELECT w.id, p.name, w.name, w.state, w.intent FROM worlds w JOIN projects p ON p.id = w.project_id",
+        ) {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        stmt.query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .and_then(|rows| rows.collect())
+        .unwrap_or_default()
+    };
+    for (id, project, name, state, intent) in worlds {
+        if let Some(op) = &intent {
+            let reason = format!(
+                "`{op}` was interrupted by a daemon restart; run `binky {op} {name}` again"
+            );
+            let _ = d
+                .registry()
+                .set_world_state(id, "failed", None, Some(&reason));
+            d.event(
+                world_event("interrupted", &project, &name).detail(format!("{op} interrupted")),
+            );
+        }
+        if !matches!(state.as_str(), "running" | "failed" | "starting") {
+            continue;
+        }
+        if let Err(e) = adopt_world(
+            d,
+            id,
+            &project,
+            &name,
+            intent.is_none() && state == "running",
+        )
+        .await
+        {
+            tracing::warn!(project, world = name, error = %e.message, "could not re-adopt world");
+            d.event(world_event("adopt_failed", &project, &name).detail(first_line(&e.message)));
+        }
+    }
+}
+
+async fn adopt_world(
+    d: &Arc<Daemon>,
+    world_id: i64,
+    project: &str,
+    name: &str,
+    restart_dead: bool,
+) -> Result<(), ApiError> {
+    let loc = locate(
+        d,
+        &WorldRef {
+            project_dir: None,
+            project: Some(project.to_owned()),
+            name: name.to_owned(),
+        },
+    )?;
+    let w = find_world(d, &loc, name)?;
+    let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
+    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
+    let allocated: IndexMap<ports::PortKey, u16> = {
+        let reg = d.registry();
+        let mut stmt = reg
+            .conn_ref()
+            .prepare("SELECT service, name, port FROM port_reservations WHERE world_id = ?1")
+            .map_err(internal)?;
+        stmt.query_map([world_id], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
+            .and_then(|rows| rows.collect())
+            .map_err(internal)?
+    };
+    let facts = build_facts(d, &cfg, project, name, &w.slug, world_id, &allocated)?;
+    let main_root = loc.main_root();
+    let project_env = match &cfg.project.env_file {
+        Some(f) => read_env_file(&world_root, &main_root, f).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let mut plan = Plan {
+        facts,
+        world_root: world_root.clone(),
+        project_env,
+    };
+    let no_env = ClientEnv::default();
+    for (n, s) in &cfg.services {
+        if let ServiceKind::Resource(r) = &s.kind
+            && let Some(adapter) = adapters::by_name(&r.adapter)
+        {
+            let slice = slice_for(
+                d,
+                adapter.as_ref(),
+                adapter.slice_name(project, &w.slug),
+                project,
+                r,
+                None,
+            );
+            if let Ok(address) = adapter.resolve(&slice).await {
+                let f = plan.facts.get_mut(n).expect("fact per service");
+                f.host = host_of(&address);
+                f.url = Some(address);
+            }
+        }
+    }
+    let recorded: HashMap<String, (Option<u32>, Option<i64>)> = {
+        let reg = d.registry();
+        let mut stmt = reg
+            .conn_ref()
+            .prepare("SELECT name, pid, start_time FROM services WHERE world_id = ?1")
+            .map_err(internal)?;
+        stmt.query_map([world_id], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))
+            .and_then(|rows| rows.collect())
+            .map_err(internal)?
+    };
+    let log_dir = d.paths.world_logs(project, &w.slug);
+    let lv = levels(&cfg);
+    let mut handles = IndexMap::new();
+    for level in &lv {
+        for sname in level {
+            let Some(p) = cfg.services[sname].process() else {
+                continue;
+            };
+            let spec = process_spec(&cfg, project, name, sname, p, &plan, &no_env, &log_dir)?;
+            let rec = recorder(
+                d.clone(),
+                world_id,
+                project.to_owned(),
+                name.to_owned(),
+                sname.clone(),
+            );
+            let alive = recorded
+                .get(sname)
+                .and_then(|(pid, start)| match (pid, start) {
+                    (Some(pid), Some(start))
+                        if *pid > 1
+                            && crate::platform::process_start_time(*pid) == Some(*start as u64) =>
+                    {
+                        Some(*pid)
+                    }
+                    _ => None,
+                });
+            let handle = match alive {
+                Some(pid) => {
+                    d.event({
+                        let mut e =
+                            world_event("adopted", project, name).detail(format!("pid {pid}"));
+                        e.service = Some(sname.clone());
+                        e
+                    });
+                    supervisor::adopt(spec, pid, rec)
+                }
+                None if restart_dead && p.restart.policy != config::RestartPolicy::No => {
+                    d.event({
+                        let mut e = world_event("restarting", project, name)
+                            .detail("its process died while the daemon was away");
+                        e.service = Some(sname.clone());
+                        e
+                    });
+                    let _ = d.registry().service_restarted(world_id, sname);
+                    supervisor::spawn(spec, rec)
+                }
+                None => {
+                    let _ = d.registry().service_state(
+                        world_id,
+                        sname,
+                        "stopped",
+                        Some("died while the daemon was away"),
+                        false,
+                    );
+                    d.routes.set_state(project, name, sname, "stopped");
+                    continue;
+                }
+            };
+            handles.insert(sname.clone(), Arc::new(handle));
+        }
+    }
+    d.worlds.put_runtime(
+        world_id,
+        Runtime {
+            handles,
+            levels: lv,
+        },
+    );
+    Ok(())
 }
 
 fn host_of(address: &str) -> Option<String> {

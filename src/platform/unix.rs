@@ -158,7 +158,12 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which is parenthesised and may hold spaces.
     let rest = stat.rsplit_once(')')?.1;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = rest.split_whitespace();
+    // A zombie has exited; it only waits to be reaped. Not alive.
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// Pids of `pid` and all its descendants (from `/proc/*/stat` parent links).
@@ -242,5 +247,37 @@ pub fn ignore_terminal_signals() {
     unsafe {
         let _ = signal(Signal::SIGHUP, SigHandler::SigIgn);
         let _ = signal(Signal::SIGINT, SigHandler::SigIgn);
+    }
+}
+
+/// Resolves when process `pid` (not necessarily our child) exits. On Linux a
+/// pidfd becomes readable at exit, so this waits without polling; where
+/// `pidfd_open` is unavailable it falls back to checking every 500 ms.
+pub async fn wait_exit(pid: u32) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd =
+            unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid as nix::libc::pid_t, 0) };
+        if fd >= 0 {
+            // SAFETY: the kernel just returned this fd; we own it.
+            let owned = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+            // SAFETY: `owned` is a valid fd we own, and the AsyncFd keeps it
+            // open for as long as it is registered.
+            let registered = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(
+                    owned,
+                    tokio::io::Interest::READABLE,
+                )
+            };
+            if let Ok(afd) = registered {
+                let _ = afd.readable().await;
+                return;
+            }
+        }
+    }
+    while process_start_time(pid).is_some() {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
 }

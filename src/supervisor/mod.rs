@@ -211,11 +211,93 @@ pub fn spawn(spec: ServiceSpec, events: Recorder) -> Handle {
     let watcher = start_watcher(&spec, ctl_tx.clone());
     tokio::spawn(async move {
         let _watcher = watcher;
-        run(spec, state_tx, ctl_rx, events).await;
+        run(spec, state_tx, ctl_rx, events, false).await;
     });
     Handle {
         state: state_rx,
         ctl: ctl_tx,
+    }
+}
+
+/// Supervises a process a previous daemon started (`pid`, its own process
+/// group): waits for its exit through the platform's exit notification
+/// (pidfd on Linux), then carries on as [`spawn`] would, restart policy
+/// included. Its exit status is not ours to read; an adopted exit counts as a
+/// failure.
+pub fn adopt(spec: ServiceSpec, pid: u32, events: Recorder) -> Handle {
+    let (state_tx, state_rx) = watch::channel(State::Running { pid });
+    let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
+    let watcher = start_watcher(&spec, ctl_tx.clone());
+    tokio::spawn(async move {
+        let _watcher = watcher;
+        run_adopted(spec, pid, state_tx, ctl_rx, events).await;
+    });
+    Handle {
+        state: state_rx,
+        ctl: ctl_tx,
+    }
+}
+
+async fn run_adopted(
+    spec: ServiceSpec,
+    pid: u32,
+    state: watch::Sender<State>,
+    mut ctl: mpsc::UnboundedReceiver<Control>,
+    events: Recorder,
+) {
+    let set = |s: State| {
+        events(Event::State(s.clone()));
+        let _ = state.send(s);
+    };
+    set(State::Running { pid });
+    let exited = platform::wait_exit(pid);
+    tokio::pin!(exited);
+    tokio::select! {
+        _ = &mut exited => {}
+        c = ctl.recv() => {
+            let sig = platform::signal_by_name(&spec.stop_signal);
+            let _ = platform::signal_group(pid, sig);
+            let deadline = tokio::time::Instant::now() + spec.stop_timeout;
+            let _ = tokio::time::timeout_at(deadline, &mut exited).await;
+            let mut pause = Duration::from_millis(5);
+            while platform::group_alive(pid) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            let _ = platform::signal_group(pid, Some(nix::sys::signal::Signal::SIGKILL));
+            match c {
+                Some(Control::Restart) => {
+                    run(spec, state, ctl, events, true).await;
+                }
+                Some(Control::Stop(done)) => {
+                    set(State::Stopped { exit: None });
+                    let _ = done.send(());
+                }
+                None => {}
+            }
+            return;
+        }
+    }
+    let _ = platform::signal_group(pid, Some(nix::sys::signal::Signal::SIGKILL));
+    let mut history = VecDeque::new();
+    match restart::decide(&spec.restart, false, &mut history, Instant::now()) {
+        restart::Decision::Restart(delay) => {
+            events(Event::Restarting {
+                exit: "the adopted process exited".into(),
+                delay,
+            });
+            set(State::Backoff { delay });
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => run(spec, state, ctl, events, true).await,
+                c = ctl.recv() => if let Some(Control::Stop(done)) = c {
+                    set(State::Stopped { exit: None });
+                    let _ = done.send(());
+                },
+            }
+        }
+        _ => set(State::Stopped {
+            exit: Some("the adopted process exited".into()),
+        }),
     }
 }
 
@@ -365,13 +447,14 @@ async fn run(
     state: watch::Sender<State>,
     mut ctl: mpsc::UnboundedReceiver<Control>,
     events: Recorder,
+    was_healthy: bool,
 ) {
     let set = |s: State| {
         events(Event::State(s.clone()));
         let _ = state.send(s);
     };
     let mut history: VecDeque<Instant> = VecDeque::new();
-    let mut ever_healthy = false;
+    let mut ever_healthy = was_healthy;
     loop {
         let mut child = match spawn_process(&spec) {
             Ok(c) => c,

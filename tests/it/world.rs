@@ -742,3 +742,71 @@ fn remove_will_not_delete_a_hand_made_worktree_without_force() {
     assert!(out.stderr().contains("was not made by binky"), "{out}");
     assert!(mine.join(".env").exists());
 }
+
+#[test]
+fn a_killed_daemon_comes_back_and_re_adopts_its_services() {
+    let home = Home::new();
+    let toml = format!(
+        "{}{}[services.worker]\ncmd = \"exec sleep 600\"\nrestart = {{ policy = \"on-failure\", backoff = \"100ms\" }}\n",
+        project_header("adopt", 6),
+        http_service("web", "")
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "x"]);
+    let before = repo.worlds(&home)["x"].clone();
+    let pid_of = |w: &serde_json::Value, svc: &str| -> Option<u64> {
+        w["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == svc)
+            .unwrap()["pid"]
+            .as_u64()
+    };
+    let web = pid_of(&before, "web").unwrap();
+    let worker = pid_of(&before, "worker").unwrap();
+    let daemon = home.daemon_pid().unwrap();
+    kill9(daemon);
+    assert!(wait_until(Duration::from_secs(5), || !alive(daemon)));
+    // While the daemon is away, one service dies.
+    kill9(worker as u32);
+    assert!(wait_until(Duration::from_secs(5), || !alive(worker as u32)));
+    // The next command starts a daemon that re-adopts web (same pid) and
+    // restarts the dead worker per its policy.
+    let after = &repo.worlds(&home)["x"];
+    assert_eq!(after["state"], "running", "{after}");
+    assert_eq!(
+        pid_of(after, "web"),
+        Some(web),
+        "web adopted, not restarted"
+    );
+    assert!(home.events().iter().any(|e| e["event"] == "adopted"));
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let w = &repo.worlds(&home)["x"];
+            let s = w["services"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["name"] == "worker")
+                .unwrap()
+                .clone();
+            s["state"] == "running" && s["pid"].as_u64().is_some_and(|p| p != worker)
+        }),
+        "worker not restarted: {}",
+        repo.worlds(&home)["x"]
+    );
+    // A later crash of an adopted process is noticed (pidfd) and restarted.
+    kill9(web as u32);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let w = &repo.worlds(&home)["x"];
+            pid_of(w, "web").is_some_and(|p| p != web) && w["services"][0]["state"] == "running"
+        }),
+        "adopted web not restarted after its crash: {}",
+        repo.worlds(&home)["x"]
+    );
+    // And down stops everything, adopted or not: no duplicate, no orphan.
+    repo.ok(&home, &["down", "x"]);
+    assert!(home.recorded_groups().is_empty());
+}
