@@ -58,6 +58,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Env(args) => world::env(args, project),
         Command::Logs(args) => world::logs(args, project),
         Command::Curl(args) => curl::run(args, project),
+        Command::Verify(args) => world::verify(args, project),
         other => not_implemented(other.name()),
     }
 }

@@ -76,7 +76,12 @@ pub fn print_human(report: &StatusReport) {
                 paint(state_style(&w.state), &w.state)
             );
             if let Some(e) = &w.error {
-                anstream::println!("      {}", paint(ERROR, e));
+                // First line only: the full reason is in `status --json` and the logs.
+                let first = e.lines().next().unwrap_or("");
+                anstream::println!("      {}", paint(ERROR, first));
+            }
+            if let Some(v) = &w.verify {
+                anstream::println!("      {}", paint(DIM, format!("verify {v}")));
             }
             let sw = w.services.iter().map(|s| s.name.len()).max().unwrap_or(0);
             for s in &w.services {

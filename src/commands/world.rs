@@ -191,6 +191,75 @@ pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
     }
 }
 
+/// `binky verify`.
+pub fn verify(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode {
+    let paths = match paths_or_exit() {
+        Ok(p) => p,
+        Err(c) => return c,
+    };
+    let mut client = match Client::connect_or_start(&paths) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let req = Request::Verify {
+        world: world_ref(project, &args.name),
+        keep_going: args.keep_going,
+        env: ClientEnv::current(),
+    };
+    let json = args.json;
+    let res = client.call(&req, &mut |p| {
+        if json {
+            return;
+        }
+        if p.step == "output" {
+            println!("{}", p.message);
+        } else {
+            anstream::println!("{}", paint(crate::output::BOLD, &p.message));
+        }
+    });
+    match res {
+        Ok(Response::Verified(r)) => {
+            if json {
+                print_json(&r);
+            } else {
+                for c in &r.checks {
+                    let mark = if c.passed {
+                        paint(OK, "✓")
+                    } else {
+                        paint(crate::output::ERROR, "✗")
+                    };
+                    anstream::println!("{mark} {}  ({} ms)", c.command, c.duration_ms);
+                }
+                let commit = r
+                    .commit
+                    .as_deref()
+                    .map(|c| &c[..c.len().min(12)])
+                    .unwrap_or("?");
+                if r.passed {
+                    anstream::println!(
+                        "{} verify passed: {} at {commit}",
+                        paint(OK, "✓"),
+                        args.name
+                    );
+                } else {
+                    anstream::println!(
+                        "{} verify failed: {} at {commit}",
+                        paint(crate::output::ERROR, "✗"),
+                        args.name
+                    );
+                }
+            }
+            if r.passed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Ok(other) => super::unexpected(&other),
+        Err(e) => fail(&e),
+    }
+}
+
 /// Quotes `v` for POSIX shells: single quotes, with `'` written as `'\''`.
 /// Exact in bash, zsh and sh for any value, newlines included.
 pub fn shell_quote(v: &str) -> String {

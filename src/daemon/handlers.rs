@@ -60,6 +60,13 @@ pub(super) async fn handle(
             world::remove(d, w, force).await.map(Response::World)
         }
         Request::Env { world: w, env } => world::env(d, w, env).await.map(Response::Env),
+        Request::Verify {
+            world: w,
+            keep_going,
+            env,
+        } => world::verify(d, w, keep_going, env, &progress)
+            .await
+            .map(Response::Verified),
         Request::Locate { world: w, service } => {
             world::locate_service(d, w, &service).map(Response::Located)
         }

@@ -1735,3 +1735,131 @@ pub(crate) fn locate_service(
         ),
     }
 }
+
+/// `binky verify`: runs `[agents] verify` in the world's checkout, in order,
+/// through the shell, with the exposed coordinates in the environment
+/// (`WEB_URL`…, as `binky env --dotenv` names them). Output streams to the
+/// caller; the result is recorded against the world and its commit.
+pub(crate) async fn verify(
+    d: &Arc<Daemon>,
+    wref: WorldRef,
+    keep_going: bool,
+    client_env: ClientEnv,
+    progress: &ProgressTx,
+) -> Result<crate::protocol::VerifyReport, ApiError> {
+    use tokio::io::AsyncBufReadExt;
+    let coords = env(d, wref.clone(), client_env.clone()).await?;
+    let loc = locate(d, &wref)?;
+    let w = find_world(d, &loc, &wref.name)?;
+    let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
+    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
+    if cfg.agents.verify.is_empty() {
+        return Err(ApiError::new(format!(
+            "{} has no [agents] verify commands",
+            cfg.path.display()
+        ))
+        .hint("add e.g. verify = [\"make test\"] under [agents]"));
+    }
+    let mut env: IndexMap<String, String> = if client_env.0.is_empty() {
+        std::env::vars().collect()
+    } else {
+        client_env.0.iter().cloned().collect()
+    };
+    for (svc, value) in &coords.services {
+        env.insert(format!("{}_URL", env_key(svc)), value.clone());
+    }
+    env.insert("BINKY_PROJECT".into(), coords.project.clone());
+    env.insert("BINKY_WORLD".into(), coords.world.clone());
+    env.insert("BINKY_WORKTREE".into(), coords.worktree.clone());
+    let ports: Vec<(String, String, u16)> = {
+        let reg = d.registry();
+        let mut stmt = reg
+            .conn_ref()
+            .prepare("SELECT service, name, port FROM port_reservations WHERE world_id = ?1")
+            .map_err(internal)?;
+        stmt.query_map([w.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .and_then(|rows| rows.collect())
+            .map_err(internal)?
+    };
+    for (svc, name, port) in ports {
+        let key = if name.is_empty() {
+            format!("BINKY_PORT_{}", env_key(&svc))
+        } else {
+            format!("BINKY_PORT_{}_{}", env_key(&svc), env_key(&name))
+        };
+        env.insert(key, port.to_string());
+    }
+    let commit = worktree::head_commit(Path::new(&w.path));
+    let started = std::time::Instant::now();
+    let mut checks = Vec::new();
+    let mut all_ok = true;
+    for cmd in &cfg.agents.verify {
+        if !all_ok && !keep_going {
+            break;
+        }
+        progress.say("verify", None, format!("$ {cmd}"));
+        let t0 = std::time::Instant::now();
+        let child = tokio::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!("exec 2>&1; {cmd}"))
+            .current_dir(&world_root)
+            .env_clear()
+            .envs(env.iter())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn();
+        let (code, ok) = match child {
+            Ok(mut child) => {
+                if let Some(out) = child.stdout.take() {
+                    let mut lines = tokio::io::BufReader::new(out).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        progress.say("output", None, line);
+                    }
+                }
+                match child.wait().await {
+                    Ok(st) => (st.code(), st.success()),
+                    Err(_) => (None, false),
+                }
+            }
+            Err(e) => {
+                progress.say("output", None, format!("cannot run: {e}"));
+                (None, false)
+            }
+        };
+        all_ok &= ok;
+        checks.push(crate::protocol::VerifyCheck {
+            command: cmd.clone(),
+            exit_code: code,
+            passed: ok,
+            duration_ms: t0.elapsed().as_millis() as u64,
+        });
+    }
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let detail = format!(
+        "{}/{} passed",
+        checks.iter().filter(|c| c.passed).count(),
+        checks.len()
+    );
+    d.registry()
+        .record_verify(w.id, all_ok, duration_ms, commit.as_deref(), &detail)
+        .map_err(internal)?;
+    d.event(
+        world_event(
+            if all_ok {
+                "verify_passed"
+            } else {
+                "verify_failed"
+            },
+            &loc.name,
+            &w.name,
+        )
+        .detail(detail),
+    );
+    Ok(crate::protocol::VerifyReport {
+        passed: all_ok,
+        checks,
+        commit,
+        duration_ms,
+    })
+}

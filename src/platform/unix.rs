@@ -147,9 +147,35 @@ pub fn signal_group(pgid: u32, sig: Option<nix::sys::signal::Signal>) -> io::Res
     }
 }
 
-/// Whether any process of group `pgid` is still alive.
+/// Whether any process of group `pgid` is still alive. Zombies do not count:
+/// a member whose parent died waits for init to reap it, which can take
+/// seconds, and it holds nothing (no port, no file) meanwhile.
 pub fn group_alive(pgid: u32) -> bool {
-    signal_group(pgid, None).unwrap_or(false)
+    if !signal_group(pgid, None).unwrap_or(false) {
+        return false;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next().unwrap_or("");
+        // Fields after state: ppid, pgrp.
+        let pgrp = f.nth(1).and_then(|g| g.parse::<u32>().ok());
+        if pgrp == Some(pgid) && !matches!(state, "Z" | "X") {
+            return true;
+        }
+    }
+    false
 }
 
 /// A process's start time in clock ticks since boot (field 22 of

@@ -99,6 +99,15 @@ pub enum Request {
         /// Remove despite uncommitted changes.
         force: bool,
     },
+    /// Run the project's `[agents] verify` commands in a world (streams output).
+    Verify {
+        /// Which world.
+        world: WorldRef,
+        /// Run every command even after a failure.
+        keep_going: bool,
+        /// The CLI's environment (base environment of the commands).
+        env: ClientEnv,
+    },
     /// Where to reach one service of a world (for `binky curl`).
     Locate {
         /// Which world.
@@ -185,6 +194,7 @@ impl Request {
             Request::Remove { .. } => "remove",
             Request::Env { .. } => "env",
             Request::Locate { .. } => "locate",
+            Request::Verify { .. } => "verify",
         }
     }
 
@@ -267,6 +277,35 @@ pub enum Response {
     Env(WorldEnv),
     /// For `locate`.
     Located(ServiceTarget),
+    /// For `verify`.
+    Verified(VerifyReport),
+}
+
+/// The result of `binky verify`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VerifyReport {
+    /// Every command passed.
+    pub passed: bool,
+    /// Each command that ran, in order.
+    pub checks: Vec<VerifyCheck>,
+    /// The commit HEAD pointed at in the worktree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Total wall time, milliseconds.
+    pub duration_ms: u64,
+}
+
+/// One verify command's outcome.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VerifyCheck {
+    /// The command as written.
+    pub command: String,
+    /// Exit code (`None` when killed by a signal or not startable).
+    pub exit_code: Option<i32>,
+    /// It exited 0.
+    pub passed: bool,
+    /// Wall time, milliseconds.
+    pub duration_ms: u64,
 }
 
 /// How to reach one service.
@@ -373,6 +412,9 @@ pub struct WorldStatus {
     /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The last `binky verify`: `passed` or `failed`, with its commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<String>,
     /// Its services in start order.
     pub services: Vec<ServiceStatus>,
 }

@@ -243,7 +243,11 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT id, project_id, name, slug, state, path, grp, error
+                "SELECT id, project_id, name, slug, state, path, grp, error,
+                   (SELECT CASE passed WHEN 1 THEN 'passed' ELSE 'failed' END
+                           || COALESCE(' at ' || substr(commit_sha, 1, 12), '')
+                      FROM verify_results v WHERE v.world_id = worlds.id
+                     ORDER BY v.id DESC LIMIT 1)
                  FROM worlds ORDER BY name",
             )
             .map_err(|e| self.err(e))?;
@@ -259,6 +263,7 @@ impl Registry {
                         path: r.get(5)?,
                         group: r.get(6)?,
                         error: r.get(7)?,
+                        verify: r.get(8)?,
                         services: Vec::new(),
                     },
                 ))

@@ -331,3 +331,24 @@ impl Registry {
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 }
+
+impl Registry {
+    /// Records a `verify` run.
+    pub fn record_verify(
+        &self,
+        world_id: i64,
+        passed: bool,
+        duration_ms: u64,
+        commit: Option<&str>,
+        detail: &str,
+    ) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "INSERT INTO verify_results(world_id, passed, duration_ms, commit_sha, started_at, detail)
+                 VALUES (?1, ?2, ?3, ?4, unixepoch(), ?5)",
+                params![world_id, passed, duration_ms as i64, commit, detail],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+}

@@ -421,6 +421,11 @@ async fn stop_group(child: &mut tokio::process::Child, pgid: u32, signal: &str, 
 }
 
 /// Probes until it passes (Ok) or the timeout ends (Err with the last reason).
+///
+/// The first attempts come quickly (10 ms apart, doubling) and the pause grows
+/// to `interval`: most dev servers are ready within a few hundred
+/// milliseconds, and a fixed 250 ms pause made `up` wait on average half an
+/// interval per service after it was already listening.
 async fn probe_until_healthy(
     probe: &ProbeSpec,
     timeout: Duration,
@@ -430,15 +435,17 @@ async fn probe_until_healthy(
     let per_attempt = interval
         .max(Duration::from_millis(500))
         .min(Duration::from_secs(5));
+    let mut pause = interval.min(Duration::from_millis(10));
     loop {
         let last = match health::attempt(probe, per_attempt).await {
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
-        if tokio::time::Instant::now() + interval >= deadline {
+        if tokio::time::Instant::now() + pause >= deadline {
             return Err(last);
         }
-        tokio::time::sleep(interval).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(interval);
     }
 }
 

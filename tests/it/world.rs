@@ -810,3 +810,37 @@ fn a_killed_daemon_comes_back_and_re_adopts_its_services() {
     repo.ok(&home, &["down", "x"]);
     assert!(home.recorded_groups().is_empty());
 }
+
+#[test]
+fn verify_runs_checks_with_coordinates_records_and_fails_cleanly() {
+    let home = Home::new();
+    let toml = format!(
+        "{}{}[agents]\nverify = [\"echo web=$WEB_URL port=$BINKY_PORT_WEB\", \"test -n \\\"$WEB_URL\\\"\", \"echo failing >&2; exit 4\", \"echo never-runs\"]\n",
+        project_header("vf", 4),
+        http_service("web", "")
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "x"]);
+    let out = repo.run(&home, &["verify", "x"]);
+    assert_eq!(out.code(), 1, "{out}");
+    let text = out.stdout();
+    assert!(text.contains("web=http://web.x.vf.localhost"), "{out}");
+    assert!(
+        text.contains("failing"),
+        "stderr of a check streams too: {out}"
+    );
+    assert!(
+        !text.contains("never-runs"),
+        "stops at the first failure: {out}"
+    );
+    assert!(text.contains("✗ verify failed: x at "), "{out}");
+    let all = repo.run(&home, &["verify", "x", "--keep-going", "--json"]);
+    let v = all.json();
+    assert_eq!(v["passed"], false);
+    assert_eq!(v["checks"].as_array().unwrap().len(), 4);
+    assert_eq!(v["checks"][2]["exit_code"], 4);
+    let commit = git(&repo.main, &["rev-parse", "HEAD"]).trim().to_owned();
+    assert_eq!(v["commit"], commit.as_str());
+    let st = repo.worlds(&home)["x"].clone();
+    assert_eq!(st["verify"], format!("failed at {}", &commit[..12]));
+}
