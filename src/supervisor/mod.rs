@@ -422,30 +422,36 @@ async fn stop_group(child: &mut tokio::process::Child, pgid: u32, signal: &str, 
 
 /// Probes until it passes (Ok) or the timeout ends (Err with the last reason).
 ///
-/// The first attempts come quickly (10 ms apart, doubling) and the pause grows
-/// to `interval`: most dev servers are ready within a few hundred
-/// milliseconds, and a fixed 250 ms pause made `up` wait on average half an
-/// interval per service after it was already listening.
+/// For the first second attempts come every 10 ms, then every `interval`:
+/// most dev servers are ready within a few hundred milliseconds, and a fixed
+/// 250 ms pause made `up` wait on average half an interval per service after
+/// it was already listening (see benchmarks/up.py). A refused loopback connect
+/// costs microseconds.
 async fn probe_until_healthy(
     probe: &ProbeSpec,
     timeout: Duration,
     interval: Duration,
 ) -> Result<(), String> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    const EAGER: Duration = Duration::from_secs(1);
+    let start = tokio::time::Instant::now();
+    let deadline = start + timeout;
     let per_attempt = interval
         .max(Duration::from_millis(500))
         .min(Duration::from_secs(5));
-    let mut pause = interval.min(Duration::from_millis(10));
     loop {
         let last = match health::attempt(probe, per_attempt).await {
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
+        let pause = if start.elapsed() < EAGER {
+            interval.min(Duration::from_millis(10))
+        } else {
+            interval
+        };
         if tokio::time::Instant::now() + pause >= deadline {
             return Err(last);
         }
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(interval);
     }
 }
 

@@ -844,3 +844,48 @@ fn verify_runs_checks_with_coordinates_records_and_fails_cleanly() {
     let st = repo.worlds(&home)["x"].clone();
     assert_eq!(st["verify"], format!("failed at {}", &commit[..12]));
 }
+
+#[test]
+fn a_branch_that_exists_only_on_origin_gets_a_tracking_branch() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\nhealth = {{ cmd = \"test -f binky.toml\", timeout = \"5s\", interval = \"50ms\" }}\n",
+        project_header("origin", 2)
+    );
+    let repo = Repo::new(&toml);
+    // A clone whose origin has a branch the clone has never checked out.
+    git(&repo.main, &["branch", "remote-only"]);
+    let clone = repo.main.parent().unwrap().join("clone");
+    git(
+        repo.main.parent().unwrap(),
+        &[
+            "clone",
+            "-q",
+            repo.main.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    assert!(!git(&clone, &["branch", "--list", "remote-only"]).contains("remote-only"));
+    let out = Out(home
+        .cmd(&["up", "remote-only"])
+        .current_dir(&clone)
+        .output()
+        .unwrap());
+    assert_eq!(out.code(), 0, "{out}");
+    let upstream = git(
+        &clone,
+        &["rev-parse", "--abbrev-ref", "remote-only@{upstream}"],
+    );
+    assert_eq!(upstream.trim(), "origin/remote-only");
+    // The cmd health probe passed inside the worktree.
+    let st = Out(home
+        .cmd(&["status", "--json"])
+        .current_dir(&clone)
+        .output()
+        .unwrap())
+    .json();
+    assert_eq!(
+        st["projects"][0]["worlds"][0]["services"][0]["state"],
+        "running"
+    );
+}
