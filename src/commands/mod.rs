@@ -76,6 +76,15 @@ pub(crate) fn fail(e: &ApiError) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// Like [`fail`], and with `--json` also prints `{"error": {"message", "hint"}}`
+/// on stdout, so scripts and agents reading stdout see the failure as data.
+pub(crate) fn fail_json(json: bool, e: &ApiError) -> ExitCode {
+    if json {
+        print_json(&serde_json::json!({ "error": e }));
+    }
+    fail(e)
+}
+
 /// A reply of the wrong kind: a bug, reported rather than ignored.
 pub(crate) fn unexpected(r: &Response) -> ExitCode {
     output::error(

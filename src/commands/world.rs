@@ -1,6 +1,6 @@
 //! `binky up`, `reload`, `down`, `remove`, `env`, `logs`.
 
-use super::{fail, paths_or_exit, print_json};
+use super::{fail, fail_json, paths_or_exit, print_json};
 use crate::cli::{EnvArgs, LogsArgs, NameArgs, RemoveArgs, UpArgs};
 use crate::client::Client;
 use crate::output::{DIM, OK, paint};
@@ -70,16 +70,16 @@ impl ProgressView {
     }
 }
 
-fn call_world(req: Request) -> Result<WorldOutcome, ExitCode> {
+fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
     let paths = paths_or_exit()?;
-    let mut client = Client::connect_or_start(&paths).map_err(|e| fail(&e))?;
+    let mut client = Client::connect_or_start(&paths).map_err(|e| fail_json(json, &e))?;
     let mut view = ProgressView::new();
     let res = client.call(&req, &mut |p| view.show(p));
     view.clear();
     match res {
         Ok(Response::World(o)) => Ok(o),
         Ok(other) => Err(super::unexpected(&other)),
-        Err(e) => Err(fail(&e)),
+        Err(e) => Err(fail_json(json, &e)),
     }
 }
 
@@ -128,7 +128,7 @@ pub fn up(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
     } else {
         Request::Up(req)
     };
-    match call_world(req) {
+    match call_world(req, args.json) {
         Ok(o) => {
             if args.json {
                 print_json(&o);
@@ -151,7 +151,7 @@ pub fn up(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
 
 /// `binky down`.
 pub fn down(args: &NameArgs, project: Option<&str>) -> ExitCode {
-    match call_world(Request::Down(world_ref(project, &args.name))) {
+    match call_world(Request::Down(world_ref(project, &args.name)), args.json) {
         Ok(o) => {
             if args.json {
                 print_json(&o);
@@ -171,10 +171,13 @@ pub fn down(args: &NameArgs, project: Option<&str>) -> ExitCode {
 
 /// `binky remove`.
 pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
-    match call_world(Request::Remove {
-        world: world_ref(project, &args.name),
-        force: args.force,
-    }) {
+    match call_world(
+        Request::Remove {
+            world: world_ref(project, &args.name),
+            force: args.force,
+        },
+        args.json,
+    ) {
         Ok(o) => {
             if args.json {
                 print_json(&o);
@@ -256,7 +259,7 @@ pub fn verify(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode 
             }
         }
         Ok(other) => super::unexpected(&other),
-        Err(e) => fail(&e),
+        Err(e) => fail_json(json, &e),
     }
 }
 
@@ -298,7 +301,7 @@ pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
     let env = match client.request(&req) {
         Ok(Response::Env(e)) => e,
         Ok(other) => return super::unexpected(&other),
-        Err(e) => return fail(&e),
+        Err(e) => return fail_json(!args.dotenv, &e),
     };
     if args.dotenv {
         for (svc, value) in &env.services {

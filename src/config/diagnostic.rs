@@ -79,10 +79,25 @@ pub(crate) fn with_position(mut d: Diagnostic, pos: Option<Position>) -> Diagnos
 }
 
 /// The closest candidate to `word`, if it is close enough to be a likely typo.
+///
+/// Close means a Jaro-Winkler similarity of at least 0.8, or few enough
+/// edits (transpositions count as one, so `ulr` suggests `url`): one edit for
+/// words up to five characters, two beyond.
 pub fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let max_edits = if word.chars().count() <= 5 { 1 } else { 2 };
     candidates
         .into_iter()
-        .map(|c| (strsim::jaro_winkler(word, c), c))
+        .map(|c| {
+            let jw = strsim::jaro_winkler(word, c);
+            let edits = strsim::osa_distance(word, c);
+            // Rank edit-distance matches above similarity-only ones.
+            let score = if edits <= max_edits {
+                2.0 - edits as f64 * 0.1 + jw * 0.01
+            } else {
+                jw
+            };
+            (score, c)
+        })
         .filter(|(score, _)| *score >= 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, c)| c)

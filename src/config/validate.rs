@@ -46,6 +46,11 @@ pub fn check_str(text: &str, path: &Path) -> Report {
         loc: &loc,
         diags: Vec::new(),
     };
+    // Every unknown key at once (serde stops at the first), each with its
+    // nearest known key.
+    if cx.unknown_keys() {
+        return cx.finish(None);
+    }
     let raw: RawConfig = match toml::from_str(text) {
         Ok(r) => r,
         Err(e) => {
@@ -77,6 +82,74 @@ struct Cx<'a> {
 }
 
 impl Cx<'_> {
+    /// Reports every key no table accepts; true when it found any. Tables
+    /// whose keys are the user's (`env`, `options`) are not walked.
+    fn unknown_keys(&mut self) -> bool {
+        let Some(doc) = self.loc.document() else {
+            return false;
+        };
+        let mut found: Vec<(Vec<String>, &'static str)> = Vec::new();
+        fn walk(
+            t: &dyn toml_edit::TableLike,
+            kind: &'static str,
+            path: &mut Vec<String>,
+            found: &mut Vec<(Vec<String>, &'static str)>,
+        ) {
+            let known = raw::known_keys(kind);
+            for (k, item) in t.iter() {
+                path.push(k.to_owned());
+                if !known.contains(&k) {
+                    found.push((path.clone(), kind));
+                } else {
+                    let child = match (kind, k) {
+                        ("", "project") => Some("project"),
+                        ("", "agents") => Some("agents"),
+                        ("service", "health") => Some("health"),
+                        ("service", "restart") => Some("restart"),
+                        _ => None,
+                    };
+                    if let (Some(ck), Some(ct)) = (child, item.as_table_like()) {
+                        walk(ct, ck, path, found);
+                    } else if kind.is_empty()
+                        && k == "services"
+                        && let Some(services) = item.as_table_like()
+                    {
+                        for (name, svc) in services.iter() {
+                            if let Some(st) = svc.as_table_like() {
+                                path.push(name.to_owned());
+                                walk(st, "service", path, found);
+                                path.pop();
+                            }
+                        }
+                    }
+                }
+                path.pop();
+            }
+        }
+        walk(doc.as_table(), "", &mut Vec::new(), &mut found);
+        for (path, kind) in &found {
+            let name = path.last().cloned().unwrap_or_default();
+            let known = raw::known_keys(kind);
+            let hint = match suggest(&name, known.iter().copied()) {
+                Some(s) => Some(format!("did you mean `{s}`?")),
+                None => Some(format!("known keys here: {}", known.join(", "))),
+            };
+            let steps: Vec<Step> = path.iter().map(|p| Step::Key(p.clone())).collect();
+            let pos = self.loc.locate(&steps, true);
+            let d = Diagnostic {
+                severity: Severity::Error,
+                code: "unknown-key",
+                message: format!("unknown key `{name}` in {}", table_label(path)),
+                key: path.join("."),
+                line: None,
+                column: None,
+                hint,
+            };
+            self.diags.push(with_position(d, pos));
+        }
+        !found.is_empty()
+    }
+
     fn push(
         &mut self,
         severity: Severity,

@@ -335,6 +335,18 @@ async fn up_locked(
     {
         return outcome(d, project, w.id, true, Vec::new());
     }
+    // Unknown adapters fail here, before a worktree or a port is made.
+    for (n, s) in &loc.config.services {
+        if let Some(r) = s.resource()
+            && adapters::by_name(&r.adapter).is_none()
+        {
+            return Err(
+                ApiError::new(format!("services.{n}: no adapter named `{}`", r.adapter)).hint(
+                    format!("built-in adapters: {}", adapters::BUILT_IN.join(", ")),
+                ),
+            );
+        }
+    }
     let mut notes = Vec::new();
     if let Some(w) = &existing {
         // Not (fully) running: stop whatever is left of it first, so nothing

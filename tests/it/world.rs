@@ -889,3 +889,28 @@ fn a_branch_that_exists_only_on_origin_gets_a_tracking_branch() {
         "running"
     );
 }
+
+#[test]
+fn json_callers_get_errors_as_json_on_stdout() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n",
+        project_header("je", 2)
+    ));
+    let out = repo.run(&home, &["up", "a..b", "--json"]);
+    assert_eq!(out.code(), 1, "{out}");
+    let v = out.json();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a valid git branch name"),
+        "{v}"
+    );
+    assert!(v["error"]["hint"].is_string());
+    let out = repo.run(&home, &["down", "nope", "--json"]);
+    assert_eq!(
+        out.json()["error"]["message"],
+        "no world `nope` in project je"
+    );
+}
