@@ -15,6 +15,7 @@ pub mod client;
 pub mod commands;
 pub mod config;
 pub mod daemon;
+pub mod mcp;
 pub mod output;
 pub mod paths;
 pub mod platform;

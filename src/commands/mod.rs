@@ -59,6 +59,16 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Logs(args) => world::logs(args, project),
         Command::Curl(args) => curl::run(args, project),
         Command::Verify(args) => world::verify(args, project),
+        Command::Mcp => match paths_or_exit() {
+            Ok(paths) => match crate::mcp::run(paths) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("binky mcp: {e:#}");
+                    ExitCode::from(1)
+                }
+            },
+            Err(c) => c,
+        },
         other => not_implemented(other.name()),
     }
 }

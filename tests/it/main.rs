@@ -3,6 +3,7 @@
 
 mod daemon;
 mod harness;
+mod mcp;
 mod project;
 mod proxy;
 mod world;

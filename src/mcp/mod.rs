@@ -1,0 +1,308 @@
+//! `binky mcp`: an MCP server on stdio (rmcp) exposing five tools — `up`,
+//! `down`, `status`, `env`, `verify` — over the same daemon API as the CLI.
+//!
+//! stdout carries the protocol only; logs go to stderr. A failure is a tool
+//! result with `isError` and actionable text (message and hint), never a
+//! crash. A long `up` reports MCP progress notifications when the client sends
+//! a progress token.
+
+use crate::client::Client;
+use crate::paths::Paths;
+use crate::protocol::{ApiError, ClientEnv, Progress, Request, Response, UpRequest, WorldRef};
+use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
+use rmcp::model::{
+    CallToolResult, Implementation, ProgressNotificationParam, RequestMetaObject,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::{
+    ErrorData, Peer, RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// Arguments naming a world.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WorldArgs {
+    /// The world's name: a git branch (created from HEAD by `up` if it does not exist).
+    pub name: String,
+    /// The project: a path inside it, or the name of a project the daemon knows.
+    /// Default: the folder `binky mcp` runs in.
+    #[serde(default)]
+    pub project: Option<String>,
+}
+
+/// Arguments of `up`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct UpArgs {
+    /// The world's name: a git branch (created from HEAD if it does not exist).
+    pub name: String,
+    /// The project: a path inside it, or a known project name. Default: the
+    /// folder `binky mcp` runs in.
+    #[serde(default)]
+    pub project: Option<String>,
+    /// Admission group this world belongs to (e.g. one per orchestrator).
+    #[serde(default)]
+    pub group: Option<String>,
+}
+
+/// Arguments of `status`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct StatusArgs {
+    /// Only this project (a path inside it, or its name). Default: every project.
+    #[serde(default)]
+    pub project: Option<String>,
+}
+
+/// Arguments of `verify`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct VerifyArgs {
+    /// The world's name.
+    pub name: String,
+    /// The project: a path inside it, or a known project name.
+    #[serde(default)]
+    pub project: Option<String>,
+    /// Run every check even after one fails.
+    #[serde(default)]
+    pub keep_going: bool,
+}
+
+/// The server.
+#[derive(Clone)]
+pub struct BinkyMcp {
+    // Read by the code `#[tool_handler]` generates.
+    #[allow(dead_code)]
+    tool_router: ToolRouter<Self>,
+    paths: Paths,
+    cwd: PathBuf,
+}
+
+fn tool_error(e: &ApiError) -> CallToolResult {
+    let mut text = e.message.clone();
+    if let Some(h) = &e.hint {
+        text.push_str("\nhint: ");
+        text.push_str(h);
+    }
+    let mut r = CallToolResult::structured_error(serde_json::json!({
+        "error": e.message,
+        "hint": e.hint,
+    }));
+    r.content = vec![rmcp::model::ContentBlock::text(text)];
+    r
+}
+
+impl BinkyMcp {
+    fn world_ref(&self, project: Option<&str>, name: &str) -> WorldRef {
+        match project {
+            Some(p) if std::path::Path::new(p).exists() || p.contains('/') => WorldRef {
+                project_dir: Some(self.cwd.join(p).display().to_string()),
+                project: None,
+                name: name.to_owned(),
+            },
+            Some(p) => WorldRef {
+                project_dir: None,
+                project: Some(p.to_owned()),
+                name: name.to_owned(),
+            },
+            None => WorldRef {
+                project_dir: Some(self.cwd.display().to_string()),
+                project: None,
+                name: name.to_owned(),
+            },
+        }
+    }
+
+    /// Runs one daemon call on a blocking thread, forwarding progress as MCP
+    /// progress notifications when the client asked for them.
+    async fn call(
+        &self,
+        req: Request,
+        meta: Option<RequestMetaObject>,
+        peer: Option<Peer<RoleServer>>,
+    ) -> Result<Response, ApiError> {
+        let paths = self.paths.clone();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Progress>();
+        let job = tokio::task::spawn_blocking(move || {
+            let mut client = Client::connect_or_start(&paths)?;
+            client.call(&req, &mut |p| {
+                let _ = tx.send(p.clone());
+            })
+        });
+        let token = meta.and_then(|m| m.get_progress_token());
+        let mut step = 0.0;
+        while let Some(p) = rx.recv().await {
+            step += 1.0;
+            if let (Some(token), Some(peer)) = (&token, &peer) {
+                let _ = peer
+                    .notify_progress(
+                        ProgressNotificationParam::new(token.clone(), step).with_message(p.message),
+                    )
+                    .await;
+            }
+        }
+        job.await
+            .map_err(|e| ApiError::new(format!("internal error: {e}")))?
+    }
+}
+
+fn done(v: impl serde::Serialize) -> Result<CallToolResult, ErrorData> {
+    Ok(CallToolResult::structured(
+        serde_json::to_value(v).unwrap_or_default(),
+    ))
+}
+
+#[tool_router]
+impl BinkyMcp {
+    /// A server for the daemon under `paths`, resolving relative projects
+    /// against `cwd`.
+    pub fn new(paths: Paths, cwd: PathBuf) -> Self {
+        BinkyMcp {
+            tool_router: Self::tool_router(),
+            paths,
+            cwd,
+        }
+    }
+
+    #[tool(
+        description = "Bring a world up for a branch: its git worktree, its own ports, its own database slice, its services started in dependency order behind health probes. Returns the world with each service's pid, port and state. Idempotent: on a running world it returns at once."
+    )]
+    async fn up(
+        &self,
+        Parameters(a): Parameters<UpArgs>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let req = Request::Up(UpRequest {
+            world: self.world_ref(a.project.as_deref(), &a.name),
+            group: a.group,
+            env: ClientEnv::current(),
+        });
+        match self.call(req, Some(meta), Some(peer)).await {
+            Ok(Response::World(o)) => done(o),
+            Ok(other) => Ok(tool_error(&ApiError::new(format!(
+                "unexpected reply: {other:?}"
+            )))),
+            Err(e) => Ok(tool_error(&e)),
+        }
+    }
+
+    #[tool(
+        description = "Stop a world's processes; its worktree, ports and data are kept, so `up` resumes it quickly."
+    )]
+    async fn down(
+        &self,
+        Parameters(a): Parameters<WorldArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let req = Request::Down(self.world_ref(a.project.as_deref(), &a.name));
+        match self.call(req, None, None).await {
+            Ok(Response::World(o)) => done(o),
+            Ok(other) => Ok(tool_error(&ApiError::new(format!(
+                "unexpected reply: {other:?}"
+            )))),
+            Err(e) => Ok(tool_error(&e)),
+        }
+    }
+
+    #[tool(
+        description = "Every world on the machine grouped by project, with state, services, pids and ports."
+    )]
+    async fn status(
+        &self,
+        Parameters(a): Parameters<StatusArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let project = match a.project.as_deref() {
+            None => None,
+            Some(p) if std::path::Path::new(p).exists() || p.contains('/') => {
+                match crate::config::find(&self.cwd.join(p)).and_then(|f| crate::config::load(&f)) {
+                    Ok(c) => Some(c.project.name),
+                    Err(e) => return Ok(tool_error(&ApiError::new(e.to_string()))),
+                }
+            }
+            Some(name) => Some(name.to_owned()),
+        };
+        match self.call(Request::Status { project }, None, None).await {
+            Ok(Response::Status(r)) => done(r),
+            Ok(other) => Ok(tool_error(&ApiError::new(format!(
+                "unexpected reply: {other:?}"
+            )))),
+            Err(e) => Ok(tool_error(&e)),
+        }
+    }
+
+    #[tool(
+        description = "A world's coordinates: each exposed service's address (proxied URL, loopback URL or slice address such as a database URL), plus the worktree path to work in."
+    )]
+    async fn env(&self, Parameters(a): Parameters<WorldArgs>) -> Result<CallToolResult, ErrorData> {
+        let req = Request::Env {
+            world: self.world_ref(a.project.as_deref(), &a.name),
+            env: ClientEnv::current(),
+        };
+        match self.call(req, None, None).await {
+            Ok(Response::Env(e)) => done(e),
+            Ok(other) => Ok(tool_error(&ApiError::new(format!(
+                "unexpected reply: {other:?}"
+            )))),
+            Err(e) => Ok(tool_error(&e)),
+        }
+    }
+
+    #[tool(
+        description = "Run the project's [agents] verify checks in the world (with its coordinates in the environment) and report pass/fail per check. Call it before accepting an agent's work."
+    )]
+    async fn verify(
+        &self,
+        Parameters(a): Parameters<VerifyArgs>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let req = Request::Verify {
+            world: self.world_ref(a.project.as_deref(), &a.name),
+            keep_going: a.keep_going,
+            env: ClientEnv::current(),
+        };
+        match self.call(req, Some(meta), Some(peer)).await {
+            Ok(Response::Verified(r)) => {
+                let passed = r.passed;
+                let mut res =
+                    CallToolResult::structured(serde_json::to_value(&r).unwrap_or_default());
+                if !passed {
+                    res.is_error = Some(true);
+                }
+                Ok(res)
+            }
+            Ok(other) => Ok(tool_error(&ApiError::new(format!(
+                "unexpected reply: {other:?}"
+            )))),
+            Err(e) => Ok(tool_error(&e)),
+        }
+    }
+}
+
+#[tool_handler]
+impl ServerHandler for BinkyMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("binky", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Binky gives each branch an isolated local world. Call `up` for a branch, hand the agent what `env` returns (URLs, database address, worktree path), let it work in that worktree, and call `verify` before accepting the result. `down` pauses a world.",
+            )
+    }
+}
+
+/// Runs the server on stdin/stdout until the client disconnects.
+pub fn run(paths: Paths) -> anyhow::Result<()> {
+    let cwd = std::env::current_dir()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let server = BinkyMcp::new(paths, cwd);
+        let service = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
+        service.waiting().await?;
+        Ok(())
+    })
+}

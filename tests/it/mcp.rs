@@ -1,0 +1,130 @@
+//! `binky mcp` driven by a real MCP client nobody here wrote: the official
+//! Python SDK (`pip install mcp`), installed by .ci/run.
+
+use crate::harness::*;
+use crate::project::*;
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+
+fn have_python_sdk() -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", "import mcp.client.stdio"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn the_official_python_sdk_drives_up_env_verify_down() {
+    if !have_python_sdk() {
+        eprintln!(
+            "SKIP: the MCP Python SDK is not installed (`pip install mcp`; .ci/run installs it)"
+        );
+        return;
+    }
+    let home = Home::new();
+    let toml = format!(
+        "{}{}[agents]\nverify = [\"test -n \\\"$ECHO_URL\\\"\"]\n",
+        project_header("agents", 4),
+        http_service("echo", "")
+    );
+    let repo = Repo::new(&toml);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp_client.py");
+    // The client starts `binky mcp` itself, with this home's environment.
+    let probe = home.cmd(&[]);
+    let mut py = std::process::Command::new("python3");
+    py.arg(script).arg(binky_exe()).arg(&repo.project);
+    for (k, v) in probe.get_envs() {
+        match v {
+            Some(v) => py.env(k, v),
+            None => py.env_remove(k),
+        };
+    }
+    let out = Out(py.output().unwrap());
+    assert_eq!(out.code(), 0, "{out}");
+    let v = out.json();
+    assert_eq!(v["server"], "binky");
+    assert_eq!(
+        v["tools"],
+        serde_json::json!(["down", "env", "status", "up", "verify"])
+    );
+    assert_eq!(v["up_schema"]["required"], serde_json::json!(["name"]));
+    assert_eq!(v["up"]["isError"], false, "{v}");
+    assert_eq!(v["up"]["structured"]["world"]["state"], "running");
+    assert!(
+        !v["progress"].as_array().unwrap().is_empty(),
+        "no progress notifications: {v}"
+    );
+    let echo = v["env"]["structured"]["services"]["echo"].as_str().unwrap();
+    assert!(
+        echo.starts_with("http://echo.agent-1.agents.localhost"),
+        "{v}"
+    );
+    assert_eq!(v["verify"]["isError"], false, "{v}");
+    assert_eq!(v["verify"]["structured"]["passed"], true);
+    assert_eq!(v["missing"]["isError"], true);
+    assert!(
+        v["missing"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("no world `no-such-world`"),
+        "{v}"
+    );
+    // An unknown tool is a well-formed error (JSON-RPC or isError), not a crash.
+    let unknown = v["unknown_tool"].to_string().to_lowercase();
+    assert!(
+        unknown.contains("not found") || v["unknown_tool"]["isError"] == true,
+        "{v}"
+    );
+    assert!(
+        v["bad_args"].to_string().contains("missing field `name`"),
+        "{v}"
+    );
+    assert_eq!(v["down"]["structured"]["world"]["state"], "stopped");
+    assert_eq!(v["alive"], 5);
+}
+
+#[test]
+fn malformed_input_gets_an_error_and_the_server_keeps_serving() {
+    let home = Home::new();
+    let mut child = home
+        .cmd(&["mcp"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#;
+    writeln!(stdin, "{init}").unwrap();
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).expect("stdout carries JSON-RPC only");
+    assert_eq!(v["id"], 1);
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    writeln!(stdin, "this is not json").unwrap();
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}"#).unwrap();
+    // Whatever the server says about the garbage, tools/list is answered.
+    let mut got_list = false;
+    for _ in 0..5 {
+        line.clear();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        let v: serde_json::Value = serde_json::from_str(&line).expect("JSON on stdout");
+        if v["id"] == 2 {
+            assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 5);
+            got_list = true;
+            break;
+        }
+    }
+    assert!(got_list, "server stopped answering after malformed input");
+    drop(stdin);
+    let _ = child.wait();
+}
