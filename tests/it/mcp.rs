@@ -128,3 +128,40 @@ fn malformed_input_gets_an_error_and_the_server_keeps_serving() {
     drop(stdin);
     let _ = child.wait();
 }
+
+#[test]
+fn the_mcp_inspector_cli_lists_the_five_tools() {
+    let inspector = std::env::var("BINKY_TEST_MCP_INSPECTOR").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/binky-npm/node_modules/.bin/mcp-inspector",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    if !std::path::Path::new(&inspector).exists() {
+        eprintln!(
+            "SKIP: MCP Inspector not installed at {inspector} (.ci/run installs it from npm)"
+        );
+        return;
+    }
+    let home = Home::new();
+    let probe = home.cmd(&[]);
+    let mut c = std::process::Command::new(&inspector);
+    c.args(["--cli", binky_exe(), "mcp", "--method", "tools/list"]);
+    for (k, v) in probe.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    let out = Out(c.output().unwrap());
+    assert_eq!(out.code(), 0, "{out}");
+    let v = out.json();
+    let mut names: Vec<&str> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["down", "env", "status", "up", "verify"]);
+}
