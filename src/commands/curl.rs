@@ -4,9 +4,8 @@
 //! A small blocking HTTP/1.1 client is enough here: one request, the answer
 //! read to its end (`Connection: close`), chunked bodies decoded.
 
-use super::{fail, paths_or_exit};
+use super::fail;
 use crate::cli::CurlArgs;
-use crate::client::Client;
 use crate::protocol::{Request, Response};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -17,13 +16,9 @@ const HTTP_ERROR_EXIT: u8 = 22;
 
 /// Runs `binky curl`.
 pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
-    let paths = match paths_or_exit() {
-        Ok(p) => p,
-        Err(c) => return c,
-    };
-    let mut client = match Client::connect_or_start(&paths) {
+    let mut client = match super::client() {
         Ok(c) => c,
-        Err(e) => return fail(&e),
+        Err(c) => return c,
     };
     let target = match client.request(&Request::Locate {
         world: super::world::world_ref(project, &args.name),

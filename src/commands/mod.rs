@@ -116,6 +116,12 @@ pub(crate) fn connect_only(paths: &Paths) -> Result<Option<Client>, ExitCode> {
     Client::connect(paths).map_err(|e| fail(&e))
 }
 
+/// Connects to the daemon, starting it if needed.
+pub(crate) fn client() -> Result<Client, ExitCode> {
+    let paths = paths_or_exit()?;
+    Client::connect_or_start(&paths).map_err(|e| fail(&e))
+}
+
 /// Sends one request to the daemon, starting it if needed.
 pub(crate) fn call(req: &Request) -> Result<Response, ExitCode> {
     let paths = paths_or_exit()?;

@@ -1,6 +1,6 @@
 //! `binky up`, `reload`, `down`, `remove`, `env`, `logs`.
 
-use super::{fail, fail_json, paths_or_exit, print_json};
+use super::{fail_json, paths_or_exit, print_json};
 use crate::cli::{EnvArgs, LogsArgs, NameArgs, RemoveArgs, UpArgs};
 use crate::client::Client;
 use crate::output::{DIM, OK, paint};
@@ -12,30 +12,8 @@ use std::time::Duration;
 
 /// Which world a command means: `--project PATH|NAME` or the current folder.
 pub(crate) fn world_ref(project: Option<&str>, name: &str) -> WorldRef {
-    match project {
-        Some(p) if Path::new(p).exists() || p.contains('/') => WorldRef {
-            project_dir: Some(absolute(p)),
-            project: None,
-            name: name.to_owned(),
-        },
-        Some(p) => WorldRef {
-            project_dir: None,
-            project: Some(p.to_owned()),
-            name: name.to_owned(),
-        },
-        None => WorldRef {
-            project_dir: Some(absolute(".")),
-            project: None,
-            name: name.to_owned(),
-        },
-    }
-}
-
-fn absolute(p: &str) -> String {
-    std::path::absolute(p)
-        .unwrap_or_else(|_| PathBuf::from(p))
-        .display()
-        .to_string()
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    WorldRef::from_arg(project, &cwd, name)
 }
 
 /// Shows progress: one rewritten line on a terminal, plain lines otherwise.
@@ -196,13 +174,9 @@ pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
 
 /// `binky verify`.
 pub fn verify(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode {
-    let paths = match paths_or_exit() {
-        Ok(p) => p,
-        Err(c) => return c,
-    };
-    let mut client = match Client::connect_or_start(&paths) {
+    let mut client = match super::client() {
         Ok(c) => c,
-        Err(e) => return fail(&e),
+        Err(c) => return c,
     };
     let req = Request::Verify {
         world: world_ref(project, &args.name),
@@ -286,13 +260,9 @@ pub fn dotenv_name(service: &str) -> String {
 
 /// `binky env`.
 pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
-    let paths = match paths_or_exit() {
-        Ok(p) => p,
-        Err(c) => return c,
-    };
-    let mut client = match Client::connect_or_start(&paths) {
+    let mut client = match super::client() {
         Ok(c) => c,
-        Err(e) => return fail(&e),
+        Err(c) => return c,
     };
     let req = Request::Env {
         world: world_ref(project, &args.name),

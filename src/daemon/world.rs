@@ -78,6 +78,12 @@ impl Worlds {
     }
 }
 
+impl From<adapters::AdapterError> for ApiError {
+    fn from(e: adapters::AdapterError) -> Self {
+        ApiError::new(e.message)
+    }
+}
+
 fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(e.to_string())
 }
@@ -771,16 +777,7 @@ async fn adopt_world(
     let w = find_world(d, &loc, name)?;
     let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
     let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
-    let allocated: IndexMap<ports::PortKey, u16> = {
-        let reg = d.registry();
-        let mut stmt = reg
-            .conn_ref()
-            .prepare("SELECT service, name, port FROM port_reservations WHERE world_id = ?1")
-            .map_err(internal)?;
-        stmt.query_map([world_id], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
-            .and_then(|rows| rows.collect())
-            .map_err(internal)?
-    };
+    let allocated = world_ports(d, world_id)?;
     let facts = build_facts(d, &cfg, project, name, &w.slug, world_id, &allocated)?;
     let main_root = loc.main_root();
     let project_env = match &cfg.project.env_file {
@@ -961,10 +958,7 @@ async fn provision(
         .map_err(internal)?
         .into_iter()
         .find(|s| s.service == service && s.slice == slice_name);
-    let exists = adapter
-        .exists(&slice)
-        .await
-        .map_err(|e| ApiError::new(e.message))?;
+    let exists = adapter.exists(&slice).await?;
     if known.as_ref().is_some_and(|k| k.state == "live") && exists {
         // `up` after `down`: the slice is kept, nothing re-provisioned.
         return adapter
@@ -984,10 +978,7 @@ async fn provision(
         )
         .map_err(internal)?;
     if exists {
-        adapter
-            .teardown(&slice)
-            .await
-            .map_err(|e| ApiError::new(e.message))?;
+        adapter.teardown(&slice).await?;
     }
     let log = d
         .paths
@@ -1024,19 +1015,19 @@ async fn provision(
                 && adapter.exists(&template).await.unwrap_or(false);
             if !fresh {
                 let _ = std::fs::remove_file(&marker);
-                adapter
-                    .teardown(&template)
-                    .await
-                    .map_err(|e| ApiError::new(e.message))?;
-                adapter
-                    .provision(&template)
-                    .await
-                    .map_err(|e| ApiError::new(e.message))?;
-                let taddr = adapter
-                    .resolve(&template)
-                    .await
-                    .map_err(|e| ApiError::new(e.message))?;
-                run_data_commands(cfg, world, service, r, plan, client_env, &taddr, &log).await?;
+                adapter.teardown(&template).await?;
+                provision_and_seed(
+                    adapter.as_ref(),
+                    &template,
+                    cfg,
+                    world,
+                    service,
+                    r,
+                    plan,
+                    client_env,
+                    &log,
+                )
+                .await?;
                 if let Some(dir) = marker.parent() {
                     let _ = std::fs::create_dir_all(dir);
                 }
@@ -1056,15 +1047,18 @@ async fn provision(
             }
         }
         if !cloned {
-            adapter
-                .provision(&slice)
-                .await
-                .map_err(|e| ApiError::new(e.message))?;
-            let addr = adapter
-                .resolve(&slice)
-                .await
-                .map_err(|e| ApiError::new(e.message))?;
-            run_data_commands(cfg, world, service, r, plan, client_env, &addr, &log).await?;
+            provision_and_seed(
+                adapter.as_ref(),
+                &slice,
+                cfg,
+                world,
+                service,
+                r,
+                plan,
+                client_env,
+                &log,
+            )
+            .await?;
         }
         Ok(())
     }
@@ -1093,6 +1087,24 @@ async fn provision(
         .resolve(&slice)
         .await
         .map_err(|e| ApiError::new(e.message))
+}
+
+/// Provisions `slice`, then runs `migrate` and `seed` against it.
+#[allow(clippy::too_many_arguments)]
+async fn provision_and_seed(
+    adapter: &dyn adapters::Adapter,
+    slice: &Slice,
+    cfg: &Config,
+    world: &str,
+    service: &str,
+    r: &config::Resource,
+    plan: &Plan,
+    client_env: &ClientEnv,
+    log: &Path,
+) -> Result<(), ApiError> {
+    adapter.provision(slice).await?;
+    let addr = adapter.resolve(slice).await?;
+    run_data_commands(cfg, world, service, r, plan, client_env, &addr, log).await
 }
 
 fn facts_for<'a>(
@@ -1378,6 +1390,18 @@ fn find_world(d: &Daemon, loc: &Located, name: &str) -> Result<WorldRow, ApiErro
         })
 }
 
+/// A world's reserved ports by `(service, name)`.
+fn world_ports(d: &Daemon, world_id: i64) -> Result<IndexMap<ports::PortKey, u16>, ApiError> {
+    let reg = d.registry();
+    let mut stmt = reg
+        .conn_ref()
+        .prepare("SELECT service, name, port FROM port_reservations WHERE world_id = ?1")
+        .map_err(internal)?;
+    stmt.query_map([world_id], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
+        .and_then(|rows| rows.collect())
+        .map_err(internal)
+}
+
 /// Stops a world's processes in reverse dependency order.
 async fn stop_processes(d: &Daemon, w: &WorldRow) {
     match d.worlds.take_runtime(w.id) {
@@ -1630,16 +1654,7 @@ pub(crate) async fn env(
     let w = find_world(d, &loc, &wref.name)?;
     let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
     let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
-    let ports: IndexMap<(String, String), u16> = {
-        let reg = d.registry();
-        let mut stmt = reg
-            .conn_ref()
-            .prepare("SELECT service, name, port FROM port_reservations WHERE world_id = ?1")
-            .map_err(internal)?;
-        stmt.query_map([w.id], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
-            .and_then(|rows| rows.collect())
-            .map_err(internal)?
-    };
+    let ports = world_ports(d, w.id)?;
     let exposed: Vec<String> = match &cfg.agents.expose {
         Some(list) => list.clone(),
         None => cfg
@@ -1680,11 +1695,7 @@ pub(crate) async fn env(
                         r,
                         admin,
                     );
-                    Some(
-                        a.resolve(&slice)
-                            .await
-                            .map_err(|e| ApiError::new(e.message))?,
-                    )
+                    Some(a.resolve(&slice).await?)
                 }
                 None => None,
             },
@@ -1783,17 +1794,8 @@ pub(crate) async fn verify(
     env.insert("BINKY_PROJECT".into(), coords.project.clone());
     env.insert("BINKY_WORLD".into(), coords.world.clone());
     env.insert("BINKY_WORKTREE".into(), coords.worktree.clone());
-    let ports: Vec<(String, String, u16)> = {
-        let reg = d.registry();
-        let mut stmt = reg
-            .conn_ref()
-            .prepare("SELECT service, name, port FROM port_reservations WHERE world_id = ?1")
-            .map_err(internal)?;
-        stmt.query_map([w.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .and_then(|rows| rows.collect())
-            .map_err(internal)?
-    };
-    for (svc, name, port) in ports {
+    let ports = world_ports(d, w.id)?;
+    for ((svc, name), port) in ports {
         let key = if name.is_empty() {
             format!("BINKY_PORT_{}", env_key(&svc))
         } else {

@@ -93,23 +93,7 @@ fn tool_error(e: &ApiError) -> CallToolResult {
 
 impl BinkyMcp {
     fn world_ref(&self, project: Option<&str>, name: &str) -> WorldRef {
-        match project {
-            Some(p) if std::path::Path::new(p).exists() || p.contains('/') => WorldRef {
-                project_dir: Some(self.cwd.join(p).display().to_string()),
-                project: None,
-                name: name.to_owned(),
-            },
-            Some(p) => WorldRef {
-                project_dir: None,
-                project: Some(p.to_owned()),
-                name: name.to_owned(),
-            },
-            None => WorldRef {
-                project_dir: Some(self.cwd.display().to_string()),
-                project: None,
-                name: name.to_owned(),
-            },
-        }
+        WorldRef::from_arg(project, &self.cwd, name)
     }
 
     /// Runs one daemon call on a blocking thread, forwarding progress as MCP

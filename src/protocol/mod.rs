@@ -137,6 +137,37 @@ pub struct WorldRef {
     pub name: String,
 }
 
+impl WorldRef {
+    /// Names world `name` of the project given as `--project PATH|NAME`
+    /// (a path when it exists or has a `/`, else a registered name), or of
+    /// the project around `cwd` when none is given.
+    pub fn from_arg(project: Option<&str>, cwd: &std::path::Path, name: &str) -> Self {
+        let dir = |p: &str| {
+            std::path::absolute(cwd.join(p))
+                .unwrap_or_else(|_| cwd.join(p))
+                .display()
+                .to_string()
+        };
+        match project {
+            Some(p) if cwd.join(p).exists() || p.contains('/') => WorldRef {
+                project_dir: Some(dir(p)),
+                project: None,
+                name: name.to_owned(),
+            },
+            Some(p) => WorldRef {
+                project_dir: None,
+                project: Some(p.to_owned()),
+                name: name.to_owned(),
+            },
+            None => WorldRef {
+                project_dir: Some(dir(".")),
+                project: None,
+                name: name.to_owned(),
+            },
+        }
+    }
+}
+
 /// `up` and `reload`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct UpRequest {
