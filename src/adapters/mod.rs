@@ -7,6 +7,8 @@
 //! protocol-compatible names share one implementation.
 
 pub mod golden;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -96,13 +98,19 @@ pub trait Adapter: Send + Sync {
     }
 }
 
-/// Built-in adapter names (including aliases sharing an implementation).
-pub const BUILT_IN: &[&str] = &["sqlite"];
+/// Built-in adapter names in this build (features select the drivers).
+pub const BUILT_IN: &[&str] = &[
+    "sqlite",
+    #[cfg(feature = "postgres")]
+    "postgres",
+];
 
 /// The adapter registered as `name`.
 pub fn by_name(name: &str) -> Option<Arc<dyn Adapter>> {
     match name {
         "sqlite" => Some(Arc::new(sqlite::Sqlite)),
+        #[cfg(feature = "postgres")]
+        "postgres" => Some(Arc::new(postgres::Postgres)),
         _ => None,
     }
 }

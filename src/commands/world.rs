@@ -153,6 +153,7 @@ pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
         Request::Remove {
             world: world_ref(project, &args.name),
             force: args.force,
+            env: ClientEnv::current(),
         },
         args.json,
     ) {

@@ -56,9 +56,11 @@ pub(super) async fn handle(
         Request::Up(r) => world::up(d, r, &progress).await.map(Response::World),
         Request::Reload(r) => world::reload(d, r, &progress).await.map(Response::World),
         Request::Down(w) => world::down(d, w).await.map(Response::World),
-        Request::Remove { world: w, force } => {
-            world::remove(d, w, force).await.map(Response::World)
-        }
+        Request::Remove {
+            world: w,
+            force,
+            env,
+        } => world::remove(d, w, force, env).await.map(Response::World),
         Request::Env { world: w, env } => world::env(d, w, env).await.map(Response::Env),
         Request::Verify {
             world: w,

@@ -1536,6 +1536,7 @@ pub(crate) async fn remove(
     d: &Arc<Daemon>,
     wref: WorldRef,
     force: bool,
+    client_env: ClientEnv,
 ) -> Result<WorldOutcome, ApiError> {
     let loc = locate(d, &wref)?;
     let lock = d.worlds.lock_for(&format!("{}/{}", loc.name, wref.name));
@@ -1597,11 +1598,27 @@ pub(crate) async fn remove(
                     "teardown",
                 )
                 .map_err(internal)?;
+            // The world's own config names the server (its admin_url); fall
+            // back to the main checkout's when the worktree is gone.
+            let world_root = join_subdir(&path, &loc.subdir);
+            let cfg = config::load(&world_root.join(config::FILE_NAME))
+                .unwrap_or_else(|_| loc.config.clone());
+            let resource = cfg.services.get(&s.service).and_then(|x| x.resource());
+            let admin_url = resource.and_then(|r| r.admin_url.as_ref()).map(|t| {
+                let env_fn = lookup_env(&[], &client_env);
+                let facts = IndexMap::new();
+                render(
+                    t,
+                    Some(&s.service),
+                    &facts_for(&cfg, &w.name, &world_root, &facts, &env_fn),
+                )
+                .text
+            });
             let slice = Slice {
                 name: s.slice.clone(),
                 project: loc.name.clone(),
-                admin_url: None,
-                options: Default::default(),
+                admin_url,
+                options: resource.map(|r| r.options.clone()).unwrap_or_default(),
                 data_dir: d.paths.home().join("slices").join(adapter.name()),
             };
             adapter.teardown(&slice).await.map_err(|e| {

@@ -98,6 +98,9 @@ pub enum Request {
         world: WorldRef,
         /// Remove despite uncommitted changes.
         force: bool,
+        /// The CLI's environment, for `${env.NAME}` in `admin_url`.
+        #[serde(default)]
+        env: ClientEnv,
     },
     /// Run the project's `[agents] verify` commands in a world (streams output).
     Verify {

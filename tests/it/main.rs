@@ -1,6 +1,7 @@
 //! Integration tests: the real `binky` binary against a real daemon, each test
 //! in its own temporary `BINKY_HOME`.
 
+mod adapters;
 mod daemon;
 mod harness;
 mod mcp;

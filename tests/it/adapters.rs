@@ -1,0 +1,132 @@
+//! Adapters against the real servers on this machine.
+
+use crate::harness::*;
+use crate::project::*;
+
+const PG_ADMIN: &str = "postgresql://postgres@127.0.0.1:5432/postgres";
+
+fn pg_up() -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", 5432)).is_ok()
+        && std::process::Command::new("psql")
+            .args([PG_ADMIN, "-tAc", "select 1"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+}
+
+fn psql(db_url: &str, sql: &str) -> String {
+    let out = std::process::Command::new("psql")
+        .args([db_url, "-tAc", sql])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn databases() -> Vec<String> {
+    psql(PG_ADMIN, "select datname from pg_database")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn postgres_slices_are_isolated_cloned_named_within_limits_and_dropped() {
+    if !pg_up() {
+        eprintln!("SKIP: no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
+        return;
+    }
+    let home = Home::new();
+    // The project name and branches of case A1; admin_url comes from the
+    // environment of the CLI that runs `up`, not the daemon's.
+    let project = format!(
+        "inventory-reconciliation-svc-{}",
+        std::process::id() % 10000
+    );
+    let toml = format!(
+        "{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"${{env.TEST_PG_ADMIN}}\"\nmigrate = \"psql \\\"$DB_URL\\\" -qc 'create table items(n int)'\"\nseed = \"psql \\\"$DB_URL\\\" -qc 'insert into items select generate_series(1, 1000)'\"\nclone_from = \"golden\"\n",
+        project_header(&project, 2)
+    );
+    let repo = Repo::new(&toml);
+    let worlds = [
+        "Feature-Login",
+        "feature/quarterly-inventory-reconciliation-report-a",
+        "feature/quarterly-inventory-reconciliation-report-b",
+    ];
+    for w in worlds {
+        let out = Out(repo
+            .cmd(&home, &["up", w])
+            .env("TEST_PG_ADMIN", PG_ADMIN)
+            .output()
+            .unwrap());
+        assert_eq!(out.code(), 0, "{out}");
+    }
+    let dbs = databases();
+    let mut names = Vec::new();
+    for w in worlds {
+        let env = Out(repo
+            .cmd(&home, &["env", w])
+            .env("TEST_PG_ADMIN", PG_ADMIN)
+            .output()
+            .unwrap())
+        .json();
+        let url = env["db"].as_str().unwrap().to_owned();
+        let name = url.rsplit('/').next().unwrap().to_owned();
+        assert!(name.len() <= 63, "{name}");
+        assert!(
+            dbs.contains(&name),
+            "env names {name}, which pg_database does not list: {dbs:?}"
+        );
+        // Cloned from the golden template: the seeded rows are there.
+        assert_eq!(psql(&url, "select count(*) from items"), "1000");
+        names.push((name, url));
+    }
+    let distinct: std::collections::HashSet<_> = names.iter().map(|(n, _)| n).collect();
+    assert_eq!(distinct.len(), 3, "{names:?}");
+    assert!(dbs.contains(&format!("{project}_golden_golden")));
+    // One world's writes are invisible to another.
+    psql(&names[0].1, "insert into items values (-1)");
+    assert_eq!(
+        psql(&names[1].1, "select count(*) from items where n = -1"),
+        "0"
+    );
+    // remove drops exactly that database.
+    for w in worlds {
+        let out = Out(repo
+            .cmd(&home, &["remove", w, "--force"])
+            .env("TEST_PG_ADMIN", PG_ADMIN)
+            .output()
+            .unwrap());
+        assert_eq!(out.code(), 0, "{out}");
+    }
+    let after = databases();
+    for (n, _) in &names {
+        assert!(!after.contains(n), "{n} left behind");
+    }
+    // Clean up the golden template this test made.
+    psql(
+        PG_ADMIN,
+        &format!("drop database if exists \"{project}_golden_golden\" with (force)"),
+    );
+}
+
+#[test]
+fn an_unset_admin_url_variable_is_named_and_the_world_marked_failed() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"${{env.BINKY_TEST_SURELY_UNSET_VAR}}\"\n",
+        project_header("unset", 2)
+    );
+    let repo = Repo::new(&toml);
+    let out = repo.run(&home, &["up", "a"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr().contains("${env.BINKY_TEST_SURELY_UNSET_VAR}"),
+        "{out}"
+    );
+    assert!(out.stderr().contains("is not set"), "{out}");
+    assert_eq!(repo.worlds(&home)["a"]["state"], "failed");
+}
