@@ -33,6 +33,35 @@ fn databases() -> Vec<String> {
         .collect()
 }
 
+/// Drops every database of a test's project when the test ends, pass or fail.
+struct DropDatabases(String);
+
+impl Drop for DropDatabases {
+    fn drop(&mut self) {
+        let list = std::process::Command::new("psql")
+            .args([
+                PG_ADMIN,
+                "-tAc",
+                &format!(
+                    "select datname from pg_database where datname like '{}%'",
+                    self.0
+                ),
+            ])
+            .output();
+        if let Ok(out) = list {
+            for db in String::from_utf8_lossy(&out.stdout).lines() {
+                let _ = std::process::Command::new("psql")
+                    .args([
+                        PG_ADMIN,
+                        "-qc",
+                        &format!("drop database if exists \"{db}\" with (force)"),
+                    ])
+                    .output();
+            }
+        }
+    }
+}
+
 #[test]
 fn postgres_slices_are_isolated_cloned_named_within_limits_and_dropped() {
     if !pg_up() {
