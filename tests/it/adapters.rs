@@ -75,6 +75,7 @@ fn postgres_slices_are_isolated_cloned_named_within_limits_and_dropped() {
         "inventory-reconciliation-svc-{}",
         std::process::id() % 10000
     );
+    let _cleanup = DropDatabases(format!("{project}_"));
     let toml = format!(
         "{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"${{env.TEST_PG_ADMIN}}\"\nmigrate = \"psql \\\"$DB_URL\\\" -qc 'create table items(n int)'\"\nseed = \"psql \\\"$DB_URL\\\" -qc 'insert into items select generate_series(1, 1000)'\"\nclone_from = \"golden\"\n",
         project_header(&project, 2)
@@ -135,11 +136,6 @@ fn postgres_slices_are_isolated_cloned_named_within_limits_and_dropped() {
     for (n, _) in &names {
         assert!(!after.contains(n), "{n} left behind");
     }
-    // Clean up the golden template this test made.
-    psql(
-        PG_ADMIN,
-        &format!("drop database if exists \"{project}_golden_golden\" with (force)"),
-    );
 }
 
 #[test]
