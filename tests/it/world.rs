@@ -914,3 +914,64 @@ fn json_callers_get_errors_as_json_on_stdout() {
         "no world `nope` in project je"
     );
 }
+
+#[test]
+fn env_prints_only_exposed_services_in_their_documented_forms() {
+    let home = Home::new();
+    let toml = format!(
+        "{}{}[services.metrics]\ncmd = \"exec python3 -m http.server ${{self.port}} --bind 127.0.0.1\"\nports = [\"admin\"]\n[services.db]\nadapter = \"sqlite\"\n[services.hidden]\ncmd = \"exec sleep 600\"\nurl = \"hidden\"\n[agents]\nexpose = [\"web\", \"metrics\", \"db\"]\n",
+        project_header("expo", 8),
+        http_service("web", "")
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "x"]);
+    let env = repo.ok(&home, &["env", "x"]).json();
+    let keys: Vec<&str> = env
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["web", "metrics", "db"], "{env}");
+    assert!(
+        env["web"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://web.x.expo.localhost")
+    );
+    let port = repo.worlds(&home)["x"]["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "metrics")
+        .unwrap()["port"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(env["metrics"], format!("http://localhost:{port}"));
+    assert!(env["db"].as_str().unwrap().starts_with("sqlite://"));
+    let dotenv = repo.ok(&home, &["env", "x", "--dotenv"]).stdout();
+    assert!(
+        dotenv.contains(&format!("METRICS_URL='http://localhost:{port}'")),
+        "{dotenv}"
+    );
+    assert!(!dotenv.contains("HIDDEN_URL"), "{dotenv}");
+    // Shell-evaluated, the values come back exactly.
+    let out = std::process::Command::new("bash")
+        .args([
+            "-c",
+            "eval \"$(cat)\"; printf '%s|%s' \"$DB_URL\" \"$BINKY_WORLD\"",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(dotenv.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{}|x", env["db"].as_str().unwrap())
+    );
+}
