@@ -6,6 +6,7 @@
 pub mod check;
 pub mod curl;
 pub mod daemon;
+pub mod doctor;
 pub mod settings;
 pub mod status;
 pub mod world;
@@ -59,6 +60,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Logs(args) => world::logs(args, project),
         Command::Curl(args) => curl::run(args, project),
         Command::Verify(args) => world::verify(args, project),
+        Command::Doctor(args) => doctor::run(args),
         Command::Mcp => match paths_or_exit() {
             Ok(paths) => match crate::mcp::run(paths) {
                 Ok(()) => ExitCode::SUCCESS,

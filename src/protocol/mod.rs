@@ -474,6 +474,9 @@ pub struct ServiceStatus {
     /// Restarts since the world came up.
     #[serde(default)]
     pub restarts: u32,
+    /// The proxied hostname of a url service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// `binky metrics`: one JSON object.

@@ -279,7 +279,7 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT world_id, name, kind, state, pid, restarts FROM services ORDER BY world_id, seq",
+                "SELECT world_id, name, kind, state, pid, restarts, host FROM services ORDER BY world_id, seq",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
@@ -294,6 +294,7 @@ impl Registry {
                         port: None,
                         ports: IndexMap::new(),
                         restarts: r.get(5)?,
+                        host: r.get(6)?,
                     },
                 ))
             })

@@ -976,3 +976,49 @@ fn env_prints_only_exposed_services_in_their_documented_forms() {
         format!("{}|x", env["db"].as_str().unwrap())
     );
 }
+
+#[test]
+fn doctor_prints_hosts_lines_for_running_worlds_when_localhost_does_not_resolve() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}{}",
+        project_header("doc", 4),
+        http_service("web", "")
+    ));
+    repo.ok(&home, &["up", "x"]);
+    let out = repo.run(&home, &["doctor", "--json"]);
+    assert_eq!(out.code(), 0, "{out}");
+    let v = out.json();
+    let check = |name: &str| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(check("daemon")["status"], "ok");
+    assert_eq!(check("proxy")["status"], "ok", "{v}");
+    let resolves =
+        std::net::ToSocketAddrs::to_socket_addrs(&("binky-doctor-probe.localhost", 80)).is_ok();
+    let loc = check("*.localhost");
+    if resolves {
+        assert_eq!(loc["status"], "ok");
+    } else {
+        assert_eq!(loc["status"], "warn");
+        assert!(
+            loc["fix"]
+                .as_str()
+                .unwrap()
+                .contains("127.0.0.1 web.x.doc.localhost"),
+            "{loc}"
+        );
+    }
+    // The human form lists the same checks.
+    let human = repo.ok(&home, &["doctor"]).stdout();
+    assert!(
+        human.contains("daemon") && human.contains("proxy"),
+        "{human}"
+    );
+}
