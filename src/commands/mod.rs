@@ -61,6 +61,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Curl(args) => curl::run(args, project),
         Command::Verify(args) => world::verify(args, project),
         Command::Doctor(args) => doctor::run(args),
+        Command::Gc(args) => world::gc(args),
         Command::Mcp => match paths_or_exit() {
             Ok(paths) => match crate::mcp::run(paths) {
                 Ok(()) => ExitCode::SUCCESS,

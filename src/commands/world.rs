@@ -238,6 +238,45 @@ pub fn verify(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode 
     }
 }
 
+/// `binky gc`.
+pub fn gc(args: &crate::cli::GcArgs) -> ExitCode {
+    let mut client = match super::client() {
+        Ok(c) => c,
+        Err(c) => return c,
+    };
+    let req = Request::Gc {
+        dry_run: args.dry_run,
+        env: ClientEnv::current(),
+    };
+    match client.request(&req) {
+        Ok(Response::Swept(items)) => {
+            if args.json {
+                print_json(&items);
+            } else if items.is_empty() {
+                println!("nothing to sweep");
+            } else {
+                for i in &items {
+                    println!(
+                        "{:<13} {}
+              {} — {}",
+                        i.kind, i.what, i.why, i.outcome
+                    );
+                }
+                if args.dry_run {
+                    println!("(dry run: nothing was changed; run `binky gc` to sweep)");
+                }
+            }
+            if items.iter().any(|i| i.outcome.starts_with("not swept")) {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Ok(other) => super::unexpected(&other),
+        Err(e) => fail_json(args.json, &e),
+    }
+}
+
 /// Quotes `v` for POSIX shells: single quotes, with `'` written as `'\''`.
 /// Exact in bash, zsh and sh for any value, newlines included.
 pub fn shell_quote(v: &str) -> String {

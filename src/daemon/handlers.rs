@@ -69,6 +69,7 @@ pub(super) async fn handle(
         } => world::verify(d, w, keep_going, env, &progress)
             .await
             .map(Response::Verified),
+        Request::Gc { dry_run, env } => Ok(Response::Swept(world::gc(d, dry_run, env).await)),
         Request::Locate { world: w, service } => {
             world::locate_service(d, w, &service).map(Response::Located)
         }

@@ -111,6 +111,14 @@ pub enum Request {
         /// The CLI's environment (base environment of the commands).
         env: ClientEnv,
     },
+    /// Sweep what a crash left half-made.
+    Gc {
+        /// List only.
+        dry_run: bool,
+        /// The CLI's environment, for `${env.NAME}` in `admin_url`.
+        #[serde(default)]
+        env: ClientEnv,
+    },
     /// Where to reach one service of a world (for `binky curl`).
     Locate {
         /// Which world.
@@ -229,6 +237,7 @@ impl Request {
             Request::Env { .. } => "env",
             Request::Locate { .. } => "locate",
             Request::Verify { .. } => "verify",
+            Request::Gc { .. } => "gc",
         }
     }
 
@@ -313,6 +322,21 @@ pub enum Response {
     Located(ServiceTarget),
     /// For `verify`.
     Verified(VerifyReport),
+    /// For `gc`: what was (or, with `--dry-run`, would be) swept.
+    Swept(Vec<SweepItem>),
+}
+
+/// One thing `gc` found.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SweepItem {
+    /// `slice`, `worktree`, `registration` or `golden_marker`.
+    pub kind: String,
+    /// What it is (slice name, path).
+    pub what: String,
+    /// Why it is garbage.
+    pub why: String,
+    /// Swept, or why it was not.
+    pub outcome: String,
 }
 
 /// The result of `binky verify`.

@@ -1022,3 +1022,85 @@ fn doctor_prints_hosts_lines_for_running_worlds_when_localhost_does_not_resolve(
         "{human}"
     );
 }
+
+#[test]
+fn gc_sweeps_what_a_crash_left_and_never_touches_live_worlds() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\n[services.s]\ncmd = \"exec sleep 600\"\n",
+        project_header("gcp", 2)
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "live"]);
+    let root = repo.worktree_root();
+    // A worktree no world owns, and a registration whose folder is gone.
+    git(
+        &repo.main,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "stray",
+            root.join("stray").to_str().unwrap(),
+        ],
+    );
+    git(
+        &repo.main,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "gone",
+            root.join("gone").to_str().unwrap(),
+        ],
+    );
+    std::fs::remove_dir_all(root.join("gone")).unwrap();
+    // A slice an interrupted up left half-made, and a marker of a project
+    // nobody knows.
+    let ghost = home.file("slices/sqlite/gcp_ghost.sqlite3");
+    std::fs::write(&ghost, b"").unwrap();
+    rusqlite::Connection::open(home.file("registry.db"))
+        .unwrap()
+        .execute(
+            "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at)
+             VALUES (NULL, 'gcp', 'db', 'sqlite', 'gcp_ghost', 'provisioning', 0)",
+            [],
+        )
+        .unwrap();
+    let marker = home.file("golden/sqlite/nobody_golden_golden");
+    std::fs::create_dir_all(marker.parent().unwrap()).unwrap();
+    std::fs::write(&marker, "k").unwrap();
+
+    let dry = repo.ok(&home, &["gc", "--dry-run", "--json"]).json();
+    let kinds: Vec<&str> = dry
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "slice").count(), 1, "{dry}");
+    assert!(
+        kinds.contains(&"worktree")
+            && kinds.contains(&"registration")
+            && kinds.contains(&"golden_marker"),
+        "{dry}"
+    );
+    assert!(
+        ghost.exists() && root.join("stray").exists() && marker.exists(),
+        "dry run changed something"
+    );
+
+    let out = repo.ok(&home, &["gc"]);
+    assert!(out.stdout().contains("swept"), "{out}");
+    assert!(!ghost.exists());
+    assert!(!root.join("stray").exists());
+    assert!(!marker.exists());
+    assert!(!git(&repo.main, &["worktree", "list"]).contains("gone"));
+    // The live world is untouched.
+    assert_eq!(repo.worlds(&home)["live"]["state"], "running");
+    assert!(home.file("slices/sqlite/gcp_live.sqlite3").exists());
+    assert!(root.join("live").exists());
+    assert_eq!(repo.ok(&home, &["gc"]).stdout().trim(), "nothing to sweep");
+}
