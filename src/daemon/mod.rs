@@ -54,6 +54,9 @@ pub struct Daemon {
     pub(crate) proxy: Arc<ProxyCounters>,
     pub(crate) routes: Arc<crate::proxy::Routes>,
     pub(crate) proxy_port: watch::Sender<u16>,
+    pub(crate) caddy: crate::proxy::caddy::Caddy,
+    /// Caddy runs, so https projects get https URLs.
+    pub(crate) https_live: std::sync::atomic::AtomicBool,
     pub(crate) cpu_sample: Mutex<Option<(Instant, u64)>>,
     pub(crate) worlds: world::Worlds,
 }
@@ -165,6 +168,8 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
         proxy: Arc::new(ProxyCounters::default()),
         routes: Arc::new(crate::proxy::Routes::default()),
         proxy_port,
+        caddy: Default::default(),
+        https_live: Default::default(),
         cpu_sample: Mutex::new(None),
         worlds: world::Worlds::default(),
     });

@@ -192,12 +192,54 @@ fn levels(cfg: &Config) -> Vec<Vec<String>> {
     out
 }
 
-fn proxy_url(d: &Daemon, label: &str, slug: &str, domain: &str) -> String {
-    let port = d.registry().settings().map(|s| s.proxy_port).unwrap_or(80);
-    if port == 80 || port == 0 {
-        format!("http://{label}.{slug}.{domain}")
+/// The URL Binky prints for a url service: https through Caddy when the
+/// project asks for it and Caddy runs, else http through the proxy. It
+/// carries the port whenever it is not the scheme's default, so a printed URL
+/// always works.
+fn proxy_url(d: &Daemon, label: &str, slug: &str, domain: &str, https: bool) -> String {
+    let s = d.registry().settings().ok();
+    let (scheme, port, default) =
+        if https && d.https_live.load(std::sync::atomic::Ordering::Relaxed) {
+            ("https", s.map(|s| s.https_port).unwrap_or(443), 443)
+        } else {
+            ("http", s.map(|s| s.proxy_port).unwrap_or(80), 80)
+        };
+    if port == default || port == 0 {
+        format!("{scheme}://{label}.{slug}.{domain}")
     } else {
-        format!("http://{label}.{slug}.{domain}:{port}")
+        format!("{scheme}://{label}.{slug}.{domain}:{port}")
+    }
+}
+
+/// Starts Caddy for a project with `https = true`; logs and degrades to
+/// http when it cannot.
+async fn ensure_https(d: &Daemon, project: &str, world: &str) -> Option<String> {
+    let s = d.registry().settings().ok()?;
+    // Caddy insists on an HTTP port too; give it a free one nobody uses.
+    let http_port = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0);
+    match d
+        .caddy
+        .ensure(
+            &d.paths.home().join("caddy"),
+            s.https_port,
+            http_port,
+            s.proxy_port,
+        )
+        .await
+    {
+        Ok(()) => {
+            d.https_live
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            None
+        }
+        Err(e) => {
+            tracing::warn!("https unavailable: {e}");
+            d.event(world_event("https_unavailable", project, world).detail(e.clone()));
+            Some(format!("HTTPS is off: {e}; URLs stay http"))
+        }
     }
 }
 
@@ -542,6 +584,11 @@ async fn bring_up(
         project_env = read_env_file(&world_root, &main_root, f)?;
     }
 
+    if cfg.project.https
+        && let Some(note) = ensure_https(d, project, name).await
+    {
+        notes.push(note);
+    }
     // Facts every token may read.
     let facts = build_facts(d, cfg, project, name, slug, world_id, &allocated)?;
     let mut plan = Plan {
@@ -681,7 +728,7 @@ fn build_facts(
             }
         }
         if let Some(label) = s.process().and_then(|p| p.url.as_deref()) {
-            let url = proxy_url(d, label, slug, &cfg.project.domain);
+            let url = proxy_url(d, label, slug, &cfg.project.domain, cfg.project.https);
             let host = format!("{label}.{slug}.{}", cfg.project.domain);
             if let Some(port) = f.port {
                 d.routes.set(
@@ -778,6 +825,9 @@ async fn adopt_world(
     let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
     let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
     let allocated = world_ports(d, world_id)?;
+    if cfg.project.https {
+        let _ = ensure_https(d, project, name).await;
+    }
     let facts = build_facts(d, &cfg, project, name, &w.slug, world_id, &allocated)?;
     let main_root = loc.main_root();
     let project_env = match &cfg.project.env_file {
@@ -1688,7 +1738,13 @@ pub(crate) async fn env(
         };
         let value = match &s.kind {
             ServiceKind::Process(p) => match (&p.url, ports.get(&(n.clone(), String::new()))) {
-                (Some(label), _) => Some(proxy_url(d, label, &w.slug, &cfg.project.domain)),
+                (Some(label), _) => Some(proxy_url(
+                    d,
+                    label,
+                    &w.slug,
+                    &cfg.project.domain,
+                    cfg.project.https,
+                )),
                 (None, Some(port)) => Some(format!("http://localhost:{port}")),
                 (None, None) => None,
             },

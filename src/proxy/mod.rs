@@ -9,6 +9,7 @@
 //! `X-Forwarded-*`/`Forwarded` are set, with Host reaching the service
 //! unchanged.
 
+pub mod caddy;
 mod pages;
 
 use crate::daemon::ProxyCounters;

@@ -301,3 +301,48 @@ fn binky_curl_fills_in_the_host_and_fails_on_http_errors_with_f() {
         "{unknown}"
     );
 }
+
+#[test]
+fn https_through_caddy_with_a_client_trusting_its_local_ca() {
+    let Some(_) = binky::proxy::caddy::find() else {
+        eprintln!("SKIP: caddy is not on PATH (.ci/run installs it from Debian)");
+        return;
+    };
+    let home = Home::new();
+    let toml = format!(
+        "{}https = true\n[services.echo]\ncmd = \"exec python3 echo.py\"\nurl = \"echo\"\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"20s\", interval = \"50ms\" }}\n",
+        project_header("tls", 4)
+    );
+    let repo = Repo::with("", &toml, &[("echo.py", &fixture())]);
+    repo.ok(&home, &["up", "sec"]);
+    let https_port = home.ok(&["config", "--json"]).json()["https_port"]
+        .as_u64()
+        .unwrap();
+    let env = repo.ok(&home, &["env", "sec"]).json();
+    let url = env["echo"].as_str().unwrap().to_owned();
+    assert_eq!(url, format!("https://echo.sec.tls.localhost:{https_port}"));
+    let ca = binky::proxy::caddy::root_ca(&home.file("caddy"));
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--cacert",
+            ca.to_str().unwrap(),
+            &format!("{url}/via-tls"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["path"], "/via-tls");
+    assert_eq!(v["headers"]["x-forwarded-proto"], "https");
+    // Without trusting the CA, the certificate is refused.
+    let untrusted = std::process::Command::new("curl")
+        .args(["-sS", &url])
+        .output()
+        .unwrap();
+    assert!(!untrusted.status.success());
+}

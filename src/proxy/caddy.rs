@@ -1,0 +1,130 @@
+//! HTTPS through Caddy: a supervised child serving `tls internal` (a local
+//! CA) on the HTTPS port, reverse-proxying to Binky's own proxy.
+//!
+//! Started on demand, when a project with `https = true` comes up; stopped
+//! with the daemon. Without `caddy` on PATH, HTTPS degrades to HTTP: it never
+//! breaks `up`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+/// The Caddy child, if running.
+#[derive(Default)]
+pub struct Caddy {
+    child: Mutex<Option<tokio::process::Child>>,
+}
+
+/// `caddy` on PATH.
+pub fn find() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("caddy"))
+        .find(|p| p.is_file())
+}
+
+/// The local CA's root certificate, to trust in clients.
+pub fn root_ca(dir: &Path) -> PathBuf {
+    dir.join("data/pki/authorities/local/root.crt")
+}
+
+fn caddyfile(dir: &Path, https_port: u16, http_port: u16, proxy_port: u16) -> String {
+    format!(
+        "{{
+\tadmin off
+\tauto_https disable_redirects
+\tskip_install_trust
+\tstorage file_system {data}
+\thttp_port {http_port}
+\thttps_port {https_port}
+}}
+
+https:// {{
+\tbind 127.0.0.1 ::1
+\ttls internal {{
+\t\ton_demand
+\t}}
+\treverse_proxy 127.0.0.1:{proxy_port} {{
+\t\theader_up X-Forwarded-Proto https
+\t}}
+}}
+",
+        data = dir.join("data").display()
+    )
+}
+
+impl Caddy {
+    /// Starts Caddy unless it runs. `dir` holds its config, data (the CA) and
+    /// log. Waits (bounded) until the HTTPS port answers.
+    ///
+    /// # Errors
+    /// Caddy is not on PATH, or did not come up; the message says what to do.
+    pub async fn ensure(
+        &self,
+        dir: &Path,
+        https_port: u16,
+        http_port: u16,
+        proxy_port: u16,
+    ) -> Result<(), String> {
+        let mut guard = self.child.lock().await;
+        if let Some(c) = guard.as_mut()
+            && c.try_wait().ok().flatten().is_none()
+        {
+            return Ok(());
+        }
+        let exe = find()
+            .ok_or("caddy is not on PATH; install it (Debian: apt-get install caddy) for HTTPS")?;
+        std::fs::create_dir_all(dir.join("data")).map_err(|e| e.to_string())?;
+        let file = dir.join("Caddyfile");
+        std::fs::write(&file, caddyfile(dir, https_port, http_port, proxy_port))
+            .map_err(|e| e.to_string())?;
+        let log = crate::supervisor::logs::open_append(&dir.join("caddy.log"))
+            .map_err(|e| e.to_string())?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let mut child = tokio::process::Command::new(exe)
+            .args(["run", "--adapter", "caddyfile", "--config"])
+            .arg(&file)
+            .env("XDG_DATA_HOME", dir.join("data"))
+            .env("XDG_CONFIG_HOME", dir.join("config"))
+            .env("HOME", dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start caddy: {e}"))?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", https_port))
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                return Err(format!(
+                    "caddy exited ({st}); see {}",
+                    dir.join("caddy.log").display()
+                ));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let _ = child.kill().await;
+                return Err(format!(
+                    "caddy did not listen on {https_port} within 10 s; see {}",
+                    dir.join("caddy.log").display()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        *guard = Some(child);
+        Ok(())
+    }
+
+    /// Whether Caddy runs now.
+    pub async fn running(&self) -> bool {
+        let mut guard = self.child.lock().await;
+        guard
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+}
