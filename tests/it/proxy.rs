@@ -32,28 +32,7 @@ fn proxy_port(home: &Home) -> u16 {
 /// One HTTP/1.1 request on an open connection; returns (status, headers, body).
 fn request(conn: &mut TcpStream, host: &str, path: &str, extra: &str) -> (u16, String, String) {
     write!(conn, "GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n").unwrap();
-    let mut r = BufReader::new(conn.try_clone().unwrap());
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        r.read_line(&mut line).unwrap();
-        if line == "\r\n" || line.is_empty() {
-            break;
-        }
-        head.push_str(&line);
-    }
-    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let len: usize = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-length:")
-                .map(|v| v.trim().parse().unwrap())
-        })
-        .unwrap_or(0);
-    let mut body = vec![0; len];
-    r.read_exact(&mut body).unwrap();
-    (status, head, String::from_utf8_lossy(&body).into_owned())
+    request_response(conn)
 }
 
 fn get(port: u16, host: &str, path: &str) -> (u16, String, String) {
@@ -345,4 +324,151 @@ fn https_through_caddy_with_a_client_trusting_its_local_ca() {
         .output()
         .unwrap();
     assert!(!untrusted.status.success());
+}
+
+fn daemon_rss_kib(home: &Home) -> u64 {
+    let pid = home.daemon_pid().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_100_mib_upload_and_download_stream_at_flat_memory() {
+    const SIZE: usize = 100 * 1024 * 1024;
+    let home = Home::new();
+    let repo = echo_repo("");
+    repo.ok(&home, &["up", "big"]);
+    let port = proxy_port(&home);
+    let before = daemon_rss_kib(&home);
+    // Download: read and discard.
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        c,
+        "GET /download/{SIZE} HTTP/1.1\r\nHost: echo.big.px.localhost\r\n\r\n"
+    )
+    .unwrap();
+    let mut r = BufReader::new(c);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0usize;
+    let mut peak = before;
+    while total < SIZE {
+        let n = r.read(&mut buf).unwrap();
+        assert!(n > 0, "stream ended after {total} bytes");
+        total += n;
+        if total % (16 << 20) < n {
+            peak = peak.max(daemon_rss_kib(&home));
+        }
+    }
+    // Upload: stream the body in chunks.
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        c,
+        "POST /upload HTTP/1.1\r\nHost: echo.big.px.localhost\r\nContent-Length: {SIZE}\r\n\r\n"
+    )
+    .unwrap();
+    let chunk = vec![7u8; 1 << 16];
+    let mut sent = 0;
+    while sent < SIZE {
+        c.write_all(&chunk).unwrap();
+        sent += chunk.len();
+        if sent % (16 << 20) == 0 {
+            peak = peak.max(daemon_rss_kib(&home));
+        }
+    }
+    let (status, _, body) = request_response(&mut c);
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["bytes"],
+        SIZE as u64
+    );
+    let grown_mib = (peak.saturating_sub(before)) / 1024;
+    assert!(
+        grown_mib < 32,
+        "daemon RSS grew {grown_mib} MiB while streaming 100 MiB each way"
+    );
+}
+
+/// Reads one response on `conn` (after the request was written).
+fn request_response(conn: &mut TcpStream) -> (u16, String, String) {
+    let mut r = BufReader::new(conn.try_clone().unwrap());
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        head.push_str(&line);
+    }
+    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).unwrap();
+    (status, head, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[test]
+fn fifteen_worlds_are_routed_concurrently() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.echo]\ncmd = \"exec python3 echo.py\"\nurl = \"echo\"\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"20s\", interval = \"50ms\" }}\n",
+        project_header("many", 20)
+    );
+    let repo = Repo::with("", &toml, &[("echo.py", &fixture())]);
+    let children: Vec<_> = (0..15)
+        .map(|i| {
+            repo.cmd(&home, &["up", &format!("w{i}")])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let port = proxy_port(&home);
+    let threads: Vec<_> = (0..15)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                let mut worlds = Vec::new();
+                for _ in 0..20 {
+                    let (status, _, body) =
+                        request(&mut conn, &format!("echo.w{i}.many.localhost"), "/", "");
+                    assert_eq!(status, 200);
+                    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+                    worlds.push(v["world"].as_str().unwrap().to_owned());
+                }
+                (i, worlds)
+            })
+        })
+        .collect();
+    for t in threads {
+        let (i, worlds) = t.join().unwrap();
+        assert!(
+            worlds.iter().all(|w| *w == format!("w{i}")),
+            "world w{i} got {worlds:?}"
+        );
+    }
 }
