@@ -472,3 +472,96 @@ fn fifteen_worlds_are_routed_concurrently() {
         );
     }
 }
+
+/// A real Vite dev server behind the proxy: the HMR WebSocket (subprotocol
+/// `vite-hmr`, `?token=`) upgrades through it, Host/Origin/query reach Vite
+/// unchanged, and a file edit produces an HMR message through the proxy.
+#[test]
+fn vite_hmr_works_through_the_proxy() {
+    let vite = std::env::var("BINKY_TEST_VITE").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/binky-npm/node_modules/.bin/vite",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    if !std::path::Path::new(&vite).exists() {
+        eprintln!("SKIP: vite not installed at {vite} (.ci/run installs vite@7 from npm)");
+        return;
+    }
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.web]\ncmd = \"exec {vite} --port ${{self.port}} --strictPort --host 127.0.0.1\"\nurl = \"web\"\nhealth = {{ http = \"/\", timeout = \"30s\", interval = \"100ms\" }}\n",
+        project_header("vite", 4)
+    );
+    let config = "export default { server: { allowedHosts: ['.localhost'] } };\n";
+    let repo = Repo::with(
+        "",
+        &toml,
+        &[
+            ("vite.config.js", config),
+            (
+                "index.html",
+                "<!doctype html><script type=\"module\" src=\"/main.js\"></script>\n",
+            ),
+            ("main.js", "document.body.textContent = 'one';\n"),
+        ],
+    );
+    repo.ok(&home, &["up", "hmr"]);
+    let port = proxy_port(&home);
+    let host = "web.hmr.vite.localhost";
+    // The client script carries the token the HMR socket must present.
+    let (status, _, client) = get(port, host, "/@vite/client");
+    assert_eq!(status, 200);
+    let token = client
+        .split("wsToken = \"")
+        .nth(1)
+        .and_then(|t| t.split('"').next())
+        .expect("wsToken in /@vite/client")
+        .to_owned();
+    let worktree = repo.worlds(&home)["hmr"]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use futures_util::StreamExt;
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut req = format!("ws://127.0.0.1:{port}/?token={token}")
+            .into_client_request()
+            .unwrap();
+        req.headers_mut().insert("Host", host.parse().unwrap());
+        req.headers_mut()
+            .insert("Origin", format!("http://{host}:{port}").parse().unwrap());
+        req.headers_mut()
+            .insert("Sec-WebSocket-Protocol", "vite-hmr".parse().unwrap());
+        let (mut ws, resp) = tokio_tungstenite::connect_async(req)
+            .await
+            .expect("HMR upgrade through the proxy");
+        assert_eq!(resp.status(), 101);
+        assert_eq!(resp.headers()["sec-websocket-protocol"], "vite-hmr");
+        let first = ws.next().await.unwrap().unwrap().into_text().unwrap();
+        assert!(first.contains("connected"), "{first}");
+        // Load the module once so Vite tracks it, then edit it.
+        let _ = get(port, host, "/main.js");
+        std::fs::write(
+            format!("{worktree}/main.js"),
+            "document.body.textContent = 'two';\n",
+        )
+        .unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let msg = tokio::time::timeout_at(deadline, ws.next())
+                .await
+                .expect("an HMR message after the edit")
+                .unwrap()
+                .unwrap();
+            let text = msg.into_text().unwrap().to_string();
+            if text.contains("update") || text.contains("full-reload") {
+                break;
+            }
+        }
+    });
+}
