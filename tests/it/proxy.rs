@@ -565,3 +565,46 @@ fn vite_hmr_works_through_the_proxy() {
         }
     });
 }
+
+/// Headless Chromium (it resolves `*.localhost` itself) loads a world's page
+/// through the proxy by its printed URL.
+#[test]
+fn headless_chromium_loads_a_world_by_its_url() {
+    let Some(chromium) = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        eprintln!("SKIP: chromium is not installed (.ci/run installs Debian's chromium)");
+        return;
+    };
+    let home = Home::new();
+    let repo = echo_repo("");
+    repo.ok(&home, &["up", "browser"]);
+    let url = repo.ok(&home, &["env", "browser"]).json()["echo"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let profile = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            &format!("--user-data-dir={}", profile.path().display()),
+            "--dump-dom",
+            &format!("{url}/from-chromium"),
+        ])
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dom.contains("/from-chromium") && dom.contains("\"world\": \"browser\""),
+        "{dom}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
