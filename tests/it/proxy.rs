@@ -608,3 +608,63 @@ fn headless_chromium_loads_a_world_by_its_url() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn ten_worlds_survive_a_daemon_kill_re_adopted_and_routed() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.echo]\ncmd = \"exec python3 echo.py\"\nurl = \"echo\"\nrestart = {{ policy = \"on-failure\", backoff = \"100ms\" }}\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"20s\", interval = \"50ms\" }}\n",
+        project_header("ten", 12)
+    );
+    let repo = Repo::with("", &toml, &[("echo.py", &fixture())]);
+    for i in 0..10 {
+        repo.ok(&home, &["up", &format!("w{i}")]);
+    }
+    let pids_before: Vec<u64> = (0..10)
+        .map(|i| {
+            repo.worlds(&home)[&format!("w{i}")]["services"][0]["pid"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    let daemon = home.daemon_pid().unwrap();
+    kill9(daemon);
+    assert!(wait_until(std::time::Duration::from_secs(5), || !alive(
+        daemon
+    )));
+    // The next command brings a daemon back; every world is re-adopted with
+    // the same pid and still routed.
+    let worlds = repo.worlds(&home);
+    let port = proxy_port(&home);
+    for i in 0..10 {
+        let w = &worlds[&format!("w{i}")];
+        assert_eq!(w["state"], "running", "{w}");
+        assert_eq!(
+            w["services"][0]["pid"].as_u64().unwrap(),
+            pids_before[i],
+            "w{i} restarted instead of adopted"
+        );
+        assert_eq!(get(port, &format!("echo.w{i}.ten.localhost"), "/").0, 200);
+    }
+    let adopted = home
+        .events()
+        .iter()
+        .filter(|e| e["event"] == "adopted")
+        .count();
+    assert_eq!(adopted, 10);
+    // A later crash in one of them is noticed (pidfd) and restarted per policy.
+    kill9(pids_before[3] as u32);
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), || {
+            let w = &repo.worlds(&home)["w3"]["services"][0];
+            w["state"] == "running" && w["pid"].as_u64().is_some_and(|p| p != pids_before[3])
+        }),
+        "the crashed adopted service was not restarted"
+    );
+    assert!(wait_until(std::time::Duration::from_secs(10), || get(
+        port,
+        "echo.w3.ten.localhost",
+        "/"
+    )
+    .0 == 200));
+}
