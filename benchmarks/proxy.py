@@ -302,7 +302,6 @@ CADDYFILE = """\
 {{
     admin off
     auto_https off
-    persist_config off
     storage file_system {dir}/data
 }}
 {sites}
@@ -456,8 +455,8 @@ def benchmark(args: argparse.Namespace, binary: Path, state: dict) -> dict:
         if not svc or not svc.get("port") or not svc.get("pid"):
             raise BenchError(f"no running `up` service with a port for {u} in status: {svc}")
         upstream_port[u] = int(svc["port"])
-        upstream_pids[u] = descendants(int(svc["pid"]))
         body = wait_http(upstream_port[u])
+        upstream_pids[u] = descendants(int(svc["pid"]))
         log(f"upstream {u}: pid {svc['pid']} on :{upstream_port[u]}, "
             f"{len(upstream_pids[u])} process(es), body {body!r}")
     res["upstreams"] = {u: {"port": upstream_port[u], "cmd": cmds[u]} for u in UPSTREAMS}

@@ -78,6 +78,21 @@ impl Worlds {
     }
 }
 
+/// Test-only fault injection: when `BINKY_TEST_FAULT` names this point, the
+/// daemon aborts right here, as a crash would (see tests/it/faults.rs). The
+/// points sit between the steps of each multi-step operation.
+fn fault_point(name: &str) {
+    static FAULT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    if FAULT
+        .get_or_init(|| std::env::var("BINKY_TEST_FAULT").ok())
+        .as_deref()
+        == Some(name)
+    {
+        tracing::error!(point = name, "BINKY_TEST_FAULT: aborting");
+        std::process::abort();
+    }
+}
+
 impl From<adapters::AdapterError> for ApiError {
     fn from(e: adapters::AdapterError) -> Self {
         ApiError::new(e.message)
@@ -426,6 +441,7 @@ async fn up_locked(
         ApiError::new(e.to_string()).hint(hint)
     })?;
     drop(repo_guard);
+    fault_point("up:worktree");
     if ensured.recreated {
         let msg = format!(
             "the worktree folder {} was missing and has been re-created",
@@ -577,6 +593,7 @@ async fn bring_up(
         None,
         format!("{} port(s) reserved", allocated.len()),
     );
+    fault_point("up:ports");
 
     let main_root = loc.main_root();
     let mut project_env = Vec::new();
@@ -614,6 +631,7 @@ async fn bring_up(
         }
     }
 
+    fault_point("up:provisioned");
     // Processes, level by level; independent ones start together.
     let lv = levels(cfg);
     let mut handles: IndexMap<String, Arc<Handle>> = IndexMap::new();
@@ -638,6 +656,7 @@ async fn bring_up(
             handles.insert(sname.clone(), h.clone());
             started.push((sname.clone(), h, log));
         }
+        fault_point("up:started");
         for (sname, h, log) in started {
             let mut watch = h.state.clone();
             let settled = loop {
@@ -1544,6 +1563,7 @@ pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome
     d.registry()
         .set_world_state(w.id, &w.state, Some("down"), None)
         .map_err(internal)?;
+    fault_point("down:intent");
     stop_processes(d, &w).await;
     d.registry()
         .set_world_state(w.id, "stopped", None, None)
@@ -1567,6 +1587,7 @@ pub(crate) async fn reload(
         .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
     progress.say("stop", None, format!("stopping {}", w.name));
     stop_processes(d, &w).await;
+    fault_point("reload:stopped");
     d.registry()
         .set_world_state(w.id, "stopped", None, None)
         .map_err(internal)?;
@@ -1634,6 +1655,7 @@ pub(crate) async fn remove(
         .set_world_state(w.id, &w.state, Some("remove"), None)
         .map_err(internal)?;
     stop_processes(d, &w).await;
+    fault_point("remove:stopped");
     // Tear down slices.
     let slices = d.registry().slices_of(w.id).map_err(internal)?;
     for s in slices {
@@ -1684,6 +1706,7 @@ pub(crate) async fn remove(
     let p2 = path.clone();
     let repo_lock = d.worlds.repo_lock(&loc.main);
     let _repo_guard = repo_lock.lock().await;
+    fault_point("remove:torn_down");
     tokio::task::spawn_blocking(move || worktree::remove(&main, &p2))
         .await
         .map_err(internal)?

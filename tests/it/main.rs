@@ -3,6 +3,7 @@
 
 mod adapters;
 mod daemon;
+mod faults;
 mod harness;
 mod mcp;
 mod project;

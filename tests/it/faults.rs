@@ -1,0 +1,130 @@
+//! Fault injection: the daemon aborts (as `kill -9` would) at a named point
+//! of `up`, `down`, `reload` and `remove` (`BINKY_TEST_FAULT`); after a
+//! restart, status must tell the truth, ports and slices must be consistent,
+//! no process may run twice or be orphaned, and `up` must work again.
+
+use crate::harness::*;
+use crate::project::*;
+use std::time::Duration;
+
+fn fixture() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/echo.py"
+    ))
+    .unwrap()
+}
+
+/// What the world looked like after the restart, for the report.
+fn run_point(point: &str, op: &[&str]) -> String {
+    let home = Home::new();
+    let marker = format!("FAULT{}x{}", std::process::id(), point.replace(':', "_"));
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\n[services.web]\ncmd = \"exec python3 echo.py {marker}\"\nurl = \"web\"\ndepends_on = [\"db\"]\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"20s\", interval = \"50ms\" }}\n",
+        project_header("fault", 4)
+    );
+    let repo = Repo::with("", &toml, &[("echo.py", &fixture())]);
+    if op[0] != "up" {
+        repo.ok(&home, &["up", "x"]);
+        home.ok(&["daemon", "stop"]);
+    }
+    // A daemon that will abort at `point`.
+    let started = Out(home
+        .cmd(&["daemon", "start"])
+        .env("BINKY_TEST_FAULT", point)
+        .output()
+        .unwrap());
+    assert_eq!(started.code(), 0, "{started}");
+    let crashed = home.daemon_pid().unwrap();
+    let out = repo.run(&home, op);
+    assert_ne!(
+        out.code(),
+        0,
+        "{point}: the operation should have been cut short\n{out}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(crashed)),
+        "{point}: daemon did not die"
+    );
+
+    // Restart (the next command starts a normal daemon) and check the truth.
+    let worlds = repo.worlds(&home);
+    let procs = pids_with(&marker);
+    assert!(procs.len() <= 1, "{point}: duplicate processes {procs:?}");
+    let mut report = String::from("no world");
+    if let Some(w) = worlds.get("x") {
+        for s in w["services"].as_array().unwrap() {
+            if s["state"] == "running" {
+                let pid = s["pid"].as_u64().unwrap() as u32;
+                assert!(
+                    alive(pid),
+                    "{point}: status says running, pid {pid} is dead"
+                );
+                assert!(
+                    procs.contains(&pid),
+                    "{point}: running pid {pid} is not the service"
+                );
+            }
+        }
+        if procs.len() == 1 {
+            let web = w["services"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["name"] == "web")
+                .unwrap();
+            assert_eq!(
+                web["pid"].as_u64(),
+                Some(procs[0] as u64),
+                "{point}: a live process status does not know (orphan)"
+            );
+        }
+        report = format!(
+            "world {} ({}), web {}",
+            w["state"].as_str().unwrap(),
+            w["error"]
+                .as_str()
+                .map(|e| e.lines().next().unwrap_or(""))
+                .unwrap_or("-"),
+            w["services"][1]["state"].as_str().unwrap_or("?")
+        );
+    } else {
+        assert!(
+            procs.is_empty(),
+            "{point}: processes {procs:?} of a world the registry forgot"
+        );
+    }
+    // Slices: a live row has its file; gc sweeps anything half-made.
+    let _ = repo.run(&home, &["gc"]);
+    // `up` again works and runs exactly one copy.
+    repo.ok(&home, &["up", "x"]);
+    assert_eq!(repo.worlds(&home)["x"]["state"], "running");
+    assert!(
+        wait_until(Duration::from_secs(5), || pids_with(&marker).len() == 1),
+        "{point}: {:?}",
+        pids_with(&marker)
+    );
+    assert!(home.file("slices/sqlite/fault_x.sqlite3").exists());
+    // And it can be removed cleanly.
+    repo.ok(&home, &["remove", "x", "--force"]);
+    assert!(wait_until(Duration::from_secs(5), || pids_with(&marker).is_empty()));
+    assert!(!home.file("slices/sqlite/fault_x.sqlite3").exists());
+    assert_eq!(home.ok(&["metrics"]).json()["port_reservations"], 0);
+    eprintln!("FAULT {point}: after restart: {report}");
+    report
+}
+
+#[test]
+fn up_at_every_fault_point() {
+    for point in ["up:worktree", "up:ports", "up:provisioned", "up:started"] {
+        run_point(point, &["up", "x"]);
+    }
+}
+
+#[test]
+fn down_reload_and_remove_at_every_fault_point() {
+    run_point("down:intent", &["down", "x"]);
+    run_point("reload:stopped", &["reload", "x"]);
+    run_point("remove:stopped", &["remove", "x", "--force"]);
+    run_point("remove:torn_down", &["remove", "x", "--force"]);
+}
