@@ -198,6 +198,30 @@ def thread_ticks(pid: int) -> dict[str, int]:
     return out
 
 
+def sched_counts(pids: list[int]) -> tuple[int, int, int]:
+    """(utime ticks, stime ticks, context switches) summed over pids and their threads."""
+    ut = st = cs = 0
+    for p in pids:
+        f = stat_fields(p)
+        if not f:
+            continue
+        ut += int(f[11])
+        st += int(f[12])
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/status") as fh:
+                    for line in fh:
+                        if line.split(":")[0].endswith("ctxt_switches"):
+                            cs += int(line.split()[1])
+            except FileNotFoundError:
+                continue
+    return ut, st, cs
+
+
 def loadavg() -> list[float]:
     with open("/proc/loadavg") as f:
         return [float(x) for x in f.read().split()[:3]]
@@ -310,7 +334,13 @@ CADDYFILE = """\
 CADDY_SITE = """\
 http://:{port} {{
     bind 127.0.0.1
-    reverse_proxy 127.0.0.1:{up}
+    reverse_proxy 127.0.0.1:{up} {{
+        # Like nginx's `keepalive 64`: Caddy keeps 32 idle upstream connections
+        # per host by default, fewer than wrk's 64, and then churns connections.
+        transport http {{
+            keepalive_idle_conns_per_host 64
+        }}
+    }}
 }}
 """
 
@@ -368,6 +398,8 @@ def wrk(wrk_bin: str, args: argparse.Namespace, port: int, host: str | None,
     if host:
         argv += ["-H", f"Host: {host}"]
     argv.append(f"http://127.0.0.1:{port}/")
+    proxy_groups = ("binky", "nginx-proxy", "caddy")
+    sched0 = {g: sched_counts(groups[g]) for g in proxy_groups}
     before = {g: cpu_ticks(p) for g, p in groups.items()}
     threads0 = thread_ticks(groups["binky"][0])
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -377,6 +409,7 @@ def wrk(wrk_bin: str, args: argparse.Namespace, port: int, host: str | None,
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     after = {g: cpu_ticks(p) for g, p in groups.items()}
     threads1 = thread_ticks(groups["binky"][0])
+    sched1 = {g: sched_counts(groups[g]) for g in proxy_groups}
     if r.returncode != 0:
         raise BenchError(f"wrk exited {r.returncode}: {r.stderr}{r.stdout}")
     res = parse_wrk(r.stdout)
@@ -388,6 +421,14 @@ def wrk(wrk_bin: str, args: argparse.Namespace, port: int, host: str | None,
     res["binky_threads_pct"] = {n: round(100 * (threads1.get(n, 0) - v) / CLK_TCK / wall, 1)
                                 for n, v in threads0.items()
                                 if threads1.get(n, 0) - v > 0}
+    # Per proxy: user and system CPU % and context switches per request.
+    nreq = max(1, res["requests"] or 1)
+    res["proxy_sched"] = {g: {"user_pct": round(100 * (sched1[g][0] - sched0[g][0]) / CLK_TCK
+                                                / wall, 1),
+                              "sys_pct": round(100 * (sched1[g][1] - sched0[g][1]) / CLK_TCK
+                                               / wall, 1),
+                              "ctxsw_per_req": round((sched1[g][2] - sched0[g][2]) / nreq, 3)}
+                          for g in proxy_groups}
     res["raw"] = r.stdout
     return res
 
@@ -534,6 +575,10 @@ def benchmark(args: argparse.Namespace, binary: Path, state: dict) -> dict:
         names = set().union(*(s["binky_threads_pct"] for s in ss))
         med["binky_threads_pct"] = {t: statistics.median(s["binky_threads_pct"].get(t, 0.0)
                                                          for s in ss) for t in sorted(names)}
+        grp = {"binky": "binky", "nginx": "nginx-proxy", "caddy": "caddy"}.get(key.split("/")[1])
+        if grp:
+            med["proxy_sched"] = {k: statistics.median(s["proxy_sched"][grp][k] for s in ss)
+                                  for k in ("user_pct", "sys_pct", "ctxsw_per_req")}
         table[key] = med
     for key, med in table.items():
         direct = table[key.split("/")[0] + "/direct"]["rps"]
@@ -610,6 +655,13 @@ def print_table(res: dict) -> None:
         print(f"  {u:9}{path:8}{med['rps']:10.0f}{med['ratio_to_direct']:10.2f}"
               f"{med['p50_ms']:9.2f}{med['p99_ms']:9.2f}{med['errors']:8d}   "
               f"{proxy} / {cpu['up-' + u]:4.0f} / {cpu['wrk']:4.0f}{per}")
+    print()
+    print("  Proxy CPU split and context switches (medians):")
+    for key, med in res["medians"].items():
+        if "proxy_sched" in med:
+            ps = med["proxy_sched"]
+            print(f"    {key:13} user {ps['user_pct']:5.1f} %  sys {ps['sys_pct']:5.1f} %  "
+                  f"{ps['ctxsw_per_req']:.3f} context switches per request")
     print()
     print("  Binky's proxy threads, CPU % of one core (medians):")
     for key, med in res["medians"].items():

@@ -56,14 +56,29 @@ impl Client {
                 pid: 0,
             },
         };
-        write_frame(&mut client.writer, &Hello::current())
-            .map_err(|e| io_err("cannot talk to the daemon at", &sock, e))?;
+        // A daemon that is exiting (or was just killed) may still have
+        // accepted the connection from its backlog, then reset it: that is
+        // "no daemon", not an error.
+        let gone = |e: &std::io::Error| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            )
+        };
+        match write_frame(&mut client.writer, &Hello::current()) {
+            Ok(()) => {}
+            Err(e) if gone(&e) => return Ok(None),
+            Err(e) => return Err(io_err("cannot talk to the daemon at", &sock, e)),
+        }
         match read_frame::<_, Welcome>(&mut client.reader) {
             Ok(Some(w)) => client.welcome = w,
             Ok(None) => {
                 // The daemon closed on us: it is shutting down. Treat as absent.
                 return Ok(None);
             }
+            Err(e) if gone(&e) => return Ok(None),
             Err(e) => {
                 return Err(ApiError::new(format!(
                     "the process at {} does not speak binky's protocol ({e})",

@@ -74,6 +74,14 @@ pub fn run(action: &DaemonAction) -> ExitCode {
                         Ok(Some(_)) => std::thread::sleep(Duration::from_millis(10)),
                     }
                 }
+                // The socket goes first; wait for the lock too, so a `start`
+                // right after this never meets a daemon still shutting down.
+                while Instant::now() < deadline {
+                    match crate::platform::lock_file(&paths.daemon_lock(), false) {
+                        Ok(Some(_free)) => break,
+                        _ => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
                 anstream::println!(
                     "{} binky daemon stopped (pid {pid}); service processes keep running",
                     paint(OK, "✓")

@@ -130,9 +130,18 @@ pub fn run_blocking(paths: Paths) -> Result<()> {
 pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     paths.ensure()?;
     let lock_path = paths.daemon_lock();
-    let Some(lock) = platform::lock_file(&lock_path, false)
-        .with_context(|| format!("cannot open {}", lock_path.display()))?
-    else {
+    // A daemon that is dying (its last threads still closing files) may hold
+    // the lock for a moment after it stopped answering: wait briefly.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let lock = loop {
+        let lock = platform::lock_file(&lock_path, false)
+            .with_context(|| format!("cannot open {}", lock_path.display()))?;
+        if lock.is_some() || Instant::now() >= deadline {
+            break lock;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let Some(lock) = lock else {
         let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
         bail!(
             "another binky daemon (pid {}) is running for {}",

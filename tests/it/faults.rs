@@ -48,36 +48,43 @@ fn run_point(point: &str, op: &[&str]) -> String {
     );
 
     // Restart (the next command starts a normal daemon) and check the truth.
-    let worlds = repo.worlds(&home);
-    let procs = pids_with(&marker);
-    assert!(procs.len() <= 1, "{point}: duplicate processes {procs:?}");
-    let mut report = String::from("no world");
-    if let Some(w) = worlds.get("x") {
-        for s in w["services"].as_array().unwrap() {
-            if s["state"] == "running" {
-                let pid = s["pid"].as_u64().unwrap() as u32;
-                assert!(
-                    alive(pid),
-                    "{point}: status says running, pid {pid} is dead"
-                );
-                assert!(
-                    procs.contains(&pid),
-                    "{point}: running pid {pid} is not the service"
-                );
+    // A restart may be bringing a service back right now, so the check waits
+    // (bounded) for status and the process table to agree.
+    let mut report = String::new();
+    let mut problem = String::new();
+    let consistent = wait_until(Duration::from_secs(10), || {
+        let worlds = repo.worlds(&home);
+        let procs = pids_with(&marker);
+        problem.clear();
+        if procs.len() > 1 {
+            problem = format!("duplicate processes {procs:?}");
+            return false;
+        }
+        let Some(w) = worlds.get("x") else {
+            report = "no world".into();
+            if !procs.is_empty() {
+                problem = format!("processes {procs:?} of a world the registry forgot");
+            }
+            return procs.is_empty();
+        };
+        let web = w["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == "web")
+            .unwrap();
+        if web["state"] == "running" {
+            let pid = web["pid"].as_u64().unwrap_or(0) as u32;
+            if !alive(pid) || !procs.contains(&pid) {
+                problem = format!("status says running with pid {pid}, processes {procs:?}");
+                return false;
             }
         }
-        if procs.len() == 1 {
-            let web = w["services"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|s| s["name"] == "web")
-                .unwrap();
-            assert_eq!(
-                web["pid"].as_u64(),
-                Some(procs[0] as u64),
-                "{point}: a live process status does not know (orphan)"
-            );
+        if let [p] = procs.as_slice()
+            && web["pid"].as_u64() != Some(*p as u64)
+        {
+            problem = format!("a live process {p} that status does not know: {web}");
+            return false;
         }
         report = format!(
             "world {} ({}), web {}",
@@ -86,14 +93,11 @@ fn run_point(point: &str, op: &[&str]) -> String {
                 .as_str()
                 .map(|e| e.lines().next().unwrap_or(""))
                 .unwrap_or("-"),
-            w["services"][1]["state"].as_str().unwrap_or("?")
+            web["state"].as_str().unwrap_or("?")
         );
-    } else {
-        assert!(
-            procs.is_empty(),
-            "{point}: processes {procs:?} of a world the registry forgot"
-        );
-    }
+        true
+    });
+    assert!(consistent, "{point}: {problem}");
     // Slices: a live row has its file; gc sweeps anything half-made.
     let _ = repo.run(&home, &["gc"]);
     // `up` again works and runs exactly one copy.

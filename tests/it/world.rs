@@ -675,11 +675,15 @@ fn up_on_a_failed_world_stops_what_is_left_before_starting_again() {
         repo.worlds(&home)["x"]["services"][1]["state"] == "stopped"
     }));
     repo.ok(&home, &["up", "x"]);
-    assert_eq!(
-        pids_with(&marker).len(),
-        1,
-        "the old `keep` must be stopped, not duplicated"
+    // Exactly one copy: the old one stopped, the new one running (a
+    // process mid-exec can briefly hide its command line, so wait for it).
+    assert!(
+        wait_until(Duration::from_secs(5), || pids_with(&marker).len() == 1),
+        "the old `keep` must be stopped, not duplicated: {:?}",
+        pids_with(&marker)
     );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(pids_with(&marker).len(), 1, "a second copy appeared");
     repo.ok(&home, &["down", "x"]);
     assert!(wait_until(Duration::from_secs(5), || pids_with(&marker).is_empty()));
 }
