@@ -255,16 +255,7 @@ async fn run_adopted(
     tokio::select! {
         _ = &mut exited => {}
         c = ctl.recv() => {
-            let sig = platform::signal_by_name(&spec.stop_signal);
-            let _ = platform::signal_group(pid, sig);
-            let deadline = tokio::time::Instant::now() + spec.stop_timeout;
-            let _ = tokio::time::timeout_at(deadline, &mut exited).await;
-            let mut pause = Duration::from_millis(5);
-            while platform::group_alive(pid) && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(100));
-            }
-            let _ = platform::signal_group(pid, Some(nix::sys::signal::Signal::SIGKILL));
+            stop_pgid(pid, &spec.stop_signal, spec.stop_timeout, &mut exited).await;
             match c {
                 Some(Control::Restart) => {
                     run(spec, state, ctl, events, true).await;
@@ -405,10 +396,25 @@ fn describe(status: std::io::Result<std::process::ExitStatus>) -> (bool, String)
 /// Stops a process group: `signal`, up to `grace` for the whole group to go,
 /// then SIGKILL. Waits for the leader so it is reaped.
 async fn stop_group(child: &mut tokio::process::Child, pgid: u32, signal: &str, grace: Duration) {
-    let sig = platform::signal_by_name(signal);
-    let _ = platform::signal_group(pgid, sig);
+    stop_pgid(pgid, signal, grace, async {
+        let _ = child.wait().await;
+    })
+    .await;
+    let _ = child.wait().await;
+}
+
+/// Sends `signal` to group `pgid`, waits for the leader to exit (through
+/// `leader_exit`) and for the rest of the group, up to `grace`, then SIGKILLs
+/// whatever is left.
+async fn stop_pgid(
+    pgid: u32,
+    signal: &str,
+    grace: Duration,
+    leader_exit: impl std::future::Future<Output = ()>,
+) {
+    let _ = platform::signal_group(pgid, platform::signal_by_name(signal));
     let deadline = tokio::time::Instant::now() + grace;
-    let _ = tokio::time::timeout_at(deadline, child.wait()).await;
+    let _ = tokio::time::timeout_at(deadline, leader_exit).await;
     // The leader may be gone while grandchildren linger; check the group
     // until the grace ends (bounded: only while stopping).
     let mut pause = Duration::from_millis(5);
@@ -417,7 +423,6 @@ async fn stop_group(child: &mut tokio::process::Child, pgid: u32, signal: &str, 
         pause = (pause * 2).min(Duration::from_millis(100));
     }
     let _ = platform::signal_group(pgid, Some(nix::sys::signal::Signal::SIGKILL));
-    let _ = child.wait().await;
 }
 
 /// Probes until it passes (Ok) or the timeout ends (Err with the last reason).
