@@ -1585,6 +1585,10 @@ pub(crate) async fn reload(
     let _guard = lock.lock().await;
     let w = find_world(d, &loc, &req.world.name)
         .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
+    // Intent first, so a crash mid-reload is reported as such.
+    d.registry()
+        .set_world_state(w.id, &w.state, Some("reload"), None)
+        .map_err(internal)?;
     progress.say("stop", None, format!("stopping {}", w.name));
     stop_processes(d, &w).await;
     fault_point("reload:stopped");
