@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import BenchError, loadavg, log, pid_alive, target_dir, verdict
+
 REPO = Path(__file__).resolve().parent.parent
 
 # Targets from the issue.
@@ -46,22 +48,9 @@ TARGET_IDLE_CPU_PCT = 0.1
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-class BenchError(Exception):
-    pass
-
-
 # --------------------------------------------------------------------------
 # Binary and environment
 # --------------------------------------------------------------------------
-
-
-def target_dir() -> Path:
-    env = os.environ.get("CARGO_TARGET_DIR")
-    return Path(env) if env else REPO / "target"
 
 
 def ensure_binary(explicit: str | None, force_build: bool) -> Path:
@@ -297,11 +286,6 @@ def proc_status_task(pid: int, tid: str) -> dict[str, str]:
     return out
 
 
-def loadavg() -> list[float]:
-    with open("/proc/loadavg") as f:
-        return [float(x) for x in f.read().split()[:3]]
-
-
 # --------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------
@@ -362,14 +346,6 @@ def daemon_pid(binary: Path, env: dict[str, str]) -> int | None:
     except json.JSONDecodeError:
         return None
     return int(info["pid"]) if info.get("running") else None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def stop_daemon(binary: Path, env: dict[str, str], pid: int | None) -> None:
@@ -575,10 +551,6 @@ def benchmark(args: argparse.Namespace, binary: Path, home: Path, env: dict[str,
         },
     }
     return res
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
 
 
 def print_table(res: dict) -> None:

@@ -42,6 +42,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from common import BenchError, loadavg, log, pid_alive, target_dir
+
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -52,22 +54,9 @@ PROJECT = {"nginx": "bkpng", "node": "bkpnode"}
 NODE_BODY = "hello from a dev server\n"
 
 
-def log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-class BenchError(Exception):
-    pass
-
-
 # --------------------------------------------------------------------------
 # Binary, tools and environment
 # --------------------------------------------------------------------------
-
-
-def target_dir() -> Path:
-    env = os.environ.get("CARGO_TARGET_DIR")
-    return Path(env) if env else REPO / "target"
 
 
 def ensure_binary(explicit: str | None, force_build: bool) -> Path:
@@ -136,14 +125,6 @@ def git(*args: str, cwd: Path) -> str:
 # --------------------------------------------------------------------------
 # /proc readers
 # --------------------------------------------------------------------------
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -220,11 +201,6 @@ def sched_counts(pids: list[int]) -> tuple[int, int, int]:
             except FileNotFoundError:
                 continue
     return ut, st, cs
-
-
-def loadavg() -> list[float]:
-    with open("/proc/loadavg") as f:
-        return [float(x) for x in f.read().split()[:3]]
 
 
 def cpu_model() -> str:

@@ -44,6 +44,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from common import BenchError, loadavg, log, pid_alive, target_dir, verdict
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = "examples/hello"
 PROJECT = "hello"
@@ -56,22 +58,9 @@ POLL_SLEEP_S = 0.005                 # baseline health-poll sleep between attemp
 UP_TIMEOUT_S = 120.0
 
 
-def log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-class BenchError(Exception):
-    pass
-
-
 # --------------------------------------------------------------------------
 # Binary and environment
 # --------------------------------------------------------------------------
-
-
-def target_dir() -> Path:
-    env = os.environ.get("CARGO_TARGET_DIR")
-    return Path(env) if env else REPO / "target"
 
 
 def newest_source_mtime() -> float:
@@ -430,14 +419,6 @@ def daemon_pid(binary: Path, env: dict[str, str]) -> int | None:
     return int(info["pid"]) if info.get("running") else None
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def stop_daemon(binary: Path, env: dict[str, str], pid: int | None) -> None:
     try:
         run(binary, env, "daemon", "stop", check=False, timeout=20)
@@ -501,11 +482,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-def loadavg() -> list[float]:
-    with open("/proc/loadavg") as f:
-        return [float(x) for x in f.read().split()[:3]]
 
 
 # --------------------------------------------------------------------------
@@ -781,10 +757,6 @@ def benchmark(args: argparse.Namespace, binary: Path, state: dict) -> dict:
         },
     }
     return res
-
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
 
 
 def fmt(v: float | None) -> str:
