@@ -403,6 +403,34 @@ async fn stop_group(child: &mut tokio::process::Child, pgid: u32, signal: &str, 
     let _ = child.wait().await;
 }
 
+/// Carries out a control message for a running process. Stop: the group is
+/// stopped and the task should end (`false`). Restart (a watched file
+/// changed): the group is stopped and the caller starts it again (`true`).
+/// A closed channel (the daemon dropped the handle) ends the task.
+async fn obey(
+    c: Option<Control>,
+    child: &mut tokio::process::Child,
+    pid: u32,
+    spec: &ServiceSpec,
+    events: &Recorder,
+    set: &(dyn Fn(State) + Sync),
+) -> bool {
+    match c {
+        Some(Control::Stop(done)) => {
+            stop_group(child, pid, &spec.stop_signal, spec.stop_timeout).await;
+            set(State::Stopped { exit: None });
+            let _ = done.send(());
+            false
+        }
+        Some(Control::Restart) => {
+            events(Event::WatchRestart);
+            stop_group(child, pid, &spec.stop_signal, spec.stop_timeout).await;
+            true
+        }
+        None => false,
+    }
+}
+
 /// Sends `signal` to group `pgid`, waits for the leader to exit (through
 /// `leader_exit`) and for the rest of the group, up to `grace`, then SIGKILLs
 /// whatever is left.
@@ -501,6 +529,7 @@ async fn run(
         };
         tokio::pin!(healthy);
         let mut exit: Option<std::io::Result<std::process::ExitStatus>> = None;
+        let mut restart_now = false;
         let mut phase1_done = false;
         while !phase1_done && exit.is_none() {
             tokio::select! {
@@ -512,52 +541,26 @@ async fn run(
                     }
                 }
                 st = child.wait() => exit = Some(st),
-                c = ctl.recv() => match c {
-                    Some(Control::Stop(done)) => {
-                        stop_group(&mut child, pid, &spec.stop_signal, spec.stop_timeout).await;
-                        set(State::Stopped { exit: None });
-                        let _ = done.send(());
+                c = ctl.recv() => {
+                    if !obey(c, &mut child, pid, &spec, &events, &set).await {
                         return;
                     }
-                    Some(Control::Restart) => {
-                        events(Event::WatchRestart);
-                        stop_group(&mut child, pid, &spec.stop_signal, spec.stop_timeout).await;
-                        exit = None;
-                        phase1_done = true;
-                        continue;
-                    }
-                    None => return,
-                },
+                    restart_now = true;
+                    phase1_done = true;
+                }
             }
         }
         // Phase 2: running until it exits or we are asked to stop/restart.
-        let mut restart_now = false;
-        if exit.is_none()
-            && matches!(
-                state.borrow().clone(),
-                State::Running { .. } | State::Unhealthy { .. }
-            )
-        {
+        if !restart_now && exit.is_none() {
             tokio::select! {
                 st = child.wait() => exit = Some(st),
-                c = ctl.recv() => match c {
-                    Some(Control::Stop(done)) => {
-                        stop_group(&mut child, pid, &spec.stop_signal, spec.stop_timeout).await;
-                        set(State::Stopped { exit: None });
-                        let _ = done.send(());
+                c = ctl.recv() => {
+                    if !obey(c, &mut child, pid, &spec, &events, &set).await {
                         return;
                     }
-                    Some(Control::Restart) => {
-                        events(Event::WatchRestart);
-                        stop_group(&mut child, pid, &spec.stop_signal, spec.stop_timeout).await;
-                        restart_now = true;
-                    }
-                    None => return,
-                },
+                    restart_now = true;
+                }
             }
-        } else if exit.is_none() {
-            // Restart requested during start-up.
-            restart_now = true;
         }
         if restart_now {
             continue;
