@@ -1502,37 +1502,22 @@ async fn stop_processes(d: &Daemon, w: &WorldRow) {
                     .and_then(|rows| rows.collect())
                     .unwrap_or_default()
             };
-            let mut groups = Vec::new();
+            // Not our children any more: stop each recorded group that is
+            // still that very process, waiting on its exit through a pidfd.
+            let mut set = tokio::task::JoinSet::new();
             for (_, pid, start) in rows {
                 if let (Some(pid), Some(start)) = (pid, start)
                     && crate::platform::process_start_time(pid) == Some(start as u64)
                 {
-                    let _ =
-                        crate::platform::signal_group(pid, Some(nix::sys::signal::Signal::SIGTERM));
-                    groups.push(pid);
+                    set.spawn(supervisor::stop_pgid(
+                        pid,
+                        "SIGTERM",
+                        crate::config::DEFAULT_STOP_TIMEOUT,
+                        crate::platform::wait_exit(pid),
+                    ));
                 }
             }
-            // Not our children any more, so nothing to reap: wait (bounded)
-            // for the groups to go, then force them.
-            let deadline = tokio::time::Instant::now() + crate::config::DEFAULT_STOP_TIMEOUT;
-            let mut pause = std::time::Duration::from_millis(5);
-            while groups.iter().any(|g| crate::platform::group_alive(*g))
-                && tokio::time::Instant::now() < deadline
-            {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_millis(100));
-            }
-            for g in &groups {
-                let _ = crate::platform::signal_group(*g, Some(nix::sys::signal::Signal::SIGKILL));
-            }
-            // A zombie still counts as alive until its parent reaps it; don't
-            // wait on that for long.
-            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
-            while groups.iter().any(|g| crate::platform::group_alive(*g))
-                && tokio::time::Instant::now() < deadline
-            {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
+            while set.join_next().await.is_some() {}
         }
     }
     let reg = d.registry();
@@ -1545,11 +1530,7 @@ async fn stop_processes(d: &Daemon, w: &WorldRow) {
         [w.id],
         |r| r.get::<_, String>(0),
     ) {
-        for (_, r) in d.routes.all() {
-            if r.project == project && r.world == w.name {
-                d.routes.set_state(&project, &w.name, &r.service, "stopped");
-            }
-        }
+        d.routes.set_world_state(&project, &w.name, "stopped");
     }
 }
 

@@ -72,11 +72,19 @@ impl Routes {
     }
     /// Updates the state of every route of one service.
     pub fn set_state(&self, project: &str, world: &str, service: &str, state: &str) {
+        self.update_state(
+            |r| r.project == project && r.world == world && r.service == service,
+            state,
+        );
+    }
+    /// Updates the state of every route of one world.
+    pub fn set_world_state(&self, project: &str, world: &str, state: &str) {
+        self.update_state(|r| r.project == project && r.world == world, state);
+    }
+    fn update_state(&self, which: impl Fn(&Route) -> bool, state: &str) {
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
-        for r in t.values_mut() {
-            if r.project == project && r.world == world && r.service == service {
-                r.state = state.to_owned();
-            }
+        for r in t.values_mut().filter(|r| which(r)) {
+            r.state = state.to_owned();
         }
     }
     /// Drops every route of a world.

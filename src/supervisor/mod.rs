@@ -434,7 +434,7 @@ async fn obey(
 /// Sends `signal` to group `pgid`, waits for the leader to exit (through
 /// `leader_exit`) and for the rest of the group, up to `grace`, then SIGKILLs
 /// whatever is left.
-async fn stop_pgid(
+pub(crate) async fn stop_pgid(
     pgid: u32,
     signal: &str,
     grace: Duration,
