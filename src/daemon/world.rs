@@ -795,6 +795,7 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
         .and_then(|rows| rows.collect())
         .unwrap_or_default()
     };
+    reap_interrupted_verifies(d).await;
     for (id, project, name, state, intent) in worlds {
         if let Some(op) = &intent {
             let reason = format!(
@@ -821,6 +822,45 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
         {
             tracing::warn!(project, world = name, error = %e.message, "could not re-adopt world");
             d.event(world_event("adopt_failed", &project, &name).detail(first_line(&e.message)));
+        }
+    }
+}
+
+/// Stops the process groups of `verify` commands a dead daemon left running
+/// (identified by pid and start time, so a recycled pid is left alone) and
+/// records those runs as interrupted.
+async fn reap_interrupted_verifies(d: &Arc<Daemon>) {
+    let running = d.registry().verifies_running().unwrap_or_default();
+    for (world_id, pid, start) in running {
+        if crate::platform::process_start_time(pid) == Some(start) {
+            supervisor::stop_pgid(
+                pid,
+                "SIGTERM",
+                crate::config::DEFAULT_STOP_TIMEOUT,
+                crate::platform::wait_exit(pid),
+            )
+            .await;
+        }
+        let reg = d.registry();
+        let _ = reg.set_verify_running(world_id, None);
+        let _ = reg.record_verify(
+            world_id,
+            false,
+            0,
+            None,
+            "interrupted by a daemon restart; run `binky verify` again",
+        );
+        let names: Option<(String, String)> = reg
+            .conn_ref()
+            .query_row(
+                "SELECT p.name, w.name FROM worlds w JOIN projects p ON p.id = w.project_id WHERE w.id = ?1",
+                [world_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .ok();
+        drop(reg);
+        if let Some((project, world)) = names {
+            d.event(world_event("verify_interrupted", &project, &world));
         }
     }
 }
@@ -1095,8 +1135,10 @@ async fn provision(
                     plan,
                     client_env,
                     &log,
+                    "golden",
                 )
                 .await?;
+                fault_point("golden:built");
                 if let Some(dir) = marker.parent() {
                     let _ = std::fs::create_dir_all(dir);
                 }
@@ -1126,9 +1168,11 @@ async fn provision(
                 plan,
                 client_env,
                 &log,
+                "slice",
             )
             .await?;
         }
+        fault_point("slice:ready");
         Ok(())
     }
     .await;
@@ -1170,8 +1214,10 @@ async fn provision_and_seed(
     plan: &Plan,
     client_env: &ClientEnv,
     log: &Path,
+    stage: &str,
 ) -> Result<(), ApiError> {
     adapter.provision(slice).await?;
+    fault_point(&format!("{stage}:provisioned"));
     let addr = adapter.resolve(slice).await?;
     run_data_commands(cfg, world, service, r, plan, client_env, &addr, log).await
 }
@@ -1902,10 +1948,20 @@ pub(crate) async fn verify(
             .envs(env.iter())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
+            // Its own group, recorded before it can outlive us: a daemon
+            // that dies mid-verify stops the whole group on restart.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn();
         let (code, ok) = match child {
             Ok(mut child) => {
+                if let Some(pid) = child.id() {
+                    let start = crate::platform::process_start_time(pid).unwrap_or(0);
+                    d.registry()
+                        .set_verify_running(w.id, Some((pid, start)))
+                        .map_err(internal)?;
+                    fault_point("verify:running");
+                }
                 if let Some(out) = child.stdout.take() {
                     let mut lines = tokio::io::BufReader::new(out).lines();
                     while let Ok(Some(line)) = lines.next_line().await {
@@ -1922,6 +1978,9 @@ pub(crate) async fn verify(
                 (None, false)
             }
         };
+        d.registry()
+            .set_verify_running(w.id, None)
+            .map_err(internal)?;
         all_ok &= ok;
         checks.push(crate::protocol::VerifyCheck {
             command: cmd.clone(),

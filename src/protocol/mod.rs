@@ -470,7 +470,8 @@ pub struct WorldStatus {
     /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// The last `binky verify`: `passed` or `failed`, with its commit.
+    /// The last `binky verify`: `passed`, `failed` or `interrupted` (by a
+    /// daemon restart), with its commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<String>,
     /// Its services in start order.

@@ -244,7 +244,9 @@ impl Registry {
             .conn
             .prepare_cached(
                 "SELECT id, project_id, name, slug, state, path, grp, error,
-                   (SELECT CASE passed WHEN 1 THEN 'passed' ELSE 'failed' END
+                   (SELECT CASE WHEN passed = 1 THEN 'passed'
+                                 WHEN detail LIKE 'interrupted%' THEN 'interrupted'
+                                 ELSE 'failed' END
                            || COALESCE(' at ' || substr(commit_sha, 1, 12), '')
                       FROM verify_results v WHERE v.world_id = worlds.id
                      ORDER BY v.id DESC LIMIT 1)

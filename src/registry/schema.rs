@@ -4,11 +4,11 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 2;
+pub const LATEST: i64 = 3;
 
 /// All migrations, oldest first.
 pub fn migrations() -> Migrations<'static> {
-    Migrations::new(vec![M::up(V1), M::up(V2)])
+    Migrations::new(vec![M::up(V1), M::up(V2), M::up(V3)])
 }
 
 const V1: &str = r#"
@@ -91,4 +91,12 @@ CREATE TABLE settings (
 /// routing table at start-up without re-reading any config.
 const V2: &str = r#"
 ALTER TABLE services ADD COLUMN host TEXT;
+"#;
+
+/// v3: the process group of a `verify` command in flight (pid and start
+/// time), so a daemon that died mid-verify can stop it on restart instead of
+/// leaving it orphaned.
+const V3: &str = r#"
+ALTER TABLE worlds ADD COLUMN verify_pid INTEGER;
+ALTER TABLE worlds ADD COLUMN verify_start_time INTEGER;
 "#;

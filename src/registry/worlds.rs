@@ -333,6 +333,41 @@ impl Registry {
 }
 
 impl Registry {
+    /// Records (or, with `None`, clears) the `verify` command running for a
+    /// world: its pid, which leads its own process group, and the process
+    /// start time that, with the pid, identifies it.
+    pub fn set_verify_running(
+        &self,
+        world_id: i64,
+        running: Option<(u32, u64)>,
+    ) -> Result<(), RegistryError> {
+        let (pid, start) = running.map_or((None, None), |(p, s)| (Some(p), Some(s as i64)));
+        self.conn
+            .execute(
+                "UPDATE worlds SET verify_pid = ?2, verify_start_time = ?3 WHERE id = ?1",
+                params![world_id, pid, start],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Worlds with a `verify` command recorded as running: (world id, pid,
+    /// start time).
+    pub fn verifies_running(&self) -> Result<Vec<(i64, u32, u64)>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, verify_pid, COALESCE(verify_start_time, 0) FROM worlds WHERE verify_pid IS NOT NULL",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64))
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
     /// Records a `verify` run.
     pub fn record_verify(
         &self,

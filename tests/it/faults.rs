@@ -1,5 +1,6 @@
 //! Fault injection: the daemon aborts (as `kill -9` would) at a named point
-//! of `up`, `down`, `reload` and `remove` (`BINKY_TEST_FAULT`); after a
+//! of `up`, `down`, `reload`, `remove`, `verify` and golden template building
+//! (`BINKY_TEST_FAULT`); after a
 //! restart, status must tell the truth, ports and slices must be consistent,
 //! no process may run twice or be orphaned, and `up` must work again.
 
@@ -16,14 +17,34 @@ fn fixture() -> String {
 }
 
 /// What the world looked like after the restart, for the report.
+/// Seeds the sqlite slice named by `$DB_URL` with one row, so a world's
+/// data shows whether its slice was built (or cloned) completely.
+const SEED: &str = "import os, sqlite3\nc = sqlite3.connect(os.environ['DB_URL'].removeprefix('sqlite://'))\nc.execute('create table t(x)')\nc.execute('insert into t values (42)')\nc.commit()\n";
+
+fn seeded_value(path: &std::path::Path) -> Option<String> {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('select x from t').fetchone()[0])",
+        ])
+        .arg(path)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
 fn run_point(point: &str, op: &[&str]) -> String {
     let home = Home::new();
     let marker = format!("FAULT{}x{}", std::process::id(), point.replace(':', "_"));
+    // The database is cloned from a golden template, so template building is
+    // on the path of every `up` here.
     let toml = format!(
-        "{}[services.db]\nadapter = \"sqlite\"\n[services.web]\ncmd = \"exec python3 echo.py {marker}\"\nurl = \"web\"\ndepends_on = [\"db\"]\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"20s\", interval = \"50ms\" }}\n",
+        "{}[services.db]\nadapter = \"sqlite\"\nclone_from = \"main\"\nseed = \"python3 seed.py\"\n[services.web]\ncmd = \"exec python3 echo.py {marker}\"\nurl = \"web\"\ndepends_on = [\"db\"]\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"20s\", interval = \"50ms\" }}\n",
         project_header("fault", 4)
     );
-    let repo = Repo::with("", &toml, &[("echo.py", &fixture())]);
+    let repo = Repo::with("", &toml, &[("echo.py", &fixture()), ("seed.py", SEED)]);
     if op[0] != "up" {
         repo.ok(&home, &["up", "x"]);
         home.ok(&["daemon", "stop"]);
@@ -108,7 +129,16 @@ fn run_point(point: &str, op: &[&str]) -> String {
         "{point}: {:?}",
         pids_with(&marker)
     );
-    assert!(home.file("slices/sqlite/fault_x.sqlite3").exists());
+    // The world's slice is complete, and so is the template it came from.
+    assert_eq!(
+        seeded_value(&home.file("slices/sqlite/fault_x.sqlite3")).as_deref(),
+        Some("42"),
+        "{point}"
+    );
+    assert!(
+        home.file("golden/sqlite/fault_golden_main").exists(),
+        "{point}"
+    );
     // And it can be removed cleanly.
     repo.ok(&home, &["remove", "x", "--force"]);
     assert!(wait_until(Duration::from_secs(5), || pids_with(&marker).is_empty()));
@@ -123,6 +153,71 @@ fn up_at_every_fault_point() {
     for point in ["up:worktree", "up:ports", "up:provisioned", "up:started"] {
         run_point(point, &["up", "x"]);
     }
+}
+
+#[test]
+fn template_building_at_every_fault_point() {
+    // golden:provisioned — the template exists but is not migrated or seeded;
+    // golden:built — seeded, its marker not yet written; slice:ready — the
+    // world's clone made, the slice not yet recorded live.
+    for point in ["golden:provisioned", "golden:built", "slice:ready"] {
+        run_point(point, &["up", "x"]);
+    }
+}
+
+#[test]
+fn verify_interrupted_by_a_crash_leaves_no_orphan() {
+    let home = Home::new();
+    let marker = format!("VERIFYFAULT{}", std::process::id());
+    let toml = format!(
+        "{}[services.web]\ncmd = \"exec python3 echo.py web{marker}\"\nurl = \"web\"\n[agents]\nverify = [\"test -z \\\"$SLOW\\\" || exec python3 -c 'import time; time.sleep(300)' {marker}\"]\n",
+        project_header("vfault", 2)
+    );
+    let repo = Repo::with("", &toml, &[("echo.py", &fixture())]);
+    repo.ok(&home, &["up", "x"]);
+    let web_pid = repo.worlds(&home)["x"]["services"][0]["pid"].clone();
+    home.ok(&["daemon", "stop"]);
+    let started = Out(home
+        .cmd(&["daemon", "start"])
+        .env("BINKY_TEST_FAULT", "verify:running")
+        .output()
+        .unwrap());
+    assert_eq!(started.code(), 0, "{started}");
+    let crashed = home.daemon_pid().unwrap();
+    let out = Out(repo
+        .cmd(&home, &["verify", "x"])
+        .env("SLOW", "1")
+        .output()
+        .unwrap());
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(wait_until(Duration::from_secs(5), || !alive(crashed)));
+    // The verify command outlived the daemon that started it...
+    let orphan = pids_with(&marker)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.contains("sleep"))
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(orphan.len(), 1, "the verify command should still run");
+    // ...until the next daemon starts: it stops it and says so.
+    let worlds = repo.worlds(&home);
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(orphan[0])),
+        "verify process {} orphaned",
+        orphan[0]
+    );
+    assert_eq!(worlds["x"]["verify"], "interrupted", "{:?}", worlds["x"]);
+    assert_eq!(worlds["x"]["state"], "running");
+    assert_eq!(worlds["x"]["services"][0]["pid"], web_pid);
+    // And verify works again.
+    repo.ok(&home, &["verify", "x"]);
+    assert!(
+        repo.worlds(&home)["x"]["verify"]
+            .as_str()
+            .unwrap()
+            .starts_with("passed")
+    );
+    repo.ok(&home, &["remove", "x", "--force"]);
 }
 
 #[test]
