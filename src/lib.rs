@@ -9,6 +9,7 @@
 //! way: CLI → socket → daemon → admission → worktree → ports → adapters →
 //! supervisor → proxy. See ARCHITECTURE.md for the module map.
 
+pub mod adapter_sdk;
 pub mod adapters;
 pub mod cli;
 pub mod client;

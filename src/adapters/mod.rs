@@ -6,12 +6,16 @@
 //! capability says so. Adapters are found by name with [`by_name`];
 //! protocol-compatible names share one implementation.
 
+pub mod external;
 pub mod golden;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sqlite;
 
 use async_trait::async_trait;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -35,6 +39,9 @@ pub struct Slice {
     pub options: toml::Table,
     /// A folder the adapter may keep files in (`$BINKY_HOME/slices/<adapter>`).
     pub data_dir: PathBuf,
+    /// The `PATH` to find client binaries on (`mysqldump`, external
+    /// adapters): the calling CLI's, else the daemon's.
+    pub search_path: Option<OsString>,
 }
 
 // Hand-written: `admin_url` may carry a password.
@@ -72,8 +79,9 @@ impl AdapterError {
 /// The adapter contract.
 #[async_trait]
 pub trait Adapter: Send + Sync {
-    /// The registered name.
-    fn name(&self) -> &'static str;
+    /// The registered name (for an alias such as `mariadb`, the name of the
+    /// implementation: `mysql`).
+    fn name(&self) -> &str;
     /// What it supports.
     fn capabilities(&self) -> Capabilities;
     /// The slice name for `<project>_<world-slug>`, within backend limits.
@@ -96,6 +104,69 @@ pub trait Adapter: Send + Sync {
             self.name()
         )))
     }
+    /// Takes a lock on the server that serialises building `template` across
+    /// daemons (two `BINKY_HOME`s on one server); held until the guard drops.
+    /// Within one daemon a mutex already does this, so the default is none.
+    async fn lock_template(&self, template: &Slice) -> Result<Option<TemplateLock>, AdapterError> {
+        let _ = template;
+        Ok(None)
+    }
+}
+
+/// A server-side lock on a golden template, released when dropped (for
+/// PostgreSQL and MySQL, by closing the session that holds it).
+pub type TemplateLock = Box<dyn Send + Sync>;
+
+/// Fits `name` into `max` bytes: unchanged when it fits, else a prefix plus
+/// `_` and a short hash of the whole name, so two long names that share a
+/// prefix never map to one slice.
+pub fn fit_identifier(name: &str, max: usize) -> String {
+    if name.len() <= max {
+        return name.to_owned();
+    }
+    let hash = crate::slug::short_hash(name);
+    let mut cut = max - hash.len() - 1;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}_{hash}", name[..cut].trim_end_matches(['_', '-']))
+}
+
+/// `admin_url` with its database (the URL path) replaced by `db`,
+/// percent-encoded; the query string is kept.
+pub fn url_with_database(admin_url: &str, db: &str) -> String {
+    let (base, query) = match admin_url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (admin_url, None),
+    };
+    let after_scheme = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let path_start = base[after_scheme..]
+        .find('/')
+        .map(|i| after_scheme + i)
+        .unwrap_or(base.len());
+    let encoded: String = db
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let mut out = format!("{}/{encoded}", &base[..path_start]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// The last `lines` lines of a child's stderr, for error messages.
+pub(crate) fn stderr_tail(stderr: &[u8], lines: usize) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// Built-in adapter names in this build (features select the drivers).
@@ -103,14 +174,25 @@ pub const BUILT_IN: &[&str] = &[
     "sqlite",
     #[cfg(feature = "postgres")]
     "postgres",
+    #[cfg(feature = "mysql")]
+    "mysql",
+    #[cfg(feature = "mysql")]
+    "mariadb",
+    #[cfg(feature = "mysql")]
+    "percona",
 ];
 
-/// The adapter registered as `name`.
-pub fn by_name(name: &str) -> Option<Arc<dyn Adapter>> {
+/// The adapter registered as `name`: a built-in one, else an external
+/// `binky-adapter-<name>` found on `search_path` (the daemon's `PATH` when
+/// `None`). Protocol-compatible names share one implementation: `mariadb`
+/// and `percona` are the MySQL adapter.
+pub fn by_name(name: &str, search_path: Option<&std::ffi::OsStr>) -> Option<Arc<dyn Adapter>> {
     match name {
         "sqlite" => Some(Arc::new(sqlite::Sqlite)),
         #[cfg(feature = "postgres")]
-        "postgres" => Some(Arc::new(postgres::Postgres)),
-        _ => None,
+        "postgres" | "postgresql" => Some(Arc::new(postgres::Postgres)),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" | "percona" => Some(Arc::new(mysql::Mysql)),
+        _ => external::External::find(name, search_path).map(|e| Arc::new(e) as Arc<dyn Adapter>),
     }
 }

@@ -5,7 +5,9 @@
 //! share a database), and always quoted. A clone is a server-side
 //! `CREATE DATABASE … TEMPLATE`, after ending other sessions on the template.
 
-use super::{Adapter, AdapterError, Capabilities, Slice};
+use super::{
+    Adapter, AdapterError, Capabilities, Slice, TemplateLock, fit_identifier, url_with_database,
+};
 use async_trait::async_trait;
 
 /// PostgreSQL's identifier limit (NAMEDATALEN - 1), in bytes.
@@ -17,20 +19,6 @@ pub struct Postgres;
 /// `"name"` with embedded quotes doubled.
 fn quote(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
-}
-
-/// Fits `name` into `max` bytes: unchanged when it fits, else a prefix plus
-/// `_` and a short hash of the whole name.
-pub fn fit_identifier(name: &str, max: usize) -> String {
-    if name.len() <= max {
-        return name.to_owned();
-    }
-    let hash = crate::slug::short_hash(name);
-    let mut cut = max - hash.len() - 1;
-    while !name.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}_{hash}", name[..cut].trim_end_matches(['_', '-']))
 }
 
 fn admin(slice: &Slice) -> Result<&str, AdapterError> {
@@ -64,38 +52,60 @@ fn sql_err(what: &str, e: tokio_postgres::Error) -> AdapterError {
     AdapterError::new(format!("postgres: {what}: {e}"))
 }
 
-/// The admin URL with its database replaced by `db` (query kept).
-fn with_database(admin_url: &str, db: &str) -> String {
-    let (base, query) = match admin_url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (admin_url, None),
-    };
-    let after_scheme = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let path_start = base[after_scheme..]
-        .find('/')
-        .map(|i| after_scheme + i)
-        .unwrap_or(base.len());
-    let encoded: String = db
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
-    let mut out = format!("{}/{encoded}", &base[..path_start]);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
+/// The advisory-lock key for building `template`: the first 8 bytes of a
+/// SHA-256 of a namespaced name, so unrelated users of advisory locks on the
+/// same server are unlikely to collide with us.
+fn advisory_key(template: &str) -> i64 {
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(format!("binky golden {template}").as_bytes());
+    i64::from_be_bytes(h[..8].try_into().expect("8 bytes"))
+}
+
+/// Template size (bytes) from which `FILE_COPY` beats `WAL_LOG`. Measured
+/// with benchmarks/worlds.py (`--strategies`): WAL_LOG writes every page to
+/// the WAL, which costs more the bigger the template; FILE_COPY copies files
+/// but forces two checkpoints, a fixed cost that dominates for small ones.
+pub const FILE_COPY_FROM_BYTES: i64 = 16 * 1024 * 1024;
+
+/// `CREATE DATABASE … STRATEGY` (PostgreSQL 15+): from the `clone_strategy`
+/// option (`auto`, `wal_log`, `file_copy`); `auto` picks by template size.
+/// `None` on servers before 15, which only copy files.
+async fn choose_strategy(
+    c: &tokio_postgres::Client,
+    template: &Slice,
+) -> Result<Option<&'static str>, AdapterError> {
+    let wanted = template
+        .options
+        .get("clone_strategy")
+        .and_then(|v| v.as_str())
+        .unwrap_or("auto");
+    let row = c
+        .query_one(
+            "SELECT current_setting('server_version_num')::int, pg_database_size($1)",
+            &[&template.name],
+        )
+        .await
+        .map_err(|e| sql_err("reading the template's size", e))?;
+    let (version, size): (i32, i64) = (row.get(0), row.get(1));
+    if version < 150000 {
+        return Ok(None);
     }
-    out
+    Ok(Some(match wanted {
+        "wal_log" => "WAL_LOG",
+        "file_copy" => "FILE_COPY",
+        "auto" if size >= FILE_COPY_FROM_BYTES => "FILE_COPY",
+        "auto" => "WAL_LOG",
+        other => {
+            return Err(AdapterError::new(format!(
+                "postgres: clone_strategy = \"{other}\" is not one of auto, wal_log, file_copy"
+            )));
+        }
+    }))
 }
 
 #[async_trait]
 impl Adapter for Postgres {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "postgres"
     }
 
@@ -115,7 +125,7 @@ impl Adapter for Postgres {
     }
 
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
-        Ok(with_database(admin(slice)?, &slice.name))
+        Ok(url_with_database(admin(slice)?, &slice.name))
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -141,8 +151,25 @@ impl Adapter for Postgres {
         Ok(!rows.is_empty())
     }
 
+    async fn lock_template(&self, template: &Slice) -> Result<Option<TemplateLock>, AdapterError> {
+        let c = connect(template).await?;
+        // Session-level: released when this connection closes, which is when
+        // the guard (the client) drops, or when a crashed daemon's socket does.
+        c.execute(
+            "SELECT pg_advisory_lock($1)",
+            &[&advisory_key(&template.name)],
+        )
+        .await
+        .map_err(|e| sql_err("pg_advisory_lock", e))?;
+        Ok(Some(Box::new(c)))
+    }
+
     async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<(), AdapterError> {
         let c = connect(slice).await?;
+        let strategy = match choose_strategy(&c, template).await? {
+            Some(s) => format!(" STRATEGY {s}"),
+            None => String::new(),
+        };
         // A template must have no other sessions while it is copied.
         c.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
@@ -151,7 +178,7 @@ impl Adapter for Postgres {
         .await
         .map_err(|e| sql_err("ending sessions on the template", e))?;
         c.batch_execute(&format!(
-            "CREATE DATABASE {} TEMPLATE {}",
+            "CREATE DATABASE {} TEMPLATE {}{strategy}",
             quote(&slice.name),
             quote(&template.name)
         ))
@@ -190,14 +217,14 @@ mod tests {
     #[test]
     fn database_is_replaced_in_the_url() {
         assert_eq!(
-            with_database(
+            url_with_database(
                 "postgresql://root@127.0.0.1:5432/postgres?sslmode=disable",
                 "acme_x"
             ),
             "postgresql://root@127.0.0.1:5432/acme_x?sslmode=disable"
         );
         assert_eq!(
-            with_database("postgres://u:p@h", "a b"),
+            url_with_database("postgres://u:p@h", "a b"),
             "postgres://u:p@h/a%20b"
         );
     }

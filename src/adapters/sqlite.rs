@@ -20,7 +20,7 @@ fn io(e: std::io::Error, what: &str, p: &std::path::Path) -> AdapterError {
 
 #[async_trait]
 impl Adapter for Sqlite {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "sqlite"
     }
 

@@ -263,17 +263,44 @@ fn slice_for(
     adapter: &dyn adapters::Adapter,
     name: String,
     project: &str,
-    r: &config::Resource,
+    options: Option<&toml::Table>,
     admin_url: Option<String>,
+    client_env: &ClientEnv,
 ) -> Slice {
-    let _ = r;
     Slice {
         name,
         project: project.to_owned(),
         admin_url,
-        options: r.options.clone(),
+        options: options.cloned().unwrap_or_default(),
         data_dir: d.paths.home().join("slices").join(adapter.name()),
+        search_path: search_path(client_env),
     }
+}
+
+/// The `PATH` adapters search for their client binaries and external
+/// adapters: the calling CLI's (so what works in the user's shell works
+/// here), else the daemon's.
+fn search_path(client_env: &ClientEnv) -> Option<std::ffi::OsString> {
+    client_env
+        .0
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.into())
+        .or_else(|| std::env::var_os("PATH"))
+}
+
+/// The adapter named `name`, built in or external (`binky-adapter-<name>` on
+/// the caller's `PATH`).
+fn adapter_for(name: &str, client_env: &ClientEnv) -> Option<Arc<dyn adapters::Adapter>> {
+    adapters::by_name(name, search_path(client_env).as_deref())
+}
+
+fn no_adapter(service: &str, name: &str) -> ApiError {
+    ApiError::new(format!("services.{service}: no adapter named `{name}`")).hint(format!(
+        "built-in adapters: {}; an external one is an executable {}{name} on PATH",
+        adapters::BUILT_IN.join(", "),
+        adapters::external::PREFIX
+    ))
 }
 
 /// Reads a dotenv file: the world's copy first, else the main checkout's
@@ -401,13 +428,9 @@ async fn up_locked(
     // Unknown adapters fail here, before a worktree or a port is made.
     for (n, s) in &loc.config.services {
         if let Some(r) = s.resource()
-            && adapters::by_name(&r.adapter).is_none()
+            && adapter_for(&r.adapter, client_env).is_none()
         {
-            return Err(
-                ApiError::new(format!("services.{n}: no adapter named `{}`", r.adapter)).hint(
-                    format!("built-in adapters: {}", adapters::BUILT_IN.join(", ")),
-                ),
-            );
+            return Err(no_adapter(n, &r.adapter));
         }
     }
     let mut notes = Vec::new();
@@ -901,15 +924,16 @@ async fn adopt_world(
     let no_env = ClientEnv::default();
     for (n, s) in &cfg.services {
         if let ServiceKind::Resource(r) = &s.kind
-            && let Some(adapter) = adapters::by_name(&r.adapter)
+            && let Some(adapter) = adapter_for(&r.adapter, &no_env)
         {
             let slice = slice_for(
                 d,
                 adapter.as_ref(),
                 adapter.slice_name(project, &w.slug),
                 project,
-                r,
+                Some(&r.options),
                 None,
+                &no_env,
             );
             if let Ok(address) = adapter.resolve(&slice).await {
                 let f = plan.facts.get_mut(n).expect("fact per service");
@@ -1024,16 +1048,8 @@ async fn provision(
     plan: &Plan,
     client_env: &ClientEnv,
 ) -> Result<String, ApiError> {
-    let adapter = adapters::by_name(&r.adapter).ok_or_else(|| {
-        ApiError::new(format!(
-            "services.{service}: no adapter named `{}`",
-            r.adapter
-        ))
-        .hint(format!(
-            "built-in adapters: {}",
-            adapters::BUILT_IN.join(", ")
-        ))
-    })?;
+    let adapter =
+        adapter_for(&r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
     let env_fn = lookup_env(&plan.project_env, client_env);
     let admin_url = match &r.admin_url {
         None => None,
@@ -1058,8 +1074,9 @@ async fn provision(
         adapter.as_ref(),
         slice_name.clone(),
         project,
-        r,
+        Some(&r.options),
         admin_url.clone(),
+        client_env,
     );
     let known = d
         .registry()
@@ -1104,8 +1121,9 @@ async fn provision(
                 adapter.as_ref(),
                 tname.clone(),
                 project,
-                r,
+                Some(&r.options),
                 admin_url.clone(),
+                client_env,
             );
             let key = golden::key(
                 r.migrate.as_deref(),
@@ -1116,6 +1134,8 @@ async fn provision(
             let marker = d.paths.golden_dir(adapter.name()).join(&tname);
             let glock = d.worlds.golden_lock(&format!("{}/{tname}", adapter.name()));
             let _g = glock.lock().await;
+            // And across daemons sharing the server (other BINKY_HOMEs).
+            let _server_lock = adapter.lock_template(&template).await?;
             let fresh = std::fs::read_to_string(&marker)
                 .ok()
                 .as_deref()
@@ -1148,6 +1168,15 @@ async fn provision(
             match adapter.clone_slice(&template, &slice).await {
                 Ok(()) => cloned = true,
                 Err(e) => {
+                    tracing::warn!(project, world, service, reason = %e.message, "clone_fallback");
+                    if let Ok(mut f) = supervisor::logs::open_append(&log) {
+                        use std::io::Write;
+                        let _ = writeln!(
+                            f,
+                            "binky: clone_fallback: {}; building this world by provision + migrate + seed",
+                            e.message
+                        );
+                    }
                     let mut ev =
                         world_event("clone_fallback", project, world).detail(e.message.clone());
                     ev.service = Some(service.to_owned());
@@ -1690,7 +1719,7 @@ pub(crate) async fn remove(
     // Tear down slices.
     let slices = d.registry().slices_of(w.id).map_err(internal)?;
     for s in slices {
-        if let Some(adapter) = adapters::by_name(&s.adapter) {
+        if let Some(adapter) = adapter_for(&s.adapter, &client_env) {
             d.registry()
                 .set_slice(
                     Some(w.id),
@@ -1717,13 +1746,15 @@ pub(crate) async fn remove(
                 )
                 .text
             });
-            let slice = Slice {
-                name: s.slice.clone(),
-                project: loc.name.clone(),
+            let slice = slice_for(
+                d,
+                adapter.as_ref(),
+                s.slice.clone(),
+                &loc.name,
+                resource.map(|r| &r.options),
                 admin_url,
-                options: resource.map(|r| r.options.clone()).unwrap_or_default(),
-                data_dir: d.paths.home().join("slices").join(adapter.name()),
-            };
+                &client_env,
+            );
             adapter.teardown(&slice).await.map_err(|e| {
                 ApiError::new(format!("teardown of {} failed: {}", s.slice, e.message))
                     .hint("`binky gc` retries it")
@@ -1802,7 +1833,7 @@ pub(crate) async fn env(
                 (None, Some(port)) => Some(format!("http://localhost:{port}")),
                 (None, None) => None,
             },
-            ServiceKind::Resource(r) => match adapters::by_name(&r.adapter) {
+            ServiceKind::Resource(r) => match adapter_for(&r.adapter, &client_env) {
                 Some(a) => {
                     let env_fn = lookup_env(&[], &client_env);
                     let facts = IndexMap::new();
@@ -1819,8 +1850,9 @@ pub(crate) async fn env(
                         a.as_ref(),
                         a.slice_name(&loc.name, &w.slug),
                         &loc.name,
-                        r,
+                        Some(&r.options),
                         admin,
+                        &client_env,
                     );
                     Some(a.resolve(&slice).await?)
                 }
@@ -2052,7 +2084,7 @@ pub(crate) async fn gc(
     for (project, service, adapter_name, slice_name, state) in orphans {
         let mut r: Result<(), String> = Ok(());
         if !dry_run {
-            r = match adapters::by_name(&adapter_name) {
+            r = match adapter_for(&adapter_name, &client_env) {
                 None => Err(format!("no adapter named {adapter_name} in this build")),
                 Some(adapter) => {
                     let root = d.registry().project_root(&project).ok().flatten();
@@ -2077,13 +2109,15 @@ pub(crate) async fn gc(
                         }
                         _ => None,
                     };
-                    let slice = Slice {
-                        name: slice_name.clone(),
-                        project: project.clone(),
+                    let slice = slice_for(
+                        d,
+                        adapter.as_ref(),
+                        slice_name.clone(),
+                        &project,
+                        resource.map(|r| &r.options),
                         admin_url,
-                        options: resource.map(|r| r.options.clone()).unwrap_or_default(),
-                        data_dir: d.paths.home().join("slices").join(adapter.name()),
-                    };
+                        &client_env,
+                    );
                     match adapter.teardown(&slice).await {
                         Ok(()) => d
                             .registry()

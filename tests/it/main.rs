@@ -8,4 +8,5 @@ mod harness;
 mod mcp;
 mod project;
 mod proxy;
+mod templates;
 mod world;
