@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -37,3 +38,29 @@ def pid_alive(pid: int) -> bool:
 
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
+
+
+def newest_source_mtime() -> float:
+    return max((p.stat().st_mtime for p in (REPO / "src").rglob("*.rs")), default=0.0)
+
+
+def ensure_binary(explicit: str | None, force_build: bool) -> Path:
+    """The release binary: `explicit`, else $CARGO_TARGET_DIR/release/binky,
+    built first when missing or older than the newest file in src/."""
+    if explicit:
+        path = Path(explicit).resolve()
+        if not os.access(path, os.X_OK):
+            raise BenchError(f"--binary {path} is not an executable file")
+        if newest_source_mtime() > path.stat().st_mtime:
+            log(f"warning: {path} is older than the newest file in src/")
+        return path
+    path = target_dir() / "release" / "binky"
+    stale = path.exists() and newest_source_mtime() > path.stat().st_mtime
+    if force_build or stale or not path.exists():
+        why = "forced" if force_build else ("older than src/" if stale else "missing")
+        log(f"building ({why}): cargo build --release (CARGO_TARGET_DIR={target_dir()})")
+        env = dict(os.environ, CARGO_TARGET_DIR=str(target_dir()))
+        r = subprocess.run(["cargo", "build", "--release"], cwd=REPO, env=env)
+        if r.returncode != 0 or not path.exists():
+            raise BenchError("cargo build --release failed")
+    return path

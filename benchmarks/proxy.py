@@ -42,7 +42,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from common import BenchError, loadavg, log, pid_alive, target_dir
+from common import BenchError, ensure_binary, loadavg, log, pid_alive
 
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -57,23 +57,6 @@ NODE_BODY = "hello from a dev server\n"
 # --------------------------------------------------------------------------
 # Binary, tools and environment
 # --------------------------------------------------------------------------
-
-
-def ensure_binary(explicit: str | None, force_build: bool) -> Path:
-    if explicit:
-        path = Path(explicit).resolve()
-        if not os.access(path, os.X_OK):
-            raise BenchError(f"--binary {path} is not an executable file")
-        return path
-    path = target_dir() / "release" / "binky"
-    newest = max((p.stat().st_mtime for p in (REPO / "src").rglob("*.rs")), default=0.0)
-    if force_build or not path.exists() or newest > path.stat().st_mtime:
-        log(f"building: cargo build --release (CARGO_TARGET_DIR={target_dir()})")
-        env = dict(os.environ, CARGO_TARGET_DIR=str(target_dir()))
-        r = subprocess.run(["cargo", "build", "--release"], cwd=REPO, env=env)
-        if r.returncode != 0 or not path.exists():
-            raise BenchError("cargo build --release failed")
-    return path
 
 
 def tool(name: str) -> str:
