@@ -81,10 +81,13 @@ fn postgres_slices_are_isolated_cloned_named_within_limits_and_dropped() {
         project_header(&project, 2)
     );
     let repo = Repo::new(&toml);
+    let long = format!("feature/{}", "Very-Long-Branch-Name-".repeat(7));
+    assert!(long.len() >= 150);
     let worlds = [
         "Feature-Login",
         "feature/quarterly-inventory-reconciliation-report-a",
         "feature/quarterly-inventory-reconciliation-report-b",
+        long.as_str(),
     ];
     for w in worlds {
         let out = Out(repo
@@ -115,7 +118,7 @@ fn postgres_slices_are_isolated_cloned_named_within_limits_and_dropped() {
         names.push((name, url));
     }
     let distinct: std::collections::HashSet<_> = names.iter().map(|(n, _)| n).collect();
-    assert_eq!(distinct.len(), 3, "{names:?}");
+    assert_eq!(distinct.len(), 4, "{names:?}");
     assert!(dbs.contains(&format!("{project}_golden_golden")));
     // One world's writes are invisible to another.
     psql(&names[0].1, "insert into items values (-1)");
