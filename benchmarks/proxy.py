@@ -269,6 +269,10 @@ http {{
 }}
 """
 
+# nginx doing the job Binky does: the client's Host passed through unchanged
+# and the forwarding headers set (X-Forwarded-For/-Proto/-Host and RFC 7239
+# Forwarded), the usual dev-proxy snippet. Without them nginx would send the
+# upstream less to parse than Binky (and Caddy, which sets X-Forwarded-*).
 NGINX_PROXY_SERVER = """\
     upstream {name} {{ server 127.0.0.1:{up}; keepalive 64; keepalive_requests 1000000; }}
     server {{
@@ -277,6 +281,11 @@ NGINX_PROXY_SERVER = """\
             proxy_pass http://{name};
             proxy_http_version 1.1;
             proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto $scheme;
+            proxy_set_header X-Forwarded-Host $http_host;
+            proxy_set_header Forwarded "for=$remote_addr;host=\\"$http_host\\";proto=$scheme";
         }}
     }}
 """

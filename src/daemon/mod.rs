@@ -77,9 +77,18 @@ impl ProgressTx {
     }
 }
 
-/// Proxy counters, updated lock-free by the proxy.
+/// Proxy counters, updated lock-free by the proxy: one shard per proxy
+/// thread, each on its own cache line, so counting a request never makes
+/// the threads contend; readers sum the shards.
 #[derive(Default)]
 pub struct ProxyCounters {
+    shards: [CounterShard; crate::proxy::MAX_THREADS],
+}
+
+/// One proxy thread's counters.
+#[derive(Default)]
+#[repr(align(128))]
+pub struct CounterShard {
     /// Requests handled.
     pub requests: AtomicU64,
     /// Response bytes sent.
@@ -89,11 +98,22 @@ pub struct ProxyCounters {
 }
 
 impl ProxyCounters {
+    /// The shard of proxy thread `i` (any `i`: it wraps).
+    pub fn shard(&self, i: usize) -> &CounterShard {
+        &self.shards[i % self.shards.len()]
+    }
+
     fn snapshot(&self) -> ProxyMetrics {
+        let sum = |f: fn(&CounterShard) -> &AtomicU64| {
+            self.shards
+                .iter()
+                .map(|s| f(s).load(Ordering::Relaxed))
+                .sum()
+        };
         ProxyMetrics {
-            requests: self.requests.load(Ordering::Relaxed),
-            bytes: self.bytes.load(Ordering::Relaxed),
-            errors: self.errors.load(Ordering::Relaxed),
+            requests: sum(|s| &s.requests),
+            bytes: sum(|s| &s.bytes),
+            errors: sum(|s| &s.errors),
         }
     }
 }

@@ -8,6 +8,19 @@
 //! passes through; hop-by-hop headers are dropped per RFC 9110 §7.6.1 and
 //! `X-Forwarded-*`/`Forwarded` are set, with Host reaching the service
 //! unchanged.
+//!
+//! How it is built for speed (measured with benchmarks/proxy.py):
+//! - One proxy thread per core (at most [`MAX_THREADS`]), each a
+//!   single-threaded tokio runtime. The daemon's runtime accepts and hands
+//!   each connection to the thread serving the fewest; from then on the
+//!   client connection, its upstream connection and every wake-up between
+//!   them stay on that thread, as in nginx's workers.
+//! - Upstream keep-alive: a client connection keeps the upstream connection
+//!   it used for its next request; when it closes, that connection goes to
+//!   its thread's idle pool ([`MAX_IDLE_PER_PORT`] per port).
+//! - A reply of at most [`SMALL_BODY_BYTES`] whose bytes are already at
+//!   hand leaves in one write with its headers; anything longer, or still
+//!   arriving (SSE), streams.
 
 pub mod caddy;
 mod pages;
@@ -19,13 +32,11 @@ use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Uri};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::collections::BTreeMap;
+use hyper_util::rt::TokioIo;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::pin::Pin;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -48,7 +59,7 @@ pub struct Route {
 /// The live routing table, shared with the daemon.
 #[derive(Default)]
 pub struct Routes {
-    table: RwLock<BTreeMap<String, Route>>,
+    table: RwLock<BTreeMap<String, Arc<Route>>>,
 }
 
 /// Normalises a Host header value: lowercase, no port, no trailing dot.
@@ -68,7 +79,7 @@ impl Routes {
     /// Adds or replaces the route for `host`.
     pub fn set(&self, host: &str, route: Route) {
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
-        t.insert(normalise_host(host), route);
+        t.insert(normalise_host(host), Arc::new(route));
     }
     /// Updates the state of every route of one service.
     pub fn set_state(&self, project: &str, world: &str, service: &str, state: &str) {
@@ -84,7 +95,7 @@ impl Routes {
     fn update_state(&self, which: impl Fn(&Route) -> bool, state: &str) {
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
         for r in t.values_mut().filter(|r| which(r)) {
-            r.state = state.to_owned();
+            Arc::make_mut(r).state = state.to_owned();
         }
     }
     /// Drops every route of a world.
@@ -92,47 +103,61 @@ impl Routes {
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
         t.retain(|_, r| !(r.project == project && r.world == world));
     }
-    /// The route for a Host header value.
-    pub fn get(&self, host: &str) -> Option<Route> {
+    /// The route for a Host header value (shared: the proxy looks one up
+    /// per request, so this neither copies the route nor, for a Host that is
+    /// already lowercase without port or trailing dot, the name).
+    pub fn get(&self, host: &str) -> Option<Arc<Route>> {
         let t = self.table.read().unwrap_or_else(|p| p.into_inner());
-        t.get(&normalise_host(host)).cloned()
+        let plain = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && !host.ends_with('.');
+        if plain {
+            t.get(host).cloned()
+        } else {
+            t.get(&normalise_host(host)).cloned()
+        }
     }
     /// Every route, by hostname.
     pub fn all(&self) -> Vec<(String, Route)> {
         let t = self.table.read().unwrap_or_else(|p| p.into_inner());
-        t.iter().map(|(h, r)| (h.clone(), r.clone())).collect()
-    }
-}
-
-/// Dials upstreams with the same loopback logic as health probes: a service
-/// bound to 127.0.0.1 only, ::1 only, or both is reached.
-#[derive(Clone)]
-struct LoopbackConnector;
-
-impl tower_service::Service<Uri> for LoopbackConnector {
-    type Response = TokioIo<tokio::net::TcpStream>;
-    type Error = std::io::Error;
-    type Future =
-        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        Box::pin(async move {
-            let port = uri.port_u16().unwrap_or(80);
-            let s = health::dial("localhost", port, Duration::from_secs(5)).await?;
-            let _ = s.set_nodelay(true);
-            Ok(TokioIo::new(s))
-        })
+        t.iter().map(|(h, r)| (h.clone(), (**r).clone())).collect()
     }
 }
 
 type Body = BoxBody<Bytes, hyper::Error>;
+
+/// Responses with a `Content-Length` up to this many bytes are read whole
+/// before they are sent on, and bodies of unknown length are gathered up to
+/// this size while frames keep arriving; see `Worker::handle`. Bounded, so
+/// a 1 GiB download still runs in constant memory.
+pub const SMALL_BODY_BYTES: u64 = 64 * 1024;
+
+/// How many turns of the proxy thread's scheduler a body of unknown length
+/// gets to produce its next frame before what has arrived is sent on. One
+/// turn lets the upstream connection's task read what is already in its
+/// socket; the second covers a frame split across reads.
+const COALESCE_YIELDS: u32 = 2;
+
+/// `fut`'s output if it is ready now or within `turns` trips through the
+/// scheduler (other ready tasks run in between), else `None`.
+async fn ready_soon<F: std::future::Future>(
+    mut fut: std::pin::Pin<&mut F>,
+    turns: u32,
+) -> Option<F::Output> {
+    let mut left = turns;
+    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+        std::task::Poll::Pending if left == 0 => std::task::Poll::Ready(None),
+        std::task::Poll::Pending => {
+            left -= 1;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
 
 fn full(text: impl Into<Bytes>) -> Body {
     Full::new(text.into())
@@ -143,19 +168,134 @@ fn full(text: impl Into<Bytes>) -> Body {
 /// The proxy's shared state.
 pub struct Proxy {
     routes: Arc<Routes>,
-    client: Client<LoopbackConnector, Incoming>,
     counters: Arc<ProxyCounters>,
 }
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded.
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// One proxy thread's state: the shared [`Proxy`] plus this thread's own
+/// pool of idle upstream connections (by port).
+struct Worker {
+    proxy: Arc<Proxy>,
+    /// This thread's index, which picks its counter shard.
+    index: usize,
+    idle: Mutex<HashMap<u16, Vec<Upstream>>>,
+}
+
+/// An HTTP/1.1 connection to a service, driven by its own task on the
+/// same proxy thread.
+type Upstream = hyper::client::conn::http1::SendRequest<Incoming>;
+
+/// Idle upstream connections kept per port and proxy thread.
+pub const MAX_IDLE_PER_PORT: usize = 64;
+
+/// The upstream connection one client connection uses between its requests
+/// (keep-alive affinity: no pool lookup on the hot path). When the client
+/// goes, the connection returns to the thread's pool.
+struct Held {
+    worker: Arc<Worker>,
+    slot: Mutex<Option<(u16, Upstream)>>,
+    /// The client's address as `X-Forwarded-For` and `Forwarded: for=` put
+    /// it, made once per connection.
+    peer_ip: HeaderValue,
+    forwarded_for: String,
+    /// `Forwarded` for the last Host seen on this connection (usually the
+    /// only one), so it is formatted once.
+    forwarded: Mutex<Option<(HeaderValue, HeaderValue)>>,
+}
+
+impl Held {
+    fn new(worker: Arc<Worker>, peer: SocketAddr) -> Self {
+        let ip = peer.ip().to_string();
+        let forwarded_for = match peer.ip() {
+            IpAddr::V6(v6) => format!("\"[{v6}]\""),
+            IpAddr::V4(_) => ip.clone(),
+        };
+        Held {
+            worker,
+            slot: Mutex::new(None),
+            peer_ip: HeaderValue::from_str(&ip).unwrap_or(HeaderValue::from_static("unknown")),
+            forwarded_for,
+            forwarded: Mutex::new(None),
+        }
+    }
+
+    /// Sets `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded`.
+    fn add_forwarded(&self, h: &mut HeaderMap, host: &HeaderValue) {
+        match h.get(X_FORWARDED_FOR).map(|v| v.as_bytes()) {
+            Some(prev) => {
+                let mut v = prev.to_vec();
+                v.extend_from_slice(b", ");
+                v.extend_from_slice(self.peer_ip.as_bytes());
+                if let Ok(v) = HeaderValue::from_bytes(&v) {
+                    h.insert(X_FORWARDED_FOR, v);
+                }
+            }
+            None => {
+                h.insert(X_FORWARDED_FOR, self.peer_ip.clone());
+            }
+        }
+        if !h.contains_key(X_FORWARDED_PROTO) {
+            h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        }
+        h.insert(X_FORWARDED_HOST, host.clone());
+        let mut cached = self.forwarded.lock().unwrap_or_else(|p| p.into_inner());
+        let fwd = match &*cached {
+            Some((for_host, v)) if for_host == host => v.clone(),
+            _ => {
+                let text = format!(
+                    "for={};host=\"{}\";proto=http",
+                    self.forwarded_for,
+                    host.to_str().unwrap_or("")
+                );
+                match HeaderValue::from_str(&text) {
+                    Ok(v) => {
+                        *cached = Some((host.clone(), v.clone()));
+                        v
+                    }
+                    Err(_) => return,
+                }
+            }
+        };
+        h.append(header::FORWARDED, fwd);
+    }
+}
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some((port, up)) = self.slot.get_mut().ok().and_then(|s| s.take()) {
+            self.worker.park(port, up);
+        }
+    }
+}
+
+/// Why an upstream could not be reached.
+enum UpstreamError {
+    Dial(std::io::Error),
+    Http(hyper::Error),
+}
+
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpstreamError::Dial(e) => write!(f, "cannot connect: {e}"),
+            UpstreamError::Http(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded. Typed names,
+/// so removing them does not parse a string per request.
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("keep-alive"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
 ];
 
 /// Removes hop-by-hop headers, including any named in `Connection`.
@@ -170,8 +310,8 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for n in named {
         headers.remove(n);
     }
-    for h in HOP_BY_HOP {
-        headers.remove(*h);
+    for h in &HOP_BY_HOP {
+        headers.remove(h);
     }
 }
 
@@ -195,51 +335,147 @@ fn is_upgrade<B>(req: &Request<B>) -> Option<HeaderValue> {
 impl Proxy {
     /// A proxy over `routes`, counting into `counters`.
     pub fn new(routes: Arc<Routes>, counters: Arc<ProxyCounters>) -> Arc<Self> {
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(64)
-            .build(LoopbackConnector);
-        Arc::new(Proxy {
-            routes,
-            client,
-            counters,
-        })
+        Arc::new(Proxy { routes, counters })
+    }
+}
+
+impl Worker {
+    fn new(proxy: Arc<Proxy>, index: usize) -> Self {
+        Worker {
+            proxy,
+            index,
+            idle: Mutex::new(HashMap::new()),
+        }
     }
 
-    async fn handle(
-        self: Arc<Self>,
+    /// An idle pooled connection to `port` that is still open.
+    fn checkout(&self, port: u16) -> Option<Upstream> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.get_mut(&port)?;
+        while let Some(up) = list.pop() {
+            if !up.is_closed() {
+                return Some(up);
+            }
+        }
+        None
+    }
+
+    /// Returns a connection to the pool (closed ones are dropped).
+    fn park(&self, port: u16, up: Upstream) {
+        if up.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.entry(port).or_default();
+        list.retain(|u| !u.is_closed());
+        if list.len() < MAX_IDLE_PER_PORT {
+            list.push(up);
+        }
+    }
+
+    /// Dials `port` with the health probes' loopback logic (127.0.0.1, then
+    /// ::1) and starts an HTTP/1.1 connection driven by its own task.
+    async fn connect(port: u16) -> Result<Upstream, UpstreamError> {
+        let stream = health::dial("localhost", port, Duration::from_secs(5))
+            .await
+            .map_err(UpstreamError::Dial)?;
+        let _ = stream.set_nodelay(true);
+        let (up, conn) = hyper::client::conn::http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(UpstreamError::Http)?;
+        tokio::spawn(async move {
+            let _ = conn.with_upgrades().await;
+        });
+        Ok(up)
+    }
+
+    /// Sends `req` to `port` on the connection this client connection holds,
+    /// else a pooled one, else a new one. A request a stale connection did
+    /// not take (closed by the service while idle) is sent again on a new
+    /// connection.
+    async fn send(
+        &self,
+        held: &Held,
+        port: u16,
         mut req: Request<Incoming>,
-        peer: SocketAddr,
-    ) -> Response<Body> {
-        self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        let host_raw = req
+        keep: bool,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let reuse = held
+            .slot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .and_then(|(p, up)| {
+                if p == port {
+                    Some(up)
+                } else {
+                    self.park(p, up);
+                    None
+                }
+            })
+            .or_else(|| self.checkout(port));
+        if let Some(mut up) = reuse
+            && up.ready().await.is_ok()
+        {
+            match up.try_send_request(req).await {
+                Ok(resp) => {
+                    if keep {
+                        *held.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some((port, up));
+                    }
+                    return Ok(resp);
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(r) => req = r,
+                    None => return Err(UpstreamError::Http(e.into_error())),
+                },
+            }
+        }
+        let mut up = Self::connect(port).await?;
+        let resp = up.send_request(req).await.map_err(UpstreamError::Http)?;
+        if keep {
+            *held.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some((port, up));
+        }
+        Ok(resp)
+    }
+
+    async fn handle(&self, held: &Held, mut req: Request<Incoming>) -> Response<Body> {
+        let this = &*self.proxy;
+        let counters = this.counters.shard(self.index);
+        counters.requests.fetch_add(1, Ordering::Relaxed);
+        // The Host header (shared bytes, not copied), else the authority of
+        // an absolute-form target.
+        let host_value = req
             .headers()
             .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| req.uri().host().map(str::to_owned))
-            .unwrap_or_default();
-        let Some(route) = self.routes.get(&host_raw) else {
-            self.counters.errors.fetch_add(1, Ordering::Relaxed);
-            return pages::not_found(&host_raw, &self.routes.all());
+            .cloned()
+            .or_else(|| req.uri().host().and_then(|h| HeaderValue::from_str(h).ok()))
+            .unwrap_or(HeaderValue::from_static(""));
+        let host_raw = host_value.to_str().unwrap_or("");
+        let Some(route) = this.routes.get(host_raw) else {
+            counters.errors.fetch_add(1, Ordering::Relaxed);
+            return pages::not_found(host_raw, &this.routes.all());
         };
         if route.state != "running" && route.state != "unhealthy" {
-            self.counters.errors.fetch_add(1, Ordering::Relaxed);
+            counters.errors.fetch_add(1, Ordering::Relaxed);
             return pages::unavailable(&route);
         }
         let upgrade = is_upgrade(&req);
         let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
-        let path = req
-            .uri()
-            .path_and_query()
-            .map(|p| p.as_str().to_owned())
-            .unwrap_or_else(|| "/".into());
-        let uri: Uri = match format!("http://localhost:{}{path}", route.port).parse() {
-            Ok(u) => u,
-            Err(_) => return pages::bad_request("bad request target"),
-        };
         let (mut parts, body) = req.into_parts();
-        parts.uri = uri;
+        // Origin form on the wire to the service (an absolute-form target
+        // from the client loses its scheme and authority).
+        if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
+            let path = parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned();
+            parts.uri = match path.parse::<Uri>() {
+                Ok(u) => u,
+                Err(_) => return pages::bad_request("bad request target"),
+            };
+        }
         strip_hop_by_hop(&mut parts.headers);
         if let Some(proto) = &upgrade {
             parts
@@ -247,12 +483,15 @@ impl Proxy {
                 .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             parts.headers.insert(header::UPGRADE, proto.clone());
         }
-        add_forwarded(&mut parts.headers, peer, &host_raw);
+        held.add_forwarded(&mut parts.headers, &host_value);
         let upstream_req = Request::from_parts(parts, body);
-        let mut resp = match self.client.request(upstream_req).await {
+        let mut resp = match self
+            .send(held, route.port, upstream_req, upgrade.is_none())
+            .await
+        {
             Ok(r) => r,
             Err(e) => {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                counters.errors.fetch_add(1, Ordering::Relaxed);
                 return pages::bad_gateway(&route, &e);
             }
         };
@@ -262,7 +501,7 @@ impl Proxy {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
         {
-            self.counters.bytes.fetch_add(len, Ordering::Relaxed);
+            counters.bytes.fetch_add(len, Ordering::Relaxed);
         }
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS
             && let Some(client_upgrade) = client_upgrade
@@ -288,36 +527,71 @@ impl Proxy {
             parts.headers = keep;
             return Response::from_parts(parts, full(Bytes::new()));
         }
+        let small = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n <= SMALL_BODY_BYTES);
         let (mut parts, body) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         // We speak HTTP/1.1 to the client whatever the upstream spoke.
         parts.version = hyper::Version::HTTP_11;
-        Response::from_parts(parts, body.boxed())
-    }
-}
-
-fn add_forwarded(h: &mut HeaderMap, peer: SocketAddr, host: &str) {
-    let ip = peer.ip().to_string();
-    let xff = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prev) => format!("{prev}, {ip}"),
-        None => ip.clone(),
-    };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
-        h.insert("x-forwarded-for", v);
-    }
-    if !h.contains_key("x-forwarded-proto") {
-        h.insert("x-forwarded-proto", HeaderValue::from_static("http"));
-    }
-    if let Ok(v) = HeaderValue::from_str(host) {
-        h.insert("x-forwarded-host", v);
-    }
-    let for_ = match peer.ip() {
-        IpAddr::V6(v6) => format!("\"[{v6}]\""),
-        IpAddr::V4(v4) => v4.to_string(),
-    };
-    let fwd = format!("for={for_};host=\"{host}\";proto=http");
-    if let Ok(v) = HeaderValue::from_str(&fwd) {
-        h.append("forwarded", v);
+        if small {
+            // A short, length-delimited body is read whole so its headers and
+            // bytes leave in one write (as nginx's proxy_buffering does).
+            return match body.collect().await {
+                Ok(b) => Response::from_parts(parts, full(b.to_bytes())),
+                Err(e) => {
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    pages::bad_gateway(&route, &e)
+                }
+            };
+        }
+        if parts.headers.contains_key(header::CONTENT_LENGTH) {
+            return Response::from_parts(parts, body.boxed());
+        }
+        // Unknown length (chunked: most dev servers, SSE): take the frames
+        // already on hand — up to SMALL_BODY_BYTES — so a short reply leaves
+        // in one write; then stream the rest as it comes. Nothing waits on
+        // a clock: an event stream's first bytes go out as soon as the
+        // upstream connection has had its turn to read.
+        let mut body = body;
+        let mut head = bytes::BytesMut::new();
+        loop {
+            if hyper::body::Body::is_end_stream(&body) {
+                return Response::from_parts(parts, full(head.freeze()));
+            }
+            match ready_soon(std::pin::pin!(body.frame()), COALESCE_YIELDS).await {
+                Some(None) => return Response::from_parts(parts, full(head.freeze())),
+                Some(Some(Err(e))) => {
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    return pages::bad_gateway(&route, &e);
+                }
+                Some(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        head.extend_from_slice(&data);
+                        if head.len() as u64 > SMALL_BODY_BYTES {
+                            break;
+                        }
+                    }
+                    // Trailers end the body; keep them by streaming.
+                    Err(trailers) => {
+                        let frames = [Ok(hyper::body::Frame::data(head.freeze())), Ok(trailers)];
+                        let rest =
+                            http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+                        return Response::from_parts(parts, BodyExt::boxed(rest));
+                    }
+                },
+                None => break,
+            }
+        }
+        let first = futures_util::stream::once(std::future::ready(Ok::<_, hyper::Error>(
+            hyper::body::Frame::data(head.freeze()),
+        )));
+        let rest = http_body_util::BodyStream::new(body);
+        let chained = http_body_util::StreamBody::new(futures_util::StreamExt::chain(first, rest));
+        Response::from_parts(parts, BodyExt::boxed(chained))
     }
 }
 
@@ -332,6 +606,69 @@ async fn bind(port: u16) -> std::io::Result<Vec<TcpListener>> {
     Ok(out)
 }
 
+/// A proxy thread, as the acceptor sees it.
+struct WorkerHandle {
+    conns: tokio::sync::mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>,
+    /// Client connections it serves now.
+    active: Arc<AtomicUsize>,
+}
+
+/// Proxy threads: one per core (at most [`MAX_THREADS`]), each running a
+/// single-threaded runtime that owns its connections end to end — the
+/// client's, and the upstream ones in its own pool — so a request never
+/// crosses threads (as nginx's workers do). They idle in `epoll_wait`.
+fn start_workers(proxy: &Arc<Proxy>) -> Vec<WorkerHandle> {
+    let n = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, MAX_THREADS);
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let active = Arc::new(AtomicUsize::new(0));
+        let proxy = proxy.clone();
+        let count = active.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("binky-proxy-{i}"))
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start a proxy thread");
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let worker = Arc::new(Worker::new(proxy, i));
+                    while let Some((stream, peer)) = rx.recv().await {
+                        match tokio::net::TcpStream::from_std(stream) {
+                            Ok(stream) => {
+                                let count = count.clone();
+                                tokio::spawn(serve_connection(worker.clone(), stream, peer, count));
+                            }
+                            Err(e) => {
+                                count.fetch_sub(1, Ordering::Relaxed);
+                                tracing::warn!(error = %e, "proxy connection");
+                            }
+                        }
+                    }
+                });
+            });
+        match spawned {
+            Ok(_) => out.push(WorkerHandle { conns: tx, active }),
+            Err(e) => tracing::error!(error = %e, "cannot start a proxy thread"),
+        }
+    }
+    out
+}
+
+/// At most this many proxy threads, whatever the core count: beyond a few,
+/// the proxy is never the bottleneck of a development machine.
+pub const MAX_THREADS: usize = 4;
+
 /// Serves on the port `port` holds, moving when it changes (no daemon
 /// restart). A port that cannot be bound is reported through `on_error` and
 /// retried at the next change.
@@ -340,6 +677,11 @@ pub async fn serve(
     mut port: watch::Receiver<u16>,
     on_error: impl Fn(String) + Send + Sync + 'static,
 ) {
+    let workers = Arc::new(start_workers(&proxy));
+    if workers.is_empty() {
+        on_error("cannot start any proxy thread".into());
+        return;
+    }
     loop {
         let p = *port.borrow_and_update();
         let listeners = match bind(p).await {
@@ -352,11 +694,10 @@ pub async fn serve(
                 continue;
             }
         };
-        tracing::info!(port = p, "proxy listening");
+        tracing::info!(port = p, threads = workers.len(), "proxy listening");
         let mut tasks = tokio::task::JoinSet::new();
         for l in listeners {
-            let proxy = proxy.clone();
-            tasks.spawn(accept_loop(proxy, l));
+            tasks.spawn(accept_loop(workers.clone(), l));
         }
         // Move when the setting changes; dropping the tasks closes the old
         // listeners (connections already accepted finish on their own).
@@ -367,7 +708,11 @@ pub async fn serve(
     }
 }
 
-async fn accept_loop(proxy: Arc<Proxy>, listener: TcpListener) {
+/// Accepts and hands each connection to the proxy thread serving the fewest
+/// (a shared listening socket would let one thread take most of them and
+/// saturate its core while the other idles).
+async fn accept_loop(workers: Arc<Vec<WorkerHandle>>, listener: TcpListener) {
+    let mut next = 0usize;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -378,19 +723,44 @@ async fn accept_loop(proxy: Arc<Proxy>, listener: TcpListener) {
             }
         };
         let _ = stream.set_nodelay(true);
-        let proxy = proxy.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let proxy = proxy.clone();
-                async move { Ok::<_, std::convert::Infallible>(proxy.handle(req, peer).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), svc)
-                .with_upgrades()
-                .await;
-        });
+        let Ok(stream) = stream.into_std() else {
+            continue;
+        };
+        // Least connections, ties broken round-robin.
+        next = next.wrapping_add(1);
+        let n = workers.len();
+        let w = (0..n)
+            .map(|k| &workers[(next + k) % n])
+            .min_by_key(|w| w.active.load(Ordering::Relaxed))
+            .expect("at least one proxy thread");
+        w.active.fetch_add(1, Ordering::Relaxed);
+        if w.conns.send((stream, peer)).is_err() {
+            w.active.fetch_sub(1, Ordering::Relaxed);
+        }
     }
+}
+
+/// One client connection, on its proxy thread.
+async fn serve_connection(
+    worker: Arc<Worker>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    active: Arc<AtomicUsize>,
+) {
+    let held = Arc::new(Held::new(worker, peer));
+    let svc = hyper::service::service_fn(move |req| {
+        let held = held.clone();
+        async move {
+            let worker = held.worker.clone();
+            Ok::<_, std::convert::Infallible>(worker.handle(&held, req).await)
+        }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), svc)
+        .with_upgrades()
+        .await;
+    active.fetch_sub(1, Ordering::Relaxed);
 }
 
 #[cfg(test)]
