@@ -34,7 +34,9 @@ use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -200,7 +202,13 @@ struct Held {
     /// `Forwarded` for the last Host seen on this connection (usually the
     /// only one), so it is formatted once.
     forwarded: Mutex<Option<(HeaderValue, HeaderValue)>>,
+    /// Upstream connections just made for this client connection, for its
+    /// task to take over and drive.
+    new_conns: Mutex<Vec<ConnFuture>>,
 }
+
+/// An upstream connection's future (hyper's dispatcher for it).
+type ConnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Held {
     fn new(worker: Arc<Worker>, peer: SocketAddr) -> Self {
@@ -215,6 +223,7 @@ impl Held {
             peer_ip: HeaderValue::from_str(&ip).unwrap_or(HeaderValue::from_static("unknown")),
             forwarded_for,
             forwarded: Mutex::new(None),
+            new_conns: Mutex::new(Vec::new()),
         }
     }
 
@@ -375,7 +384,7 @@ impl Worker {
 
     /// Dials `port` with the health probes' loopback logic (127.0.0.1, then
     /// ::1) and starts an HTTP/1.1 connection driven by its own task.
-    async fn connect(port: u16) -> Result<Upstream, UpstreamError> {
+    async fn connect(port: u16, driver: Option<&Held>) -> Result<Upstream, UpstreamError> {
         let stream = health::dial("localhost", port, Duration::from_secs(5))
             .await
             .map_err(UpstreamError::Dial)?;
@@ -384,9 +393,20 @@ impl Worker {
             .handshake(TokioIo::new(stream))
             .await
             .map_err(UpstreamError::Http)?;
-        tokio::spawn(async move {
+        let conn: ConnFuture = Box::pin(async move {
             let _ = conn.with_upgrades().await;
         });
+        match driver {
+            // Driven by the client connection's own task (see `Driver`).
+            Some(held) => held
+                .new_conns
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(conn),
+            None => {
+                tokio::spawn(conn);
+            }
+        }
         Ok(up)
     }
 
@@ -431,7 +451,8 @@ impl Worker {
                 },
             }
         }
-        let mut up = Self::connect(port).await?;
+        // An upgraded connection outlives the request: it gets its own task.
+        let mut up = Self::connect(port, keep.then_some(held)).await?;
         let resp = up.send_request(req).await.map_err(UpstreamError::Http)?;
         if keep {
             *held.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some((port, up));
@@ -748,19 +769,131 @@ async fn serve_connection(
     active: Arc<AtomicUsize>,
 ) {
     let held = Arc::new(Held::new(worker, peer));
+    let for_service = held.clone();
     let svc = hyper::service::service_fn(move |req| {
-        let held = held.clone();
+        let held = for_service.clone();
         async move {
             let worker = held.worker.clone();
             Ok::<_, std::convert::Infallible>(worker.handle(&held, req).await)
         }
     });
-    let _ = hyper::server::conn::http1::Builder::new()
+    let server = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         .serve_connection(TokioIo::new(stream), svc)
-        .with_upgrades()
-        .await;
+        .with_upgrades();
+    // Unconstrained: tokio's co-operative budget is per task poll, and one
+    // poll here carries a whole request through both connections; the
+    // driver bounds its own work with DRIVER_PASSES instead.
+    tokio::task::coop::unconstrained(Driver {
+        server: Box::pin(async move {
+            let _ = server.await;
+        }),
+        held,
+        conns: Vec::new(),
+        wake: Arc::new(SelfWake::default()),
+    })
+    .await;
     active.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Drives a client connection and its upstream connection(s) as one task.
+///
+/// Why: with separate tasks, each step of a request — the request reaching
+/// the upstream dispatcher, the reply coming back, its body being asked for
+/// and delivered — is a wake-up that queues behind every other connection on
+/// the thread, which costs CPU and, under load, tail latency. Here a poll
+/// runs the upstream side, then the client side, and again while either
+/// woke the other, so a request is usually carried through in one poll.
+struct Driver {
+    server: ConnFuture,
+    held: Arc<Held>,
+    conns: Vec<ConnFuture>,
+    wake: Arc<SelfWake>,
+}
+
+/// Records wake-ups that happen while the driver is polling (they mean
+/// "poll again now"); forwards the others to the task's waker.
+#[derive(Default)]
+struct SelfWake {
+    polling: std::sync::atomic::AtomicBool,
+    woken: std::sync::atomic::AtomicBool,
+    task: Mutex<Option<std::task::Waker>>,
+}
+
+impl std::task::Wake for SelfWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::SeqCst);
+        if !self.polling.load(Ordering::SeqCst)
+            && let Some(w) = self.task.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
+        {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// Passes of [`Driver`]'s loop in one poll before it yields to the thread's
+/// other connections.
+const DRIVER_PASSES: usize = 4;
+
+impl Future for Driver {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        {
+            let mut task = this.wake.task.lock().unwrap_or_else(|p| p.into_inner());
+            if !task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *task = Some(cx.waker().clone());
+            }
+        }
+        let waker = std::task::Waker::from(this.wake.clone());
+        let mut inner = std::task::Context::from_waker(&waker);
+        for _ in 0..DRIVER_PASSES {
+            this.wake.polling.store(true, Ordering::SeqCst);
+            this.wake.woken.store(false, Ordering::SeqCst);
+            // Upstream first: a reply it reads reaches the client side in
+            // this same pass.
+            this.conns
+                .retain_mut(|c| c.as_mut().poll(&mut inner).is_pending());
+            if this.server.as_mut().poll(&mut inner).is_ready() {
+                this.wake.polling.store(false, Ordering::SeqCst);
+                // The client is gone; upstream connections may sit in the
+                // thread's pool now, so they keep running as their own tasks.
+                let left = this.conns.drain(..).chain(
+                    this.held
+                        .new_conns
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .drain(..)
+                        .collect::<Vec<_>>(),
+                );
+                for c in left {
+                    tokio::spawn(c);
+                }
+                return Poll::Ready(());
+            }
+            let fresh: Vec<ConnFuture> = this
+                .held
+                .new_conns
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain(..)
+                .collect();
+            let again = !fresh.is_empty();
+            this.conns.extend(fresh);
+            this.wake.polling.store(false, Ordering::SeqCst);
+            if !again && !this.wake.woken.swap(false, Ordering::SeqCst) {
+                return Poll::Pending;
+            }
+        }
+        // Still busy: let the thread's other connections run first.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
 }
 
 #[cfg(test)]
