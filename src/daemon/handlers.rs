@@ -49,6 +49,8 @@ pub(super) async fn handle(
             let s = settings::set_ports(d, proxy, https)?;
             // The proxy moves now; no restart.
             let _ = d.proxy_port.send(s.proxy_port);
+            // Answer once it listens there, so the next request finds it.
+            super::wait_proxy_bound(d, s.proxy_port).await;
             d.event(super::Event::named("settings_changed").detail("ports"));
             Ok(Response::Settings(s))
         }

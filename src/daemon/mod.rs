@@ -54,6 +54,8 @@ pub struct Daemon {
     pub(crate) proxy: Arc<ProxyCounters>,
     pub(crate) routes: Arc<crate::proxy::Routes>,
     pub(crate) proxy_port: watch::Sender<u16>,
+    /// The port the proxy last tried to bind and whether it listens there.
+    pub(crate) proxy_bound: watch::Sender<Option<(u16, bool)>>,
     pub(crate) caddy: crate::proxy::caddy::Caddy,
     /// Caddy runs, so https projects get https URLs.
     pub(crate) https_live: std::sync::atomic::AtomicBool,
@@ -95,6 +97,16 @@ pub struct CounterShard {
     pub bytes: AtomicU64,
     /// Proxy errors.
     pub errors: AtomicU64,
+}
+
+/// Waits (at most 2 s) until the proxy has tried to bind `port`.
+pub(crate) async fn wait_proxy_bound(d: &Daemon, port: u16) {
+    let mut rx = d.proxy_bound.subscribe();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(2),
+        rx.wait_for(|b| matches!(b, Some((p, _)) if *p == port)),
+    )
+    .await;
 }
 
 impl ProxyCounters {
@@ -188,6 +200,7 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
         .with_context(|| format!("cannot bind {}", socket.display()))?;
     let (shutdown, mut shutdown_rx) = watch::channel(false);
     let (proxy_port, proxy_port_rx) = watch::channel(0u16);
+    let (proxy_bound, _) = watch::channel(None);
     let daemon = Arc::new(Daemon {
         events: EventLog::new(paths.events_log()),
         paths: paths.clone(),
@@ -197,6 +210,7 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
         proxy: Arc::new(ProxyCounters::default()),
         routes: Arc::new(crate::proxy::Routes::default()),
         proxy_port,
+        proxy_bound,
         caddy: Default::default(),
         https_live: Default::default(),
         cpu_sample: Mutex::new(None),
@@ -224,11 +238,19 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     {
         let proxy = crate::proxy::Proxy::new(daemon.routes.clone(), daemon.proxy.clone());
         let d = daemon.clone();
-        tokio::spawn(crate::proxy::serve(proxy, proxy_port_rx, move |msg| {
-            tracing::warn!("{msg}");
-            d.event(Event::named("proxy_bind_failed").detail(msg));
-        }));
+        tokio::spawn(crate::proxy::serve(
+            proxy,
+            proxy_port_rx,
+            daemon.proxy_bound.clone(),
+            move |msg| {
+                tracing::warn!("{msg}");
+                d.event(Event::named("proxy_bind_failed").detail(msg));
+            },
+        ));
     }
+    // Serve the socket only once the proxy listens (or failed to): a CLI
+    // that sees the daemon ready may use a printed URL at once.
+    wait_proxy_bound(&daemon, port).await;
     daemon.event(
         Event::named("daemon_started").detail(format!("pid {} version {VERSION}", platform::pid())),
     );

@@ -693,9 +693,12 @@ pub const MAX_THREADS: usize = 4;
 /// Serves on the port `port` holds, moving when it changes (no daemon
 /// restart). A port that cannot be bound is reported through `on_error` and
 /// retried at the next change.
+///
+/// `bound` reports each attempt: the port and whether it now listens there.
 pub async fn serve(
     proxy: Arc<Proxy>,
     mut port: watch::Receiver<u16>,
+    bound: watch::Sender<Option<(u16, bool)>>,
     on_error: impl Fn(String) + Send + Sync + 'static,
 ) {
     let workers = Arc::new(start_workers(&proxy));
@@ -709,6 +712,7 @@ pub async fn serve(
             Ok(l) => l,
             Err(e) => {
                 on_error(format!("cannot bind the proxy on port {p}: {e}"));
+                let _ = bound.send(Some((p, false)));
                 if port.changed().await.is_err() {
                     return;
                 }
@@ -716,6 +720,7 @@ pub async fn serve(
             }
         };
         tracing::info!(port = p, threads = workers.len(), "proxy listening");
+        let _ = bound.send(Some((p, true)));
         let mut tasks = tokio::task::JoinSet::new();
         for l in listeners {
             tasks.spawn(accept_loop(workers.clone(), l));
