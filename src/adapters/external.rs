@@ -95,8 +95,20 @@ impl External {
             })
     }
 
-    /// Runs one verb and checks the reply's shape.
+    /// Runs one verb and checks the reply's shape. Errors never quote the
+    /// admin URL or its password, whatever the adapter printed.
     async fn call(
+        &self,
+        verb: &str,
+        slice: &Slice,
+        template: Option<&Slice>,
+    ) -> Result<Response, AdapterError> {
+        self.call_raw(verb, slice, template)
+            .await
+            .map_err(|e| e.redacted(slice))
+    }
+
+    async fn call_raw(
         &self,
         verb: &str,
         slice: &Slice,

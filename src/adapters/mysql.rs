@@ -57,11 +57,13 @@ async fn connect(slice: &Slice) -> Result<Conn, AdapterError> {
         AdapterError::new(format!(
             "mysql: admin_url is not a valid mysql:// URL ({e}); e.g. mysql://root@127.0.0.1:3306/"
         ))
+        .redacted(slice)
     })?;
     Conn::new(opts).await.map_err(|e| {
         environmental(format!(
             "mysql: cannot connect with admin_url: {e}; check that the server runs and that the account may create databases"
         ))
+        .redacted(slice)
     })
 }
 

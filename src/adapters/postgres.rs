@@ -38,7 +38,8 @@ async fn connect(slice: &Slice) -> Result<tokio_postgres::Client, AdapterError> 
         .map_err(|e| {
             let mut err = AdapterError::new(format!(
                 "postgres: cannot connect with admin_url: {e}; check that the server runs and that the account may create databases"
-            ));
+            ))
+            .redacted(slice);
             err.environmental = true;
             err
         })?;

@@ -1006,6 +1006,48 @@ fn build_restart(cx: &mut Cx<'_>, name: &str, r: &RawRestart) -> Option<Restart>
     }
 }
 
+/// The options Binky's own adapters read: a typo here would otherwise only
+/// show as a silent fallback at `up`.
+fn check_adapter_options(
+    cx: &mut Cx<'_>,
+    name: &str,
+    adapter: &str,
+    options: Option<&toml::Table>,
+) {
+    let Some(options) = options else { return };
+    let strategies: &[&str] = match adapter {
+        "postgres" | "postgresql" => &["auto", "wal_log", "file_copy"],
+        "mysql" | "mariadb" | "percona" => &["copy", "dump"],
+        _ => &[],
+    };
+    if let Some(v) = options.get("clone_strategy")
+        && !strategies.is_empty()
+        && !v.as_str().is_some_and(|s| strategies.contains(&s))
+    {
+        cx.error(
+            "invalid-option",
+            &keypath!["services", name, "options", "clone_strategy"],
+            format!(
+                "clone_strategy for the {adapter} adapter must be one of {}",
+                strategies.join(", ")
+            ),
+            Some(format!("e.g. clone_strategy = \"{}\"", strategies[0])),
+        );
+    }
+    if let Some(v) = options.get("timeout")
+        && v
+            .as_str()
+            .is_none_or(|s| humantime::parse_duration(s.trim()).is_err())
+    {
+        cx.error(
+            "invalid-duration",
+            &keypath!["services", name, "options", "timeout"],
+            "options.timeout must be a duration such as \"30s\" or \"5m\"".to_owned(),
+            None,
+        );
+    }
+}
+
 fn build_resource(cx: &mut Cx<'_>, name: &str, adapter: &str, rs: &RawService) -> Resource {
     if !is_service_name(adapter) {
         cx.error(
@@ -1049,6 +1091,7 @@ fn build_resource(cx: &mut Cx<'_>, name: &str, adapter: &str, rs: &RawService) -
         &keypath!["services", name, "clone_inputs"],
         &clone_inputs,
     );
+    check_adapter_options(cx, name, adapter, rs.options.as_ref());
     Resource {
         adapter: adapter.to_owned(),
         admin_url: rs.admin_url.clone(),

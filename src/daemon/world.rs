@@ -1084,7 +1084,14 @@ async fn provision(
         .map_err(internal)?
         .into_iter()
         .find(|s| s.service == service && s.slice == slice_name);
-    let exists = adapter.exists(&slice).await?;
+    // Adapter errors name the service, never the credentials.
+    let named = |e: adapters::AdapterError| {
+        ApiError::new(format!(
+            "services.{service}: {}",
+            e.redacted(&slice).message
+        ))
+    };
+    let exists = adapter.exists(&slice).await.map_err(named)?;
     if known.as_ref().is_some_and(|k| k.state == "live") && exists {
         // `up` after `down`: the slice is kept, nothing re-provisioned.
         return adapter
@@ -1104,7 +1111,7 @@ async fn provision(
         )
         .map_err(internal)?;
     if exists {
-        adapter.teardown(&slice).await?;
+        adapter.teardown(&slice).await.map_err(named)?;
     }
     let log = d
         .paths
@@ -1135,7 +1142,7 @@ async fn provision(
             let glock = d.worlds.golden_lock(&format!("{}/{tname}", adapter.name()));
             let _g = glock.lock().await;
             // And across daemons sharing the server (other BINKY_HOMEs).
-            let _server_lock = adapter.lock_template(&template).await?;
+            let _server_lock = adapter.lock_template(&template).await.map_err(named)?;
             let fresh = std::fs::read_to_string(&marker)
                 .ok()
                 .as_deref()
@@ -1144,8 +1151,8 @@ async fn provision(
                 && adapter.exists(&template).await.unwrap_or(false);
             if !fresh {
                 let _ = std::fs::remove_file(&marker);
-                adapter.teardown(&template).await?;
-                provision_and_seed(
+                adapter.teardown(&template).await.map_err(named)?;
+                let built = provision_and_seed(
                     adapter.as_ref(),
                     &template,
                     cfg,
@@ -1157,7 +1164,13 @@ async fn provision(
                     &log,
                     "golden",
                 )
-                .await?;
+                .await;
+                if let Err(e) = built {
+                    // Nothing half-made: a template that failed its migrate
+                    // or seed is dropped, so the next `up` builds it afresh.
+                    let _ = adapter.teardown(&template).await;
+                    return Err(e);
+                }
                 fault_point("golden:built");
                 if let Some(dir) = marker.parent() {
                     let _ = std::fs::create_dir_all(dir);
@@ -1168,6 +1181,7 @@ async fn provision(
             match adapter.clone_slice(&template, &slice).await {
                 Ok(()) => cloned = true,
                 Err(e) => {
+                    let e = e.redacted(&slice);
                     tracing::warn!(project, world, service, reason = %e.message, "clone_fallback");
                     if let Ok(mut f) = supervisor::logs::open_append(&log) {
                         use std::io::Write;
@@ -1245,9 +1259,12 @@ async fn provision_and_seed(
     log: &Path,
     stage: &str,
 ) -> Result<(), ApiError> {
-    adapter.provision(slice).await?;
+    let named = |e: adapters::AdapterError| {
+        ApiError::new(format!("services.{service}: {}", e.redacted(slice).message))
+    };
+    adapter.provision(slice).await.map_err(named)?;
     fault_point(&format!("{stage}:provisioned"));
-    let addr = adapter.resolve(slice).await?;
+    let addr = adapter.resolve(slice).await.map_err(named)?;
     run_data_commands(cfg, world, service, r, plan, client_env, &addr, log).await
 }
 

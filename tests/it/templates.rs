@@ -631,3 +631,71 @@ fn a_broken_external_adapter_is_a_clear_error_and_leaves_nothing() {
         assert_eq!(st["port_reservations"], 0, "{adapter}: {st}");
     }
 }
+
+#[test]
+fn an_adapter_that_quotes_its_admin_url_never_leaks_the_password() {
+    let home = Home::new();
+    let bin = tempfile::tempdir().unwrap();
+    // Echoes its request (which holds admin_url) to stderr and in its
+    // error, then fails — as a careless adapter would.
+    script(
+        bin.path(),
+        "binky-adapter-leaky",
+        "#!/bin/sh\nreq=$(cat)\necho \"request was: $req\" >&2\nprintf '{\"ok\": false, \"error\": \"cannot use %s\"}' \"$(echo \"$req\" | sed 's/.*admin_url\":\"\\([^\"]*\\)\".*/\\1/')\"\n",
+    );
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let toml = format!(
+        "{}[services.db]\nadapter = \"leaky\"\nadmin_url = \"${{env.LEAKY_URL}}\"\n",
+        project_header("leaky", 2)
+    );
+    let repo = Repo::new(&toml);
+    let secret = "Hunter2Secret";
+    let out = Out(repo
+        .cmd(&home, &["up", "w"])
+        .env("PATH", &path)
+        .env("LEAKY_URL", format!("db://admin:{secret}@127.0.0.1:1/"))
+        .output()
+        .unwrap());
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("services.db"), "{out}");
+    assert!(out.stderr().contains("cannot use ***"), "{out}");
+    let status = home.ok(&["status", "--json"]).stdout();
+    for (what, text) in [
+        ("up's output", format!("{}{}", out.stdout(), out.stderr())),
+        ("status", status),
+        (
+            "events.log",
+            std::fs::read_to_string(home.file("events.log")).unwrap_or_default(),
+        ),
+        (
+            "daemon.log",
+            std::fs::read_to_string(home.file("daemon.log")).unwrap_or_default(),
+        ),
+    ] {
+        assert!(!text.contains(secret), "{what} leaks the password:\n{text}");
+    }
+}
+
+#[test]
+fn a_template_whose_seed_fails_is_dropped_not_left_half_made() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\nclone_from = \"main\"\nseed = \"echo seeding; exit 7\"\n",
+        project_header("halfmade", 2)
+    );
+    let repo = Repo::new(&toml);
+    let out = repo.run(&home, &["up", "w"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("services.db.seed failed"), "{out}");
+    assert!(
+        !home
+            .file("slices/sqlite/halfmade_golden_main.sqlite3")
+            .exists()
+    );
+    assert!(!home.file("slices/sqlite/halfmade_w.sqlite3").exists());
+    assert!(!home.file("golden/sqlite/halfmade_golden_main").exists());
+}
