@@ -1035,8 +1035,7 @@ fn check_adapter_options(
         );
     }
     if let Some(v) = options.get("timeout")
-        && v
-            .as_str()
+        && v.as_str()
             .is_none_or(|s| humantime::parse_duration(s.trim()).is_err())
     {
         cx.error(
