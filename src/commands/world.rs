@@ -161,6 +161,7 @@ pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
             if args.json {
                 print_json(&o);
             } else {
+                notes(&o);
                 anstream::println!(
                     "{} removed: {} (worktree, slices, logs and ports released; the branch is kept)",
                     paint(OK, "✓"),

@@ -1735,6 +1735,7 @@ pub(crate) async fn remove(
     fault_point("remove:stopped");
     // Tear down slices.
     let slices = d.registry().slices_of(w.id).map_err(internal)?;
+    let mut notes = Vec::new();
     for s in slices {
         if let Some(adapter) = adapter_for(&s.adapter, &client_env) {
             d.registry()
@@ -1772,10 +1773,31 @@ pub(crate) async fn remove(
                 admin_url,
                 &client_env,
             );
-            adapter.teardown(&slice).await.map_err(|e| {
-                ApiError::new(format!("teardown of {} failed: {}", s.slice, e.message))
-                    .hint("`binky gc` retries it")
-            })?;
+            if let Err(e) = adapter.teardown(&slice).await {
+                let message = format!(
+                    "teardown of {} failed: {}",
+                    s.slice,
+                    e.redacted(&slice).message
+                );
+                if !force {
+                    // Its processes are stopped: say so rather than "running".
+                    let _ = d
+                        .registry()
+                        .set_world_state(w.id, "failed", None, Some(&message));
+                    return Err(ApiError::new(message).hint(
+                        "fix the cause and run `binky remove` again, or `binky remove --force` to remove the world and leave the slice to `binky gc`",
+                    ));
+                }
+                // --force: the world goes; the slice stays recorded as
+                // pending teardown, which `binky gc` sweeps.
+                notes.push(format!("{message}; `binky gc` retries it"));
+                let mut ev = world_event("teardown_deferred", &loc.name, &w.name)
+                    .detail(first_line(&message));
+                ev.service = Some(s.service.clone());
+                ev.adapter = Some(s.adapter.clone());
+                d.event(ev);
+                continue;
+            }
             d.registry()
                 .delete_slice(&s.adapter, &s.slice)
                 .map_err(internal)?;
@@ -1809,7 +1831,7 @@ pub(crate) async fn remove(
         project: loc.name.clone(),
         world,
         noop: false,
-        notes: Vec::new(),
+        notes,
     })
 }
 

@@ -699,3 +699,55 @@ fn a_template_whose_seed_fails_is_dropped_not_left_half_made() {
     assert!(!home.file("slices/sqlite/halfmade_w.sqlite3").exists());
     assert!(!home.file("golden/sqlite/halfmade_golden_main").exists());
 }
+
+#[test]
+fn a_teardown_that_fails_keeps_the_world_unless_forced_and_gc_sweeps_it_later() {
+    let home = Home::new();
+    let bin = tempfile::tempdir().unwrap();
+    let flag = bin.path().join("teardown-works");
+    // A slice is a folder; teardown fails until the flag file exists.
+    script(
+        bin.path(),
+        "binky-adapter-sticky",
+        &format!(
+            "#!/usr/bin/env python3\nimport json, os, shutil, sys\nverb = sys.argv[1]\nreq = json.load(sys.stdin)\npath = os.path.join(req['data_dir'], req['slice'])\nr = {{'ok': True}}\nif verb == 'provision': os.makedirs(path)\nelif verb == 'exists': r['exists'] = os.path.isdir(path)\nelif verb == 'resolve': r['address'] = 'file://' + path\nelif verb == 'capabilities': r['capabilities'] = []\nelif verb == 'teardown':\n    if os.path.exists({flag:?}): shutil.rmtree(path, ignore_errors=True)\n    else: r = {{'ok': False, 'error': 'the store is read-only today'}}\nprint(json.dumps(r))\n",
+            flag = flag.display().to_string()
+        ),
+    );
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let toml = format!(
+        "{}[services.st]\nadapter = \"sticky\"\n",
+        project_header("sticky", 2)
+    );
+    let repo = Repo::new(&toml);
+    let run = |args: &[&str]| Out(repo.cmd(&home, args).env("PATH", &path).output().unwrap());
+    assert_eq!(run(&["up", "w"]).code(), 0);
+    let folder = home.file("slices/sticky/sticky_w");
+    assert!(folder.is_dir());
+    // Without --force: refused, and status says why instead of "running".
+    let out = run(&["remove", "w"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr().contains("the store is read-only today"),
+        "{out}"
+    );
+    let w = &repo.worlds(&home)["w"];
+    assert_eq!(w["state"], "failed", "{w}");
+    // With --force: the world goes, the slice waits for gc.
+    let out = run(&["remove", "w", "--force"]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(out.stderr().contains("`binky gc` retries it"), "{out}");
+    assert!(!repo.worlds(&home).contains_key("w"));
+    assert!(folder.is_dir());
+    let dry = run(&["gc", "--dry-run"]);
+    assert!(dry.stdout().contains("sticky_w"), "{dry}");
+    std::fs::write(&flag, "").unwrap();
+    let out = run(&["gc"]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(!folder.exists(), "gc did not sweep the slice");
+    assert!(!run(&["gc", "--dry-run"]).stdout().contains("sticky_w"));
+}
