@@ -516,12 +516,12 @@ impl Worker {
                 return pages::bad_gateway(&route, &e);
             }
         };
-        if let Some(len) = resp
+        let length = resp
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-        {
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(len) = length {
             counters.bytes.fetch_add(len, Ordering::Relaxed);
         }
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS
@@ -548,17 +548,11 @@ impl Worker {
             parts.headers = keep;
             return Response::from_parts(parts, full(Bytes::new()));
         }
-        let small = resp
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|n| n <= SMALL_BODY_BYTES);
         let (mut parts, body) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         // We speak HTTP/1.1 to the client whatever the upstream spoke.
         parts.version = hyper::Version::HTTP_11;
-        if small {
+        if length.is_some_and(|n| n <= SMALL_BODY_BYTES) {
             // A short, length-delimited body is read whole so its headers and
             // bytes leave in one write (as nginx's proxy_buffering does).
             return match body.collect().await {
@@ -569,7 +563,7 @@ impl Worker {
                 }
             };
         }
-        if parts.headers.contains_key(header::CONTENT_LENGTH) {
+        if length.is_some() {
             return Response::from_parts(parts, body.boxed());
         }
         // Unknown length (chunked: most dev servers, SSE): take the frames
