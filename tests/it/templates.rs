@@ -473,6 +473,15 @@ fn example_binary(name: &str) -> std::path::PathBuf {
     p
 }
 
+/// `dir` in front of this process's PATH.
+fn path_with(dir: &std::path::Path) -> String {
+    format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 fn script(dir: &std::path::Path, name: &str, body: &str) {
     use std::os::unix::fs::PermissionsExt;
     let p = dir.join(name);
@@ -498,11 +507,7 @@ fn external_adapters_in_python_and_rust_serve_up_clone_and_remove() {
         bin.path().join("binky-adapter-dirstore"),
     )
     .unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = path_with(bin.path());
     let seed = "echo seeded-$(cat tag.txt) > \\\"${BINKY_SLICE_URL#file://}/greeting\\\"";
     let toml = format!(
         "{}[services.files]\nadapter = \"filestore\"\nseed = \"{seed}\"\nclone_from = \"golden\"\nclone_inputs = [\"tag.txt\"]\n[services.blobs]\nadapter = \"dirstore\"\nseed = \"{seed}\"\nclone_from = \"golden\"\noptions = {{ root = \"{}\" }}\n",
@@ -591,11 +596,7 @@ fn a_broken_external_adapter_is_a_clear_error_and_leaves_nothing() {
         "binky-adapter-refusing",
         "#!/bin/sh\ncat >/dev/null\necho '{\"ok\": false, \"error\": \"quota exceeded\"}'\n",
     );
-    let path = format!(
-        "{}:{}",
-        bin.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = path_with(bin.path());
     for (adapter, extra, expect) in [
         (
             "crashy",
@@ -643,11 +644,7 @@ fn an_adapter_that_quotes_its_admin_url_never_leaks_the_password() {
         "binky-adapter-leaky",
         "#!/bin/sh\nreq=$(cat)\necho \"request was: $req\" >&2\nprintf '{\"ok\": false, \"error\": \"cannot use %s\"}' \"$(echo \"$req\" | sed 's/.*admin_url\":\"\\([^\"]*\\)\".*/\\1/')\"\n",
     );
-    let path = format!(
-        "{}:{}",
-        bin.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = path_with(bin.path());
     let toml = format!(
         "{}[services.db]\nadapter = \"leaky\"\nadmin_url = \"${{env.LEAKY_URL}}\"\n",
         project_header("leaky", 2)
@@ -714,11 +711,7 @@ fn a_teardown_that_fails_keeps_the_world_unless_forced_and_gc_sweeps_it_later() 
             flag = flag.display().to_string()
         ),
     );
-    let path = format!(
-        "{}:{}",
-        bin.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = path_with(bin.path());
     let toml = format!(
         "{}[services.st]\nadapter = \"sticky\"\n",
         project_header("sticky", 2)
