@@ -628,14 +628,20 @@ struct WorkerHandle {
     active: Arc<AtomicUsize>,
 }
 
-/// Proxy threads: one per core (at most [`MAX_THREADS`]), each running a
+/// Proxy threads: one per core, or `BINKY_PROXY_THREADS` (at most
+/// [`MAX_THREADS`] either way), each running a
 /// single-threaded runtime that owns its connections end to end — the
 /// client's, and the upstream ones in its own pool — so a request never
 /// crosses threads (as nginx's workers do). They idle in `epoll_wait`.
 fn start_workers(proxy: &Arc<Proxy>) -> Vec<WorkerHandle> {
-    let n = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    let n = std::env::var("BINKY_PROXY_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
         .clamp(1, MAX_THREADS);
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
