@@ -162,10 +162,12 @@ impl External {
             }
         };
         let tail = stderr_tail(&out.stderr, 10);
-        let quoted = if tail.is_empty() {
-            String::new()
-        } else {
-            format!("; its stderr ends:\n{tail}")
+        // The last stderr line stays on the first line of the message (the
+        // one `binky status` shows); the rest of the tail follows.
+        let quoted = match tail.rsplit_once('\n') {
+            None if tail.is_empty() => String::new(),
+            None => format!(": {tail}"),
+            Some((_, last)) => format!(": {last}\n  its stderr ends:\n{tail}"),
         };
         if !out.status.success() {
             return Err(AdapterError::new(format!(

@@ -626,6 +626,15 @@ fn a_broken_external_adapter_is_a_clear_error_and_leaves_nothing() {
         assert!(out.stderr().contains(expect), "{adapter}: {out}");
         if adapter == "crashy" {
             assert!(out.stderr().contains("exited with"), "{out}");
+            // The stderr line that explains it is on the line status shows.
+            let worlds = repo.worlds(&home);
+            let first = worlds["w"]["error"]
+                .as_str()
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap();
+            assert!(first.contains("/var/run/store.sock"), "{first}");
         }
         // Nothing half-made: no slice recorded, no port held.
         let st = home.ok(&["metrics"]).json();
