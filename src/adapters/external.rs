@@ -18,7 +18,7 @@
 //!   exit, a timeout or output that is not that JSON is an error quoting the
 //!   tail of the adapter's stderr.
 
-use super::{Adapter, AdapterError, Capabilities, Slice, stderr_tail};
+use super::{Adapter, AdapterError, Capabilities, Slice, find_executable, stderr_tail};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -82,17 +82,10 @@ impl External {
     /// Finds `binky-adapter-<name>` on `search_path` (else the daemon's
     /// `PATH`).
     pub fn find(name: &str, search_path: Option<&std::ffi::OsStr>) -> Option<External> {
-        let path = search_path
-            .map(|p| p.to_owned())
-            .or_else(|| std::env::var_os("PATH"))?;
-        let file = format!("{PREFIX}{name}");
-        std::env::split_paths(&path)
-            .map(|d| d.join(&file))
-            .find(|p| is_executable(p))
-            .map(|exe| External {
-                name: name.to_owned(),
-                exe,
-            })
+        find_executable(&[&format!("{PREFIX}{name}")], search_path).map(|exe| External {
+            name: name.to_owned(),
+            exe,
+        })
     }
 
     /// Runs one verb and checks the reply's shape. Errors never quote the
@@ -193,11 +186,6 @@ impl External {
         }
         Ok(reply)
     }
-}
-
-fn is_executable(p: &std::path::Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 #[async_trait]

@@ -217,6 +217,21 @@ pub fn url_with_database(admin_url: &str, db: &str) -> String {
     out
 }
 
+/// The first of `names` that is an executable file in a folder of
+/// `search_path` (the daemon's `PATH` when `None`); names are tried in order,
+/// each across the whole path.
+pub fn find_executable(names: &[&str], search_path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = search_path
+        .map(|p| p.to_owned())
+        .or_else(|| std::env::var_os("PATH"))?;
+    names.iter().find_map(|n| {
+        std::env::split_paths(&path).map(|d| d.join(n)).find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
 /// The last `lines` lines of a child's stderr, for error messages.
 pub(crate) fn stderr_tail(stderr: &[u8], lines: usize) -> String {
     let text = String::from_utf8_lossy(stderr);

@@ -16,8 +16,8 @@
 //!   is built by provision + migrate + seed instead (`clone_fallback`).
 
 use super::{
-    Adapter, AdapterError, Capabilities, Slice, TemplateLock, fit_identifier, stderr_tail,
-    url_with_database,
+    Adapter, AdapterError, Capabilities, Slice, TemplateLock, find_executable, fit_identifier,
+    stderr_tail, url_with_database,
 };
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
@@ -239,30 +239,18 @@ async fn copy_on_server(c: &mut Conn, src: &str, dst: &str) -> Result<(), Adapte
     Ok(())
 }
 
-/// The first of `names` found on `path`.
-fn find_binary(names: &[&str], path: Option<&std::ffi::OsStr>) -> Option<std::path::PathBuf> {
-    let path = path
-        .map(|p| p.to_owned())
-        .or_else(|| std::env::var_os("PATH"))?;
-    names.iter().find_map(|n| {
-        std::env::split_paths(&path)
-            .map(|d| d.join(n))
-            .find(|p| p.is_file())
-    })
-}
-
 /// The dump route (`clone_strategy = "dump"`): `mysqldump | mysql`, with the
 /// password passed in `MYSQL_PWD` so it never shows in a process listing.
 async fn copy_with_dump(slice: &Slice, src: &str, dst: &str) -> Result<(), AdapterError> {
     let opts = Opts::from_url(admin(slice)?)
         .map_err(|e| AdapterError::new(format!("mysql: admin_url: {e}")))?;
     let path = slice.search_path.as_deref();
-    let dump = find_binary(&["mysqldump", "mariadb-dump"], path).ok_or_else(|| {
+    let dump = find_executable(&["mysqldump", "mariadb-dump"], path).ok_or_else(|| {
         environmental(
             "mysql: clone needs mysqldump (or mariadb-dump) on PATH, and none was found".into(),
         )
     })?;
-    let load = find_binary(&["mysql", "mariadb"], path).ok_or_else(|| {
+    let load = find_executable(&["mysql", "mariadb"], path).ok_or_else(|| {
         environmental(
             "mysql: clone needs the mysql (or mariadb) client on PATH, and none was found".into(),
         )

@@ -289,6 +289,12 @@ fn search_path(client_env: &ClientEnv) -> Option<std::ffi::OsString> {
         .or_else(|| std::env::var_os("PATH"))
 }
 
+/// An adapter's error as the user sees it: naming the service, never the
+/// slice's credentials.
+fn adapter_error(service: &str, slice: &Slice, e: adapters::AdapterError) -> ApiError {
+    ApiError::new(format!("services.{service}: {}", e.redacted(slice).message))
+}
+
 /// The adapter named `name`, built in or external (`binky-adapter-<name>` on
 /// the caller's `PATH`).
 fn adapter_for(name: &str, client_env: &ClientEnv) -> Option<Arc<dyn adapters::Adapter>> {
@@ -1085,12 +1091,7 @@ async fn provision(
         .into_iter()
         .find(|s| s.service == service && s.slice == slice_name);
     // Adapter errors name the service, never the credentials.
-    let named = |e: adapters::AdapterError| {
-        ApiError::new(format!(
-            "services.{service}: {}",
-            e.redacted(&slice).message
-        ))
-    };
+    let named = |e| adapter_error(service, &slice, e);
     let exists = adapter.exists(&slice).await.map_err(named)?;
     if known.as_ref().is_some_and(|k| k.state == "live") && exists {
         // `up` after `down`: the slice is kept, nothing re-provisioned.
@@ -1259,9 +1260,7 @@ async fn provision_and_seed(
     log: &Path,
     stage: &str,
 ) -> Result<(), ApiError> {
-    let named = |e: adapters::AdapterError| {
-        ApiError::new(format!("services.{service}: {}", e.redacted(slice).message))
-    };
+    let named = |e| adapter_error(service, slice, e);
     adapter.provision(slice).await.map_err(named)?;
     fault_point(&format!("{stage}:provisioned"));
     let addr = adapter.resolve(slice).await.map_err(named)?;

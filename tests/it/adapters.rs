@@ -2,10 +2,11 @@
 
 use crate::harness::*;
 use crate::project::*;
+use crate::templates::Cleanup;
 
-const PG_ADMIN: &str = "postgresql://postgres@127.0.0.1:5432/postgres";
+pub const PG_ADMIN: &str = "postgresql://postgres@127.0.0.1:5432/postgres";
 
-fn pg_up() -> bool {
+pub fn pg_up() -> bool {
     std::net::TcpStream::connect(("127.0.0.1", 5432)).is_ok()
         && std::process::Command::new("psql")
             .args([PG_ADMIN, "-tAc", "select 1"])
@@ -13,7 +14,7 @@ fn pg_up() -> bool {
             .is_ok_and(|o| o.status.success())
 }
 
-fn psql(db_url: &str, sql: &str) -> String {
+pub fn psql(db_url: &str, sql: &str) -> String {
     let out = std::process::Command::new("psql")
         .args([db_url, "-tAc", sql])
         .output()
@@ -33,35 +34,6 @@ fn databases() -> Vec<String> {
         .collect()
 }
 
-/// Drops every database of a test's project when the test ends, pass or fail.
-struct DropDatabases(String);
-
-impl Drop for DropDatabases {
-    fn drop(&mut self) {
-        let list = std::process::Command::new("psql")
-            .args([
-                PG_ADMIN,
-                "-tAc",
-                &format!(
-                    "select datname from pg_database where datname like '{}%'",
-                    self.0
-                ),
-            ])
-            .output();
-        if let Ok(out) = list {
-            for db in String::from_utf8_lossy(&out.stdout).lines() {
-                let _ = std::process::Command::new("psql")
-                    .args([
-                        PG_ADMIN,
-                        "-qc",
-                        &format!("drop database if exists \"{db}\" with (force)"),
-                    ])
-                    .output();
-            }
-        }
-    }
-}
-
 #[test]
 fn postgres_slices_are_isolated_cloned_named_within_limits_and_dropped() {
     if !pg_up() {
@@ -75,7 +47,10 @@ fn postgres_slices_are_isolated_cloned_named_within_limits_and_dropped() {
         "inventory-reconciliation-svc-{}",
         std::process::id() % 10000
     );
-    let _cleanup = DropDatabases(format!("{project}_"));
+    let _cleanup = Cleanup {
+        prefix: format!("{project}_"),
+        mysql: false,
+    };
     let toml = format!(
         "{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"${{env.TEST_PG_ADMIN}}\"\nmigrate = \"psql \\\"$DB_URL\\\" -qc 'create table items(n int)'\"\nseed = \"psql \\\"$DB_URL\\\" -qc 'insert into items select generate_series(1, 1000)'\"\nclone_from = \"golden\"\n",
         project_header(&project, 2)

@@ -4,25 +4,17 @@
 //! template, concurrent `up`s building it once, and the fallback path when the
 //! dump client is missing.
 
+use crate::adapters::{PG_ADMIN, pg_up, psql};
 use crate::harness::*;
 use crate::project::*;
 use std::process::Command;
 
 const MYSQL_ADMIN: &str = "mysql://root@127.0.0.1:3306/";
-const PG_ADMIN: &str = "postgresql://postgres@127.0.0.1:5432/postgres";
 
 fn mysql_up() -> bool {
     std::net::TcpStream::connect(("127.0.0.1", 3306)).is_ok()
         && Command::new("mysql")
             .args(["-h127.0.0.1", "-uroot", "-e", "select 1"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-}
-
-fn pg_up() -> bool {
-    std::net::TcpStream::connect(("127.0.0.1", 5432)).is_ok()
-        && Command::new("psql")
-            .args([PG_ADMIN, "-tAc", "select 1"])
             .output()
             .is_ok_and(|o| o.status.success())
 }
@@ -43,19 +35,6 @@ fn mysql(db: &str, sql: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-fn psql(url: &str, sql: &str) -> String {
-    let out = Command::new("psql")
-        .args([url, "-tAc", sql])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "psql {sql}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 fn mysql_databases(prefix: &str) -> Vec<String> {
     mysql("", "show databases")
         .lines()
@@ -64,10 +43,11 @@ fn mysql_databases(prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// Drops every database of a test's project when the test ends.
-struct Cleanup {
-    prefix: String,
-    mysql: bool,
+/// Drops every database of a test's project (PostgreSQL, or MySQL with
+/// `mysql`) when the test ends, pass or fail.
+pub struct Cleanup {
+    pub prefix: String,
+    pub mysql: bool,
 }
 
 impl Drop for Cleanup {
