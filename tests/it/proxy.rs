@@ -427,6 +427,104 @@ fn request_response(conn: &mut TcpStream) -> (u16, String, String) {
     (status, head, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// Reads one response on `conn` whatever its framing; returns (status,
+/// headers, body, trailers). Headers and trailers are lowercase.
+fn read_framed(r: &mut BufReader<TcpStream>) -> (u16, String, Vec<u8>, String) {
+    let lines = |r: &mut BufReader<TcpStream>| {
+        let mut out = String::new();
+        loop {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            if line == "\r\n" || line.is_empty() {
+                return out;
+            }
+            out.push_str(&line.to_ascii_lowercase());
+        }
+    };
+    let head = lines(r);
+    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut body = Vec::new();
+    if head.contains("transfer-encoding: chunked") {
+        loop {
+            let mut size = String::new();
+            r.read_line(&mut size).unwrap();
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            if n == 0 {
+                return (status, head, body, lines(r));
+            }
+            let start = body.len();
+            body.resize(start + n, 0);
+            r.read_exact(&mut body[start..]).unwrap();
+            let mut crlf = [0; 2];
+            r.read_exact(&mut crlf).unwrap();
+        }
+    }
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .expect("a length or chunked framing");
+    body.resize(len, 0);
+    r.read_exact(&mut body).unwrap();
+    (status, head, body, String::new())
+}
+
+/// The body `/chunked/<n>/<size>` of the echo fixture sends.
+fn chunked_body(n: usize, size: usize) -> Vec<u8> {
+    (0..n)
+        .flat_map(|i| vec![b'A' + (i % 26) as u8; size])
+        .collect()
+}
+
+#[test]
+fn chunked_replies_arrive_whole_short_long_and_with_trailers() {
+    let home = Home::new();
+    let repo = echo_repo("");
+    repo.ok(&home, &["up", "ch"]);
+    let port = proxy_port(&home);
+    let conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut w = conn.try_clone().unwrap();
+    let mut r = BufReader::new(conn);
+    let host = "echo.ch.px.localhost";
+    // One connection for all three, so each reply must end exactly.
+    for (n, size) in [(3, 10), (40, 4096)] {
+        write!(
+            w,
+            "GET /chunked/{n}/{size} HTTP/1.1\r\nHost: {host}\r\n\r\n"
+        )
+        .unwrap();
+        let (status, head, body, _) = read_framed(&mut r);
+        assert_eq!(status, 200, "{head}");
+        assert_eq!(body.len(), n * size, "{head}");
+        assert!(
+            body == chunked_body(n, size),
+            "{n} chunks of {size}: body differs"
+        );
+        // A short reply may leave gathered, with a length, when all of it
+        // was at hand; a long one always streams.
+        if n * size > 64 * 1024 {
+            assert!(head.contains("transfer-encoding: chunked"), "{head}");
+        }
+    }
+    // Trailers reach a client that accepts them.
+    write!(
+        w,
+        "GET /chunked/2/5?trailer HTTP/1.1\r\nHost: {host}\r\nTE: trailers\r\n\r\n"
+    )
+    .unwrap();
+    let (status, head, body, trailers) = read_framed(&mut r);
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(body, chunked_body(2, 5));
+    assert!(
+        trailers.contains("x-checksum: done"),
+        "trailers: {trailers:?}\n{head}"
+    );
+}
+
 #[test]
 fn fifteen_worlds_are_routed_concurrently() {
     let home = Home::new();
