@@ -77,8 +77,10 @@ def free_port(taken: set[int]) -> int:
 
 
 def bench_env(home: Path, taken: set[int]) -> dict[str, str]:
-    """The environment every binky process gets: no inherited BINKY_*."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BINKY_")}
+    """The environment every binky process gets: no inherited BINKY_* but
+    BINKY_PROXY_THREADS (to compare thread counts)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("BINKY_") or k == "BINKY_PROXY_THREADS"}
     env.update(
         BINKY_HOME=str(home),
         BINKY_PROXY_PORT=str(free_port(taken)),
@@ -507,7 +509,7 @@ def benchmark(args: argparse.Namespace, binary: Path, state: dict) -> dict:
             return proxy_port, f"up.bench.{PROJECT[u]}.localhost"
         return front[u][path], None
 
-    cells = [(u, path) for u in UPSTREAMS for path in PATHS]
+    cells = [(u, path) for u in args.upstreams for path in args.paths]
     # 3. Warm-up: every cell once, short, not recorded (fills the proxies' pools).
     log(f"warm-up: {len(cells)} cells x {args.warmup:g} s")
     for u, path in cells:
@@ -549,7 +551,7 @@ def benchmark(args: argparse.Namespace, binary: Path, state: dict) -> dict:
                                   for k in ("user_pct", "sys_pct", "ctxsw_per_req")}
         table[key] = med
     for key, med in table.items():
-        direct = table[key.split("/")[0] + "/direct"]["rps"]
+        direct = table.get(key.split("/")[0] + "/direct", {}).get("rps")
         med["ratio_to_direct"] = round(med["rps"] / direct, 3) if direct else None
         # CPU per request, µs, of the proxy in the path (and of everything measured).
         path = key.split("/")[1]
@@ -558,7 +560,9 @@ def benchmark(args: argparse.Namespace, binary: Path, state: dict) -> dict:
             med["proxy_cpu_us_per_req"] = round(med["cpu_pct"][grp] / 100 / med["rps"] * 1e6, 1)
     res["medians"] = table
     verdicts = {}
-    for u in UPSTREAMS:
+    for u in args.upstreams:
+        if f"{u}/binky" not in table or f"{u}/nginx" not in table:
+            continue
         b, ng = table[f"{u}/binky"], table[f"{u}/nginx"]
         verdicts[u] = {
             "binky_rps": b["rps"], "nginx_rps": ng["rps"],
@@ -620,7 +624,9 @@ def print_table(res: dict) -> None:
         proxy = f"{cpu[grp]:5.0f}" if grp else "    -"
         per = (f"  ({med['proxy_cpu_us_per_req']:.1f} µs/req)"
                if "proxy_cpu_us_per_req" in med else "")
-        print(f"  {u:9}{path:8}{med['rps']:10.0f}{med['ratio_to_direct']:10.2f}"
+        ratio = med["ratio_to_direct"]
+        print(f"  {u:9}{path:8}{med['rps']:10.0f}"
+              f"{f'{ratio:10.2f}' if ratio is not None else '         -'}"
               f"{med['p50_ms']:9.2f}{med['p99_ms']:9.2f}{med['errors']:8d}   "
               f"{proxy} / {cpu['up-' + u]:4.0f} / {cpu['wrk']:4.0f}{per}")
     print()
@@ -703,7 +709,20 @@ def main() -> int:
     ap.add_argument("--raw", action="store_true", help="include wrk's output in the JSON")
     ap.add_argument("--keep", action="store_true",
                     help="keep the temporary folder (processes are still stopped)")
+    ap.add_argument("--upstreams", default=",".join(UPSTREAMS),
+                    help="comma-separated upstreams to load (default: all)")
+    ap.add_argument("--paths", default=",".join(PATHS),
+                    help="comma-separated paths to load (default: all); the verdict needs "
+                    "binky and nginx, the ratios direct")
     args = ap.parse_args()
+    args.upstreams = [u for u in args.upstreams.split(",") if u]
+    args.paths = [p for p in args.paths.split(",") if p]
+    for name, got, known in (("--upstreams", args.upstreams, UPSTREAMS),
+                             ("--paths", args.paths, PATHS)):
+        bad = [x for x in got if x not in known]
+        if bad or not got:
+            ap.error(f"{name}: unknown {', '.join(bad) or 'empty list'} "
+                     f"(choose from {', '.join(known)})")
     if args.reps < 1 or args.duration < 1:
         ap.error("--reps and --duration must be at least 1")
 
