@@ -162,10 +162,7 @@ pub fn run(args: &JsonArgs) -> ExitCode {
         ));
     }
     // Caddy for https projects.
-    let caddy = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("caddy").is_file()))
-        .unwrap_or(false);
-    checks.push(if caddy {
+    checks.push(if crate::proxy::caddy::find().is_some() {
         check(
             "caddy",
             "ok",

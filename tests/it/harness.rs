@@ -199,3 +199,23 @@ impl std::fmt::Display for Out {
         )
     }
 }
+
+/// A PATH with every program of this process's PATH but `name`: a folder of
+/// symlinks under `dir` (first of each name wins, as in a PATH lookup). For
+/// tests of what happens when an optional program is not installed.
+pub fn path_without(name: &str, dir: &Path) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    for d in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let file = e.file_name();
+            let link = dir.join(&file);
+            if file != name && !link.exists() && e.path().is_file() {
+                let _ = std::os::unix::fs::symlink(e.path(), link);
+            }
+        }
+    }
+    dir.display().to_string()
+}

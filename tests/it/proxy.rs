@@ -326,6 +326,70 @@ fn https_through_caddy_with_a_client_trusting_its_local_ca() {
     assert!(!untrusted.status.success());
 }
 
+#[test]
+fn https_without_caddy_degrades_to_http_and_doctor_says_how_to_install_it() {
+    let home = Home::new();
+    let path = path_without("caddy", &home.file("bin"));
+    let toml = format!(
+        "{}https = true\n[services.echo]\ncmd = \"exec python3 echo.py\"\nurl = \"echo\"\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"20s\", interval = \"50ms\" }}\n",
+        project_header("nocad", 4)
+    );
+    let repo = Repo::with("", &toml, &[("echo.py", &fixture())]);
+    // The daemon starts from this command, so it has no caddy either.
+    let out = repo
+        .cmd(&home, &["up", "plain"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("HTTPS is off") && text.contains("apt-get install caddy"),
+        "{text}"
+    );
+    // The URL stays http on the proxy's port, and works.
+    let port = proxy_port(&home);
+    let env = repo.ok(&home, &["env", "plain"]).json();
+    assert_eq!(
+        env["echo"],
+        format!("http://echo.plain.nocad.localhost:{port}")
+    );
+    let (status, _, body) = get(port, "echo.plain.nocad.localhost", "/plain");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        home.events()
+            .iter()
+            .any(|e| e["event"] == "https_unavailable"),
+        "no https_unavailable event"
+    );
+    // doctor, run without caddy on PATH, says how to install it.
+    let out = repo
+        .cmd(&home, &["doctor", "--json"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let caddy = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "caddy")
+        .cloned()
+        .unwrap();
+    assert_eq!(caddy["status"], "warn", "{caddy}");
+    assert!(
+        caddy["fix"]
+            .as_str()
+            .unwrap()
+            .contains("apt-get install caddy"),
+        "{caddy}"
+    );
+}
+
 fn daemon_rss_kib(home: &Home) -> u64 {
     let pid = home.daemon_pid().unwrap();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
