@@ -385,8 +385,10 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
                 .unwrap_or("")
                 .split(',')
                 .map(str::trim)
+                // Host is never dropped: the service needs it to know which
+                // site is asked for.
                 .filter(|t| {
-                    !["close", "keep-alive", "upgrade", "te", ""]
+                    !["close", "keep-alive", "upgrade", "te", "host", ""]
                         .iter()
                         .any(|k| t.eq_ignore_ascii_case(k))
                 })
@@ -551,14 +553,13 @@ impl Worker {
         let this = &*self.proxy;
         let counters = this.counters.shard(self.index);
         counters.requests.fetch_add(1, Ordering::Relaxed);
-        // The Host header (shared bytes, not copied), else the authority of
-        // an absolute-form target.
-        let host_value = req
-            .headers()
-            .get(header::HOST)
-            .cloned()
-            .or_else(|| req.uri().host().and_then(|h| HeaderValue::from_str(h).ok()))
-            .unwrap_or(HeaderValue::from_static(""));
+        let host_value = match request_host(&mut req) {
+            Ok(h) => h,
+            Err(why) => {
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+                return pages::bad_request(why);
+            }
+        };
         let host_raw = host_value.to_str().unwrap_or("");
         let Some(route) = this.routes.get(host_raw) else {
             counters.errors.fetch_add(1, Ordering::Relaxed);
@@ -689,6 +690,42 @@ impl Worker {
         }
         let head = (!head.is_empty()).then(|| head.freeze());
         Response::from_parts(parts, Body::Chained(head, body))
+    }
+}
+
+/// The host a request is for, as the Host header the service will get
+/// (shared bytes, not copied, in the usual case).
+///
+/// An absolute-form target's authority wins over Host and replaces it (RFC
+/// 9112 §3.2.2); otherwise there must be exactly one Host header, non-empty
+/// and ASCII (RFC 9112 §3.2 asks for a 400 otherwise).
+///
+/// # Errors
+/// Why the request is a 400, in words for the error page.
+fn request_host<B>(req: &mut Request<B>) -> Result<HeaderValue, &'static str> {
+    if let Some(host) = req.uri().host() {
+        let value = match req.uri().port_u16() {
+            Some(p) => HeaderValue::from_str(&format!("{host}:{p}")),
+            None => HeaderValue::from_str(host),
+        }
+        .map_err(|_| "the request target's host is not a valid host")?;
+        req.headers_mut().insert(header::HOST, value.clone());
+        return Ok(value);
+    }
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let value = match (hosts.next(), hosts.next()) {
+        (Some(h), None) => h.clone(),
+        (None, _) => {
+            return Err("the request has no Host header; \
+                        send Host: <service>.<world>.<project>.localhost");
+        }
+        (Some(_), Some(_)) => return Err("the request has more than one Host header"),
+    };
+    match value.to_str() {
+        Err(_) => Err("the Host header is not ASCII (use the punycode form of a name)"),
+        Ok(h) if h.trim().is_empty() => Err("the Host header is empty; \
+                     send Host: <service>.<world>.<project>.localhost"),
+        Ok(_) => Ok(value),
     }
 }
 

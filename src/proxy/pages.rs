@@ -53,7 +53,13 @@ pub(super) fn unavailable(r: &Route) -> Response<Body> {
     } else {
         StatusCode::BAD_GATEWAY
     };
-    let hint = if starting {
+    let hint = if r.state == "restarting" {
+        format!(
+            "It exited and is being restarted after a backoff; <code>binky logs {} {}</code> shows why. This page retries shortly.",
+            escape(&r.world),
+            escape(&r.service)
+        )
+    } else if starting {
         "It is starting; this page retries shortly.".to_owned()
     } else {
         format!(
@@ -63,9 +69,10 @@ pub(super) fn unavailable(r: &Route) -> Response<Body> {
             escape(&r.service)
         )
     };
+    let verb = if r.state == "failed" { "has" } else { "is" };
     let mut resp = page(
         status,
-        &format!("{} is {}", r.service, r.state),
+        &format!("{} {verb} {}", r.service, r.state),
         format!(
             "<p>Service <code>{}</code> of world <code>{}</code> (project {}) is <b>{}</b>.</p><p>{hint}</p>",
             escape(&r.service),

@@ -491,6 +491,68 @@ fn request_response(conn: &mut TcpStream) -> (u16, String, String) {
     (status, head, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// Sends raw request bytes on a new connection; returns (status, headers, body).
+fn raw(port: u16, request: &str) -> (u16, String, String) {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.write_all(request.as_bytes()).unwrap();
+    request_response(&mut c)
+}
+
+#[test]
+fn the_host_comes_from_an_absolute_target_else_one_host_header() {
+    let home = Home::new();
+    let repo = echo_repo("");
+    repo.ok(&home, &["up", "a"]);
+    repo.ok(&home, &["up", "b"]);
+    let port = proxy_port(&home);
+    let seen = |body: &str| -> serde_json::Value { serde_json::from_str(body).unwrap() };
+    // An absolute-form target routes by its authority, whatever Host says,
+    // and the service gets a Host that matches it (RFC 9112 §3.2.2).
+    for host_line in ["Host: echo.b.px.localhost\r\n", "Host: zzz\r\n", ""] {
+        let (status, head, body) = raw(
+            port,
+            &format!("GET HTTP://Echo.A.PX.localhost:{port}/abs?q=1 HTTP/1.1\r\n{host_line}\r\n"),
+        );
+        assert_eq!(status, 200, "{host_line:?}: {head}{body}");
+        let v = seen(&body);
+        assert_eq!(v["world"], "a", "{host_line:?}: {v}");
+        assert_eq!(v["path"], "/abs?q=1");
+        assert_eq!(
+            v["headers"]["host"],
+            format!("Echo.A.PX.localhost:{port}"),
+            "{v}"
+        );
+    }
+    // Connection may name headers to drop, but never Host.
+    let (status, _, body) = raw(
+        port,
+        "GET / HTTP/1.1\r\nHost: echo.a.px.localhost\r\nConnection: close, Host, X-Secret\r\nX-Secret: 1\r\nX-Other: 2\r\n\r\n",
+    );
+    assert_eq!(status, 200, "{body}");
+    let v = seen(&body);
+    assert_eq!(v["headers"]["host"], "echo.a.px.localhost", "{v}");
+    assert!(v["headers"].get("x-secret").is_none(), "{v}");
+    assert_eq!(v["headers"]["x-other"], "2");
+    // No Host, an empty one, two of them, or a non-ASCII one: 400 saying so.
+    for (request, says) in [
+        ("GET / HTTP/1.1\r\n\r\n", "no Host header"),
+        ("GET / HTTP/1.1\r\nHost: \r\n\r\n", "Host header is empty"),
+        (
+            "GET / HTTP/1.1\r\nHost: echo.a.px.localhost\r\nHost: echo.b.px.localhost\r\n\r\n",
+            "more than one Host header",
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: \u{e9}.a.px.localhost\r\n\r\n",
+            "not ASCII",
+        ),
+    ] {
+        let (status, head, body) = raw(port, request);
+        assert_eq!(status, 400, "{request:?}: {head}{body}");
+        assert!(body.contains(says), "{request:?}: {body}");
+    }
+}
+
 /// Reads one response on `conn` whatever its framing; returns (status,
 /// headers, body, trailers). Headers and trailers are lowercase.
 fn read_framed(r: &mut BufReader<TcpStream>) -> (u16, String, Vec<u8>, String) {
