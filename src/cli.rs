@@ -209,22 +209,28 @@ pub struct CurlArgs {
     pub name: String,
     /// The service to call.
     pub service: String,
-    /// Request path.
+    /// Request path, with any query (`/api/items?x=1`); a leading `/` is
+    /// added, and spaces and other bytes a URL cannot hold are
+    /// percent-encoded.
     #[arg(default_value = "/")]
     pub path: String,
     /// HTTP method.
     #[arg(short = 'X', long = "request", value_name = "METHOD")]
     pub method: Option<String>,
-    /// Request body (implies POST unless -X is given).
+    /// Request body (implies POST unless -X is given); `@FILE` sends a
+    /// file's bytes as they are (like curl's --data-binary), `@-` standard
+    /// input.
     #[arg(short = 'd', long = "data", value_name = "DATA")]
     pub data: Option<String>,
-    /// Extra header, `Name: value`; repeatable.
+    /// Extra header, `Name: value`; repeatable. Host, Content-Length and
+    /// Transfer-Encoding are binky's to set.
     #[arg(short = 'H', long = "header", value_name = "K: V")]
     pub headers: Vec<String>,
     /// Print the status line and response headers before the body.
     #[arg(short = 'i', long = "include")]
     pub include: bool,
-    /// Exit non-zero when the HTTP status is 400 or above.
+    /// On an HTTP status of 400 or above print nothing of the response
+    /// and exit 22 (as curl does).
     #[arg(short = 'f', long = "fail")]
     pub fail: bool,
 }

@@ -28,23 +28,21 @@ pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
         Ok(other) => return super::unexpected(&other),
         Err(e) => return fail(&e),
     };
-    let method = args
-        .method
-        .clone()
-        .unwrap_or_else(|| if args.data.is_some() { "POST" } else { "GET" }.to_owned());
-    let path = if args.path.starts_with('/') {
-        args.path.clone()
-    } else {
-        format!("/{}", args.path)
+    let request = match Prepared::new(args) {
+        Ok(r) => r,
+        Err(e) => {
+            crate::output::error(e, None);
+            return ExitCode::from(2);
+        }
     };
+    let Prepared {
+        method,
+        path,
+        headers: extra,
+        body,
+    } = request;
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", target.host);
-    let has = |name: &str| {
-        args.headers.iter().any(|h| {
-            h.split(':')
-                .next()
-                .is_some_and(|n| n.trim().eq_ignore_ascii_case(name))
-        })
-    };
+    let has = |name: &str| extra.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
     if !has("user-agent") {
         head.push_str(concat!(
             "User-Agent: binky/",
@@ -55,15 +53,9 @@ pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
     if !has("accept") {
         head.push_str("Accept: */*\r\n");
     }
-    for h in &args.headers {
-        if !h.contains(':') {
-            crate::output::error(format!("header `{h}` is not `Name: value`"), None);
-            return ExitCode::from(2);
-        }
-        head.push_str(h.trim());
-        head.push_str("\r\n");
+    for (name, value) in &extra {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
-    let body = args.data.clone().unwrap_or_default();
     if args.data.is_some() {
         if !has("content-type") {
             head.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
@@ -94,7 +86,7 @@ pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
     };
     if conn
         .write_all(head.as_bytes())
-        .and_then(|_| conn.write_all(body.as_bytes()))
+        .and_then(|_| conn.write_all(&body))
         .is_err()
     {
         return fail(&crate::protocol::ApiError::new(
@@ -123,6 +115,11 @@ pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
         let l = h.to_ascii_lowercase();
         l.starts_with("transfer-encoding:") && l.contains("chunked")
     });
+    if args.fail && status >= 400 {
+        // As curl's -f: nothing of the response, the status on stderr.
+        eprintln!("binky curl: HTTP {status}");
+        return ExitCode::from(HTTP_ERROR_EXIT);
+    }
     let mut out = std::io::stdout().lock();
     if args.include {
         let _ = write!(out, "{}", status_line.trim_end());
@@ -143,11 +140,102 @@ pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
             "reading the response: {e}"
         )));
     }
-    if args.fail && status >= 400 {
-        eprintln!("binky curl: HTTP {status}");
-        return ExitCode::from(HTTP_ERROR_EXIT);
-    }
     ExitCode::SUCCESS
+}
+
+/// The request `binky curl` sends, checked before anything is sent.
+struct Prepared {
+    method: String,
+    /// Origin-form target, percent-encoded where needed.
+    path: String,
+    /// Extra headers, in order, trimmed.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+/// Headers `binky curl` sets itself: Host routes the request, and the body's
+/// framing follows from `-d`.
+const OWN_HEADERS: [&str; 3] = ["host", "content-length", "transfer-encoding"];
+
+impl Prepared {
+    /// # Errors
+    /// What is wrong with the method, path, a header or `-d @FILE`, in words
+    /// for the user.
+    fn new(args: &CurlArgs) -> Result<Self, String> {
+        let method = args
+            .method
+            .clone()
+            .unwrap_or_else(|| if args.data.is_some() { "POST" } else { "GET" }.to_owned());
+        if hyper::Method::from_bytes(method.as_bytes()).is_err() || method.is_empty() {
+            return Err(format!(
+                "method `{method}` is not an HTTP method (letters, digits and !#$%&'*+-.^_`|~ only)"
+            ));
+        }
+        let path = encode_target(&args.path);
+        if path.parse::<hyper::Uri>().is_err() {
+            return Err(format!("path `{}` is not a valid request path", args.path));
+        }
+        let mut headers = Vec::new();
+        for h in &args.headers {
+            let Some((name, value)) = h.split_once(':') else {
+                return Err(format!("header `{h}` is not `Name: value`"));
+            };
+            let (name, value) = (name.trim(), value.trim());
+            if hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(format!(
+                    "header `{h}`: `{name}` is not a header name (letters, digits and -, no spaces)"
+                ));
+            }
+            if hyper::header::HeaderValue::from_str(value).is_err() {
+                return Err(format!(
+                    "header `{name}`: the value holds a line break or control character"
+                ));
+            }
+            if OWN_HEADERS.iter().any(|o| o.eq_ignore_ascii_case(name)) {
+                return Err(format!(
+                    "header `{name}` is binky's to set (Host routes the request; -d sets the body's length)"
+                ));
+            }
+            headers.push((name.to_owned(), value.to_owned()));
+        }
+        let body = match args.data.as_deref() {
+            None => Vec::new(),
+            Some("@-") => {
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+                    .map_err(|e| format!("-d @-: cannot read standard input: {e}"))?;
+                b
+            }
+            Some(d) => match d.strip_prefix('@') {
+                Some(file) => std::fs::read(file).map_err(|e| format!("-d @{file}: {e}"))?,
+                None => d.as_bytes().to_vec(),
+            },
+        };
+        Ok(Prepared {
+            method,
+            path,
+            headers,
+            body,
+        })
+    }
+}
+
+/// `path` as an origin-form request target: a leading `/`, and bytes a URL
+/// cannot hold (space, controls, non-ASCII, `"<>\^`{|}`) percent-encoded.
+/// `%` is kept, so an already encoded path stays as it is.
+fn encode_target(path: &str) -> String {
+    let mut out = String::with_capacity(path.len() + 1);
+    if !path.starts_with('/') {
+        out.push('/');
+    }
+    for b in path.bytes() {
+        if b.is_ascii_graphic() && !b"\"<>\\^`{|}".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Decodes a chunked body (RFC 9112 §7.1) from `r` into `out`.
@@ -173,6 +261,14 @@ fn copy_chunked(r: &mut impl BufRead, out: &mut impl Write) -> std::io::Result<(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn targets_are_percent_encoded_where_needed() {
+        assert_eq!(super::encode_target("a b?q=1"), "/a%20b?q=1");
+        assert_eq!(super::encode_target("/x/%41?k=v&w"), "/x/%41?k=v&w");
+        assert_eq!(super::encode_target("/é"), "/%C3%A9");
+        assert_eq!(super::encode_target("/\"q\""), "/%22q%22");
+    }
+
     #[test]
     fn chunked_bodies_decode() {
         let mut out = Vec::new();
