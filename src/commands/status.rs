@@ -95,6 +95,9 @@ pub fn print_human(report: &StatusReport) {
                 if s.kind == "resource" || s.state != "running" {
                     line.push_str(&format!("  {}", paint(state_style(&s.state), &s.state)));
                 }
+                if let Some(url) = &s.url {
+                    line.push_str(&format!("  {url}"));
+                }
                 anstream::println!("{}", line.trim_end());
             }
         }

@@ -81,6 +81,9 @@ fn print_services(o: &WorldOutcome) {
             if s.state != "running" {
                 line.push_str(&format!("  {}", s.state));
             }
+            if let Some(url) = &s.url {
+                line.push_str(&format!("  {url}"));
+            }
         } else {
             line.push_str(&format!("  {}", s.state));
         }

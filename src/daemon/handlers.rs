@@ -30,11 +30,15 @@ pub(super) async fn handle(
             let _ = d.shutdown.send(true);
             Ok(Response::Done)
         }
-        Request::Status { project } => d
-            .registry()
-            .status(project.as_deref())
-            .map(Response::Status)
-            .map_err(internal),
+        Request::Status { project } => {
+            let report = d.registry().status(project.as_deref());
+            report
+                .map(|mut r| {
+                    world::fill_urls(d, &mut r);
+                    Response::Status(r)
+                })
+                .map_err(internal)
+        }
         Request::Config => d
             .registry()
             .settings()

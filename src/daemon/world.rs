@@ -213,6 +213,10 @@ fn levels(cfg: &Config) -> Vec<Vec<String>> {
 /// always works.
 fn proxy_url(d: &Daemon, label: &str, slug: &str, domain: &str, https: bool) -> String {
     let s = d.registry().settings().ok();
+    url_of(s.as_ref(), d, &format!("{label}.{slug}.{domain}"), https)
+}
+
+fn url_of(s: Option<&crate::protocol::Settings>, d: &Daemon, host: &str, https: bool) -> String {
     let (scheme, port, default) =
         if https && d.https_live.load(std::sync::atomic::Ordering::Relaxed) {
             ("https", s.map(|s| s.https_port).unwrap_or(443), 443)
@@ -220,9 +224,34 @@ fn proxy_url(d: &Daemon, label: &str, slug: &str, domain: &str, https: bool) -> 
             ("http", s.map(|s| s.proxy_port).unwrap_or(80), 80)
         };
     if port == default || port == 0 {
-        format!("{scheme}://{label}.{slug}.{domain}")
+        format!("{scheme}://{host}")
     } else {
-        format!("{scheme}://{label}.{slug}.{domain}:{port}")
+        format!("{scheme}://{host}:{port}")
+    }
+}
+
+/// Fills in each url service's [`ServiceStatus::url`] (see [`proxy_url`]).
+/// A project's config is read only when Caddy runs, to learn whether it
+/// asks for HTTPS.
+pub(crate) fn fill_urls(d: &Daemon, report: &mut crate::protocol::StatusReport) {
+    let s = d.registry().settings().ok();
+    let caddy = d.https_live.load(std::sync::atomic::Ordering::Relaxed);
+    for p in &mut report.projects {
+        if !p
+            .worlds
+            .iter()
+            .any(|w| w.services.iter().any(|s| s.host.is_some()))
+        {
+            continue;
+        }
+        let https = caddy
+            && config::load(&Path::new(&p.root).join(config::FILE_NAME))
+                .is_ok_and(|c| c.project.https);
+        for svc in p.worlds.iter_mut().flat_map(|w| w.services.iter_mut()) {
+            if let Some(h) = &svc.host {
+                svc.url = Some(url_of(s.as_ref(), d, h, https));
+            }
+        }
     }
 }
 
@@ -1529,7 +1558,9 @@ fn world_status(d: &Daemon, project: &str, world_id: i64) -> Result<WorldStatus,
             r.get(0)
         })
         .map_err(internal)?;
-    let report = reg.status(Some(project)).map_err(internal)?;
+    let mut report = reg.status(Some(project)).map_err(internal)?;
+    drop(reg);
+    fill_urls(d, &mut report);
     report
         .projects
         .into_iter()

@@ -502,6 +502,12 @@ pub struct ServiceStatus {
     /// The proxied hostname of a url service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The URL to open for a url service, as the daemon serves it now:
+    /// `https://` when the project asks for HTTPS and Caddy runs, else
+    /// `http://` through the proxy, with the port unless it is the
+    /// scheme's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// `binky metrics`: one JSON object.

@@ -297,6 +297,7 @@ impl Registry {
                         ports: IndexMap::new(),
                         restarts: r.get(5)?,
                         host: r.get(6)?,
+                        url: None,
                     },
                 ))
             })

@@ -44,8 +44,17 @@ fn get(port: u16, host: &str, path: &str) -> (u16, String, String) {
 fn routes_by_host_with_keep_alive_and_forwarded_headers() {
     let home = Home::new();
     let repo = echo_repo("");
-    repo.ok(&home, &["up", "feat"]);
+    let up = repo.ok(&home, &["up", "feat"]);
     let port = proxy_port(&home);
+    // `up` and `status` print the URL, with the proxy's port (not 80 here).
+    let url = format!("http://echo.feat.px.localhost:{port}");
+    assert!(up.stdout().contains(&url), "{up}");
+    assert!(repo.ok(&home, &["status"]).stdout().contains(&url));
+    let st = repo.ok(&home, &["status", "--json"]).json();
+    assert!(
+        st.to_string().contains(&format!("\"url\":\"{url}\"")),
+        "{st}"
+    );
     let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
     // Case, port and trailing dot in Host do not matter; two requests share
     // one connection.
@@ -266,6 +275,32 @@ fn binky_curl_fills_in_the_host_and_fails_on_http_errors_with_f() {
     );
     let inc = repo.ok(&home, &["curl", "c", "echo", "-i"]);
     assert!(inc.stdout().starts_with("HTTP/1.1 200"), "{inc}");
+    // A path with a space is percent-encoded; -d @FILE sends the file.
+    let out = repo.ok(&home, &["curl", "c", "echo", "a b?q=1"]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout()).unwrap();
+    assert_eq!(v["path"], "/a%20b?q=1");
+    let file = home.file("payload.bin");
+    std::fs::write(&file, vec![7u8; 1234]).unwrap();
+    let data = format!("@{}", file.display());
+    let out = repo.ok(&home, &["curl", "c", "echo", "-d", &data]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout()).unwrap();
+    assert_eq!(v["bytes"], 1234, "{out}");
+    // Bad input is refused before anything is sent, saying what is wrong.
+    for (args, says) in [
+        (&["-X", "GE T"][..], "is not an HTTP method"),
+        (&["-H", ": v"][..], "is not a header name"),
+        (&["-H", "X-A: a\r\nX-Injected: 1"][..], "line break"),
+        (&["-H", "Content-Length: 999"][..], "binky's to set"),
+        (&["-H", "nocolon"][..], "is not `Name: value`"),
+        (&["-d", "@/nonexistent/file"][..], "/nonexistent/file"),
+    ] {
+        let mut argv = vec!["curl", "c", "echo"];
+        argv.extend_from_slice(args);
+        let out = repo.run(&home, &argv);
+        assert_eq!(out.code(), 2, "{args:?}: {out}");
+        assert!(out.stderr().contains(says), "{args:?}: {out}");
+        assert!(out.stdout().is_empty(), "{args:?}: {out}");
+    }
     // A status ≥ 400 exits non-zero only with -f.
     home.ok(&["-p", "px", "down", "c"]);
     let plain = repo.run(&home, &["curl", "c", "echo"]);
@@ -273,6 +308,8 @@ fn binky_curl_fills_in_the_host_and_fails_on_http_errors_with_f() {
     let failing = repo.run(&home, &["curl", "c", "echo", "-f"]);
     assert_eq!(failing.code(), 22, "{failing}");
     assert!(failing.stderr().contains("HTTP 502"), "{failing}");
+    // As curl's -f: nothing of the error page on stdout.
+    assert!(failing.stdout().is_empty(), "{failing}");
     let unknown = repo.run(&home, &["curl", "c", "nosuch"]);
     assert_eq!(unknown.code(), 1);
     assert!(
@@ -300,6 +337,8 @@ fn https_through_caddy_with_a_client_trusting_its_local_ca() {
     let env = repo.ok(&home, &["env", "sec"]).json();
     let url = env["echo"].as_str().unwrap().to_owned();
     assert_eq!(url, format!("https://echo.sec.tls.localhost:{https_port}"));
+    // status shows the https URL too.
+    assert!(repo.ok(&home, &["status"]).stdout().contains(&url));
     let ca = binky::proxy::caddy::root_ca(&home.file("caddy"));
     let out = std::process::Command::new("curl")
         .args([
