@@ -734,6 +734,11 @@ async fn bring_up(
                         .unwrap_or_default();
                     progress.say("ready", Some(&sname), format!("{sname}  pid {pid}{port}"));
                 }
+                // A probe-less one-shot that did its work inside the grace
+                // period (see supervisor::NO_PROBE_GRACE).
+                State::Stopped { exit: Some(e) } if e == supervisor::CLEAN_EXIT => {
+                    progress.say("ready", Some(&sname), format!("{sname}  finished ({e})"));
+                }
                 other => {
                     let reason = match &other {
                         State::Unhealthy { reason, .. } => format!("not healthy: {reason}"),

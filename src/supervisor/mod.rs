@@ -23,6 +23,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 pub const LOG_ROLL_BYTES: u64 = 5 * 1024 * 1024;
 /// Rolled generations kept.
 pub const LOG_GENERATIONS: u32 = 3;
+/// How a service that exited with status 0 is described (in
+/// [`State::Stopped`]).
+pub const CLEAN_EXIT: &str = "exited with code 0";
+/// How long a service without a health probe must stay up to count as
+/// ready. Long enough for a missing program, a syntax error or a bad
+/// import to show (each exits within tens of milliseconds); short enough
+/// not to slow `up` noticeably.
+pub const NO_PROBE_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// A fully rendered service, ready to run.
 #[derive(Clone)]
@@ -383,7 +391,7 @@ fn spawn_process(spec: &ServiceSpec) -> std::io::Result<tokio::process::Child> {
 fn describe(status: std::io::Result<std::process::ExitStatus>) -> (bool, String) {
     use std::os::unix::process::ExitStatusExt;
     match status {
-        Ok(s) if s.success() => (true, "exited with code 0".into()),
+        Ok(s) if s.success() => (true, CLEAN_EXIT.into()),
         Ok(s) => match (s.code(), s.signal()) {
             (Some(c), _) => (false, format!("exited with code {c}")),
             (_, Some(sig)) => (false, format!("killed by signal {sig}")),
@@ -524,7 +532,13 @@ async fn run(
                 Some((probe, timeout, interval)) => {
                     probe_until_healthy(probe, *timeout, *interval).await
                 }
-                None => Ok(()),
+                // No probe: ready once it has stayed up for a moment, so a
+                // command that fails at once fails `up` instead of looping
+                // in backoff behind a "running" world.
+                None => {
+                    tokio::time::sleep(NO_PROBE_GRACE).await;
+                    Ok(())
+                }
             }
         };
         tokio::pin!(healthy);
@@ -568,6 +582,11 @@ async fn run(
         // It exited on its own. Leave no stray descendants holding its port.
         let _ = platform::signal_group(pid, Some(nix::sys::signal::Signal::SIGKILL));
         let (success, how) = describe(exit.expect("exit recorded"));
+        // A probe-less service that finished its work cleanly inside the
+        // grace period did not fail: its restart policy decides.
+        if spec.health.is_none() && success {
+            ever_healthy = true;
+        }
         if !ever_healthy {
             // It never came up: restarting would only repeat the failure, and
             // `up` should report it now.

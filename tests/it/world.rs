@@ -242,6 +242,31 @@ fn a_health_timeout_fails_cleanly_with_the_log_tail() {
 }
 
 #[test]
+fn a_probe_less_service_that_exits_at_once_fails_up_but_a_clean_one_shot_does_not() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.quick]\ncmd = \"echo starting; exit 3\"\nurl = \"quick\"\n",
+        project_header("nq", 5)
+    );
+    let repo = Repo::new(&toml);
+    let out = repo.run(&home, &["up", "x"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr()
+            .contains("exited with code 3 before it became ready"),
+        "{out}"
+    );
+    assert_eq!(repo.worlds(&home)["x"]["state"], "failed");
+    // A command that finishes its work and exits 0 is not a failure.
+    let toml = format!(
+        "{}[services.once]\ncmd = \"echo done\"\nrestart = \"no\"\n",
+        project_header("nq1", 5)
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "y"]);
+}
+
+#[test]
 fn a_service_that_ignores_its_port_is_named_with_the_port_it_uses() {
     let home = Home::new();
     let fixed = free_port();
@@ -268,7 +293,7 @@ fn a_service_that_ignores_its_port_is_named_with_the_port_it_uses() {
 fn restarts_back_off_then_give_up() {
     let home = Home::new();
     let toml = format!(
-        "{}[services.flaky]\ncmd = \"sleep 0.2; exit 3\"\nrestart = {{ policy = \"on-failure\", backoff = \"100ms\", max_backoff = \"200ms\", max_failures = 3, failure_window = \"60s\" }}\n",
+        "{}[services.flaky]\ncmd = \"sleep 0.5; exit 3\"\nrestart = {{ policy = \"on-failure\", backoff = \"100ms\", max_backoff = \"200ms\", max_failures = 3, failure_window = \"60s\" }}\n",
         project_header("flaky", 2)
     );
     let repo = Repo::new(&toml);
@@ -663,7 +688,7 @@ fn up_on_a_failed_world_stops_what_is_left_before_starting_again() {
     let home = Home::new();
     let marker = format!("KEEP{}", std::process::id());
     let toml = format!(
-        "{}[services.keep]\ncmd = \"exec python3 -c \'import time; time.sleep(600)\' {marker}\"\n[services.crash]\ncmd = \"sleep 0.2; exit 3\"\nrestart = \"no\"\n",
+        "{}[services.keep]\ncmd = \"exec python3 -c \'import time; time.sleep(600)\' {marker}\"\n[services.crash]\ncmd = \"sleep 0.6; exit 3\"\nrestart = \"no\"\n",
         project_header("again", 2)
     );
     let repo = Repo::new(&toml);
