@@ -59,9 +59,16 @@ async fn connect(slice: &Slice) -> Result<Conn, AdapterError> {
         ))
         .redacted(slice)
     })?;
+    // Where, and as whom, but never the password.
+    let target = format!(
+        "{}:{} as {}",
+        opts.ip_or_hostname(),
+        opts.tcp_port(),
+        opts.user().unwrap_or("(no user)")
+    );
     Conn::new(opts).await.map_err(|e| {
         environmental(format!(
-            "mysql: cannot connect with admin_url: {e}; check that the server runs and that the account may create databases"
+            "mysql: cannot connect to {target} (admin_url): {e}; check that the server runs and that the account may create databases"
         ))
         .redacted(slice)
     })

@@ -37,7 +37,8 @@ async fn connect(slice: &Slice) -> Result<tokio_postgres::Client, AdapterError> 
         .await
         .map_err(|e| {
             let mut err = AdapterError::new(format!(
-                "postgres: cannot connect with admin_url: {e}; check that the server runs and that the account may create databases"
+                "postgres: cannot connect to {} (admin_url): {e}; check that the server runs and that the account may create databases",
+                target(url)
             ))
             .redacted(slice);
             err.environmental = true;
@@ -47,6 +48,24 @@ async fn connect(slice: &Slice) -> Result<tokio_postgres::Client, AdapterError> 
         let _ = conn.await;
     });
     Ok(client)
+}
+
+/// `host:port as user` of an admin URL, for errors: where, and as whom, but
+/// never the password.
+fn target(url: &str) -> String {
+    let Ok(c) = url.parse::<tokio_postgres::Config>() else {
+        return "the server".into();
+    };
+    let host = match c.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = c.get_ports().first().copied().unwrap_or(5432);
+    match c.get_user() {
+        Some(u) => format!("{host}:{port} as {u}"),
+        None => format!("{host}:{port}"),
+    }
 }
 
 fn sql_err(what: &str, e: tokio_postgres::Error) -> AdapterError {

@@ -117,6 +117,40 @@ fn postgres_slices_are_isolated_cloned_named_within_limits_and_dropped() {
 }
 
 #[test]
+fn an_unreachable_server_is_named_by_host_port_and_user_never_the_password() {
+    // Port 1 on loopback refuses: no server is needed for this.
+    for (adapter, url) in [
+        (
+            "postgres",
+            "postgresql://admin:Hunter2Secret@127.0.0.1:1/postgres",
+        ),
+        ("mysql", "mysql://admin:Hunter2Secret@127.0.0.1:1/"),
+    ] {
+        let home = Home::new();
+        let toml = format!(
+            "{}[services.db]\nadapter = \"{adapter}\"\nadmin_url = \"${{env.UNREACHABLE_URL}}\"\n",
+            project_header("unreach", 2)
+        );
+        let repo = Repo::new(&toml);
+        let out = Out(repo
+            .cmd(&home, &["up", "a"])
+            .env("UNREACHABLE_URL", url)
+            .output()
+            .unwrap());
+        assert_eq!(out.code(), 1, "{adapter}: {out}");
+        assert!(
+            out.stderr()
+                .contains("cannot connect to 127.0.0.1:1 as admin"),
+            "{adapter}: {out}"
+        );
+        assert!(
+            !out.to_string().contains("Hunter2Secret"),
+            "{adapter}: {out}"
+        );
+    }
+}
+
+#[test]
 fn an_unset_admin_url_variable_is_named_and_the_world_marked_failed() {
     let home = Home::new();
     let toml = format!(
