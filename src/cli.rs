@@ -41,7 +41,7 @@ pub enum ColorChoice {
 /// Every verb.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Write a starting binky.toml from docker-compose.yml and .env key names.
+    /// (Not built yet.) Write a starting binky.toml from docker-compose.yml and .env key names.
     Init(InitArgs),
     /// Validate a binky.toml and flag footguns (exit 0 valid, 1 errors, 2 unreadable).
     Check(CheckArgs),
@@ -71,7 +71,7 @@ pub enum Command {
     Reserve(ReserveArgs),
     /// Set the proxy's HTTP and HTTPS ports.
     Port(PortArgs),
-    /// Live terminal view of every world.
+    /// (Not built yet.) Live terminal view of every world; `binky status` meanwhile.
     Dashboard,
     /// Diagnose the install, the daemon and name resolution; non-zero if something is wrong.
     Doctor(JsonArgs),
