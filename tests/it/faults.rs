@@ -202,12 +202,17 @@ fn verify_interrupted_by_a_crash_leaves_no_orphan() {
             })
             .collect::<Vec<_>>()
     };
+    // Keep the pid the wait saw: a second look could catch the process
+    // mid-exec with its command line briefly hidden.
+    let mut orphan = Vec::new();
     assert!(
-        wait_until(Duration::from_secs(5), || sleeper().len() == 1),
+        wait_until(Duration::from_secs(5), || {
+            orphan = sleeper();
+            orphan.len() == 1
+        }),
         "the verify command should still run: {:?}\nverify said:\n{out}",
         sleeper()
     );
-    let orphan = sleeper();
     // ...until the next daemon starts: it stops it and says so.
     let worlds = repo.worlds(&home);
     assert!(
