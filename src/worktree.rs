@@ -252,6 +252,27 @@ pub fn changes(path: &Path) -> Result<Vec<String>, WorktreeError> {
     Ok(out)
 }
 
+/// Whether `file` has changes git has not committed (modified, staged or
+/// untracked). False when it is not in a repository or git cannot tell.
+pub fn has_uncommitted_changes(file: &Path) -> bool {
+    let Some(dir) = file.parent() else {
+        return false;
+    };
+    let Ok(repo) = Repository::discover(dir) else {
+        return false;
+    };
+    let (Some(workdir), Ok(file)) = (repo.workdir(), file.canonicalize()) else {
+        return false;
+    };
+    let Ok(workdir) = workdir.canonicalize() else {
+        return false;
+    };
+    file.strip_prefix(&workdir)
+        .ok()
+        .and_then(|rel| repo.status_file(rel).ok())
+        .is_some_and(|st| !st.is_empty() && !st.is_ignored())
+}
+
 /// Deletes the worktree folder at `path` and its registration (not the
 /// branch).
 pub fn remove(main_workdir: &Path, path: &Path) -> Result<(), WorktreeError> {

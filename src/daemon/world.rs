@@ -512,6 +512,21 @@ async fn up_locked(
     let world_root = join_subdir(&ensured.path, &loc.subdir);
     let cfg_path = world_root.join(config::FILE_NAME);
     let cfg = config::load(&cfg_path).map_err(invalid_config)?;
+    // The world runs its own branch's binky.toml; edits the user has not
+    // committed in the checkout they ran `up` from are not in it.
+    let here = loc.config.root.join(config::FILE_NAME);
+    if here != cfg_path
+        && std::fs::read(&here).ok() != std::fs::read(&cfg_path).ok()
+        && worktree::has_uncommitted_changes(&here)
+    {
+        let msg = format!(
+            "{} has uncommitted changes this world does not see: it runs {} as on branch `{name}`; commit them there (or edit the world's copy), then `binky reload {name}`",
+            here.display(),
+            cfg_path.display()
+        );
+        progress.say("config", None, msg.clone());
+        notes.push(msg);
+    }
     if cfg.project.name != project {
         return Err(ApiError::new(format!(
             "{} names project `{}`, but this project is `{project}`",

@@ -267,6 +267,32 @@ fn a_probe_less_service_that_exits_at_once_fails_up_but_a_clean_one_shot_does_no
 }
 
 #[test]
+fn up_notes_uncommitted_binky_toml_edits_the_world_does_not_see() {
+    let home = Home::new();
+    let toml = format!("{}{}", project_header("edits", 4), http_service("web", ""));
+    let repo = Repo::new(&toml);
+    // Committed and unchanged: no note.
+    let out = repo.ok(&home, &["up", "a"]);
+    assert!(!out.stderr().contains("uncommitted"), "{out}");
+    // An uncommitted edit in the checkout: the new world runs the committed
+    // file and says so.
+    std::fs::write(
+        repo.project.join("binky.toml"),
+        format!("{toml}\n[services.extra]\ncmd = \"exec sleep 600\"\n"),
+    )
+    .unwrap();
+    let out = repo.ok(&home, &["up", "b"]);
+    assert!(
+        out.stderr()
+            .contains("has uncommitted changes this world does not see"),
+        "{out}"
+    );
+    assert!(out.stderr().contains("binky reload b"), "{out}");
+    let services = repo.worlds(&home)["b"]["services"].clone();
+    assert_eq!(services.as_array().unwrap().len(), 1, "{services}");
+}
+
+#[test]
 fn a_service_that_ignores_its_port_is_named_with_the_port_it_uses() {
     let home = Home::new();
     let fixed = free_port();
