@@ -21,6 +21,8 @@
 //! - A reply of at most [`SMALL_BODY_BYTES`] whose bytes are already at
 //!   hand leaves in one write with its headers; anything longer, or still
 //!   arriving (SSE), streams.
+//! - Per request, no boxed body and no hashing of absent hop-by-hop names;
+//!   both hyper connections write head and body from one buffer.
 
 pub mod caddy;
 mod pages;
