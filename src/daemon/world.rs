@@ -524,7 +524,6 @@ async fn up_locked(
             here.display(),
             cfg_path.display()
         );
-        progress.say("config", None, msg.clone());
         notes.push(msg);
     }
     if cfg.project.name != project {
@@ -784,6 +783,15 @@ async fn bring_up(
         }
         if failure.is_some() {
             break 'levels;
+        }
+    }
+    if failure.is_some() {
+        // Services a failure kept from starting are stopped, not starting:
+        // their proxy page must not promise a retry that never comes.
+        for (sname, svc) in &cfg.services {
+            if svc.process().is_some() && !handles.contains_key(sname) {
+                d.routes.set_state(project, name, sname, "stopped");
+            }
         }
     }
     d.worlds.put_runtime(

@@ -338,8 +338,17 @@ fn start_watcher(
     Some(debouncer)
 }
 
-fn spawn_process(spec: &ServiceSpec) -> std::io::Result<tokio::process::Child> {
+/// How long, at most, a service's exit waits for its log writer to write
+/// the last lines, so an error quoting the log tail has them.
+const LOG_DRAIN_WAIT: Duration = Duration::from_millis(500);
+
+/// Starts the service; with it, a receiver that completes when its log
+/// writer (if any) has written everything and exited.
+fn spawn_process(
+    spec: &ServiceSpec,
+) -> std::io::Result<(tokio::process::Child, Option<oneshot::Receiver<()>>)> {
     logs::roll(&spec.log, LOG_ROLL_BYTES, LOG_GENERATIONS);
+    let mut drained = None;
     let (out, err): (Stdio, Stdio) = match &spec.log_writer {
         Some(exe) => {
             if let Some(dir) = spec.log.parent() {
@@ -360,8 +369,11 @@ fn spawn_process(spec: &ServiceSpec) -> std::io::Result<tokio::process::Child> {
                 c.spawn()?
                 // `c` drops here, closing our copy of the read end.
             };
+            let (done, rx) = oneshot::channel();
+            drained = Some(rx);
             tokio::spawn(async move {
                 let _ = stamper.wait().await;
+                let _ = done.send(());
             });
             let w2 = writer.try_clone()?;
             (Stdio::from(writer), Stdio::from(w2))
@@ -385,7 +397,11 @@ fn spawn_process(spec: &ServiceSpec) -> std::io::Result<tokio::process::Child> {
         .process_group(0)
         // The daemon may exit or restart; the service must not die with it.
         .kill_on_drop(false);
-    c.spawn()
+    let child = c.spawn()?;
+    // Drop our copies of the pipe's write end now, so the log writer sees
+    // the end of the stream when the service and its descendants are gone.
+    drop(c);
+    Ok((child, drained))
 }
 
 fn describe(status: std::io::Result<std::process::ExitStatus>) -> (bool, String) {
@@ -510,7 +526,7 @@ async fn run(
     let mut history: VecDeque<Instant> = VecDeque::new();
     let mut ever_healthy = was_healthy;
     loop {
-        let mut child = match spawn_process(&spec) {
+        let (mut child, drained) = match spawn_process(&spec) {
             Ok(c) => c,
             Err(e) => {
                 set(State::Failed {
@@ -581,6 +597,11 @@ async fn run(
         }
         // It exited on its own. Leave no stray descendants holding its port.
         let _ = platform::signal_group(pid, Some(nix::sys::signal::Signal::SIGKILL));
+        // Its last lines may still be on their way through the log writer;
+        // the state set below makes `up` quote the log's tail.
+        if let Some(rx) = drained {
+            let _ = tokio::time::timeout(LOG_DRAIN_WAIT, rx).await;
+        }
         let (success, how) = describe(exit.expect("exit recorded"));
         // A probe-less service that finished its work cleanly inside the
         // grace period did not fail: its restart policy decides.

@@ -245,18 +245,30 @@ fn a_health_timeout_fails_cleanly_with_the_log_tail() {
 fn a_probe_less_service_that_exits_at_once_fails_up_but_a_clean_one_shot_does_not() {
     let home = Home::new();
     let toml = format!(
-        "{}[services.quick]\ncmd = \"echo starting; exit 3\"\nurl = \"quick\"\n",
-        project_header("nq", 5)
+        "{}[services.quick]\ncmd = \"echo last-words-$BINKY_WORLD; exit 3\"\nurl = \"quick\"\n[services.after]\ncmd = \"exec sleep 600\"\nurl = \"after\"\ndepends_on = [\"quick\"]\n",
+        project_header("nq", 12)
     );
     let repo = Repo::new(&toml);
-    let out = repo.run(&home, &["up", "x"]);
-    assert_eq!(out.code(), 1, "{out}");
-    assert!(
-        out.stderr()
-            .contains("exited with code 3 before it became ready"),
-        "{out}"
-    );
+    // Several times: the log tail in the error must not race the log writer.
+    for world in ["x", "x2", "x3", "x4", "x5"] {
+        let out = repo.run(&home, &["up", world]);
+        assert_eq!(out.code(), 1, "{out}");
+        assert!(
+            out.stderr()
+                .contains("exited with code 3 before it became ready"),
+            "{out}"
+        );
+        assert!(
+            out.stderr().contains(&format!("| last-words-{world}")),
+            "the error lacks the log tail: {out}"
+        );
+    }
     assert_eq!(repo.worlds(&home)["x"]["state"], "failed");
+    // The service the failure kept from starting is stopped behind the
+    // proxy too: a 502 page, not a 503 promising a retry.
+    let page = repo.run(&home, &["curl", "x", "after", "-i"]);
+    assert!(page.stdout().starts_with("HTTP/1.1 502"), "{page}");
+    assert!(page.stdout().contains("after is stopped"), "{page}");
     // A command that finishes its work and exits 0 is not a failure.
     let toml = format!(
         "{}[services.once]\ncmd = \"echo done\"\nrestart = \"no\"\n",
