@@ -13,6 +13,8 @@ use std::process::ExitCode;
 
 /// Exit code for `-f` on an HTTP error, as curl uses.
 const HTTP_ERROR_EXIT: u8 = 22;
+/// Exit code when standard output cannot be written, as curl uses.
+const WRITE_ERROR_EXIT: u8 = 23;
 
 /// Runs `binky curl`.
 pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
@@ -134,7 +136,16 @@ pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
     } else {
         std::io::copy(&mut r, &mut out).map(|_| ())
     };
-    let _ = out.flush();
+    let flushed = out.flush();
+    // Standard output closed early (`| head`): the reader has what it
+    // wanted; say nothing and exit as curl does on a write error.
+    if [result.as_ref().err(), flushed.as_ref().err()]
+        .iter()
+        .flatten()
+        .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    {
+        return ExitCode::from(WRITE_ERROR_EXIT);
+    }
     if let Err(e) = result {
         return fail(&crate::protocol::ApiError::new(format!(
             "reading the response: {e}"
@@ -168,27 +179,36 @@ impl Prepared {
             .unwrap_or_else(|| if args.data.is_some() { "POST" } else { "GET" }.to_owned());
         if hyper::Method::from_bytes(method.as_bytes()).is_err() || method.is_empty() {
             return Err(format!(
-                "method `{method}` is not an HTTP method (letters, digits and !#$%&'*+-.^_`|~ only)"
+                "method `{}` is not an HTTP method (letters, digits and !#$%&'*+-.^_`|~ only)",
+                method.escape_debug()
             ));
         }
         let path = encode_target(&args.path);
         if path.parse::<hyper::Uri>().is_err() {
-            return Err(format!("path `{}` is not a valid request path", args.path));
+            return Err(format!(
+                "path `{}` is not a valid request path",
+                args.path.escape_debug()
+            ));
         }
         let mut headers = Vec::new();
         for h in &args.headers {
+            // Escaped in messages: a control character must neither reach
+            // the terminal nor hide what was wrong.
+            let shown = h.escape_debug();
             let Some((name, value)) = h.split_once(':') else {
-                return Err(format!("header `{h}` is not `Name: value`"));
+                return Err(format!("header `{shown}` is not `Name: value`"));
             };
             let (name, value) = (name.trim(), value.trim());
             if hyper::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 return Err(format!(
-                    "header `{h}`: `{name}` is not a header name (letters, digits and -, no spaces)"
+                    "header `{shown}`: `{}` is not a header name (letters, digits and -, no spaces)",
+                    name.escape_debug()
                 ));
             }
             if hyper::header::HeaderValue::from_str(value).is_err() {
                 return Err(format!(
-                    "header `{name}`: the value holds a line break or control character"
+                    "header `{}`: the value holds a line break or control character",
+                    name.escape_debug()
                 ));
             }
             if OWN_HEADERS.iter().any(|o| o.eq_ignore_ascii_case(name)) {

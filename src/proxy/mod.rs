@@ -260,7 +260,7 @@ struct Held {
     forwarded_for: String,
     /// `Forwarded` for the last Host seen on this connection (usually the
     /// only one), so it is formatted once.
-    forwarded: Mutex<Option<(HeaderValue, HeaderValue)>>,
+    forwarded: Mutex<Option<(HeaderValue, bool, HeaderValue)>>,
     /// Upstream connections just made for this client connection, for its
     /// task to take over and drive.
     new_conns: Mutex<Vec<ConnFuture>>,
@@ -301,22 +301,29 @@ impl Held {
                 h.insert(X_FORWARDED_FOR, self.peer_ip.clone());
             }
         }
-        if !h.contains_key(X_FORWARDED_PROTO) {
-            h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-        }
+        // A proto set in front of us (Caddy terminating TLS) is kept, and
+        // `Forwarded` says the same, so the two never disagree.
+        let https = match h.get(X_FORWARDED_PROTO) {
+            Some(p) => p.as_bytes().eq_ignore_ascii_case(b"https"),
+            None => {
+                h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+                false
+            }
+        };
         h.insert(X_FORWARDED_HOST, host.clone());
         let mut cached = self.forwarded.lock().unwrap_or_else(|p| p.into_inner());
         let fwd = match &*cached {
-            Some((for_host, v)) if for_host == host => v.clone(),
+            Some((for_host, was_https, v)) if for_host == host && *was_https == https => v.clone(),
             _ => {
                 let text = format!(
-                    "for={};host=\"{}\";proto=http",
+                    "for={};host=\"{}\";proto={}",
                     self.forwarded_for,
-                    host.to_str().unwrap_or("")
+                    host.to_str().unwrap_or(""),
+                    if https { "https" } else { "http" }
                 );
                 match HeaderValue::from_str(&text) {
                     Ok(v) => {
-                        *cached = Some((host.clone(), v.clone()));
+                        *cached = Some((host.clone(), https, v.clone()));
                         v
                     }
                     Err(_) => return,

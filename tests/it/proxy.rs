@@ -77,12 +77,9 @@ fn routes_by_host_with_keep_alive_and_forwarded_headers() {
         assert_eq!(v["headers"]["x-forwarded-for"], "127.0.0.1");
         assert_eq!(v["headers"]["x-forwarded-proto"], "http");
         assert_eq!(v["headers"]["x-forwarded-host"], host.as_str());
-        assert!(
-            v["headers"]["forwarded"]
-                .as_str()
-                .unwrap()
-                .contains("for=127.0.0.1")
-        );
+        let fwd = v["headers"]["forwarded"].as_str().unwrap();
+        assert!(fwd.contains("for=127.0.0.1"), "{fwd}");
+        assert!(fwd.ends_with("proto=http"), "{fwd}");
     }
     // The URL binky prints carries the proxy port and works.
     let env = repo.ok(&home, &["env", "feat"]).json();
@@ -293,6 +290,8 @@ fn binky_curl_fills_in_the_host_and_fails_on_http_errors_with_f() {
         (&["-H", "Content-Length: 999"][..], "binky's to set"),
         (&["-H", "nocolon"][..], "is not `Name: value`"),
         (&["-d", "@/nonexistent/file"][..], "/nonexistent/file"),
+        // Control characters are shown escaped, never sent to the terminal.
+        (&["-X", "GET\u{1b}[31m"][..], "GET\\u{1b}[31m"),
     ] {
         let mut argv = vec!["curl", "c", "echo"];
         argv.extend_from_slice(args);
@@ -301,6 +300,22 @@ fn binky_curl_fills_in_the_host_and_fails_on_http_errors_with_f() {
         assert!(out.stderr().contains(says), "{args:?}: {out}");
         assert!(out.stdout().is_empty(), "{args:?}: {out}");
     }
+    // Standard output closed early (as by `| head -c 5`): exit 23 quietly.
+    let mut child = repo
+        .cmd(&home, &["curl", "c", "echo", "/download/1000000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 5];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let done = child.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(23), "{done:?}");
+    assert!(
+        done.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
     // A status ≥ 400 exits non-zero only with -f.
     home.ok(&["-p", "px", "down", "c"]);
     let plain = repo.run(&home, &["curl", "c", "echo"]);
@@ -357,6 +372,9 @@ fn https_through_caddy_with_a_client_trusting_its_local_ca() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["path"], "/via-tls");
     assert_eq!(v["headers"]["x-forwarded-proto"], "https");
+    // Forwarded agrees with it.
+    let fwd = v["headers"]["forwarded"].as_str().unwrap();
+    assert!(fwd.ends_with("proto=https"), "{fwd}");
     // Without trusting the CA, the certificate is refused.
     let untrusted = std::process::Command::new("curl")
         .args(["-sS", &url])
