@@ -750,8 +750,8 @@ async fn bring_up(
                 }
                 // A probe-less one-shot that did its work inside the grace
                 // period (see supervisor::NO_PROBE_GRACE).
-                State::Stopped { exit: Some(e) } if e == supervisor::CLEAN_EXIT => {
-                    progress.say("ready", Some(&sname), format!("{sname}  finished ({e})"));
+                s if s.exited_cleanly() => {
+                    progress.say("ready", Some(&sname), format!("{sname}  finished (exit 0)"));
                 }
                 other => {
                     let reason = match &other {

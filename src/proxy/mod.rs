@@ -137,10 +137,9 @@ pub(crate) enum Body {
     /// Bytes already at hand (pages, short replies), sent with the headers
     /// in one write. `None` once sent, or when empty.
     Full(Option<Bytes>),
-    /// The upstream's body, streamed as it arrives.
-    Stream(Incoming),
-    /// Bytes gathered already, then the rest of the upstream's body.
-    Chained(Option<Bytes>, Incoming),
+    /// Bytes gathered already (if any), then the rest of the upstream's
+    /// body, streamed as it arrives.
+    Stream(Option<Bytes>, Incoming),
     /// Bytes gathered already, then the upstream's trailers.
     Trailers(Option<Bytes>, Option<HeaderMap>),
 }
@@ -157,8 +156,7 @@ impl hyper::body::Body for Body {
         use std::task::Poll;
         match self.get_mut() {
             Body::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            Body::Stream(body) => Pin::new(body).poll_frame(cx),
-            Body::Chained(first, body) => match first.take() {
+            Body::Stream(first, body) => match first.take() {
                 Some(d) => Poll::Ready(Some(Ok(Frame::data(d)))),
                 None => Pin::new(body).poll_frame(cx),
             },
@@ -172,8 +170,7 @@ impl hyper::body::Body for Body {
     fn is_end_stream(&self) -> bool {
         match self {
             Body::Full(data) => data.is_none(),
-            Body::Stream(body) => body.is_end_stream(),
-            Body::Chained(first, body) => first.is_none() && body.is_end_stream(),
+            Body::Stream(first, body) => first.is_none() && body.is_end_stream(),
             Body::Trailers(first, trailers) => first.is_none() && trailers.is_none(),
         }
     }
@@ -183,9 +180,17 @@ impl hyper::body::Body for Body {
             Body::Full(data) => {
                 hyper::body::SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            Body::Stream(body) => body.size_hint(),
-            // The rest's length is unknown (it streams, chunked).
-            Body::Chained(..) | Body::Trailers(..) => hyper::body::SizeHint::default(),
+            Body::Stream(first, body) => {
+                let head = first.as_ref().map_or(0, |d| d.len() as u64);
+                let rest = body.size_hint();
+                let mut hint = hyper::body::SizeHint::new();
+                hint.set_lower(rest.lower() + head);
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper + head);
+                }
+                hint
+            }
+            Body::Trailers(..) => hyper::body::SizeHint::default(),
         }
     }
 }
@@ -661,7 +666,7 @@ impl Worker {
             };
         }
         if length.is_some() {
-            return Response::from_parts(parts, Body::Stream(body));
+            return Response::from_parts(parts, Body::Stream(None, body));
         }
         // Unknown length (chunked: most dev servers, SSE): take the frames
         // already on hand — up to SMALL_BODY_BYTES — so a short reply leaves
@@ -698,7 +703,7 @@ impl Worker {
             }
         }
         let head = (!head.is_empty()).then(|| head.freeze());
-        Response::from_parts(parts, Body::Chained(head, body))
+        Response::from_parts(parts, Body::Stream(head, body))
     }
 }
 

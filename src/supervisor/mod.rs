@@ -25,7 +25,7 @@ pub const LOG_ROLL_BYTES: u64 = 5 * 1024 * 1024;
 pub const LOG_GENERATIONS: u32 = 3;
 /// How a service that exited with status 0 is described (in
 /// [`State::Stopped`]).
-pub const CLEAN_EXIT: &str = "exited with code 0";
+const CLEAN_EXIT: &str = "exited with code 0";
 /// How long a service without a health probe must stay up to count as
 /// ready. Long enough for a missing program, a syntax error or a bad
 /// import to show (each exits within tens of milliseconds); short enough
@@ -115,6 +115,10 @@ pub enum State {
 }
 
 impl State {
+    /// Stopped because it exited with status 0 on its own.
+    pub fn exited_cleanly(&self) -> bool {
+        matches!(self, State::Stopped { exit: Some(e) } if e == CLEAN_EXIT)
+    }
     /// The word `status` shows.
     pub fn label(&self) -> &'static str {
         match self {
