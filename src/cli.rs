@@ -92,6 +92,37 @@ pub enum Command {
 }
 
 impl Command {
+    /// Whether a closed stdout should end this command by SIGPIPE, as it
+    /// ends `cat` or `ls`. Not for the long-lived servers (the daemon, `mcp`,
+    /// the log writer), which treat EPIPE as an error, nor for `curl`, which
+    /// exits 23 as curl does.
+    pub fn prints_to_stdout(&self) -> bool {
+        !matches!(
+            self,
+            Command::Mcp | Command::LogWriter { .. } | Command::Curl(_)
+        ) && !matches!(self, Command::Daemon(d) if matches!(d.action, DaemonAction::Run))
+    }
+
+    /// Whether `-p/--project` means something to this command. Machine-wide
+    /// commands (settings, the daemon, `doctor`, `gc`, `metrics`) reject it
+    /// rather than ignore it.
+    pub fn takes_project(&self) -> bool {
+        matches!(
+            self,
+            Command::Check(_)
+                | Command::Up(_)
+                | Command::Reload(_)
+                | Command::Down(_)
+                | Command::Remove(_)
+                | Command::Status(_)
+                | Command::Env(_)
+                | Command::Curl(_)
+                | Command::Verify(_)
+                | Command::Logs(_)
+                | Command::Mcp
+        )
+    }
+
     /// The verb as typed, for messages.
     pub fn name(&self) -> &'static str {
         match self {

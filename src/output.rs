@@ -15,6 +15,14 @@ pub fn init(choice: ColorChoice) {
     c.write_global();
 }
 
+/// Whether text written to stderr should carry colour: the `--color`
+/// choice, `NO_COLOR`/`CLICOLOR_FORCE`, and whether stderr is a terminal,
+/// decided the way every other Binky output decides it (for `tracing`,
+/// which writes its own escape codes).
+pub fn stderr_colour_on() -> bool {
+    anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never
+}
+
 /// Errors.
 pub const ERROR: Style = AnsiColor::Red.on_default().bold();
 /// Warnings.

@@ -1,12 +1,20 @@
-//! Git worktrees, through libgit2 (git2).
+//! Git worktrees: made and removed by the user's own `git`, read through
+//! libgit2 (git2).
 //!
 //! One world = one worktree with its branch checked out. [`ensure`] reuses a
 //! worktree that already has the branch (even one made by hand with
 //! `git worktree add`), recovers one whose folder was deleted, or adds a new
 //! one for the local branch, for `origin/<branch>` (creating the tracking
 //! branch), or for a new branch from the main worktree's HEAD.
+//!
+//! Every change to the repository runs the `git` found on the caller's
+//! `PATH`, with the caller's environment, so a world's worktree is exactly
+//! what `git worktree add` makes in the user's shell: clean/smudge filters
+//! (Git LFS), the `post-checkout` hook, sparse-checkout and whatever else
+//! git does. libgit2 does none of those; it is used only to read.
 
-use git2::{BranchType, Repository, WorktreeAddOptions, WorktreePruneOptions};
+use git2::{BranchType, Repository};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// Why a worktree operation failed. Messages name paths and what to do.
@@ -37,6 +45,98 @@ pub enum WorktreeError {
     /// File system errors.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// No `git` on the caller's `PATH`.
+    #[error("git is not on PATH; binky makes worktrees with your own git")]
+    NoGit,
+    /// A `git` command failed; its own words.
+    #[error("`git {args}` failed: {stderr}")]
+    Command {
+        /// The arguments, as run.
+        args: String,
+        /// The end of what git printed on stderr.
+        stderr: String,
+    },
+}
+
+/// The user's `git`: the executable and the environment to run it in.
+#[derive(Clone)]
+pub struct Git {
+    exe: PathBuf,
+    env: Vec<(OsString, OsString)>,
+}
+
+// Hand-written: the environment may hold credentials.
+impl std::fmt::Debug for Git {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Git")
+            .field("exe", &self.exe)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Variables that point git at another repository or index; a caller
+/// running `binky` from inside a git hook has them set, and they must not
+/// redirect the world's worktree commands.
+const REPO_VARS: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_PREFIX",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_NAMESPACE",
+];
+
+impl Git {
+    /// The `git` on `search_path` (the daemon's `PATH` when `None`), run with
+    /// `env` (the caller's; the daemon's when empty).
+    ///
+    /// # Errors
+    /// [`WorktreeError::NoGit`] when there is none.
+    pub fn find(
+        search_path: Option<&std::ffi::OsStr>,
+        env: &[(String, String)],
+    ) -> Result<Git, WorktreeError> {
+        let exe =
+            crate::platform::find_executable(&["git"], search_path).ok_or(WorktreeError::NoGit)?;
+        let env: Vec<(OsString, OsString)> = if env.is_empty() {
+            std::env::vars_os().collect()
+        } else {
+            env.iter().map(|(k, v)| (k.into(), v.into())).collect()
+        };
+        let env = env
+            .into_iter()
+            .filter(|(k, _)| !REPO_VARS.iter().any(|v| k == v))
+            .collect();
+        Ok(Git { exe, env })
+    }
+
+    /// Runs `git -C dir args…`, failing with git's own stderr.
+    fn run(&self, dir: &Path, args: &[&std::ffi::OsStr]) -> Result<(), WorktreeError> {
+        let out = crate::platform::std_command(&self.exe)
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            // Never ask for credentials or an editor: there is no one there.
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .stdin(std::process::Stdio::null())
+            .output()?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        Err(WorktreeError::Command {
+            args: args
+                .iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            stderr: lines[lines.len().saturating_sub(6)..].join("\n"),
+        })
+    }
 }
 
 /// libgit2 sometimes reports an empty message; name the class and code then.
@@ -125,18 +225,23 @@ fn registered_branch(repo: &Repository, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Reuses or creates the worktree for `branch` at `root/<slug>`.
+/// Reuses or creates the worktree for `branch` at `root/<slug>`, with
+/// `git worktree add`.
 ///
 /// # Errors
 /// Invalid branch name; the branch is checked out in the main worktree (or a
-/// locked worktree whose folder is missing); the target path is taken.
+/// locked worktree whose folder is missing); the target path is taken; git
+/// failed (its message).
 pub fn ensure(
+    git: &Git,
     main_workdir: &Path,
     branch: &str,
     slug: &str,
     root: &Path,
 ) -> Result<Ensured, WorktreeError> {
-    if !git2::Branch::name_is_valid(branch)? {
+    // A leading `-` would read as an option to git; git rejects such branch
+    // names anyway.
+    if branch.starts_with('-') || !git2::Branch::name_is_valid(branch)? {
         return Err(WorktreeError::InvalidBranch(branch.to_owned()));
     }
     let repo = Repository::open(main_workdir)?;
@@ -169,9 +274,13 @@ pub fn ensure(
                     path,
                 });
             }
-            // Deleted by hand: prune the stale registration, re-create it
-            // at the same path.
-            wt.prune(Some(WorktreePruneOptions::new().valid(true)))?;
+            // Deleted by hand: drop that one stale registration (`git
+            // worktree remove` of a missing folder), re-create it at the
+            // same path.
+            git.run(
+                main_workdir,
+                &["worktree".as_ref(), "remove".as_ref(), path.as_os_str()],
+            )?;
             recreate_at = Some(path);
         }
     }
@@ -180,50 +289,47 @@ pub fn ensure(
     if path.exists() {
         return Err(WorktreeError::PathTaken(path));
     }
-    let reference = local_branch(&repo, branch)?;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let admin_name = unique_admin_name(&repo, slug);
-    let mut opts = WorktreeAddOptions::new();
-    opts.reference(Some(&reference));
-    repo.worktree(&admin_name, &path, Some(&opts))?;
+    // The local branch; else a new one tracking `origin/<branch>`; else a
+    // new one from HEAD.
+    let local = repo.find_branch(branch, BranchType::Local).is_ok();
+    let remote = format!("origin/{branch}");
+    let tracking = !local && repo.find_branch(&remote, BranchType::Remote).is_ok();
+    let add: Vec<&std::ffi::OsStr> = match (local, tracking) {
+        (true, _) => vec![
+            "worktree".as_ref(),
+            "add".as_ref(),
+            "--quiet".as_ref(),
+            path.as_os_str(),
+            branch.as_ref(),
+        ],
+        (false, true) => vec![
+            "worktree".as_ref(),
+            "add".as_ref(),
+            "--quiet".as_ref(),
+            "--track".as_ref(),
+            "-b".as_ref(),
+            branch.as_ref(),
+            path.as_os_str(),
+            remote.as_ref(),
+        ],
+        (false, false) => vec![
+            "worktree".as_ref(),
+            "add".as_ref(),
+            "--quiet".as_ref(),
+            "-b".as_ref(),
+            branch.as_ref(),
+            path.as_os_str(),
+        ],
+    };
+    git.run(main_workdir, &add)?;
     Ok(Ensured {
         path,
         created: true,
         recreated,
     })
-}
-
-/// The local branch `name`: existing; else tracking `origin/<name>`; else new
-/// from HEAD.
-fn local_branch<'r>(
-    repo: &'r Repository,
-    name: &str,
-) -> Result<git2::Reference<'r>, WorktreeError> {
-    if let Ok(b) = repo.find_branch(name, BranchType::Local) {
-        return Ok(b.into_reference());
-    }
-    if let Ok(remote) = repo.find_branch(&format!("origin/{name}"), BranchType::Remote) {
-        let commit = remote.get().peel_to_commit()?;
-        let mut b = repo.branch(name, &commit, false)?;
-        b.set_upstream(Some(&format!("origin/{name}")))?;
-        return Ok(b.into_reference());
-    }
-    let commit = repo.head()?.peel_to_commit()?;
-    Ok(repo.branch(name, &commit, false)?.into_reference())
-}
-
-/// A free name under `.git/worktrees/`.
-fn unique_admin_name(repo: &Repository, slug: &str) -> String {
-    let taken = |n: &str| repo.path().join("worktrees").join(n).exists();
-    if !taken(slug) {
-        return slug.to_owned();
-    }
-    (2..)
-        .map(|i| format!("{slug}-{i}"))
-        .find(|n| !taken(n))
-        .expect("an unused name exists")
 }
 
 /// Uncommitted and untracked changes in a worktree, as `git status --short`
@@ -273,26 +379,76 @@ pub fn has_uncommitted_changes(file: &Path) -> bool {
         .is_some_and(|st| !st.is_empty() && !st.is_ignored())
 }
 
-/// Deletes the worktree folder at `path` and its registration (not the
-/// branch).
-pub fn remove(main_workdir: &Path, path: &Path) -> Result<(), WorktreeError> {
-    let repo = Repository::open(main_workdir)?;
-    if path.exists() {
-        std::fs::remove_dir_all(path)?;
-    }
-    for name in repo.worktrees()?.iter().flatten() {
-        let wt = repo.find_worktree(name)?;
-        if wt.path() == path || !wt.path().exists() && same_file_name(wt.path(), path) {
-            wt.prune(Some(
-                WorktreePruneOptions::new().valid(true).working_tree(true),
-            ))?;
-        }
-    }
-    Ok(())
+/// Deletes the worktree at `path` and its registration (not the branch),
+/// with `git worktree remove --force`: git deletes only a folder it has
+/// registered as a worktree of this repository, so nothing else can go.
+/// The caller has checked for changes the user must confirm losing.
+///
+/// # Errors
+/// `path` is not a registered worktree of the repository; git failed.
+pub fn remove(git: &Git, main_workdir: &Path, path: &Path) -> Result<(), WorktreeError> {
+    git.run(
+        main_workdir,
+        &[
+            "worktree".as_ref(),
+            "remove".as_ref(),
+            "--force".as_ref(),
+            path.as_os_str(),
+        ],
+    )
 }
 
-fn same_file_name(a: &Path, b: &Path) -> bool {
-    a.file_name() == b.file_name() && a.parent() == b.parent()
+/// Registered worktrees whose folder is gone, unlocked: `(admin name, path)`.
+pub fn stale_registrations(main_workdir: &Path) -> Vec<(String, PathBuf)> {
+    let Ok(repo) = Repository::open(main_workdir) else {
+        return Vec::new();
+    };
+    let Ok(names) = repo.worktrees() else {
+        return Vec::new();
+    };
+    names
+        .iter()
+        .flatten()
+        .filter_map(|n| {
+            let wt = repo.find_worktree(n).ok()?;
+            (!wt.path().exists()
+                && matches!(wt.is_locked(), Ok(git2::WorktreeLockStatus::Unlocked)))
+            .then(|| (n.to_owned(), wt.path().to_path_buf()))
+        })
+        .collect()
+}
+
+/// Drops the registration of a worktree whose folder is gone.
+///
+/// # Errors
+/// git failed.
+pub fn prune_registration(
+    git: &Git,
+    main_workdir: &Path,
+    path: &Path,
+) -> Result<(), WorktreeError> {
+    git.run(
+        main_workdir,
+        &["worktree".as_ref(), "remove".as_ref(), path.as_os_str()],
+    )
+}
+
+/// Whether `path` is a registered worktree of the repository at
+/// `main_workdir` (by its folder, as git records it).
+pub fn is_registered(main_workdir: &Path, path: &Path) -> bool {
+    let Ok(repo) = Repository::open(main_workdir) else {
+        return false;
+    };
+    let Ok(names) = repo.worktrees() else {
+        return false;
+    };
+    let want = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    names.iter().flatten().any(|n| {
+        repo.find_worktree(n).is_ok_and(|wt| {
+            let p = wt.path();
+            p.canonicalize().unwrap_or_else(|_| p.to_path_buf()) == want
+        })
+    })
 }
 
 /// The commit HEAD points at in a worktree (for `verify` records).
@@ -348,23 +504,37 @@ mod tests {
         (t, main)
     }
 
+    fn git_cli() -> Git {
+        Git::find(None, &[]).unwrap()
+    }
+
     #[test]
     fn creates_reuses_and_recovers() {
         let (_t, main) = repo();
+        let g = git_cli();
         let root = default_root(&main);
-        let a = ensure(&main, "feature/Login-Page", "feature-login-page-x", &root).unwrap();
+        let up = || {
+            ensure(
+                &g,
+                &main,
+                "feature/Login-Page",
+                "feature-login-page-x",
+                &root,
+            )
+        };
+        let a = up().unwrap();
         assert!(a.created && a.path.join("README").exists());
-        let again = ensure(&main, "feature/Login-Page", "feature-login-page-x", &root).unwrap();
+        let again = up().unwrap();
         assert_eq!(again.path, a.path);
         assert!(!again.created);
         std::fs::remove_dir_all(&a.path).unwrap();
-        let rec = ensure(&main, "feature/Login-Page", "feature-login-page-x", &root).unwrap();
+        let rec = up().unwrap();
         assert!(rec.created && rec.recreated);
         assert_eq!(rec.path, a.path);
         assert!(changes(&rec.path).unwrap().is_empty());
         std::fs::write(rec.path.join("new.txt"), "x").unwrap();
         assert_eq!(changes(&rec.path).unwrap(), vec!["?? new.txt"]);
-        remove(&main, &rec.path).unwrap();
+        remove(&g, &main, &rec.path).unwrap();
         assert!(!rec.path.exists());
         assert_eq!(
             Repository::open(&main).unwrap().worktrees().unwrap().len(),
@@ -394,19 +564,22 @@ mod tests {
                 by_hand.to_str().unwrap(),
             ],
         );
-        let e = ensure(&main, "feat-x", "feat-x", &default_root(&main)).unwrap();
+        let g = git_cli();
+        let e = ensure(&g, &main, "feat-x", "feat-x", &default_root(&main)).unwrap();
         assert_eq!(
             e.path.canonicalize().unwrap(),
             by_hand.canonicalize().unwrap()
         );
-        let err = ensure(&main, "main", "main", &default_root(&main)).unwrap_err();
+        let err = ensure(&g, &main, "main", "main", &default_root(&main)).unwrap_err();
         assert!(
             err.to_string().contains("checked out in the main worktree"),
             "{err}"
         );
-        assert!(matches!(
-            ensure(&main, "bad..name", "bad", &default_root(&main)),
-            Err(WorktreeError::InvalidBranch(_))
-        ));
+        for bad in ["bad..name", "-x", "--force"] {
+            assert!(matches!(
+                ensure(&g, &main, bad, "bad", &default_root(&main)),
+                Err(WorktreeError::InvalidBranch(_))
+            ));
+        }
     }
 }

@@ -133,7 +133,7 @@ impl External {
         let input = serde_json::to_vec(&req).expect("a request serialises");
         let who = format!("adapter {} ({})", self.name, self.exe.display());
         let _ = std::fs::create_dir_all(&slice.data_dir);
-        let mut child = tokio::process::Command::new(&self.exe)
+        let mut child = crate::platform::command(&self.exe)
             .arg(verb)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

@@ -80,55 +80,10 @@ impl AdapterError {
     /// adapter (above all an external one, which is sent the URL) may quote
     /// them in an error, and errors reach the terminal, status and logs.
     pub fn redacted(mut self, slice: &Slice) -> Self {
-        self.message = redact(&self.message, slice.admin_url.as_deref());
+        self.message = crate::secrets::redact_url(&self.message, slice.admin_url.as_deref());
+        crate::secrets::scrub_in_place(&mut self.message);
         self
     }
-}
-
-/// `text` with `admin_url` and the password inside it replaced by `***`.
-pub fn redact(text: &str, admin_url: Option<&str>) -> String {
-    let Some(url) = admin_url.filter(|u| !u.is_empty()) else {
-        return text.to_owned();
-    };
-    let mut out = text.replace(url, "***");
-    if let Some(pw) = url_password(url) {
-        let decoded = percent_decode(&pw);
-        for secret in [pw, decoded] {
-            if secret.len() >= 3 {
-                out = out.replace(&secret, "***");
-            }
-        }
-    }
-    out
-}
-
-/// The password in `scheme://user:password@host…`, as written.
-fn url_password(url: &str) -> Option<String> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let userinfo = authority.rsplit_once('@')?.0;
-    let pw = userinfo.split_once(':')?.1;
-    (!pw.is_empty()).then(|| pw.to_owned())
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && let Some(v) = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The adapter contract.
@@ -217,20 +172,7 @@ pub fn url_with_database(admin_url: &str, db: &str) -> String {
     out
 }
 
-/// The first of `names` that is an executable file in a folder of
-/// `search_path` (the daemon's `PATH` when `None`); names are tried in order,
-/// each across the whole path.
-pub fn find_executable(names: &[&str], search_path: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = search_path
-        .map(|p| p.to_owned())
-        .or_else(|| std::env::var_os("PATH"))?;
-    names.iter().find_map(|n| {
-        std::env::split_paths(&path).map(|d| d.join(n)).find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    })
-}
+pub use crate::platform::find_executable;
 
 /// The last `lines` lines of a child's stderr, for error messages.
 pub(crate) fn stderr_tail(stderr: &[u8], lines: usize) -> String {
@@ -264,21 +206,5 @@ pub fn by_name(name: &str, search_path: Option<&std::ffi::OsStr>) -> Option<Arc<
         #[cfg(feature = "mysql")]
         "mysql" | "mariadb" | "percona" => Some(Arc::new(mysql::Mysql)),
         _ => external::External::find(name, search_path).map(|e| Arc::new(e) as Arc<dyn Adapter>),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn credentials_are_blanked_out_of_error_text() {
-        let url = "mysql://app:S3cr%40t@127.0.0.1:3306/?require_ssl=false";
-        let text = format!("failed: {url}; password S3cr@t; raw S3cr%40t; user app");
-        let r = redact(&text, Some(url));
-        assert!(!r.contains("S3cr"), "{r}");
-        assert!(r.contains("user app"), "{r}");
-        assert_eq!(redact("no url here", None), "no url here");
-        assert_eq!(url_password("postgresql://u@h/db"), None);
     }
 }

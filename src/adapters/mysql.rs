@@ -86,6 +86,20 @@ async fn exec(c: &mut Conn, sql: &str) -> Result<(), AdapterError> {
     })
 }
 
+/// Runs the statement that re-creates one object; an error names the object
+/// (`VIEW \`v\``), which the head of a `CREATE … DEFINER=… SQL SECURITY …`
+/// statement does not.
+async fn exec_creating(
+    c: &mut Conn,
+    kind: &str,
+    name: &str,
+    sql: &str,
+) -> Result<(), AdapterError> {
+    c.query_drop(sql)
+        .await
+        .map_err(|e| sql_err(&format!("creating {kind} {}", quote(name)), e))
+}
+
 /// Column `i` of a `SHOW …` row as text (the server may send bytes).
 fn text(row: &Row, i: usize) -> String {
     match row.as_ref(i) {
@@ -154,7 +168,7 @@ async fn copy_on_server(c: &mut Conn, src: &str, dst: &str) -> Result<(), Adapte
         .map_err(|e| sql_err("listing tables", e))?;
     for (table, kind) in tables.iter().filter(|(_, k)| k != "VIEW") {
         let def = show_create(c, "TABLE", src, table).await?;
-        exec(c, &def.sql).await?;
+        exec_creating(c, "TABLE", table, &def.sql).await?;
         if kind == "SEQUENCE" {
             continue;
         }
@@ -191,7 +205,7 @@ async fn copy_on_server(c: &mut Conn, src: &str, dst: &str) -> Result<(), Adapte
         let mut last_err = None;
         for v in views.iter() {
             let def = show_create(c, "VIEW", src, v).await?;
-            if let Err(e) = exec(c, &requalify(&def.sql, src, dst)).await {
+            if let Err(e) = exec_creating(c, "VIEW", v, &requalify(&def.sql, src, dst)).await {
                 last_err = Some(e);
                 left.push(v.clone());
             }
@@ -241,7 +255,7 @@ async fn copy_on_server(c: &mut Conn, src: &str, dst: &str) -> Result<(), Adapte
                 .await
                 .map_err(|e| sql_err("SET sql_mode", e))?;
         }
-        exec(c, &requalify(&def.sql, src, dst)).await?;
+        exec_creating(c, kind, &name, &requalify(&def.sql, src, dst)).await?;
     }
     Ok(())
 }
@@ -274,8 +288,8 @@ async fn copy_with_dump(slice: &Slice, src: &str, dst: &str) -> Result<(), Adapt
     let (src, dst) = (src.to_owned(), dst.to_owned());
     let (dump_name, load_name) = (dump.display().to_string(), load.display().to_string());
     let result = tokio::task::spawn_blocking(move || -> Result<(), String> {
-        use std::process::{Command, Stdio};
-        let mut d = Command::new(&dump)
+        use std::process::Stdio;
+        let mut d = crate::platform::std_command(&dump)
             .args(&common)
             .args([
                 "--single-transaction",
@@ -293,7 +307,7 @@ async fn copy_with_dump(slice: &Slice, src: &str, dst: &str) -> Result<(), Adapt
             .spawn()
             .map_err(|e| format!("cannot run {dump_name}: {e}"))?;
         let out = d.stdout.take().expect("piped");
-        let l = Command::new(&load)
+        let l = crate::platform::std_command(&load)
             .args(&common)
             .arg(&dst)
             .env("MYSQL_PWD", &pwd)

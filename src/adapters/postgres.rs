@@ -3,7 +3,11 @@
 //! Slice names are `<project>_<world-slug>`, cut to PostgreSQL's 63-byte
 //! identifier limit with a hash suffix (so truncation never makes two worlds
 //! share a database), and always quoted. A clone is a server-side
-//! `CREATE DATABASE … TEMPLATE`, after ending other sessions on the template.
+//! `CREATE DATABASE … TEMPLATE`. PostgreSQL copies a template only while no
+//! other session is connected to it; Binky never ends a session it did not
+//! open, so a clone waits briefly for the template to be free and otherwise
+//! fails (environmental, so the world is built by provision + migrate +
+//! seed) naming who holds it.
 
 use super::{
     Adapter, AdapterError, Capabilities, Slice, TemplateLock, fit_identifier, url_with_database,
@@ -37,8 +41,9 @@ async fn connect(slice: &Slice) -> Result<tokio_postgres::Client, AdapterError> 
         .await
         .map_err(|e| {
             let mut err = AdapterError::new(format!(
-                "postgres: cannot connect to {} (admin_url): {e}; check that the server runs and that the account may create databases",
-                target(url)
+                "postgres: cannot connect to {} (admin_url): {}; check that the server runs and that the account may create databases",
+                target(url),
+                describe(&e)
             ))
             .redacted(slice);
             err.environmental = true;
@@ -68,8 +73,60 @@ fn target(url: &str) -> String {
     }
 }
 
+/// The server's own words for an error: its message, detail and hint
+/// (tokio-postgres's `Display` says only "db error"), else the client's
+/// error with its cause.
+fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut out = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+        if let Some(d) = db.detail() {
+            out.push_str(&format!("; detail: {d}"));
+        }
+        if let Some(h) = db.hint() {
+            out.push_str(&format!("; hint: {h}"));
+        }
+        return out;
+    }
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
 fn sql_err(what: &str, e: tokio_postgres::Error) -> AdapterError {
-    AdapterError::new(format!("postgres: {what}: {e}"))
+    AdapterError::new(format!("postgres: {what}: {}", describe(&e)))
+}
+
+/// How long a clone waits for the template to have no other session.
+pub const TEMPLATE_FREE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Sessions on database `db` other than ours, each as "pid 123 (user bob,
+/// application psql, from 10.0.0.5)"; empty when there are none the admin
+/// role may see.
+async fn sessions_on(c: &tokio_postgres::Client, db: &str) -> Vec<String> {
+    let rows = c
+        .query(
+            "SELECT pid, usename::text, application_name, client_addr::text FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            &[&db],
+        )
+        .await
+        .unwrap_or_default();
+    rows.iter()
+        .map(|r| {
+            let pid: i32 = r.get(0);
+            let user: Option<String> = r.get(1);
+            let app: Option<String> = r.get(2);
+            let from: Option<String> = r.get(3);
+            let mut what = vec![format!("user {}", user.as_deref().unwrap_or("?"))];
+            if let Some(a) = app.filter(|a| !a.is_empty()) {
+                what.push(format!("application {a}"));
+            }
+            if let Some(f) = from {
+                what.push(format!("from {f}"));
+            }
+            format!("pid {pid} ({})", what.join(", "))
+        })
+        .collect()
 }
 
 /// The advisory-lock key for building `template`: the first 8 bytes of a
@@ -190,27 +247,49 @@ impl Adapter for Postgres {
             Some(s) => format!(" STRATEGY {s}"),
             None => String::new(),
         };
-        // A template must have no other sessions while it is copied.
-        c.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
-            &[&template.name],
-        )
-        .await
-        .map_err(|e| sql_err("ending sessions on the template", e))?;
-        c.batch_execute(&format!(
+        let sql = format!(
             "CREATE DATABASE {} TEMPLATE {}{strategy}",
             quote(&slice.name),
             quote(&template.name)
-        ))
-        .await
-        .map_err(|e| {
-            let mut err = sql_err(
-                &format!("CREATE DATABASE {} TEMPLATE", quote(&slice.name)),
-                e,
-            );
+        );
+        // The template must have no other session while it is copied. Those
+        // sessions are not ours to end (a person in psql, an IDE, a worker):
+        // wait briefly — a clone by another daemon, or a session closing,
+        // frees it — then give up, saying who holds it.
+        let deadline = tokio::time::Instant::now() + TEMPLATE_FREE_WAIT;
+        loop {
+            let e = match c.batch_execute(&sql).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            let in_use = e
+                .as_db_error()
+                .is_some_and(|db| *db.code() == tokio_postgres::error::SqlState::OBJECT_IN_USE);
+            if in_use && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+            let mut err = if in_use {
+                let who = sessions_on(&c, &template.name).await;
+                let holders = if who.is_empty() {
+                    "sessions the admin role may not see (grant it pg_read_all_stats, or ask a superuser, to see who)".to_owned()
+                } else {
+                    who.join("; ")
+                };
+                AdapterError::new(format!(
+                    "postgres: the template {} is in use by other sessions for more than {} s: {holders}; close them to let worlds be cloned (binky never ends a session it did not open)",
+                    quote(&template.name),
+                    TEMPLATE_FREE_WAIT.as_secs()
+                ))
+            } else {
+                sql_err(
+                    &format!("CREATE DATABASE {} TEMPLATE", quote(&slice.name)),
+                    e,
+                )
+            };
             err.environmental = true;
-            err
-        })
+            return Err(err);
+        }
     }
 }
 

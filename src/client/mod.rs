@@ -67,7 +67,7 @@ impl Client {
                     | std::io::ErrorKind::UnexpectedEof
             )
         };
-        match write_frame(&mut client.writer, &Hello::current()) {
+        match write_frame(&mut platform::NoSigpipe(&client.writer), &Hello::current()) {
             Ok(()) => {}
             Err(e) if gone(&e) => return Ok(None),
             Err(e) => return Err(io_err("cannot talk to the daemon at", &sock, e)),
@@ -129,7 +129,7 @@ impl Client {
             ))
             .hint("run `binky daemon stop`, then retry (a new daemon starts on demand)"));
         }
-        write_frame(&mut self.writer, req)
+        write_frame(&mut platform::NoSigpipe(&self.writer), req)
             .map_err(|e| ApiError::new(format!("lost the daemon connection: {e}")))?;
         loop {
             match read_frame::<_, Reply>(&mut self.reader) {

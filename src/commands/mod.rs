@@ -23,6 +23,16 @@ use std::process::ExitCode;
 /// Runs one parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
     let project = cli.project.as_deref();
+    if project.is_some() && !cli.command.takes_project() {
+        output::error(
+            format!(
+                "-p/--project does not apply to `binky {}`: it acts on the whole machine, not on one project",
+                cli.command.name()
+            ),
+            Some("run it without -p"),
+        );
+        return ExitCode::from(2);
+    }
     match &cli.command {
         Command::Check(args) => check::run(args, project),
         Command::Completions(args) => {
@@ -35,7 +45,12 @@ pub fn run(cli: Cli) -> ExitCode {
             // Survive the terminal and the daemon: only the end of input
             // (the service is gone) ends this process.
             crate::platform::ignore_terminal_signals();
-            let mut f = match crate::supervisor::logs::open_append(file) {
+            let opened = crate::supervisor::logs::LogFile::open(
+                file,
+                crate::supervisor::LOG_ROLL_BYTES,
+                crate::supervisor::LOG_GENERATIONS,
+            );
+            let mut f = match opened {
                 Ok(f) => f,
                 Err(e) => {
                     eprintln!("binky log-writer: {}: {e}", file.display());
@@ -63,7 +78,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Doctor(args) => doctor::run(args),
         Command::Gc(args) => world::gc(args),
         Command::Mcp => match paths_or_exit() {
-            Ok(paths) => match crate::mcp::run(paths) {
+            Ok(paths) => match crate::mcp::run(paths, project) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("binky mcp: {e:#}");
@@ -77,9 +92,16 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 /// A verb that exists in the CLI but is not built yet. It never pretends to
-/// succeed.
+/// succeed, and says what to do meanwhile.
 fn not_implemented(verb: &str) -> ExitCode {
-    eprintln!("binky {verb}: not implemented yet");
+    let instead = match verb {
+        "init" => {
+            "write binky.toml by hand: the README's \"Your own project\" section has a starting file, and `binky check` validates it"
+        }
+        "dashboard" => "`binky status` shows every world (`watch -n1 binky status` keeps it live)",
+        _ => "see `binky --help` for what is built",
+    };
+    output::error(format!("binky {verb}: not implemented yet"), Some(instead));
     ExitCode::from(2)
 }
 

@@ -5,7 +5,7 @@ use crate::cli::{EnvArgs, LogsArgs, NameArgs, RemoveArgs, UpArgs};
 use crate::client::Client;
 use crate::output::{DIM, OK, paint};
 use crate::protocol::{ClientEnv, Progress, Request, Response, UpRequest, WorldOutcome, WorldRef};
-use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -404,28 +404,19 @@ pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
     if !args.follow {
         return ExitCode::SUCCESS;
     }
-    // Follow: print lines as they are appended, in arrival order.
-    let mut offsets: Vec<u64> = files
+    // Follow by name (as `tail -F`): lines as they are appended, in arrival
+    // order, across a rotation of any log.
+    let mut followers: Vec<crate::supervisor::logs::Follower> = files
         .iter()
-        .map(|(_, p)| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .map(|(_, p)| crate::supervisor::logs::Follower::from_end(p))
         .collect();
     let mut partial: Vec<String> = vec![String::new(); files.len()];
     loop {
-        for (i, (svc, path)) in files.iter().enumerate() {
-            let Ok(mut f) = std::fs::File::open(path) else {
-                continue;
-            };
-            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-            if len < offsets[i] {
-                offsets[i] = 0; // rolled
-            }
-            if len == offsets[i] {
+        for (i, (svc, _)) in files.iter().enumerate() {
+            let buf = followers[i].poll();
+            if buf.is_empty() {
                 continue;
             }
-            let _ = f.seek(SeekFrom::Start(offsets[i]));
-            let mut buf = Vec::new();
-            let _ = f.read_to_end(&mut buf);
-            offsets[i] += buf.len() as u64;
             partial[i].push_str(&String::from_utf8_lossy(&buf));
             while let Some(pos) = partial[i].find('\n') {
                 let line: String = partial[i].drain(..=pos).collect();

@@ -5,6 +5,7 @@
 //! [`render::render`] is pure over a world's facts.
 
 pub mod diagnostic;
+pub mod dotenv;
 pub mod locate;
 pub mod model;
 pub mod raw;

@@ -92,6 +92,10 @@ impl EventLog {
     /// event log is for people, not for correctness.
     pub fn emit(&self, mut ev: Event) {
         ev.ts = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
+        // A detail may quote a command's or an adapter's words.
+        if let Some(d) = ev.detail.as_mut() {
+            crate::secrets::scrub_in_place(d);
+        }
         let Ok(mut line) = serde_json::to_vec(&ev) else {
             return;
         };

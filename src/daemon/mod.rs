@@ -143,6 +143,33 @@ impl Daemon {
     }
 }
 
+/// Where the daemon's `tracing` output goes. A daemon the CLI started has
+/// its stderr on `daemon.log` under `BINKY_HOME`: it then writes that file
+/// itself, rolled at [`crate::supervisor::LOG_ROLL_BYTES`] keeping
+/// [`crate::supervisor::LOG_GENERATIONS`] and reopened by name after a
+/// rename, with stdout and stderr kept on the current file so a panic lands
+/// there too. A daemon run in a terminal (`binky daemon run`) logs to its
+/// stderr.
+pub fn log_writer() -> tracing_subscriber::fmt::writer::BoxMakeWriter {
+    use crate::supervisor::{LOG_GENERATIONS, LOG_ROLL_BYTES, logs::LogFile};
+    let opened = Paths::from_env().ok().and_then(|p| {
+        let log = p.daemon_log();
+        if !platform::stderr_is(&log) {
+            return None;
+        }
+        LogFile::open(&log, LOG_ROLL_BYTES, LOG_GENERATIONS).ok()
+    });
+    // Scrubbed either way: a log line may quote an error's text.
+    match opened {
+        Some(log) => tracing_subscriber::fmt::writer::BoxMakeWriter::new(Mutex::new(
+            crate::secrets::Scrubbing(log.on_open(platform::redirect_stdio_to)),
+        )),
+        None => tracing_subscriber::fmt::writer::BoxMakeWriter::new(|| {
+            crate::secrets::Scrubbing(std::io::stderr())
+        }),
+    }
+}
+
 /// Builds a runtime and runs the daemon to completion (`binky daemon run`).
 pub fn run_blocking(paths: Paths) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -231,6 +258,11 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
             },
         );
     }
+    // Every process this daemon starts shares its session: recorded before
+    // the first one, so a later daemon can find them all, listed or not.
+    daemon
+        .registry()
+        .record_session(platform::session_id(), platform::pid())?;
     // Reconcile before serving: re-adopt what is still running.
     world::reconcile(&daemon).await;
     let port = daemon.registry().settings()?.proxy_port;
@@ -297,6 +329,32 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     tracing::info!("daemon stopped");
     drop(lock);
     Ok(())
+}
+
+/// A reply with every secret the daemon knows masked (see
+/// [`crate::secrets`]): errors, hints, notes and progress lines may quote a
+/// command's or an adapter's words. `env` answers are left whole: handing
+/// out a world's addresses is what they are for.
+fn scrubbed(mut reply: Reply) -> Reply {
+    use crate::protocol::Response;
+    use crate::secrets::scrub_in_place;
+    match &mut reply {
+        Reply::Progress(p) => scrub_in_place(&mut p.message),
+        Reply::Err(e) => {
+            scrub_in_place(&mut e.message);
+            if let Some(h) = e.hint.as_mut() {
+                scrub_in_place(h);
+            }
+        }
+        Reply::Ok(Response::World(o)) => {
+            o.notes.iter_mut().for_each(scrub_in_place);
+            if let Some(e) = o.world.error.as_mut() {
+                scrub_in_place(e);
+            }
+        }
+        Reply::Ok(_) => {}
+    }
+    reply
 }
 
 async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
@@ -375,17 +433,17 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
                 tokio::select! {
                     r = &mut op => break r,
                     Some(p) = prx.recv() => {
-                        let _ = write_frame_async(&mut w, &Reply::Progress(p)).await;
+                        let _ = write_frame_async(&mut w, &scrubbed(Reply::Progress(p))).await;
                     }
                 }
             };
             while let Ok(p) = prx.try_recv() {
-                let _ = write_frame_async(&mut w, &Reply::Progress(p)).await;
+                let _ = write_frame_async(&mut w, &scrubbed(Reply::Progress(p))).await;
             }
-            match result {
+            scrubbed(match result {
                 Ok(resp) => Reply::Ok(resp),
                 Err(e) => Reply::Err(e),
-            }
+            })
         };
         if write_frame_async(&mut w, &reply).await.is_err() {
             return;

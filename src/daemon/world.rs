@@ -78,24 +78,14 @@ impl Worlds {
     }
 }
 
-/// Test-only fault injection: when `BINKY_TEST_FAULT` names this point, the
-/// daemon aborts right here, as a crash would (see tests/it/faults.rs). The
-/// points sit between the steps of each multi-step operation.
-fn fault_point(name: &str) {
-    static FAULT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    if FAULT
-        .get_or_init(|| std::env::var("BINKY_TEST_FAULT").ok())
-        .as_deref()
-        == Some(name)
-    {
-        tracing::error!(point = name, "BINKY_TEST_FAULT: aborting");
-        std::process::abort();
-    }
-}
+use crate::faults::point as fault_point;
 
+/// Through `?`: scrubbed of every secret the daemon knows, since the
+/// error does not carry its slice (prefer [`adapter_error`], which also
+/// names the service and masks the slice's `admin_url`).
 impl From<adapters::AdapterError> for ApiError {
     fn from(e: adapters::AdapterError) -> Self {
-        ApiError::new(e.message)
+        ApiError::new(crate::secrets::scrub(&e.message).into_owned())
     }
 }
 
@@ -324,6 +314,15 @@ fn adapter_error(service: &str, slice: &Slice, e: adapters::AdapterError) -> Api
     ApiError::new(format!("services.{service}: {}", e.redacted(slice).message))
 }
 
+/// The caller's `git` (on its `PATH`, run with its environment): worktrees
+/// are made and removed by the user's own git.
+fn user_git(client_env: &ClientEnv) -> Result<worktree::Git, ApiError> {
+    worktree::Git::find(search_path(client_env).as_deref(), &client_env.0).map_err(|e| {
+        ApiError::new(e.to_string())
+            .hint("install git (Debian: apt-get install git) or put it on the PATH of the shell running binky")
+    })
+}
+
 /// The adapter named `name`, built in or external (`binky-adapter-<name>` on
 /// the caller's `PATH`).
 fn adapter_for(name: &str, client_env: &ClientEnv) -> Option<Arc<dyn adapters::Adapter>> {
@@ -358,15 +357,17 @@ fn read_env_file(
             candidates[1].display()
         ))
     })?;
-    let iter = dotenvy::from_path_iter(path)
+    let text = std::fs::read_to_string(path)
         .map_err(|e| ApiError::new(format!("cannot read env_file {}: {e}", path.display())))?;
-    let mut out = Vec::new();
-    for item in iter {
-        let (k, v) =
-            item.map_err(|e| ApiError::new(format!("env_file {}: {e}", path.display())))?;
-        out.push((k, v));
+    // Values are taken literally (see config::dotenv); errors never quote one.
+    let pairs = config::dotenv::parse(&text).map_err(|e| {
+        ApiError::new(format!("env_file {}, {e}", path.display()))
+            .hint("each line is KEY=value (quote a value with spaces); `#` starts a comment")
+    })?;
+    for (k, v) in &pairs {
+        crate::secrets::register_var(k, v);
     }
-    Ok(out)
+    Ok(pairs)
 }
 
 fn env_key(s: &str) -> String {
@@ -386,6 +387,9 @@ struct Plan {
     facts: IndexMap<String, ServiceFacts>,
     world_root: PathBuf,
     project_env: Vec<(String, String)>,
+    /// The daemon's `BINKY_HOME`, handed to every process it starts: with
+    /// the daemon's session id it is how a later daemon recognises them.
+    home: PathBuf,
 }
 
 fn lookup_env<'a>(
@@ -393,13 +397,18 @@ fn lookup_env<'a>(
     client: &'a ClientEnv,
 ) -> impl Fn(&str) -> Option<String> + Sync + 'a {
     move |name: &str| {
-        project_env
+        let v = project_env
             .iter()
             .rev()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
             .or_else(|| client.get(name).map(str::to_owned))
-            .or_else(|| std::env::var(name).ok())
+            .or_else(|| std::env::var(name).ok());
+        // What `${env.NAME}` hands a world may be a credential.
+        if let Some(v) = &v {
+            crate::secrets::register_var(name, v);
+        }
+        v
     }
 }
 
@@ -480,11 +489,12 @@ async fn up_locked(
         Some(r) => config::resolve_against(&loc.main_root(), r),
         None => worktree::default_root(&loc.main),
     };
+    let git = user_git(client_env)?;
     let (main, branch, slug2) = (loc.main.clone(), name.to_owned(), slug.clone());
     let repo_lock = d.worlds.repo_lock(&loc.main);
     let repo_guard = repo_lock.lock().await;
     let ensured = tokio::task::spawn_blocking(move || {
-        worktree::ensure(&main, &branch, &slug2, &root)
+        worktree::ensure(&git, &main, &branch, &slug2, &root)
     })
     .await
     .map_err(internal)?
@@ -684,6 +694,7 @@ async fn bring_up(
         facts,
         world_root: world_root.clone(),
         project_env,
+        home: d.paths.home().to_path_buf(),
     };
 
     // Slices, before any process that may use them.
@@ -716,6 +727,10 @@ async fn bring_up(
             let Some(p) = svc.process() else { continue };
             let spec = process_spec(cfg, project, name, sname, p, &plan, client_env, &log_dir)?;
             progress.say("start", Some(sname), format!("starting {sname}"));
+            // Intent first: the row says `starting` before a process exists.
+            d.registry()
+                .service_state(world_id, sname, "starting", None, false)
+                .map_err(internal)?;
             let recorder = recorder(
                 d.clone(),
                 world_id,
@@ -882,6 +897,7 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
         .unwrap_or_default()
     };
     reap_interrupted_verifies(d).await;
+    stop_unknown(d).await;
     for (id, project, name, state, intent) in worlds {
         if let Some(op) = &intent {
             let reason = format!(
@@ -910,6 +926,99 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
             d.event(world_event("adopt_failed", &project, &name).detail(first_line(&e.message)));
         }
     }
+}
+
+/// Stops every process an earlier daemon of this `BINKY_HOME` started that
+/// the registry does not list — as when that daemon died between starting a
+/// service and recording its pid. Such a process is found by what a crash
+/// cannot lose: it runs in a recorded daemon session (every process a daemon
+/// starts shares its session) and carries this `BINKY_HOME` with
+/// `BINKY_WORLD` (or `BINKY_CADDY`) in its environment. Processes of
+/// recorded groups are left to adoption; nothing else is ever signalled.
+async fn stop_unknown(d: &Arc<Daemon>) {
+    use crate::platform;
+    let ours = platform::session_id();
+    let sessions: Vec<u32> = d
+        .registry()
+        .sessions()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| *s != ours)
+        .collect();
+    if sessions.is_empty() {
+        return;
+    }
+    let listed: std::collections::HashSet<u32> = d
+        .registry()
+        .recorded_processes()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(pid, start)| platform::process_start_time(*pid) == Some(*start))
+        .map(|(pid, _)| pid)
+        .collect();
+    let home = d.paths.home().display().to_string();
+    let procs = platform::all_processes();
+    for sid in &sessions {
+        if !procs.iter().any(|p| p.session == *sid && !p.is_zombie()) {
+            let _ = d.registry().forget_session(*sid);
+        }
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for p in procs
+        .iter()
+        .filter(|p| sessions.contains(&p.session) && !p.is_zombie() && !listed.contains(&p.pgrp))
+    {
+        let Some(env) = platform::process_env(p.pid) else {
+            continue;
+        };
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        if get(crate::paths::HOME_ENV).as_deref() != Some(home.as_str()) {
+            continue;
+        }
+        let world = get("BINKY_WORLD");
+        if world.is_none() && get("BINKY_CADDY").is_none() {
+            continue;
+        }
+        let service = get("BINKY_SERVICE");
+        let what = format!(
+            "pid {} ({})",
+            p.pid,
+            match (&world, &service) {
+                (Some(w), Some(s)) => format!("world {w}, service {s}"),
+                (Some(w), None) => format!("world {w}"),
+                _ => "caddy".into(),
+            }
+        );
+        tracing::warn!("stopping {what}: an earlier daemon started it and did not record it");
+        let mut ev = LogEvent::named("orphan_stopped").detail(what);
+        ev.project = get("BINKY_PROJECT");
+        ev.worktree = world;
+        ev.service = service;
+        d.event(ev);
+        let pid = p.pid;
+        if p.pid == p.pgrp {
+            set.spawn(async move {
+                supervisor::stop_pgid(
+                    pid,
+                    "SIGTERM",
+                    crate::config::DEFAULT_STOP_TIMEOUT,
+                    platform::wait_exit(pid),
+                )
+                .await;
+            });
+        } else {
+            set.spawn(async move {
+                let _ = platform::signal_process(pid, Some(nix::sys::signal::Signal::SIGTERM));
+                let _ = tokio::time::timeout(
+                    crate::config::DEFAULT_STOP_TIMEOUT,
+                    platform::wait_exit(pid),
+                )
+                .await;
+                let _ = platform::signal_process(pid, Some(nix::sys::signal::Signal::SIGKILL));
+            });
+        }
+    }
+    while set.join_next().await.is_some() {}
 }
 
 /// Stops the process groups of `verify` commands a dead daemon left running
@@ -983,6 +1092,7 @@ async fn adopt_world(
         facts,
         world_root: world_root.clone(),
         project_env,
+        home: d.paths.home().to_path_buf(),
     };
     let no_env = ClientEnv::default();
     for (n, s) in &cfg.services {
@@ -1128,6 +1238,7 @@ async fn provision(
                 ))
                 .hint("export it in the shell you run binky from (or put it in env_file)"));
             }
+            crate::secrets::register_url(&rendered.text);
             Some(rendered.text)
         }
     };
@@ -1152,10 +1263,7 @@ async fn provision(
     let exists = adapter.exists(&slice).await.map_err(named)?;
     if known.as_ref().is_some_and(|k| k.state == "live") && exists {
         // `up` after `down`: the slice is kept, nothing re-provisioned.
-        return adapter
-            .resolve(&slice)
-            .await
-            .map_err(|e| ApiError::new(e.message));
+        return adapter.resolve(&slice).await.map_err(named);
     }
     // Intent first: a crash from here leaves a row `gc` can sweep.
     d.registry()
@@ -1207,9 +1315,21 @@ async fn provision(
                 .map(str::trim)
                 == Some(key.as_str())
                 && adapter.exists(&template).await.unwrap_or(false);
+            // The template's migrate/seed output lives with the template, not
+            // in the log of the world that happened to build it (gone with
+            // that world); every clone's log points at it.
+            let template_log = PathBuf::from(format!("{}.log", marker.display()));
             if !fresh {
                 let _ = std::fs::remove_file(&marker);
                 adapter.teardown(&template).await.map_err(named)?;
+                let _ = std::fs::remove_file(&template_log);
+                if let Ok(mut f) = supervisor::logs::open_append(&template_log) {
+                    use std::io::Write;
+                    let _ = writeln!(
+                        f,
+                        "binky: building template {tname} (key {key}) for world {world}"
+                    );
+                }
                 let built = provision_and_seed(
                     adapter.as_ref(),
                     &template,
@@ -1219,7 +1339,7 @@ async fn provision(
                     r,
                     plan,
                     client_env,
-                    &log,
+                    &template_log,
                     "golden",
                 )
                 .await;
@@ -1237,7 +1357,17 @@ async fn provision(
                 d.event(world_event("golden_built", project, world).detail(tname.clone()));
             }
             match adapter.clone_slice(&template, &slice).await {
-                Ok(()) => cloned = true,
+                Ok(()) => {
+                    cloned = true;
+                    if let Ok(mut f) = supervisor::logs::open_append(&log) {
+                        use std::io::Write;
+                        let _ = writeln!(
+                            f,
+                            "binky: cloned from template {tname}; its migrate and seed output is in {}",
+                            template_log.display()
+                        );
+                    }
+                }
                 Err(e) => {
                     let e = e.redacted(&slice);
                     tracing::warn!(project, world, service, reason = %e.message, "clone_fallback");
@@ -1300,7 +1430,7 @@ async fn provision(
     adapter
         .resolve(&slice)
         .await
-        .map_err(|e| ApiError::new(e.message))
+        .map_err(|e| adapter_error(service, &slice, e))
 }
 
 /// Provisions `slice`, then runs `migrate` and `seed` against it.
@@ -1358,6 +1488,10 @@ fn base_env(
     for (k, v) in &plan.project_env {
         env.insert(k.clone(), v.clone());
     }
+    env.insert(
+        crate::paths::HOME_ENV.into(),
+        plan.home.display().to_string(),
+    );
     env.insert("BINKY_PROJECT".into(), cfg.project.name.clone());
     env.insert("BINKY_WORLD".into(), world.to_owned());
     env.insert(
@@ -1406,7 +1540,7 @@ async fn run_data_commands(
         let rendered = render(cmd, Some(service), &fx).text;
         let out = supervisor::logs::open_append(log).map_err(internal)?;
         let err = out.try_clone().map_err(internal)?;
-        let status = tokio::process::Command::new("/bin/sh")
+        let status = crate::platform::command("/bin/sh")
             .arg("-c")
             .arg(&rendered)
             .current_dir(&plan.world_root)
@@ -1460,7 +1594,9 @@ fn process_spec(
         env.insert(k.clone(), v.clone());
     }
     for (k, v) in &p.env {
-        env.insert(k.clone(), r(v));
+        let value = r(v);
+        crate::secrets::register_var(k, &value);
+        env.insert(k.clone(), value);
     }
     let cwd = match &p.cwd {
         Some(c) => config::resolve_against(&plan.world_root, &r(c)),
@@ -1621,19 +1757,25 @@ fn world_ports(d: &Daemon, world_id: i64) -> Result<IndexMap<ports::PortKey, u16
         .map_err(internal)
 }
 
-/// Stops a world's processes in reverse dependency order.
-async fn stop_processes(d: &Daemon, w: &WorldRow) {
+/// Stops a world's processes in reverse dependency order and returns once
+/// every process of every group is gone (bounded per group by
+/// [`supervisor::KILL_WAIT`] after SIGKILL); what outlived that is returned,
+/// for the verb to report.
+async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
+    let mut left = Vec::new();
     match d.worlds.take_runtime(w.id) {
         Some(rt) => {
             for level in rt.levels.iter().rev() {
                 let mut set = tokio::task::JoinSet::new();
                 for n in level {
                     if let Some(h) = rt.handles.get(n) {
-                        let h = h.clone();
-                        set.spawn(async move { h.stop().await });
+                        let (h, n) = (h.clone(), n.clone());
+                        set.spawn(async move { h.stop().await.map(|p| format!("{n}: {p}")) });
                     }
                 }
-                while set.join_next().await.is_some() {}
+                while let Some(r) = set.join_next().await {
+                    left.extend(r.ok().flatten());
+                }
             }
         }
         None => {
@@ -1646,7 +1788,7 @@ async fn stop_processes(d: &Daemon, w: &WorldRow) {
                     .prepare("SELECT name, pid, start_time FROM services WHERE world_id = ?1")
                 {
                     Ok(s) => s,
-                    Err(_) => return,
+                    Err(_) => return left,
                 };
                 stmt.query_map([w.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                     .and_then(|rows| rows.collect())
@@ -1655,19 +1797,25 @@ async fn stop_processes(d: &Daemon, w: &WorldRow) {
             // Not our children any more: stop each recorded group that is
             // still that very process, waiting on its exit through a pidfd.
             let mut set = tokio::task::JoinSet::new();
-            for (_, pid, start) in rows {
+            for (n, pid, start) in rows {
                 if let (Some(pid), Some(start)) = (pid, start)
                     && crate::platform::process_start_time(pid) == Some(start as u64)
                 {
-                    set.spawn(supervisor::stop_pgid(
-                        pid,
-                        "SIGTERM",
-                        crate::config::DEFAULT_STOP_TIMEOUT,
-                        crate::platform::wait_exit(pid),
-                    ));
+                    set.spawn(async move {
+                        supervisor::stop_pgid(
+                            pid,
+                            "SIGTERM",
+                            crate::config::DEFAULT_STOP_TIMEOUT,
+                            crate::platform::wait_exit(pid),
+                        )
+                        .await
+                        .map(|p| format!("{n}: {p}"))
+                    });
                 }
             }
-            while set.join_next().await.is_some() {}
+            while let Some(r) = set.join_next().await {
+                left.extend(r.ok().flatten());
+            }
         }
     }
     let reg = d.registry();
@@ -1682,6 +1830,7 @@ async fn stop_processes(d: &Daemon, w: &WorldRow) {
     ) {
         d.routes.set_world_state(&project, &w.name, "stopped");
     }
+    left
 }
 
 /// `binky down`.
@@ -1695,12 +1844,12 @@ pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome
         .set_world_state(w.id, &w.state, Some("down"), None)
         .map_err(internal)?;
     fault_point("down:intent");
-    stop_processes(d, &w).await;
+    let left = stop_processes(d, &w).await;
     d.registry()
         .set_world_state(w.id, "stopped", None, None)
         .map_err(internal)?;
     d.event(world_event("down", &loc.name, &w.name));
-    outcome(d, &loc.name, w.id, noop, Vec::new())
+    outcome(d, &loc.name, w.id, noop, left)
 }
 
 /// `binky reload`: stop, then up on the same ports and data.
@@ -1789,11 +1938,10 @@ pub(crate) async fn remove(
     d.registry()
         .set_world_state(w.id, &w.state, Some("remove"), None)
         .map_err(internal)?;
-    stop_processes(d, &w).await;
+    let mut notes = stop_processes(d, &w).await;
     fault_point("remove:stopped");
     // Tear down slices.
     let slices = d.registry().slices_of(w.id).map_err(internal)?;
-    let mut notes = Vec::new();
     for s in slices {
         if let Some(adapter) = adapter_for(&s.adapter, &client_env) {
             d.registry()
@@ -1866,7 +2014,8 @@ pub(crate) async fn remove(
     let repo_lock = d.worlds.repo_lock(&loc.main);
     let _repo_guard = repo_lock.lock().await;
     fault_point("remove:torn_down");
-    tokio::task::spawn_blocking(move || worktree::remove(&main, &p2))
+    let git = user_git(&client_env)?;
+    tokio::task::spawn_blocking(move || worktree::remove(&git, &main, &p2))
         .await
         .map_err(internal)?
         .map_err(|e| {
@@ -1875,6 +2024,11 @@ pub(crate) async fn remove(
                 path.display()
             ))
         })?;
+    if loc.config.project.worktree_root.is_none() {
+        // The last world gone leaves no empty `<repo>.worktrees/` behind
+        // (remove_dir removes only an empty folder).
+        let _ = std::fs::remove_dir(&root);
+    }
     let _ = std::fs::remove_dir_all(d.paths.world_logs(&loc.name, &w.slug));
     {
         let reg = d.registry();
@@ -1951,7 +2105,11 @@ pub(crate) async fn env(
                         admin,
                         &client_env,
                     );
-                    Some(a.resolve(&slice).await?)
+                    Some(
+                        a.resolve(&slice)
+                            .await
+                            .map_err(|e| adapter_error(&n, &slice, e))?,
+                    )
                 }
                 None => None,
             },
@@ -2047,6 +2205,10 @@ pub(crate) async fn verify(
     for (svc, value) in &coords.services {
         env.insert(format!("{}_URL", env_key(svc)), value.clone());
     }
+    env.insert(
+        crate::paths::HOME_ENV.into(),
+        d.paths.home().display().to_string(),
+    );
     env.insert("BINKY_PROJECT".into(), coords.project.clone());
     env.insert("BINKY_WORLD".into(), coords.world.clone());
     env.insert("BINKY_WORKTREE".into(), coords.worktree.clone());
@@ -2069,7 +2231,7 @@ pub(crate) async fn verify(
         }
         progress.say("verify", None, format!("$ {cmd}"));
         let t0 = std::time::Instant::now();
-        let child = tokio::process::Command::new("/bin/sh")
+        let child = crate::platform::command("/bin/sh")
             .arg("-c")
             .arg(format!("exec 2>&1; {cmd}"))
             .current_dir(&world_root)
@@ -2284,7 +2446,9 @@ pub(crate) async fn gc(
                 } else if dry_run {
                     Ok(())
                 } else {
-                    worktree::remove(&loc.main_workdir, &p).map_err(|e| e.to_string())
+                    user_git(&client_env).map_err(|e| e.message).and_then(|g| {
+                        worktree::remove(&g, &loc.main_workdir, &p).map_err(|e| e.to_string())
+                    })
                 };
                 out.push(SweepItem {
                     kind: "worktree".into(),
@@ -2298,28 +2462,21 @@ pub(crate) async fn gc(
                 });
             }
         }
-        if let Ok(repo) = git2::Repository::open(&loc.main_workdir)
-            && let Ok(names) = repo.worktrees()
-        {
-            for n in names.iter().flatten() {
-                if let Ok(wt) = repo.find_worktree(n)
-                    && !wt.path().exists()
-                    && matches!(wt.is_locked(), Ok(git2::WorktreeLockStatus::Unlocked))
-                {
-                    let r = if dry_run {
-                        Ok(())
-                    } else {
-                        wt.prune(Some(git2::WorktreePruneOptions::new().valid(true)))
-                            .map_err(|e| e.to_string())
-                    };
-                    out.push(SweepItem {
-                        kind: "registration".into(),
-                        what: format!("{} ({})", n, wt.path().display()),
-                        why: "a git worktree registration whose folder is gone".into(),
-                        outcome: outcome(r),
-                    });
-                }
-            }
+        for (n, path) in worktree::stale_registrations(&loc.main_workdir) {
+            let r = if dry_run {
+                Ok(())
+            } else {
+                user_git(&client_env).map_err(|e| e.message).and_then(|g| {
+                    worktree::prune_registration(&g, &loc.main_workdir, &path)
+                        .map_err(|e| e.to_string())
+                })
+            };
+            out.push(SweepItem {
+                kind: "registration".into(),
+                what: format!("{} ({})", n, path.display()),
+                why: "a git worktree registration whose folder is gone".into(),
+                outcome: outcome(r),
+            });
         }
     }
     // 3. Golden markers of projects the registry does not know.

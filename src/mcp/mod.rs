@@ -75,6 +75,8 @@ pub struct BinkyMcp {
     tool_router: ToolRouter<Self>,
     paths: Paths,
     cwd: PathBuf,
+    /// `binky -p X mcp`: the project a tool call without `project` means.
+    default_project: Option<String>,
 }
 
 fn tool_error(e: &ApiError) -> CallToolResult {
@@ -93,7 +95,7 @@ fn tool_error(e: &ApiError) -> CallToolResult {
 
 impl BinkyMcp {
     fn world_ref(&self, project: Option<&str>, name: &str) -> WorldRef {
-        WorldRef::from_arg(project, &self.cwd, name)
+        WorldRef::from_arg(project.or(self.default_project.as_deref()), &self.cwd, name)
     }
 
     /// Runs one daemon call on a blocking thread, forwarding progress as MCP
@@ -139,11 +141,12 @@ fn done(v: impl serde::Serialize) -> Result<CallToolResult, ErrorData> {
 impl BinkyMcp {
     /// A server for the daemon under `paths`, resolving relative projects
     /// against `cwd`.
-    pub fn new(paths: Paths, cwd: PathBuf) -> Self {
+    pub fn new(paths: Paths, cwd: PathBuf, default_project: Option<String>) -> Self {
         BinkyMcp {
             tool_router: Self::tool_router(),
             paths,
             cwd,
+            default_project,
         }
     }
 
@@ -194,7 +197,7 @@ impl BinkyMcp {
         &self,
         Parameters(a): Parameters<StatusArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let project = match a.project.as_deref() {
+        let project = match a.project.as_deref().or(self.default_project.as_deref()) {
             None => None,
             Some(p) if std::path::Path::new(p).exists() || p.contains('/') => {
                 match crate::config::find(&self.cwd.join(p)).and_then(|f| crate::config::load(&f)) {
@@ -274,14 +277,17 @@ impl ServerHandler for BinkyMcp {
 }
 
 /// Runs the server on stdin/stdout until the client disconnects.
-pub fn run(paths: Paths) -> anyhow::Result<()> {
+/// `default_project` (`binky -p X mcp`) is the project a tool call without
+/// `project` means; else the folder the server runs in.
+pub fn run(paths: Paths, default_project: Option<&str>) -> anyhow::Result<()> {
     let cwd = std::env::current_dir()?;
+    let default_project = default_project.map(str::to_owned);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let server = BinkyMcp::new(paths, cwd);
+        let server = BinkyMcp::new(paths, cwd, default_project);
         let service = server
             .serve(rmcp::transport::stdio())
             .await

@@ -110,14 +110,172 @@ pub fn spawn_detached(exe: &Path, args: &[&str], log: &Path) -> io::Result<std::
         .stdin(std::process::Stdio::null())
         .stdout(out)
         .stderr(err);
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    // SAFETY: setsid and close_range are async-signal-safe and touch no
+    // memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
             nix::unistd::setsid().map_err(io::Error::from)?;
-            Ok(())
+            cloexec_above_stdio()
         });
     }
     cmd.spawn()
+}
+
+/// Writes to a connected socket without raising SIGPIPE when the peer is
+/// gone (`send` with `MSG_NOSIGNAL`): the CLI restores SIGPIPE's default so
+/// a closed stdout ends it quietly, and a dead daemon must still be an
+/// error it can report, not a silent death.
+pub struct NoSigpipe<'a>(pub &'a ClientStream);
+
+impl io::Write for NoSigpipe<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        nix::sys::socket::send(
+            self.0.as_raw_fd(),
+            buf,
+            nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+        )
+        .map_err(io::Error::from)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Restores SIGPIPE's default action (end the process), which Rust's
+/// runtime sets to "ignore": a command whose reader went away then ends
+/// quietly, as `cat` does, instead of panicking in `println!`.
+pub fn default_sigpipe() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: installing SIG_DFL runs no code in a signal context.
+    unsafe {
+        let _ = signal(Signal::SIGPIPE, SigHandler::SigDfl);
+    }
+}
+
+/// Marks every descriptor above stderr close-on-exec, so a program started
+/// next keeps only stdin, stdout and stderr. For `pre_exec` hooks: it is one
+/// system call (`close_range` with `CLOSE_RANGE_CLOEXEC`, Linux 5.11+), and
+/// async-signal-safe. Rust opens its own descriptors close-on-exec already;
+/// this catches the ones a parent leaked to us (a `make` jobserver pipe, a
+/// `7>&1` in a shell), which would otherwise keep a pipe open for as long
+/// as the daemon or a service lives.
+pub fn cloexec_above_stdio() -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: close_range takes three integers and touches no memory.
+        let r = unsafe {
+            nix::libc::syscall(
+                nix::libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                nix::libc::CLOSE_RANGE_CLOEXEC,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+    }
+    // Older kernels: the daemon closed what it inherited at start
+    // (close_inherited_fds), and everything it opens is close-on-exec.
+    Ok(())
+}
+
+/// A command for `program` that starts with only stdin, stdout and stderr
+/// open (see [`cloexec_above_stdio`]): the one way Binky starts a process
+/// (services, their log writers, migrate/seed/verify, probes, Caddy,
+/// adapters' clients).
+pub fn command(program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(program);
+    // SAFETY: the hook makes one async-signal-safe system call.
+    unsafe {
+        c.pre_exec(cloexec_above_stdio);
+    }
+    c
+}
+
+/// [`command`] for a blocking `std::process::Command`.
+pub fn std_command(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = std::process::Command::new(program);
+    // SAFETY: the hook makes one async-signal-safe system call.
+    unsafe {
+        c.pre_exec(cloexec_above_stdio);
+    }
+    c
+}
+
+/// Closes every descriptor above stderr that this process inherited. The
+/// daemon calls it first thing, before it opens anything, so whatever its
+/// starter had open (a pipe a shell or `make` passed down) is not held for
+/// the daemon's whole life.
+pub fn close_inherited_fds() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: close_range takes three integers and touches no memory.
+        let r = unsafe { nix::libc::syscall(nix::libc::SYS_close_range, 3u32, u32::MAX, 0) };
+        if r == 0 {
+            return;
+        }
+    }
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .or_else(|_| std::fs::read_dir("/dev/fd"))
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+                .filter(|fd| *fd > 2)
+                .collect()
+        })
+        .unwrap_or_default();
+    for fd in fds {
+        // The listing's own descriptor is gone by now: EBADF, harmless.
+        let _ = nix::unistd::close(fd);
+    }
+}
+
+/// Whether this process's stderr is the file at `path` (the daemon started
+/// by the CLI writes there; one run in a terminal does not).
+pub fn stderr_is(path: &Path) -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let err = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(File::from)
+        .and_then(|f| f.metadata());
+    let (Ok(err), Ok(file)) = (err, std::fs::metadata(path)) else {
+        return false;
+    };
+    err.dev() == file.dev() && err.ino() == file.ino()
+}
+
+/// Points stdout and stderr at `file` (the daemon's current `daemon.log`),
+/// so a panic or a stray print lands where the log is read.
+pub fn redirect_stdio_to(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: dup2 takes two integers; both descriptors are valid.
+    unsafe {
+        nix::libc::dup2(file.as_raw_fd(), 1);
+        nix::libc::dup2(file.as_raw_fd(), 2);
+    }
+}
+
+/// The first of `names` that is an executable file in a folder of
+/// `search_path` (the daemon's `PATH` when `None`); names are tried in order,
+/// each across the whole path.
+pub fn find_executable(
+    names: &[&str],
+    search_path: Option<&std::ffi::OsStr>,
+) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = search_path
+        .map(|p| p.to_owned())
+        .or_else(|| std::env::var_os("PATH"))?;
+    names.iter().find_map(|n| {
+        std::env::split_paths(&path).map(|d| d.join(n)).find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
 }
 
 /// This process's id.
@@ -133,81 +291,137 @@ pub fn signal_by_name(name: &str) -> Option<nix::sys::signal::Signal> {
 /// Sends `sig` to every process in group `pgid`. `Ok(false)` when the group
 /// no longer exists.
 pub fn signal_group(pgid: u32, sig: Option<nix::sys::signal::Signal>) -> io::Result<bool> {
-    let Ok(raw) = i32::try_from(pgid) else {
+    send_signal(pgid, sig, true)
+}
+
+/// `kill` (or `killpg` when `group`); never to pid/pgid 0 or 1, which would
+/// reach our own group or init. `Ok(false)` when the target is gone.
+fn send_signal(id: u32, sig: Option<nix::sys::signal::Signal>, group: bool) -> io::Result<bool> {
+    let Ok(raw) = i32::try_from(id) else {
         return Ok(false);
     };
-    // pgid 0 or 1 would signal our own group or init: never.
     if raw <= 1 {
         return Ok(false);
     }
-    match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(raw), sig) {
+    let target = nix::unistd::Pid::from_raw(raw);
+    let sent = if group {
+        nix::sys::signal::killpg(target, sig)
+    } else {
+        nix::sys::signal::kill(target, sig)
+    };
+    match sent {
         Ok(()) => Ok(true),
         Err(nix::errno::Errno::ESRCH) => Ok(false),
         Err(e) => Err(io::Error::from(e)),
     }
 }
 
+/// The fields of `/proc/<pid>/stat` Binky reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// The process id.
+    pub pid: u32,
+    /// One-letter state (`R`, `S`, `Z`…).
+    pub state: char,
+    /// Parent pid.
+    pub ppid: u32,
+    /// Process group id.
+    pub pgrp: u32,
+    /// Session id.
+    pub session: u32,
+    /// Start time in clock ticks since boot.
+    pub start_time: u64,
+}
+
+impl ProcStat {
+    /// Whether it has exited and only waits to be reaped (holds nothing).
+    pub fn is_zombie(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+    }
+}
+
+/// Parses `/proc/<pid>/stat`; `None` when the process is gone.
+pub fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is parenthesised and may hold
+    // spaces or parentheses itself.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // f[0] is field 3 (state); field n is f[n - 3].
+    Some(ProcStat {
+        pid,
+        state: f.first()?.chars().next()?,
+        ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        session: f.get(3)?.parse().ok()?,
+        start_time: f.get(19)?.parse().ok()?,
+    })
+}
+
+/// Every process on the machine, as `/proc` lists it now.
+pub fn all_processes() -> Vec<ProcStat> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter_map(proc_stat)
+        .collect()
+}
+
+/// Live (non-zombie) members of process group `pgid`.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    all_processes()
+        .into_iter()
+        .filter(|p| p.pgrp == pgid && !p.is_zombie())
+        .map(|p| p.pid)
+        .collect()
+}
+
 /// Whether any process of group `pgid` is still alive. Zombies do not count:
 /// a member whose parent died waits for init to reap it, which can take
 /// seconds, and it holds nothing (no port, no file) meanwhile.
 pub fn group_alive(pgid: u32) -> bool {
-    if !signal_group(pgid, None).unwrap_or(false) {
-        return false;
-    }
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return true;
-    };
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let mut f = rest.split_whitespace();
-        let state = f.next().unwrap_or("");
-        // Fields after state: ppid, pgrp.
-        let pgrp = f.nth(1).and_then(|g| g.parse::<u32>().ok());
-        if pgrp == Some(pgid) && !matches!(state, "Z" | "X") {
-            return true;
-        }
-    }
-    false
+    signal_group(pgid, None).unwrap_or(false) && !group_members(pgid).is_empty()
 }
 
 /// A process's start time in clock ticks since boot (field 22 of
-/// `/proc/<pid>/stat`). With the pid it identifies a process across pid reuse.
+/// `/proc/<pid>/stat`). With the pid it identifies a process across pid
+/// reuse. `None` for a zombie: it has exited and only waits to be reaped.
 pub fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is parenthesised and may hold spaces.
-    let rest = stat.rsplit_once(')')?.1;
-    let mut fields = rest.split_whitespace();
-    // A zombie has exited; it only waits to be reaped. Not alive.
-    if matches!(fields.next(), Some("Z" | "X")) {
-        return None;
-    }
-    fields.nth(18)?.parse().ok()
+    proc_stat(pid)
+        .filter(|p| !p.is_zombie())
+        .map(|p| p.start_time)
+}
+
+/// The environment a process was started with (`/proc/<pid>/environ`);
+/// `None` when it is gone or not ours to read.
+pub fn process_env(pid: u32) -> Option<Vec<(String, String)>> {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    Some(
+        raw.split(|b| *b == 0)
+            .filter_map(|kv| {
+                let kv = String::from_utf8_lossy(kv);
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            })
+            .collect(),
+    )
+}
+
+/// This process's session id.
+pub fn session_id() -> u32 {
+    nix::unistd::getsid(None).map_or(0, |p| p.as_raw() as u32)
+}
+
+/// Sends `sig` to one process. `Ok(false)` when it no longer exists.
+pub fn signal_process(pid: u32, sig: Option<nix::sys::signal::Signal>) -> io::Result<bool> {
+    send_signal(pid, sig, false)
 }
 
 /// Pids of `pid` and all its descendants (from `/proc/*/stat` parent links).
 pub fn process_tree(pid: u32) -> Vec<u32> {
-    let mut parent_of: Vec<(u32, u32)> = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat"))
-                && let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r)
-                && let Some(pp) = rest.split_whitespace().nth(1).and_then(|s| s.parse().ok())
-            {
-                parent_of.push((p, pp));
-            }
-        }
-    }
+    let parent_of: Vec<(u32, u32)> = all_processes().iter().map(|p| (p.pid, p.ppid)).collect();
     let mut tree = vec![pid];
     let mut i = 0;
     while i < tree.len() {

@@ -78,18 +78,35 @@ impl Caddy {
         let file = dir.join("Caddyfile");
         std::fs::write(&file, caddyfile(dir, https_port, http_port, proxy_port))
             .map_err(|e| e.to_string())?;
-        let log = crate::supervisor::logs::open_append(&dir.join("caddy.log"))
-            .map_err(|e| e.to_string())?;
-        let log2 = log.try_clone().map_err(|e| e.to_string())?;
-        let mut child = tokio::process::Command::new(exe)
+        // Through Binky's log writer, so caddy.log rolls by size and
+        // follows its name like every other log.
+        let log = dir.join("caddy.log");
+        let (out, err): (std::process::Stdio, std::process::Stdio) = match std::env::current_exe() {
+            Ok(binky) => {
+                let (w, _writer) = crate::supervisor::logs::spawn_writer(&binky, &log)
+                    .map_err(|e| e.to_string())?;
+                let w2 = w.try_clone().map_err(|e| e.to_string())?;
+                (w.into(), w2.into())
+            }
+            Err(_) => {
+                let f = crate::supervisor::logs::open_append(&log).map_err(|e| e.to_string())?;
+                let f2 = f.try_clone().map_err(|e| e.to_string())?;
+                (f.into(), f2.into())
+            }
+        };
+        let mut child = crate::platform::command(exe)
             .args(["run", "--adapter", "caddyfile", "--config"])
             .arg(&file)
             .env("XDG_DATA_HOME", dir.join("data"))
             .env("XDG_CONFIG_HOME", dir.join("config"))
             .env("HOME", dir)
+            // How a later daemon of this BINKY_HOME recognises a Caddy an
+            // earlier one left running (see daemon reconcile).
+            .env("BINKY_CADDY", "1")
+            .env(crate::paths::HOME_ENV, dir.parent().unwrap_or(dir))
             .stdin(std::process::Stdio::null())
-            .stdout(log)
-            .stderr(log2)
+            .stdout(out)
+            .stderr(err)
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("cannot start caddy: {e}"))?;

@@ -870,7 +870,10 @@ pub async fn serve(
             Ok(l) => l,
             Err(e) => {
                 on_error(format!("cannot bind the proxy on port {p}: {e}"));
-                let _ = bound.send(Some((p, false)));
+                // send_replace: kept even while nobody is subscribed (a
+                // plain send would drop it, and a later waiter would time
+                // out on a proxy that has long answered).
+                bound.send_replace(Some((p, false)));
                 if port.changed().await.is_err() {
                     return;
                 }
@@ -878,7 +881,7 @@ pub async fn serve(
             }
         };
         tracing::info!(port = p, threads = workers.len(), "proxy listening");
-        let _ = bound.send(Some((p, true)));
+        bound.send_replace(Some((p, true)));
         let mut tasks = tokio::task::JoinSet::new();
         for l in listeners {
             tasks.spawn(accept_loop(workers.clone(), l));
@@ -1076,6 +1079,37 @@ mod tests {
             "web.x.acme.localhost"
         );
         assert_eq!(normalise_host("[::1]:80"), "::1");
+    }
+
+    /// A daemon start waited 2 s for nothing when the proxy bound before
+    /// anyone subscribed: the report was dropped.
+    #[tokio::test]
+    async fn the_bind_report_is_kept_for_a_waiter_that_comes_later() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let proxy = Proxy::new(Arc::default(), Arc::default());
+        let (_port_tx, port_rx) = watch::channel(port);
+        let (bound, _) = watch::channel(None);
+        let report = bound.clone();
+        tokio::spawn(serve(proxy, port_rx, report, |_| {}));
+        // Listening first, subscribed after.
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let mut rx = bound.subscribe();
+        let seen = tokio::time::timeout(
+            std::time::Duration::from_millis(500),
+            rx.wait_for(|b| *b == Some((port, true))),
+        )
+        .await;
+        assert!(seen.is_ok(), "the proxy's bind report was lost");
     }
 
     #[test]

@@ -132,8 +132,12 @@ impl Registry {
         }
         conn.query_row("PRAGMA journal_mode=WAL", [], |_| Ok(()))
             .map_err(|e| classify(path, e))?;
-        conn.execute_batch("PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL;")
-            .map_err(|e| classify(path, e))?;
+        // secure_delete: freed pages are zeroed, so a removed world's
+        // texts do not linger in the file (the workload is tiny).
+        conn.execute_batch(
+            "PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL; PRAGMA secure_delete=ON;",
+        )
+        .map_err(|e| classify(path, e))?;
         schema::migrations()
             .to_latest(&mut conn)
             .map_err(|e| match e {
@@ -383,6 +387,53 @@ impl Registry {
             .filter_map(|p| std::fs::metadata(p).ok())
             .map(|m| m.len())
             .sum()
+    }
+
+    /// Records the session of a daemon that is about to start processes
+    /// (`sid`, its own pid).
+    pub fn record_session(&self, sid: u32, pid: u32) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO daemon_sessions(sid, pid) VALUES (?1, ?2)",
+                params![sid, pid],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Session ids of daemons (this one included) that started processes.
+    pub fn sessions(&self) -> Result<Vec<u32>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT sid FROM daemon_sessions")
+            .map_err(|e| self.err(e))?;
+        stmt.query_map([], |r| r.get(0))
+            .and_then(|rows| rows.collect())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Forgets a session no process lives in any more.
+    pub fn forget_session(&self, sid: u32) -> Result<(), RegistryError> {
+        self.conn
+            .execute("DELETE FROM daemon_sessions WHERE sid = ?1", [sid])
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// `(pid, start time)` of every process the registry records: services
+    /// and `verify` commands in flight.
+    pub fn recorded_processes(&self) -> Result<Vec<(u32, u64)>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT pid, start_time FROM services WHERE pid IS NOT NULL AND start_time IS NOT NULL
+                 UNION ALL
+                 SELECT verify_pid, verify_start_time FROM worlds WHERE verify_pid IS NOT NULL AND verify_start_time IS NOT NULL",
+            )
+            .map_err(|e| self.err(e))?;
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))
+            .and_then(|rows| rows.collect())
+            .map_err(|e| self.err(e))
     }
 
     /// Registers a project (or updates its root), returning its id.

@@ -4,11 +4,11 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 3;
+pub const LATEST: i64 = 4;
 
 /// All migrations, oldest first.
 pub fn migrations() -> Migrations<'static> {
-    Migrations::new(vec![M::up(V1), M::up(V2), M::up(V3)])
+    Migrations::new(vec![M::up(V1), M::up(V2), M::up(V3), M::up(V4)])
 }
 
 const V1: &str = r#"
@@ -99,4 +99,16 @@ ALTER TABLE services ADD COLUMN host TEXT;
 const V3: &str = r#"
 ALTER TABLE worlds ADD COLUMN verify_pid INTEGER;
 ALTER TABLE worlds ADD COLUMN verify_start_time INTEGER;
+"#;
+
+/// v4: the sessions of daemons that started processes, so a new daemon can
+/// find every process an earlier one started — recorded or not, as when a
+/// daemon died between starting a service and recording its pid — by its
+/// session id and `BINKY_HOME` (see daemon::world::stop_unknown).
+const V4: &str = r#"
+CREATE TABLE daemon_sessions (
+    sid         INTEGER PRIMARY KEY,      -- session id = the daemon's pid when it ran setsid
+    pid         INTEGER NOT NULL,
+    started_at  INTEGER NOT NULL DEFAULT (unixepoch())
+);
 "#;

@@ -108,10 +108,12 @@ impl Registry {
         intent: Option<&str>,
         error: Option<&str>,
     ) -> Result<(), RegistryError> {
+        // An error may quote a command's output: no secret is stored.
+        let error = error.map(crate::secrets::scrub);
         self.conn
             .execute(
                 "UPDATE worlds SET state = ?2, intent = ?3, error = ?4, updated_at = unixepoch() WHERE id = ?1",
-                params![id, state, intent, error],
+                params![id, state, intent, error.as_deref()],
             )
             .map(|_| ())
             .map_err(|e| self.err(e))
@@ -185,6 +187,8 @@ impl Registry {
         exit: Option<&str>,
         has_process: bool,
     ) -> Result<(), RegistryError> {
+        let exit = exit.map(crate::secrets::scrub);
+        let exit = exit.as_deref();
         self.conn
             .execute(
                 "UPDATE services SET state = ?3,
@@ -274,12 +278,17 @@ impl Registry {
     }
 
     /// Deletes a world with its services and port reservations (one
-    /// transaction, by cascade).
+    /// transaction, by cascade). The freed pages are zeroed (`secure_delete`)
+    /// and the WAL, which still holds their old images, is checkpointed and
+    /// truncated, so nothing of the world lingers in the files.
     pub fn delete_world(&self, id: i64) -> Result<(), RegistryError> {
         self.conn
             .execute("DELETE FROM worlds WHERE id = ?1", [id])
-            .map(|_| ())
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e))?;
+        let _ = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        Ok(())
     }
 }
 
@@ -377,6 +386,8 @@ impl Registry {
         commit: Option<&str>,
         detail: &str,
     ) -> Result<(), RegistryError> {
+        let detail = crate::secrets::scrub(detail);
+        let detail = detail.as_ref();
         self.conn
             .execute(
                 "INSERT INTO verify_results(world_id, passed, duration_ms, commit_sha, started_at, detail)

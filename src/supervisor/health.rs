@@ -172,7 +172,7 @@ pub async fn attempt(probe: &ProbeSpec, timeout: Duration) -> Result<(), String>
                 .unwrap_or_else(|_| Err(format!("GET {path}: no answer within {timeout:?}")))
         }
         ProbeSpec::Cmd { cmd, cwd, env } => {
-            let mut c = tokio::process::Command::new("/bin/sh");
+            let mut c = crate::platform::command("/bin/sh");
             c.arg("-c")
                 .arg(cmd)
                 .current_dir(cwd)

@@ -1,9 +1,11 @@
-//! Service log files: open for append, roll at (re)start, read tails.
+//! Log files: open for append, roll by size, follow their name across a
+//! rename (logrotate's default `create` mode), read tails.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// Opens `path` for appending (mode 0600), creating its folder.
 pub fn open_append(path: &Path) -> std::io::Result<File> {
@@ -33,6 +35,207 @@ pub fn roll(path: &Path, max_bytes: u64, keep: u32) {
         let _ = std::fs::rename(generation(path, n), generation(path, n + 1));
     }
     let _ = std::fs::rename(path, generation(path, 1));
+}
+
+/// How often, at most, a [`LogFile`] checks that its name still leads to
+/// the file it writes. A check is one `stat`; it happens on a write, so an
+/// idle writer costs nothing, and a rename is noticed at the first write
+/// after it (within this long while the service keeps writing).
+const NAME_CHECK: Duration = Duration::from_millis(250);
+
+/// The identity of a file: device and inode.
+fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
+    (m.dev(), m.ino())
+}
+
+/// An append-only log that keeps to its *name*. It rolls itself to
+/// `path.1`… (keeping `keep` generations) once it reaches `max_bytes`, and
+/// when something else renamed or deleted `path` (logrotate's default
+/// `create` mode, `mv web.log web.log.1`), it notices at its next write
+/// and reopens `path`, so `binky logs` and `logs -f` keep finding the
+/// output where they look. The service log writer and the daemon's own
+/// `daemon.log` both write through it.
+pub struct LogFile {
+    path: PathBuf,
+    file: File,
+    id: (u64, u64),
+    size: u64,
+    max_bytes: u64,
+    keep: u32,
+    checked: Instant,
+    on_open: Option<fn(&File)>,
+}
+
+impl LogFile {
+    /// Opens `path` for appending (mode 0600, folder created), rolling it
+    /// first when it is already `max_bytes` or more.
+    ///
+    /// # Errors
+    /// The folder or file cannot be created or opened.
+    pub fn open(path: &Path, max_bytes: u64, keep: u32) -> std::io::Result<Self> {
+        roll(path, max_bytes, keep);
+        let file = open_append(path)?;
+        let meta = file.metadata()?;
+        Ok(LogFile {
+            path: path.to_path_buf(),
+            id: file_id(&meta),
+            size: meta.len(),
+            file,
+            max_bytes,
+            keep,
+            checked: Instant::now(),
+            on_open: None,
+        })
+    }
+
+    /// Calls `f` with the file now and after every reopen (the daemon points
+    /// its stdout and stderr at the current `daemon.log` this way).
+    pub fn on_open(mut self, f: fn(&File)) -> Self {
+        f(&self.file);
+        self.on_open = Some(f);
+        self
+    }
+
+    fn reopen(&mut self) -> std::io::Result<()> {
+        let file = open_append(&self.path)?;
+        let meta = file.metadata()?;
+        self.id = file_id(&meta);
+        self.size = meta.len();
+        self.file = file;
+        if let Some(f) = self.on_open {
+            f(&self.file);
+        }
+        Ok(())
+    }
+
+    /// Reopens when `path` no longer names the file being written; rolls
+    /// when the file is full.
+    fn keep_to_name(&mut self) -> std::io::Result<()> {
+        if self.checked.elapsed() >= NAME_CHECK {
+            self.checked = Instant::now();
+            let same = std::fs::metadata(&self.path).is_ok_and(|m| file_id(&m) == self.id);
+            if !same {
+                self.reopen()?;
+            }
+        }
+        if self.size >= self.max_bytes {
+            roll(&self.path, self.max_bytes, self.keep);
+            self.reopen()?;
+        }
+        Ok(())
+    }
+}
+
+impl Write for LogFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.keep_to_name()?;
+        let n = self.file.write(buf)?;
+        self.size += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// Reads a log by *name* as it grows (`binky logs -f`), as `tail -F` does:
+/// when the file is renamed away (rotation), what was still written to it
+/// is read to its end, then the new file at the same name from its start;
+/// a truncated file is read again from its start.
+pub struct Follower {
+    path: PathBuf,
+    file: Option<File>,
+    id: Option<(u64, u64)>,
+    offset: u64,
+}
+
+impl Follower {
+    /// Follows `path` from its current end.
+    pub fn from_end(path: &Path) -> Self {
+        let mut f = Follower {
+            path: path.to_path_buf(),
+            file: None,
+            id: None,
+            offset: 0,
+        };
+        f.open_current();
+        f.offset = f
+            .file
+            .as_ref()
+            .and_then(|x| x.metadata().ok())
+            .map_or(0, |m| m.len());
+        f
+    }
+
+    fn open_current(&mut self) {
+        self.file = File::open(&self.path).ok();
+        self.id = self
+            .file
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .map(|m| file_id(&m));
+        self.offset = 0;
+    }
+
+    fn read_rest(&mut self, out: &mut Vec<u8>) {
+        let Some(f) = self.file.as_mut() else {
+            return;
+        };
+        let len = f.metadata().map_or(0, |m| m.len());
+        if len < self.offset {
+            self.offset = 0; // truncated in place
+        }
+        if f.seek(SeekFrom::Start(self.offset)).is_ok() {
+            let before = out.len();
+            let _ = f.read_to_end(out);
+            self.offset += (out.len() - before) as u64;
+        }
+    }
+
+    /// Bytes appended since the last call (across a rotation).
+    pub fn poll(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.read_rest(&mut out);
+        let now = std::fs::metadata(&self.path).ok().map(|m| file_id(&m));
+        if now.is_some() && now != self.id {
+            // Rotated: the old file is finished (read above); take the new.
+            self.open_current();
+            self.read_rest(&mut out);
+        }
+        out
+    }
+}
+
+/// Starts `exe log-writer <log>` (the `binky` binary) reading a new pipe,
+/// and returns the pipe's write end — for a process's stdout and stderr —
+/// with the writer's child. The writer is in a process group of its own:
+/// stopping the service must not cut its last words; it exits when every
+/// holder of the write end has closed it.
+///
+/// # Errors
+/// The log's folder cannot be made, or the pipe or the writer cannot start.
+pub fn spawn_writer(
+    exe: &Path,
+    log: &Path,
+) -> std::io::Result<(std::io::PipeWriter, tokio::process::Child)> {
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let (reader, writer) = std::io::pipe()?;
+    let mut c = crate::platform::command(exe);
+    c.arg("log-writer")
+        .arg(log)
+        // It needs no environment, and must not look like the service it
+        // serves (a later daemon finds Binky's processes by theirs).
+        .env_clear()
+        .stdin(std::process::Stdio::from(reader))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(false);
+    let child = c.spawn()?;
+    // `c` drops here, closing our copy of the read end.
+    Ok((writer, child))
 }
 
 /// The last `n` lines of `path` (reads at most the final 256 KiB).
@@ -87,6 +290,56 @@ mod tests {
                 .starts_with("gen 2")
         );
         assert!(!generation(&p, 4).exists());
+    }
+
+    #[test]
+    fn a_log_file_rolls_by_size_and_follows_its_name_after_a_rename() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("web.log");
+        let mut log = LogFile::open(&p, 100, 3).unwrap();
+        log.write_all(b"before the move\n").unwrap();
+        // logrotate's `create` mode: rename the file away.
+        std::fs::rename(&p, generation(&p, 1)).unwrap();
+        std::thread::sleep(NAME_CHECK);
+        log.write_all(b"after the move\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "after the move\n");
+        assert_eq!(
+            std::fs::read_to_string(generation(&p, 1)).unwrap(),
+            "before the move\n"
+        );
+        // Deleted: the same.
+        std::fs::remove_file(&p).unwrap();
+        std::thread::sleep(NAME_CHECK);
+        log.write_all(b"after the delete\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "after the delete\n");
+        // Size: rolled while written, never above max + one write.
+        for i in 0..50 {
+            log.write_all(format!("line {i:02} of a chatty service\n").as_bytes())
+                .unwrap();
+        }
+        assert!(std::fs::metadata(&p).unwrap().len() <= 100 + 30);
+        assert!(generation(&p, 3).exists());
+        assert!(!generation(&p, 4).exists());
+        let last = std::fs::read_to_string(&p).unwrap();
+        assert!(last.ends_with("line 49 of a chatty service\n"), "{last}");
+    }
+
+    #[test]
+    fn a_follower_reads_across_a_rotation() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("web.log");
+        std::fs::write(&p, "old\n").unwrap();
+        let mut f = Follower::from_end(&p);
+        assert!(f.poll().is_empty());
+        let mut w = open_append(&p).unwrap();
+        w.write_all(b"one\n").unwrap();
+        std::fs::rename(&p, generation(&p, 1)).unwrap();
+        w.write_all(b"two\n").unwrap(); // still into the renamed file
+        std::fs::write(&p, "three\n").unwrap();
+        assert_eq!(String::from_utf8(f.poll()).unwrap(), "one\ntwo\nthree\n");
+        std::fs::write(&p, "").unwrap(); // truncated
+        open_append(&p).unwrap().write_all(b"four\n").unwrap();
+        assert_eq!(String::from_utf8(f.poll()).unwrap(), "four\n");
     }
 
     #[test]

@@ -19,7 +19,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
-/// Log files roll at this size when the service (re)starts.
+/// Log files roll at this size, while they are written (see
+/// [`logs::LogFile`]).
 pub const LOG_ROLL_BYTES: u64 = 5 * 1024 * 1024;
 /// Rolled generations kept.
 pub const LOG_GENERATIONS: u32 = 3;
@@ -175,7 +176,8 @@ pub enum Event {
 
 /// What the daemon can ask of a running service task.
 enum Control {
-    Stop(oneshot::Sender<()>),
+    /// Stop for good; answered with what is left of the group, if anything.
+    Stop(oneshot::Sender<Option<String>>),
     Restart,
 }
 
@@ -188,12 +190,16 @@ pub struct Handle {
 
 impl Handle {
     /// Stops the service (signal, grace, SIGKILL to the whole group) and waits
-    /// until it is down. A service that already ended returns at once.
-    pub async fn stop(&self) {
+    /// until every process of its group has exited, so its ports are free
+    /// when this returns. A service that already ended returns at once.
+    /// `Some(problem)` when processes of the group outlived SIGKILL by
+    /// [`KILL_WAIT`] (stuck in the kernel, or another user's).
+    pub async fn stop(&self) -> Option<String> {
         let (tx, rx) = oneshot::channel();
         if self.ctl.send(Control::Stop(tx)).is_ok() {
-            let _ = rx.await;
+            return rx.await.ok().flatten();
         }
+        None
     }
 
     /// Waits until the first start settles: healthy, unhealthy, failed or
@@ -267,14 +273,14 @@ async fn run_adopted(
     tokio::select! {
         _ = &mut exited => {}
         c = ctl.recv() => {
-            stop_pgid(pid, &spec.stop_signal, spec.stop_timeout, &mut exited).await;
+            let left = stop_pgid(pid, &spec.stop_signal, spec.stop_timeout, &mut exited).await;
             match c {
                 Some(Control::Restart) => {
                     run(spec, state, ctl, events, true).await;
                 }
                 Some(Control::Stop(done)) => {
                     set(State::Stopped { exit: None });
-                    let _ = done.send(());
+                    let _ = done.send(left);
                 }
                 None => {}
             }
@@ -294,7 +300,7 @@ async fn run_adopted(
                 _ = tokio::time::sleep(delay) => run(spec, state, ctl, events, true).await,
                 c = ctl.recv() => if let Some(Control::Stop(done)) = c {
                     set(State::Stopped { exit: None });
-                    let _ = done.send(());
+                    let _ = done.send(None);
                 },
             }
         }
@@ -355,24 +361,7 @@ fn spawn_process(
     let mut drained = None;
     let (out, err): (Stdio, Stdio) = match &spec.log_writer {
         Some(exe) => {
-            if let Some(dir) = spec.log.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let (reader, writer) = std::io::pipe()?;
-            let mut stamper = {
-                let mut c = tokio::process::Command::new(exe);
-                c.arg("log-writer")
-                    .arg(&spec.log)
-                    .stdin(Stdio::from(reader))
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    // Not in the service's group: a stop must not cut the
-                    // service's last words; it exits when the pipe closes.
-                    .process_group(0)
-                    .kill_on_drop(false);
-                c.spawn()?
-                // `c` drops here, closing our copy of the read end.
-            };
+            let (writer, mut stamper) = logs::spawn_writer(exe, &spec.log)?;
             let (done, rx) = oneshot::channel();
             drained = Some(rx);
             tokio::spawn(async move {
@@ -388,7 +377,7 @@ fn spawn_process(
             (Stdio::from(out), Stdio::from(err))
         }
     };
-    let mut c = tokio::process::Command::new("/bin/sh");
+    let mut c = crate::platform::command("/bin/sh");
     c.arg("-c")
         .arg(&spec.cmd)
         .current_dir(&spec.cwd)
@@ -422,13 +411,20 @@ fn describe(status: std::io::Result<std::process::ExitStatus>) -> (bool, String)
 }
 
 /// Stops a process group: `signal`, up to `grace` for the whole group to go,
-/// then SIGKILL. Waits for the leader so it is reaped.
-async fn stop_group(child: &mut tokio::process::Child, pgid: u32, signal: &str, grace: Duration) {
-    stop_pgid(pgid, signal, grace, async {
+/// then SIGKILL, and waits until every member has exited (see
+/// [`stop_pgid`]). Waits for the leader so it is reaped.
+async fn stop_group(
+    child: &mut tokio::process::Child,
+    pgid: u32,
+    signal: &str,
+    grace: Duration,
+) -> Option<String> {
+    let left = stop_pgid(pgid, signal, grace, async {
         let _ = child.wait().await;
     })
     .await;
     let _ = child.wait().await;
+    left
 }
 
 /// Carries out a control message for a running process. Stop: the group is
@@ -445,29 +441,39 @@ async fn obey(
 ) -> bool {
     match c {
         Some(Control::Stop(done)) => {
-            stop_group(child, pid, &spec.stop_signal, spec.stop_timeout).await;
+            let left = stop_group(child, pid, &spec.stop_signal, spec.stop_timeout).await;
             set(State::Stopped { exit: None });
-            let _ = done.send(());
+            let _ = done.send(left);
             false
         }
         Some(Control::Restart) => {
             events(Event::WatchRestart);
-            stop_group(child, pid, &spec.stop_signal, spec.stop_timeout).await;
+            if let Some(left) = stop_group(child, pid, &spec.stop_signal, spec.stop_timeout).await {
+                tracing::warn!(service = spec.name, "{left}");
+            }
             true
         }
         None => false,
     }
 }
 
+/// How long, at most, a stop waits after SIGKILL for the last member of a
+/// process group to be gone. SIGKILL cannot be caught; only a process stuck
+/// in the kernel (uninterruptible I/O) or one of another user takes longer.
+pub const KILL_WAIT: Duration = Duration::from_secs(5);
+
 /// Sends `signal` to group `pgid`, waits for the leader to exit (through
 /// `leader_exit`) and for the rest of the group, up to `grace`, then SIGKILLs
-/// whatever is left.
+/// whatever is left and waits — bounded by [`KILL_WAIT`] — until no member
+/// of the group is alive. A grandchild still holding a port after its
+/// leader died would otherwise make an immediate `up` meet `EADDRINUSE`.
+/// Returns what is left when the group outlived that wait.
 pub(crate) async fn stop_pgid(
     pgid: u32,
     signal: &str,
     grace: Duration,
     leader_exit: impl std::future::Future<Output = ()>,
-) {
+) -> Option<String> {
     let _ = platform::signal_group(pgid, platform::signal_by_name(signal));
     let deadline = tokio::time::Instant::now() + grace;
     let _ = tokio::time::timeout_at(deadline, leader_exit).await;
@@ -478,7 +484,25 @@ pub(crate) async fn stop_pgid(
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(100));
     }
+    if !platform::group_alive(pgid) {
+        return None;
+    }
     let _ = platform::signal_group(pgid, Some(nix::sys::signal::Signal::SIGKILL));
+    let gone_by = tokio::time::Instant::now() + KILL_WAIT;
+    let mut pause = Duration::from_millis(1);
+    while platform::group_alive(pgid) {
+        if tokio::time::Instant::now() >= gone_by {
+            let left = platform::group_members(pgid);
+            tracing::warn!(pgid, ?left, "processes outlived SIGKILL");
+            return Some(format!(
+                "process group {pgid} still has live processes {left:?} {} s after SIGKILL",
+                KILL_WAIT.as_secs()
+            ));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+    None
 }
 
 /// Probes until it passes (Ok) or the timeout ends (Err with the last reason).
@@ -540,6 +564,9 @@ async fn run(
             }
         };
         let pid = child.id().unwrap_or(0);
+        // A crash here leaves a process nobody recorded; the next daemon
+        // finds it by its session and environment (see daemon reconcile).
+        crate::faults::point("spawn:unrecorded");
         events(Event::Started {
             pid,
             start_time: platform::process_start_time(pid),
@@ -644,7 +671,7 @@ async fn run(
                     c = ctl.recv() => match c {
                         Some(Control::Stop(done)) => {
                             set(State::Stopped { exit: None });
-                            let _ = done.send(());
+                            let _ = done.send(None);
                             return;
                         }
                         Some(Control::Restart) => {}

@@ -150,7 +150,13 @@ fn run_point(point: &str, op: &[&str]) -> String {
 
 #[test]
 fn up_at_every_fault_point() {
-    for point in ["up:worktree", "up:ports", "up:provisioned", "up:started"] {
+    for point in [
+        "up:worktree",
+        "up:ports",
+        "up:provisioned",
+        "spawn:unrecorded",
+        "up:started",
+    ] {
         run_point(point, &["up", "x"]);
     }
 }

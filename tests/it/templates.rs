@@ -271,6 +271,12 @@ fn mysql_dump_clone_falls_back_to_migrate_and_seed_without_the_dump_client() {
         .find(|p| std::path::Path::new(p).exists())
         .unwrap();
     std::os::unix::fs::symlink(client, bin.path().join("mysql")).unwrap();
+    // git makes the worktree (the user's own, from their PATH).
+    let git = ["/usr/local/bin/git", "/usr/bin/git"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap();
+    std::os::unix::fs::symlink(git, bin.path().join("git")).unwrap();
     let path = bin.path().display().to_string();
     let out = up_with(&repo, &home, "b", &[var, ("PATH", &path)]);
     assert_eq!(out.code(), 0, "{out}");

@@ -1,0 +1,221 @@
+//! Secrets Binky knows, and the one scrubber every text it stores or prints
+//! passes through.
+//!
+//! Binky renders credentials it does not own: the password in a resource's
+//! `admin_url`, and values whose variable name says they are secret
+//! (`DB_PASSWORD`, `API_TOKEN`, …) from `${env.NAME}`, `env_file` and `env`
+//! tables, plus the password of any URL among them. The daemon registers each
+//! one when it renders it; [`scrub`] replaces every registered secret — as
+//! written and percent-decoded — with `***`. The daemon scrubs:
+//!
+//! - every reply (errors, notes, progress lines): the terminal, `--json`, MCP;
+//! - `events.log` details;
+//! - the registry's free texts (a world's error, a service's exit, a verify
+//!   result), so nothing reaches `registry.db`;
+//! - `daemon.log` lines.
+//!
+//! A service's own log file is the user's and stays as the service wrote it.
+//! The set lives in daemon memory only and is never written anywhere.
+
+use std::borrow::Cow;
+use std::sync::RwLock;
+
+/// Shorter values are not registered: replacing a two-letter string
+/// everywhere would mangle every message and protect little.
+const MIN_LEN: usize = 3;
+
+/// What replaces a secret.
+pub const MASK: &str = "***";
+
+static KNOWN: RwLock<Vec<String>> = RwLock::new(Vec::new());
+
+/// Registers `secret` (and its percent-decoded form) to be scrubbed from
+/// now on. Values shorter than 3 bytes are ignored.
+pub fn register(secret: &str) {
+    for s in [secret.to_owned(), percent_decode(secret)] {
+        if s.len() < MIN_LEN {
+            continue;
+        }
+        let mut known = KNOWN.write().unwrap_or_else(|p| p.into_inner());
+        if !known.contains(&s) {
+            known.push(s);
+            // Longest first, so a secret that contains another is masked
+            // whole.
+            known.sort_by_key(|k| std::cmp::Reverse(k.len()));
+        }
+    }
+}
+
+/// Registers the password of `url` (`scheme://user:password@host…`), if it
+/// has one.
+pub fn register_url(url: &str) {
+    if let Some(pw) = url_password(url) {
+        register(&pw);
+    }
+}
+
+/// Registers what a variable `name = value` holds that is secret: the whole
+/// value when the name says so ([`name_is_secret`]), and a URL's password
+/// in any case.
+pub fn register_var(name: &str, value: &str) {
+    if name_is_secret(name) {
+        register(value);
+    }
+    register_url(value);
+}
+
+/// Whether a variable's name says it holds a credential: it contains
+/// `PASSWORD`, `PASSWD`, `PASS`, `SECRET`, `TOKEN`, `CREDENTIAL`, `AUTH`,
+/// `PRIVATE` or ends in `KEY` (any case).
+pub fn name_is_secret(name: &str) -> bool {
+    let n = name.to_ascii_uppercase();
+    [
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "SECRET",
+        "TOKEN",
+        "CREDENTIAL",
+        "AUTH",
+        "PRIVATE",
+    ]
+    .iter()
+    .any(|w| n.contains(w))
+        || n.ends_with("KEY")
+}
+
+/// `text` with every registered secret replaced by [`MASK`].
+pub fn scrub(text: &str) -> Cow<'_, str> {
+    let known = KNOWN.read().unwrap_or_else(|p| p.into_inner());
+    if !known.iter().any(|s| text.contains(s.as_str())) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = text.to_owned();
+    for s in known.iter() {
+        if out.contains(s.as_str()) {
+            out = out.replace(s.as_str(), MASK);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`scrub`] in place.
+pub fn scrub_in_place(text: &mut String) {
+    if let Cow::Owned(s) = scrub(text) {
+        *text = s;
+    }
+}
+
+/// `text` with `url` and the password inside it replaced by [`MASK`]
+/// (as written and percent-decoded), whether or not they were registered.
+pub fn redact_url(text: &str, url: Option<&str>) -> String {
+    let Some(url) = url.filter(|u| !u.is_empty()) else {
+        return text.to_owned();
+    };
+    let mut out = text.replace(url, MASK);
+    if let Some(pw) = url_password(url) {
+        let decoded = percent_decode(&pw);
+        for secret in [pw, decoded] {
+            if secret.len() >= MIN_LEN {
+                out = out.replace(&secret, MASK);
+            }
+        }
+    }
+    out
+}
+
+/// The password in `scheme://user:password@host…`, as written.
+pub fn url_password(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let userinfo = authority.rsplit_once('@')?.0;
+    let pw = userinfo.split_once(':')?.1;
+    (!pw.is_empty()).then(|| pw.to_owned())
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let Some(v) = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A writer that scrubs each buffer before passing it on (for `daemon.log`,
+/// where `tracing` writes one event per call).
+pub struct Scrubbing<W>(pub W);
+
+impl<W: std::io::Write> std::io::Write for Scrubbing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match std::str::from_utf8(buf) {
+            Ok(text) => {
+                self.0.write_all(scrub(text).as_bytes())?;
+                Ok(buf.len())
+            }
+            Err(_) => self.0.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registered_secrets_are_masked_raw_and_decoded() {
+        register_url("mysql://app:Zq9%40Secret@127.0.0.1:3306/");
+        register_var("STRIPE_API_KEY", "sk_live_abcdef");
+        register_var("PLAIN", "visible-value");
+        register_var("DATABASE_URL", "postgres://u:UrlPw77@h/db");
+        let text =
+            "pw Zq9@Secret raw Zq9%40Secret key sk_live_abcdef url UrlPw77 plain visible-value";
+        let s = scrub(text);
+        for leaked in ["Zq9", "sk_live", "UrlPw77"] {
+            assert!(!s.contains(leaked), "{s}");
+        }
+        assert!(s.contains("visible-value"), "{s}");
+        assert_eq!(scrub("nothing here"), Cow::Borrowed("nothing here"));
+    }
+
+    #[test]
+    fn url_credentials_are_blanked_out_of_error_text() {
+        let url = "mysql://app:S3cr%40t@127.0.0.1:3306/?require_ssl=false";
+        let text = format!("failed: {url}; password S3cr@t; raw S3cr%40t; user app");
+        let r = redact_url(&text, Some(url));
+        assert!(!r.contains("S3cr"), "{r}");
+        assert!(r.contains("user app"), "{r}");
+        assert_eq!(redact_url("no url here", None), "no url here");
+        assert_eq!(url_password("postgresql://u@h/db"), None);
+    }
+
+    #[test]
+    fn secret_names() {
+        for n in [
+            "DB_PASSWORD",
+            "api_token",
+            "AWS_SECRET_ACCESS_KEY",
+            "PGPASS",
+            "GH_AUTH",
+        ] {
+            assert!(name_is_secret(n), "{n}");
+        }
+        for n in ["PORT", "DATABASE_URL", "HOME", "KEYBOARD"] {
+            assert!(!name_is_secret(n), "{n}");
+        }
+    }
+}
