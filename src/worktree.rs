@@ -113,6 +113,12 @@ impl Git {
 
     /// Runs `git -C dir args…`, failing with git's own stderr.
     fn run(&self, dir: &Path, args: &[&std::ffi::OsStr]) -> Result<(), WorktreeError> {
+        self.output(dir, args).map(drop)
+    }
+
+    /// Runs `git -C dir args…` and returns its stdout, failing with git's
+    /// own stderr.
+    fn output(&self, dir: &Path, args: &[&std::ffi::OsStr]) -> Result<String, WorktreeError> {
         let out = crate::platform::std_command(&self.exe)
             .arg("-C")
             .arg(dir)
@@ -124,7 +130,7 @@ impl Git {
             .stdin(std::process::Stdio::null())
             .output()?;
         if out.status.success() {
-            return Ok(());
+            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
         }
         let text = String::from_utf8_lossy(&out.stderr);
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -333,29 +339,25 @@ pub fn ensure(
 }
 
 /// Uncommitted and untracked changes in a worktree, as `git status --short`
-/// would list them (ignored files excluded).
-pub fn changes(path: &Path) -> Result<Vec<String>, WorktreeError> {
-    let repo = Repository::open(path)?;
-    let mut opts = git2::StatusOptions::new();
-    opts.include_untracked(true)
-        .recurse_untracked_dirs(false)
-        .include_ignored(false);
-    let statuses = repo.statuses(Some(&mut opts))?;
-    let mut out = Vec::new();
-    for s in statuses.iter() {
-        let st = s.status();
-        let tag = if st.is_wt_new() {
-            "??"
-        } else if st.is_index_new() {
-            "A "
-        } else if st.is_wt_deleted() || st.is_index_deleted() {
-            " D"
-        } else {
-            " M"
-        };
-        out.push(format!("{tag} {}", s.path().unwrap_or("?")));
-    }
-    Ok(out)
+/// lists them (ignored files excluded), from the user's git: libgit2 runs no
+/// clean filter, so it would call every Git LFS file modified.
+///
+/// # Errors
+/// git failed (not a worktree, a corrupt index).
+pub fn changes(git: &Git, path: &Path) -> Result<Vec<String>, WorktreeError> {
+    let out = git.output(
+        path,
+        &[
+            "status".as_ref(),
+            "--porcelain=v1".as_ref(),
+            "--untracked-files=normal".as_ref(),
+        ],
+    )?;
+    Ok(out
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect())
 }
 
 /// Whether `file` has changes git has not committed (modified, staged or
@@ -531,9 +533,9 @@ mod tests {
         let rec = up().unwrap();
         assert!(rec.created && rec.recreated);
         assert_eq!(rec.path, a.path);
-        assert!(changes(&rec.path).unwrap().is_empty());
+        assert!(changes(&g, &rec.path).unwrap().is_empty());
         std::fs::write(rec.path.join("new.txt"), "x").unwrap();
-        assert_eq!(changes(&rec.path).unwrap(), vec!["?? new.txt"]);
+        assert_eq!(changes(&g, &rec.path).unwrap(), vec!["?? new.txt"]);
         remove(&g, &main, &rec.path).unwrap();
         assert!(!rec.path.exists());
         assert_eq!(

@@ -1912,7 +1912,8 @@ pub(crate) async fn remove(
     }
     if !force && path.exists() {
         let p2 = path.clone();
-        let changes = tokio::task::spawn_blocking(move || worktree::changes(&p2))
+        let git = user_git(&client_env)?;
+        let changes = tokio::task::spawn_blocking(move || worktree::changes(&git, &p2))
             .await
             .map_err(internal)?
             .map_err(internal)?;
@@ -2440,7 +2441,10 @@ pub(crate) async fn gc(
                 if !p.is_dir() || owned.contains(&p) || !p.join(".git").is_file() {
                     continue;
                 }
-                let dirty = worktree::changes(&p).map(|c| !c.is_empty()).unwrap_or(true);
+                let dirty = user_git(&client_env)
+                    .ok()
+                    .and_then(|g| worktree::changes(&g, &p).ok())
+                    .is_none_or(|c| !c.is_empty());
                 let r = if dirty {
                     Err("it has uncommitted or untracked changes; remove it by hand".to_owned())
                 } else if dry_run {

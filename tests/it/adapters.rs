@@ -37,7 +37,7 @@ fn databases() -> Vec<String> {
 #[test]
 fn postgres_slices_are_isolated_cloned_named_within_limits_and_dropped() {
     if !pg_up() {
-        eprintln!("SKIP: no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
+        skip("no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
         return;
     }
     let home = Home::new();

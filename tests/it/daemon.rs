@@ -124,7 +124,7 @@ fn a_connection_from_another_user_is_refused() {
     // The system python (not a per-user install another uid cannot run).
     let tools = ["/usr/bin/setpriv", "/usr/bin/python3"];
     if !is_root || !tools.iter().all(|t| std::path::Path::new(t).exists()) {
-        eprintln!("SKIP: needs root, {tools:?} to connect as another user");
+        skip(&format!("needs root, {tools:?} to connect as another user"));
         return;
     }
     let home = Home::new();

@@ -219,3 +219,36 @@ pub fn path_without(name: &str, dir: &Path) -> String {
     }
     dir.display().to_string()
 }
+
+/// Whether this run is CI's (`CI` or `BINKY_CI` set, as `.ci/run` does).
+pub fn in_ci() -> bool {
+    ["CI", "BINKY_CI"]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|x| !x.is_empty() && x != "0" && x != "false"))
+}
+
+/// A test whose dependency (a server, a tool) is missing. In CI that is a
+/// failure, never a pass: this panics. Locally the test skips: it says why
+/// on stderr, numbered within this run, and `.config/nextest.toml` shows the
+/// output of every test that can skip at the end of the run, so skips are
+/// never silent. Call it, then `return`.
+pub fn skip(reason: &str) {
+    if in_ci() {
+        panic!("a test dependency is missing in CI: {reason}");
+    }
+    let run = std::env::var("NEXTEST_RUN_ID").unwrap_or_else(|_| "cargo-test".into());
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("skips-{run}"));
+    let n = {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&file)
+            .expect("skip record");
+        let _ = writeln!(f, "{reason}");
+        std::fs::read_to_string(&file)
+            .map(|t| t.lines().count())
+            .unwrap_or(1)
+    };
+    eprintln!("SKIP (#{n} in this run; CI would fail): {reason}");
+}

@@ -18,9 +18,7 @@ fn have_python_sdk() -> bool {
 #[test]
 fn the_official_python_sdk_drives_up_env_verify_down() {
     if !have_python_sdk() {
-        eprintln!(
-            "SKIP: the MCP Python SDK is not installed (`pip install mcp`; .ci/run installs it)"
-        );
+        skip("the MCP Python SDK is not installed (`pip install mcp`; .ci/run installs it)");
         return;
     }
     let home = Home::new();
@@ -138,9 +136,9 @@ fn the_mcp_inspector_cli_lists_the_five_tools() {
         )
     });
     if !std::path::Path::new(&inspector).exists() {
-        eprintln!(
-            "SKIP: MCP Inspector not installed at {inspector} (.ci/run installs it from npm)"
-        );
+        skip(&format!(
+            "MCP Inspector not installed at {inspector} (.ci/run installs it from npm)"
+        ));
         return;
     }
     let home = Home::new();

@@ -221,7 +221,7 @@ fn server_sent_events_arrive_as_sent() {
 #[test]
 fn a_service_bound_to_ipv6_loopback_only_is_reached() {
     if std::net::TcpListener::bind("[::1]:0").is_err() {
-        eprintln!("SKIP: no IPv6 loopback here");
+        skip("no IPv6 loopback here");
         return;
     }
     let home = Home::new();
@@ -336,7 +336,7 @@ fn binky_curl_fills_in_the_host_and_fails_on_http_errors_with_f() {
 #[test]
 fn https_through_caddy_with_a_client_trusting_its_local_ca() {
     let Some(_) = binky::proxy::caddy::find() else {
-        eprintln!("SKIP: caddy is not on PATH (.ci/run installs it from Debian)");
+        skip("caddy is not on PATH (.ci/run installs it from Debian)");
         return;
     };
     let home = Home::new();
@@ -766,7 +766,9 @@ fn vite_hmr_works_through_the_proxy() {
         )
     });
     if !std::path::Path::new(&vite).exists() {
-        eprintln!("SKIP: vite not installed at {vite} (.ci/run installs vite@7 from npm)");
+        skip(&format!(
+            "vite not installed at {vite} (.ci/run installs vite@7 from npm)"
+        ));
         return;
     }
     let home = Home::new();
@@ -855,7 +857,7 @@ fn headless_chromium_loads_a_world_by_its_url() {
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
     else {
-        eprintln!("SKIP: chromium is not installed (.ci/run installs Debian's chromium)");
+        skip("chromium is not installed (.ci/run installs Debian's chromium)");
         return;
     };
     let home = Home::new();

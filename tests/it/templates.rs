@@ -157,7 +157,7 @@ fn events(home: &Home, name: &str) -> Vec<serde_json::Value> {
 #[test]
 fn mysql_clones_carry_rows_views_triggers_and_routines_and_stay_isolated() {
     if !mysql_up() {
-        eprintln!("SKIP: no MariaDB/MySQL on 127.0.0.1:3306 (or the mysql client is missing)");
+        skip("no MariaDB/MySQL on 127.0.0.1:3306 (or the mysql client is missing)");
         return;
     }
     let home = Home::new();
@@ -241,7 +241,7 @@ fn mysql_clones_carry_rows_views_triggers_and_routines_and_stay_isolated() {
 #[test]
 fn mysql_dump_clone_falls_back_to_migrate_and_seed_without_the_dump_client() {
     if !mysql_up() {
-        eprintln!("SKIP: no MariaDB/MySQL on 127.0.0.1:3306 (or the mysql client is missing)");
+        skip("no MariaDB/MySQL on 127.0.0.1:3306 (or the mysql client is missing)");
         return;
     }
     let home = Home::new();
@@ -403,7 +403,7 @@ fn template_lifecycle(b: &Backend, project: &str) {
 #[test]
 fn postgres_template_is_built_once_under_concurrency_and_rebuilt_on_a_key_change() {
     if !pg_up() {
-        eprintln!("SKIP: no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
+        skip("no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
         return;
     }
     let project = format!("pgtpl{}", std::process::id() % 10000);
@@ -426,7 +426,7 @@ fn postgres_template_is_built_once_under_concurrency_and_rebuilt_on_a_key_change
 #[test]
 fn mysql_template_is_built_once_under_concurrency_and_rebuilt_on_a_key_change() {
     if !mysql_up() {
-        eprintln!("SKIP: no MariaDB/MySQL on 127.0.0.1:3306 (or the mysql client is missing)");
+        skip("no MariaDB/MySQL on 127.0.0.1:3306 (or the mysql client is missing)");
         return;
     }
     let project = format!("mytpl{}", std::process::id() % 10000);

@@ -463,7 +463,9 @@ fn a_port_held_on_ipv6_loopback_only_is_skipped() {
     let holder = match std::net::TcpListener::bind(("::1", lo)) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("SKIP: cannot bind [::1]:{lo} ({e}); no IPv6 loopback here");
+            skip(&format!(
+                "cannot bind [::1]:{lo} ({e}); no IPv6 loopback here"
+            ));
             return;
         }
     };
@@ -636,7 +638,7 @@ fn dotenv_quoting_is_exact_in_bash_zsh_and_sh() {
             .map(|d| std::path::Path::new(d).join(shell))
             .find(|p| p.exists())
         else {
-            eprintln!("SKIP {shell}: not installed");
+            skip(&format!("{shell} is not installed"));
             continue;
         };
         ran += 1;

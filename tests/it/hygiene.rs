@@ -1,0 +1,296 @@
+//! Process and terminal hygiene: descriptors Binky keeps and hands on, a
+//! closed stdout, escape codes, flags that mean nothing.
+
+use crate::harness::*;
+use crate::project::*;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::Stdio;
+use std::time::Duration;
+
+/// The descriptors a process has open, by number.
+fn fds_of(pid: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// A pipe whose ends are not close-on-exec (as a shell's `7>&1` leaves
+/// them).
+fn inheritable_pipe() -> (std::fs::File, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two new descriptors into the array.
+    assert_eq!(unsafe { nix::libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both were just created and are owned here alone.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            OwnedFd::from_raw_fd(fds[1]),
+        )
+    }
+}
+
+#[test]
+fn the_auto_started_daemon_and_its_services_keep_no_inherited_descriptor() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.web]\ncmd = \"exec python3 -m http.server ${{self.port}} --bind 127.0.0.1\"\nurl = \"web\"\nhealth = \"/\"\n",
+        project_header("fds", 2)
+    ));
+    // `binky up x 7>&1 | cat` with no daemon running: the pipe's write end
+    // is fd 7 of the CLI, and so of anything that inherits it.
+    let (mut reader, writer) = inheritable_pipe();
+    let pipe = {
+        use std::os::unix::fs::MetadataExt;
+        format!("pipe:[{}]", reader.metadata().unwrap().ino())
+    };
+    let raw = writer.as_raw_fd();
+    let mut cmd = repo.cmd(&home, &["up", "x"]);
+    // SAFETY: dup2 is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            if nix::libc::dup2(raw, 7) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = Out(cmd.output().unwrap());
+    assert_eq!(out.code(), 0, "{out}");
+    drop(writer);
+    // Our copy is closed and the CLI has exited: the read end must see the
+    // end of the stream now, not when the daemon (or a service) exits.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = reader.read_to_end(&mut buf);
+        let _ = tx.send(());
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(5)).is_ok(),
+        "something binky started still holds the caller's pipe"
+    );
+    let daemon = home.daemon_pid().unwrap();
+    for fd in fds_of(daemon) {
+        let target = std::fs::read_link(format!("/proc/{daemon}/fd/{fd}"));
+        assert_ne!(
+            target.ok().map(|t| t.display().to_string()),
+            Some(pipe.clone()),
+            "the daemon holds the caller's pipe as fd {fd}"
+        );
+    }
+    // A service has stdin, stdout and stderr, and nothing else.
+    let pid = repo.worlds(&home)["x"]["services"][0]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    let fds = fds_of(pid);
+    let extra: Vec<u32> = fds.into_iter().filter(|fd| *fd > 2).collect();
+    // python's own listening socket is the one descriptor it opened itself.
+    assert!(extra.len() <= 1, "service has extra fds {extra:?}");
+    for fd in extra {
+        let target = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).unwrap();
+        assert!(
+            target.to_string_lossy().starts_with("socket:"),
+            "fd {fd} -> {}",
+            target.display()
+        );
+    }
+    repo.ok(&home, &["remove", "x", "--force"]);
+}
+
+/// Runs `binky args` with stdout a pipe whose reader is already gone.
+fn with_closed_stdout(home: &Home, repo: Option<&Repo>, args: &[&str]) -> std::process::Output {
+    let (reader, writer) = inheritable_pipe();
+    drop(reader);
+    let mut cmd = match repo {
+        Some(r) => r.cmd(home, args),
+        None => home.cmd(args),
+    };
+    cmd.stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_closed_stdout_ends_every_command_quietly() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.db]\nadapter = \"sqlite\"\nmigrate = \"echo migrated\"\n",
+        project_header("pipes", 1)
+    ));
+    repo.ok(&home, &["up", "x"]);
+    let cases: Vec<(&[&str], bool)> = vec![
+        (&["env", "x", "--dotenv"], true),
+        (&["env", "x"], true),
+        (&["status", "--json"], true),
+        (&["status"], true),
+        (&["config"], false),
+        (&["config", "--json"], false),
+        (&["check", "--json"], true),
+        (&["check"], true),
+        (&["metrics"], false),
+        (&["daemon", "status"], false),
+        (&["daemon", "status", "--json"], false),
+        (&["completions", "bash"], false),
+        (&["logs", "x"], true),
+        (&["--help"], false),
+    ];
+    for (args, in_project) in cases {
+        let out = with_closed_stdout(&home, in_project.then_some(&repo), args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked") && out.status.code() != Some(101),
+            "binky {args:?} on a closed stdout: {:?}\n{stderr}",
+            out.status
+        );
+        // Ended by SIGPIPE, as `cat` would be, or finished having nothing
+        // to write; never an error message.
+        assert!(
+            out.status.signal() == Some(13) || out.status.success(),
+            "binky {args:?}: {:?}\n{stderr}",
+            out.status
+        );
+        assert!(stderr.is_empty(), "binky {args:?} printed:\n{stderr}");
+    }
+    repo.ok(&home, &["remove", "x"]);
+}
+
+#[test]
+fn no_escape_codes_in_logs_pipes_or_under_no_color() {
+    let home = Home::new();
+    let has_escape = |s: &str| s.contains('\u{1b}');
+    // `binky mcp` logs through tracing (rmcp's own debug lines too); its
+    // stderr is a pipe here, so never colour, whatever BINKY_LOG says.
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    for extra in [&[][..], &["--color", "never"][..]] {
+        let mut args: Vec<&str> = extra.to_vec();
+        args.push("mcp");
+        let mut child = home
+            .cmd(&args)
+            .env("BINKY_LOG", "debug")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "{init}").unwrap();
+        drop(stdin);
+        let out = Out(child.wait_with_output().unwrap());
+        assert!(
+            !out.stderr().is_empty(),
+            "debug logging printed nothing: {out}"
+        );
+        assert!(!has_escape(&out.stderr()), "{args:?}: {:?}", out.stderr());
+    }
+    // Even when colour is forced for the terminal output, daemon.log is plain.
+    home.ok(&["daemon", "stop"]);
+    let out = Out(home
+        .cmd(&["--color", "always", "status"])
+        .env("BINKY_LOG", "debug")
+        .output()
+        .unwrap());
+    assert_eq!(out.code(), 0, "{out}");
+    let log = std::fs::read_to_string(home.file("daemon.log")).unwrap();
+    assert!(log.contains("daemon ready"), "{log}");
+    assert!(!has_escape(&log), "daemon.log has escape codes:\n{log:?}");
+}
+
+#[test]
+fn project_flag_is_refused_where_it_means_nothing() {
+    let home = Home::new();
+    for args in [
+        &["-p", "somewhere", "config"][..],
+        &["-p", "somewhere", "doctor"][..],
+        &["-p", "somewhere", "daemon", "status"][..],
+        &["-p", "somewhere", "metrics"][..],
+        &["-p", "somewhere", "gc"][..],
+        &["--project", "somewhere", "reserve", "--ram", "10"][..],
+    ] {
+        let out = home.run(args);
+        assert_eq!(out.code(), 2, "{args:?}: {out}");
+        assert!(
+            out.stderr()
+                .contains("-p/--project does not apply to `binky"),
+            "{args:?}: {out}"
+        );
+    }
+    // Nothing was started for them.
+    assert!(home.daemon_pid().is_none());
+}
+
+#[test]
+fn verbs_not_built_say_what_to_do_instead() {
+    let home = Home::new();
+    let out = home.run(&["init"]);
+    assert_eq!(out.code(), 2, "{out}");
+    assert!(out.stderr().contains("not implemented yet"), "{out}");
+    assert!(out.stderr().contains("binky check"), "{out}");
+    let out = home.run(&["dashboard"]);
+    assert_eq!(out.code(), 2, "{out}");
+    assert!(out.stderr().contains("binky status"), "{out}");
+}
+
+#[test]
+fn the_release_build_ships_without_debug_info() {
+    // The installed binary was 99 MB with line tables; symbols alone keep a
+    // panic's backtrace readable at about a sixth of that.
+    let manifest: toml::Table =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    let release = &manifest["profile"]["release"];
+    assert_eq!(release.get("debug").and_then(|d| d.as_bool()), Some(false));
+    assert_eq!(
+        release.get("strip").and_then(|s| s.as_str()),
+        Some("debuginfo")
+    );
+}
+
+/// Every test that calls `harness::skip` must be listed in
+/// `.config/nextest.toml`, whose override shows its output at the end of a
+/// run: otherwise a local skip would pass in silence.
+#[test]
+fn every_test_that_can_skip_shows_its_output() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let config = std::fs::read_to_string(format!("{root}/.config/nextest.toml")).unwrap();
+    let mut missing = Vec::new();
+    let mut found = 0;
+    for entry in std::fs::read_dir(format!("{root}/tests/it"))
+        .unwrap()
+        .flatten()
+    {
+        let path = entry.path();
+        let module = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if module == "harness" || path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Split at each top-level `fn NAME()`; a body is everything up to
+        // the next one.
+        for part in text.split("\nfn ").skip(1) {
+            let name = part.split('(').next().unwrap_or("");
+            let body = part.split("\n#[test]").next().unwrap_or(part);
+            if body.lines().any(|l| l.trim_start().starts_with("skip(")) {
+                found += 1;
+                let entry = format!("test(={module}::{name})");
+                if !config.contains(&entry) {
+                    missing.push(entry);
+                }
+            }
+        }
+    }
+    assert!(found >= 10, "found only {found} tests that can skip");
+    assert!(
+        missing.is_empty(),
+        "add these to .config/nextest.toml's skip override: {missing:?}"
+    );
+}
