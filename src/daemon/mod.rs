@@ -5,6 +5,7 @@
 //! socket, child, timer or signal wakes it: there is no polling loop. Stopping
 //! the daemon never stops the service processes it supervises.
 
+mod errors;
 pub mod events;
 mod handlers;
 mod settings;

@@ -80,15 +80,6 @@ impl Worlds {
 
 use crate::faults::point as fault_point;
 
-/// Through `?`: scrubbed of every secret the daemon knows, since the
-/// error does not carry its slice (prefer [`adapter_error`], which also
-/// names the service and masks the slice's `admin_url`).
-impl From<adapters::AdapterError> for ApiError {
-    fn from(e: adapters::AdapterError) -> Self {
-        ApiError::new(crate::secrets::scrub(&e.message).into_owned())
-    }
-}
-
 fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(e.to_string())
 }
@@ -2383,7 +2374,7 @@ pub(crate) async fn gc(
                             .registry()
                             .delete_slice(&adapter_name, &slice_name)
                             .map_err(|e| e.to_string()),
-                        Err(e) => Err(e.message),
+                        Err(e) => Err(e.redacted(&slice).message),
                     }
                 }
             };

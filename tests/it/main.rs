@@ -11,6 +11,7 @@ mod mcp;
 mod processes;
 mod project;
 mod proxy;
+mod secrets;
 mod templates;
 mod worktrees;
 mod world;

@@ -67,9 +67,14 @@ impl Drop for Cleanup {
             .args([
                 PG_ADMIN,
                 "-tAc",
+                // `_` and `%` are wildcards in LIKE: escaped, so another
+                // run's databases never match.
                 &format!(
-                    "select datname from pg_database where datname like '{}%'",
+                    "select datname from pg_database where datname like '{}%' escape '\\'",
                     self.prefix
+                        .replace('\\', "\\\\")
+                        .replace('_', "\\_")
+                        .replace('%', "\\%")
                 ),
             ])
             .output()
@@ -738,4 +743,190 @@ fn a_teardown_that_fails_keeps_the_world_unless_forced_and_gc_sweeps_it_later() 
     assert_eq!(out.code(), 0, "{out}");
     assert!(!folder.exists(), "gc did not sweep the slice");
     assert!(!run(&["gc", "--dry-run"]).stdout().contains("sticky_w"));
+}
+
+fn pg_toml(project: &str, admin_var: &str) -> String {
+    format!(
+        "{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"${{env.{admin_var}}}\"\nmigrate = \"psql \\\"$DB_URL\\\" -qc 'create table t(x int)' && echo migrated\"\nseed = \"psql \\\"$DB_URL\\\" -qc 'insert into t values (42)' && echo seeded\"\nclone_from = \"golden\"\n",
+        project_header(project, 1)
+    )
+}
+
+#[test]
+fn a_session_on_the_golden_template_is_never_ended_and_the_world_is_built_anyway() {
+    if !pg_up() {
+        skip("no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
+        return;
+    }
+    let home = Home::new();
+    let project = format!("holder{}", std::process::id() % 10000);
+    let _cleanup = Cleanup {
+        prefix: format!("{project}_"),
+        mysql: false,
+    };
+    let repo = Repo::new(&pg_toml(&project, "TEST_PG_ADMIN"));
+    let var = ("TEST_PG_ADMIN", PG_ADMIN);
+    let out = up_with(&repo, &home, "a", &[var]);
+    assert_eq!(out.code(), 0, "{out}");
+    // Someone inspects the template in psql and leaves the session open.
+    let template = format!("{project}_golden_golden");
+    let holder_url = format!("{}/{template}", PG_ADMIN.rsplit_once('/').unwrap().0);
+    let mut holder = std::process::Command::new("psql")
+        .arg(&holder_url)
+        .env("PGAPPNAME", "someone-inspecting")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sessions = || {
+        psql(
+            PG_ADMIN,
+            &format!(
+                "select count(*) from pg_stat_activity where datname = '{template}' and application_name = 'someone-inspecting'"
+            ),
+        )
+    };
+    assert!(wait_until(std::time::Duration::from_secs(10), || sessions() == "1"));
+    let out = up_with(&repo, &home, "b", &[var]);
+    assert_eq!(out.code(), 0, "{out}");
+    // The session lives on, untouched...
+    assert_eq!(sessions(), "1", "binky ended a session it did not open");
+    assert!(
+        holder.try_wait().unwrap().is_none(),
+        "psql was disconnected"
+    );
+    // ...the world was built by migrate + seed instead, and the reason says
+    // who holds the template and what to do.
+    assert_eq!(
+        psql(&env_url(&repo, &home, "b", var), "select x from t"),
+        "42"
+    );
+    let fallback = events(&home, "clone_fallback");
+    assert_eq!(fallback.len(), 1, "{fallback:?}");
+    let detail = fallback[0]["detail"].as_str().unwrap();
+    for want in ["someone-inspecting", "pid ", "user postgres", "close them"] {
+        assert!(detail.contains(want), "{want} not in {detail}");
+    }
+    // Once the session is gone, worlds are clones again; a clone's log says
+    // which template it came from and where that template's log is.
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+    let out = up_with(&repo, &home, "c", &[var]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(events(&home, "clone_fallback").len(), 1);
+    let log = repo.ok(&home, &["logs", "c", "db"]).stdout();
+    assert!(
+        log.contains(&format!("cloned from template {template}")),
+        "{log}"
+    );
+    let template_log = log
+        .split("output is in ")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim();
+    let built = std::fs::read_to_string(template_log).unwrap();
+    assert!(
+        built.contains("migrated") && built.contains("seeded"),
+        "{built}"
+    );
+    for w in ["a", "b", "c"] {
+        let out = up_with(&repo, &home, w, &[var]);
+        assert_eq!(out.code(), 0, "{out}");
+        let out = Out(repo
+            .cmd(&home, &["remove", w, "--force"])
+            .env(var.0, var.1)
+            .output()
+            .unwrap());
+        assert_eq!(out.code(), 0, "{out}");
+    }
+}
+
+#[test]
+fn a_postgres_error_shows_the_servers_own_words() {
+    if !pg_up() {
+        skip("no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
+        return;
+    }
+    let home = Home::new();
+    let project = format!("nocreate{}", std::process::id() % 10000);
+    let role = format!("binky_nocreate_{}", std::process::id());
+    psql(PG_ADMIN, &format!("create role {role} login"));
+    struct DropRole(String);
+    impl Drop for DropRole {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("psql")
+                .args([PG_ADMIN, "-qc", &format!("drop role if exists {}", self.0)])
+                .output();
+        }
+    }
+    let _role = DropRole(role.clone());
+    let admin = format!("postgresql://{role}@127.0.0.1:5432/postgres");
+    let repo = Repo::new(&pg_toml(&project, "NOCREATE_ADMIN"));
+    let out = up_with(&repo, &home, "a", &[("NOCREATE_ADMIN", &admin)]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr()
+            .contains("permission denied to create database"),
+        "{out}"
+    );
+    assert!(!out.stderr().contains("db error"), "{out}");
+}
+
+#[test]
+fn a_mysql_clone_fallback_names_the_object_it_could_not_create() {
+    if !mysql_up() {
+        skip("no MariaDB/MySQL on 127.0.0.1:3306 (or the mysql client is missing)");
+        return;
+    }
+    let home = Home::new();
+    let project = format!("definer{}", std::process::id() % 10000);
+    let _cleanup = Cleanup {
+        prefix: format!("{project}_"),
+        mysql: true,
+    };
+    // An admin account that may create the project's databases but not
+    // views with another definer (no SUPER / SET USER), as on a shared server.
+    let user = format!("binky_definer_{}", std::process::id());
+    mysql(
+        "",
+        &format!(
+            "CREATE USER '{user}'@'127.0.0.1'; GRANT ALL ON `{project}\\_%`.* TO '{user}'@'127.0.0.1'"
+        ),
+    );
+    struct DropUser(String);
+    impl Drop for DropUser {
+        fn drop(&mut self) {
+            let _ = Command::new("mysql")
+                .args([
+                    "-h127.0.0.1",
+                    "-uroot",
+                    "-e",
+                    &format!("DROP USER IF EXISTS '{}'@'127.0.0.1'", self.0),
+                ])
+                .output();
+        }
+    }
+    let _user = DropUser(user.clone());
+    // The migrate runs as root, so the view's definer is root.
+    let toml = format!(
+        "{}[services.db]\nadapter = \"mysql\"\nadmin_url = \"${{env.DEFINER_ADMIN}}\"\nmigrate = \"mysql -h127.0.0.1 -uroot \\\"${{DB_URL##*/}}\\\" -e 'create table t(x int); create sql security definer view the_view as select x from t'\"\nclone_from = \"golden\"\n",
+        project_header(&project, 1)
+    );
+    let repo = Repo::new(&toml);
+    let admin = format!("mysql://{user}@127.0.0.1:3306/");
+    let out = up_with(&repo, &home, "a", &[("DEFINER_ADMIN", &admin)]);
+    assert_eq!(out.code(), 0, "{out}");
+    let fallback = events(&home, "clone_fallback");
+    assert_eq!(fallback.len(), 1, "{fallback:?}");
+    let detail = fallback[0]["detail"].as_str().unwrap();
+    assert!(detail.contains("VIEW `the_view`"), "{detail}");
+    let out = Out(repo
+        .cmd(&home, &["remove", "a", "--force"])
+        .env("DEFINER_ADMIN", &admin)
+        .output()
+        .unwrap());
+    assert_eq!(out.code(), 0, "{out}");
 }
