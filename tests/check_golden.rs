@@ -59,9 +59,24 @@ fn run_check(args: &[String]) -> String {
         .arg("check")
         .args(args)
         .current_dir(case_dir())
+        // The same environment everywhere (`check` warns about an unset
+        // `${env.NAME}`): the variables the cases use are set, except
+        // `UNSET_IN_GOLDEN`, which one case is about.
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("NO_COLOR", "1")
-        .env_remove("CLICOLOR_FORCE")
-        .env_remove("CLICOLOR")
+        .envs(
+            [
+                "APP_API_TOKEN",
+                "CLICKHOUSE_URL",
+                "MYSQL_ADMIN_URL",
+                "PG_ADMIN_URL",
+                "PG_URL",
+                "REDIS_URL",
+                "SESSION_TOKEN",
+            ]
+            .map(|v| (v, "set-for-the-golden-tests")),
+        )
         .output()
         .expect("run binky");
     let code = out

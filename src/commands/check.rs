@@ -25,7 +25,7 @@ pub fn run(args: &CheckArgs, project: Option<&str>) -> ExitCode {
             return unreadable(&e, hint, args.json);
         }
     };
-    let report = match config::check_file(&path) {
+    let report = match config::check_file_here(&path) {
         Ok(r) => r,
         Err(e) => return unreadable(&e, None, args.json),
     };

@@ -82,6 +82,37 @@ pub fn check_file(path: &Path) -> Result<Report, LoadError> {
     Ok(check_str(&text, path))
 }
 
+/// [`check_file`] as `binky check` runs it: also warns about each
+/// `${env.NAME}` that neither this process's environment nor one of the
+/// file's `env_file`s sets (`up` from this shell would fail on it).
+pub fn check_file_here(path: &Path) -> Result<Report, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let Some(cfg) = check_str(&text, path).config else {
+        return Ok(check_str(&text, path));
+    };
+    let files = cfg.project.env_file.iter().chain(
+        cfg.services
+            .values()
+            .filter_map(|s| s.process()?.env_file.as_ref()),
+    );
+    let mut keys = std::collections::BTreeSet::new();
+    for f in files {
+        if let Ok(t) = std::fs::read_to_string(resolve_against(&cfg.root, f)) {
+            keys.extend(
+                dotenv::parse(&t)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, _)| k),
+            );
+        }
+    }
+    let is_set = |name: &str| std::env::var_os(name).is_some() || keys.contains(name);
+    Ok(validate::check_str_in_env(&text, path, &is_set))
+}
+
 /// Reads, checks and returns the model, or every error found.
 pub fn load(path: &Path) -> Result<Config, LoadError> {
     let report = check_file(path)?;

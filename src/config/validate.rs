@@ -39,12 +39,21 @@ impl Report {
 }
 
 /// Checks `text`, the contents of the file at `path`. Never panics on any
-/// input (a fuzz target holds it to that).
+/// input (a fuzz target holds it to that). Pure: it does not look at the
+/// environment (see [`check_str_in_env`]).
 pub fn check_str(text: &str, path: &Path) -> Report {
+    check_str_in_env(text, path, &|_| true)
+}
+
+/// [`check_str`], also warning about each `${env.NAME}` for which `is_set`
+/// says no: `binky check` asks the shell it runs in and the `env_file`s,
+/// which is where `up` from that shell would look.
+pub fn check_str_in_env(text: &str, path: &Path, is_set: &dyn Fn(&str) -> bool) -> Report {
     let loc = Locator::new(text);
     let mut cx = Cx {
         loc: &loc,
         diags: Vec::new(),
+        env_is_set: is_set,
     };
     // Every unknown key at once (serde stops at the first), each with its
     // nearest known key.
@@ -79,6 +88,9 @@ impl<'s> At<'s> {
 struct Cx<'a> {
     loc: &'a Locator<'a>,
     diags: Vec<Diagnostic>,
+    /// Whether a variable `${env.NAME}` names has a value where `up` would
+    /// run.
+    env_is_set: &'a dyn Fn(&str) -> bool,
 }
 
 impl Cx<'_> {
@@ -1453,6 +1465,14 @@ fn check_token(
                 );
             }
         },
+        Some(Token::Env(var)) if !(cx.env_is_set)(var) => cx.push_at(
+            Severity::Warning,
+            "unset-env",
+            path,
+            Some(at),
+            format!("`{raw}` is not set in this shell nor in an env_file, so `binky up` from here fails"),
+            Some(format!("export {var} in the shell you run binky from, or put it in env_file")),
+        ),
         Some(_) => {}
         None => check_unowned_token(cx, declared, path, at, body),
     }

@@ -35,6 +35,10 @@ pub(crate) struct Worlds {
     /// libgit2 is not safe for concurrent changes to one repository (refs,
     /// `.git/worktrees`), so worktree changes are serialised per repository.
     repos: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    /// The environment each world's last `up` was given (daemon memory
+    /// only: it may hold credentials), so every later verb renders with
+    /// the same `${env.NAME}` values even from a shell that lacks them.
+    last_env: Mutex<HashMap<i64, ClientEnv>>,
 }
 
 /// Supervised processes of one world.
@@ -56,6 +60,27 @@ impl Worlds {
     fn repo_lock(&self, main: &Path) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.repos.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(main.to_path_buf()).or_default().clone()
+    }
+    fn remember_env(&self, id: i64, env: &ClientEnv) {
+        self.last_env
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, env.clone());
+    }
+    /// The environment a verb on world `id` renders with: the caller's
+    /// variables, then those the world's last `up` was given (the daemon's
+    /// own come last, in [`lookup_env`]).
+    fn env_for(&self, id: i64, caller: &ClientEnv) -> ClientEnv {
+        let last = self.last_env.lock().unwrap_or_else(|p| p.into_inner());
+        let mut merged = caller.clone();
+        if let Some(up) = last.get(&id) {
+            for (k, v) in &up.0 {
+                if caller.get(k).is_none() {
+                    merged.0.push((k.clone(), v.clone()));
+                }
+            }
+        }
+        merged
     }
     fn runtime(&self, id: i64) -> Option<Arc<Runtime>> {
         self.runtimes
@@ -373,6 +398,81 @@ fn env_key(s: &str) -> String {
         .collect()
 }
 
+/// The error for a `${env.NAME}` with no value, at `key` (`services.db.admin_url`).
+fn unset_env(key: &str, token: &str) -> ApiError {
+    ApiError::new(format!("{key} uses {token}, which is not set"))
+        .hint("export it in the shell you run binky from (or put it in env_file)")
+}
+
+/// Renders `template` at `key` (`services.web.env.DATABASE_URL`), failing
+/// on a `${env.NAME}` that has no value: a process must never be handed, nor
+/// a user shown, an unrendered `${env.NAME}`. Other unresolved tokens are
+/// left as written (`binky check` warns about them).
+fn render_strict(
+    template: &str,
+    key: &str,
+    service: Option<&str>,
+    facts: &Facts<'_>,
+) -> Result<String, ApiError> {
+    let rendered = render(template, service, facts);
+    if let Some(tok) = rendered.unresolved.iter().find(|t| t.starts_with("${env.")) {
+        return Err(unset_env(key, tok));
+    }
+    // A service's fact with no value now (a slice whose address could not
+    // be resolved): as bad as an unset variable.
+    if let Some(tok) = rendered.unresolved.iter().find(|t| {
+        t.strip_prefix("${")
+            .and_then(|b| b.split('.').next())
+            .is_some_and(|svc| facts.services.contains_key(svc))
+    }) {
+        return Err(
+            ApiError::new(format!("{key} uses {tok}, which has no value now"))
+                .hint("run `binky up` for the world again from the shell it was built in"),
+        );
+    }
+    Ok(rendered.text)
+}
+
+/// A resource's rendered `admin_url` (registered as a secret), or `None`
+/// when it has none.
+///
+/// # Errors
+/// It uses a `${env.NAME}` that is not set.
+fn render_admin_url(
+    cfg: &Config,
+    world: &str,
+    world_root: &Path,
+    service: &str,
+    r: &config::Resource,
+    facts: &IndexMap<String, ServiceFacts>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<Option<String>, ApiError> {
+    let Some(t) = &r.admin_url else {
+        return Ok(None);
+    };
+    let url = render_strict(
+        t,
+        &format!("services.{service}.admin_url"),
+        Some(service),
+        &facts_for(cfg, world, world_root, facts, env),
+    )?;
+    crate::secrets::register_url(&url);
+    Ok(Some(url))
+}
+
+/// The project's `env_file` pairs for a world (its checkout's copy, else the
+/// main one's); none when it has no `env_file`.
+fn project_env(
+    cfg: &Config,
+    world_root: &Path,
+    main_root: &Path,
+) -> Result<Vec<(String, String)>, ApiError> {
+    match &cfg.project.env_file {
+        Some(f) => read_env_file(world_root, main_root, f),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// Everything `up` computed about a world before starting it.
 struct Plan {
     facts: IndexMap<String, ServiceFacts>,
@@ -381,6 +481,9 @@ struct Plan {
     /// The daemon's `BINKY_HOME`, handed to every process it starts: with
     /// the daemon's session id it is how a later daemon recognises them.
     home: PathBuf,
+    /// An unset `${env.NAME}` is an error (always, but when re-adopting a
+    /// process that already runs: see [`adopt_world`]).
+    strict: bool,
 }
 
 fn lookup_env<'a>(
@@ -568,6 +671,7 @@ async fn up_locked(
         reg.reset_restarts(id).map_err(internal)?;
         id
     };
+    d.worlds.remember_env(world_id, client_env);
     d.event(world_event("up_started", project, name));
 
     let result = bring_up(
@@ -686,6 +790,7 @@ async fn bring_up(
         world_root: world_root.clone(),
         project_env,
         home: d.paths.home().to_path_buf(),
+        strict: true,
     };
 
     // Slices, before any process that may use them.
@@ -1084,19 +1189,27 @@ async fn adopt_world(
         world_root: world_root.clone(),
         project_env,
         home: d.paths.home().to_path_buf(),
+        strict: true,
     };
     let no_env = ClientEnv::default();
     for (n, s) in &cfg.services {
         if let ServiceKind::Resource(r) = &s.kind
             && let Some(adapter) = adapter_for(&r.adapter, &no_env)
         {
+            // With the daemon's environment: the caller's is gone.
+            let admin = {
+                let env_fn = lookup_env(&plan.project_env, &no_env);
+                render_admin_url(&cfg, name, &world_root, n, r, &plan.facts, &env_fn)
+                    .ok()
+                    .flatten()
+            };
             let slice = slice_for(
                 d,
                 adapter.as_ref(),
                 adapter.slice_name(project, &w.slug),
                 project,
                 Some(&r.options),
-                None,
+                admin,
                 &no_env,
             );
             if let Ok(address) = adapter.resolve(&slice).await {
@@ -1124,7 +1237,22 @@ async fn adopt_world(
             let Some(p) = cfg.services[sname].process() else {
                 continue;
             };
-            let spec = process_spec(&cfg, project, name, sname, p, &plan, &no_env, &log_dir)?;
+            // The shell the world was built from is gone with the old
+            // daemon: a `${env.NAME}` only it had cannot be rendered now. A
+            // process that runs keeps running, but is not restarted with a
+            // half-rendered command; one that died is reported.
+            let (spec, unrenderable) =
+                match process_spec(&cfg, project, name, sname, p, &plan, &no_env, &log_dir) {
+                    Ok(spec) => (spec, None),
+                    Err(e) => {
+                        plan.strict = false;
+                        let mut spec =
+                            process_spec(&cfg, project, name, sname, p, &plan, &no_env, &log_dir)?;
+                        plan.strict = true;
+                        spec.restart.policy = config::RestartPolicy::No;
+                        (spec, Some(e))
+                    }
+                };
             let rec = recorder(
                 d.clone(),
                 world_id,
@@ -1152,6 +1280,17 @@ async fn adopt_world(
                         e
                     });
                     supervisor::adopt(spec, pid, rec)
+                }
+                None if let Some(e) = &unrenderable => {
+                    let reason = format!(
+                        "died while the daemon was away, and cannot be restarted: {}; run `binky up {name}` from a shell that has it",
+                        e.message
+                    );
+                    let _ =
+                        d.registry()
+                            .service_state(world_id, sname, "failed", Some(&reason), false);
+                    d.routes.set_state(project, name, sname, "stopped");
+                    continue;
                 }
                 None if restart_dead && p.restart.policy != config::RestartPolicy::No => {
                     d.event({
@@ -1215,24 +1354,15 @@ async fn provision(
     let adapter =
         adapter_for(&r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
     let env_fn = lookup_env(&plan.project_env, client_env);
-    let admin_url = match &r.admin_url {
-        None => None,
-        Some(t) => {
-            let rendered = render(
-                t,
-                Some(service),
-                &facts_for(cfg, world, &plan.world_root, &plan.facts, &env_fn),
-            );
-            if let Some(tok) = rendered.unresolved.first() {
-                return Err(ApiError::new(format!(
-                    "services.{service}.admin_url uses {tok}, which is not set"
-                ))
-                .hint("export it in the shell you run binky from (or put it in env_file)"));
-            }
-            crate::secrets::register_url(&rendered.text);
-            Some(rendered.text)
-        }
-    };
+    let admin_url = render_admin_url(
+        cfg,
+        world,
+        &plan.world_root,
+        service,
+        r,
+        &plan.facts,
+        &env_fn,
+    )?;
     let slice_name = adapter.slice_name(project, slug);
     let slice = slice_for(
         d,
@@ -1528,7 +1658,12 @@ async fn run_data_commands(
     env.push((format!("{}_URL", env_key(service)), address.to_owned()));
     for (step, cmd) in [("migrate", &r.migrate), ("seed", &r.seed)] {
         let Some(cmd) = cmd else { continue };
-        let rendered = render(cmd, Some(service), &fx).text;
+        let rendered = render_strict(
+            cmd,
+            &format!("services.{service}.{step}"),
+            Some(service),
+            &fx,
+        )?;
         let out = supervisor::logs::open_append(log).map_err(internal)?;
         let err = out.try_clone().map_err(internal)?;
         let status = crate::platform::command("/bin/sh")
@@ -1577,7 +1712,16 @@ fn process_spec(
     }
     let env_fn = lookup_env(&service_env, client_env);
     let fx = facts_for(cfg, world, &plan.world_root, &plan.facts, &env_fn);
-    let r = |t: &str| render(t, Some(service), &fx).text;
+    // Every value names its key, so an unset `${env.NAME}` is reported where
+    // it is written.
+    let r = |t: &str, key: &str| {
+        let key = format!("services.{service}.{key}");
+        if plan.strict {
+            render_strict(t, &key, Some(service), &fx)
+        } else {
+            Ok(render(t, Some(service), &fx).text)
+        }
+    };
     let mut env: IndexMap<String, String> = base_env(cfg, world, service, plan, client_env)
         .into_iter()
         .collect();
@@ -1585,12 +1729,12 @@ fn process_spec(
         env.insert(k.clone(), v.clone());
     }
     for (k, v) in &p.env {
-        let value = r(v);
+        let value = r(v, &format!("env.{k}"))?;
         crate::secrets::register_var(k, &value);
         env.insert(k.clone(), value);
     }
     let cwd = match &p.cwd {
-        Some(c) => config::resolve_against(&plan.world_root, &r(c)),
+        Some(c) => config::resolve_against(&plan.world_root, &r(c, "cwd")?),
         None => plan.world_root.clone(),
     };
     let env: Vec<(String, String)> = env.into_iter().collect();
@@ -1599,10 +1743,10 @@ fn process_spec(
         None => None,
         Some(h) => {
             let probe = match &h.probe {
-                Probe::Http(u) => health::parse_http(&r(u), own_port),
-                Probe::Tcp(a) => health::parse_tcp(&r(a)),
+                Probe::Http(u) => health::parse_http(&r(u, "health")?, own_port),
+                Probe::Tcp(a) => health::parse_tcp(&r(a, "health")?),
                 Probe::Cmd(c) => Ok(health::ProbeSpec::Cmd {
-                    cmd: r(c),
+                    cmd: r(c, "health")?,
                     cwd: cwd.clone(),
                     env: env.clone(),
                 }),
@@ -1613,7 +1757,7 @@ fn process_spec(
     };
     Ok(ServiceSpec {
         name: service.to_owned(),
-        cmd: r(&p.cmd),
+        cmd: r(&p.cmd, "cmd")?,
         cwd,
         env,
         log: log_dir.join(format!("{service}.log")),
@@ -1926,6 +2070,47 @@ pub(crate) async fn remove(
             )));
         }
     }
+    // Everything the teardown needs is rendered before anything is done,
+    // with the environment the world was built with: a missing variable
+    // fails here, leaving the world as it was.
+    let client_env = d.worlds.env_for(w.id, &client_env);
+    // The world's own config names the server (its admin_url); fall back to
+    // the main checkout's when the worktree is gone.
+    let world_root = join_subdir(&path, &loc.subdir);
+    let cfg =
+        config::load(&world_root.join(config::FILE_NAME)).unwrap_or_else(|_| loc.config.clone());
+    let penv = project_env(&cfg, &world_root, &loc.main_root()).unwrap_or_default();
+    let env_fn = lookup_env(&penv, &client_env);
+    let mut teardowns = Vec::new();
+    for s in d.registry().slices_of(w.id).map_err(internal)? {
+        let Some(adapter) = adapter_for(&s.adapter, &client_env) else {
+            continue;
+        };
+        let resource = cfg.services.get(&s.service).and_then(|x| x.resource());
+        let admin_url = match resource {
+            Some(r) => render_admin_url(
+                &cfg,
+                &w.name,
+                &world_root,
+                &s.service,
+                r,
+                &IndexMap::new(),
+                &env_fn,
+            )?,
+            None => None,
+        };
+        let slice = slice_for(
+            d,
+            adapter.as_ref(),
+            s.slice.clone(),
+            &loc.name,
+            resource.map(|r| &r.options),
+            admin_url,
+            &client_env,
+        );
+        teardowns.push((s, adapter, slice));
+    }
+    let git = user_git(&client_env)?;
     let before = world_status(d, &loc.name, w.id)?;
     d.registry()
         .set_world_state(w.id, &w.state, Some("remove"), None)
@@ -1933,9 +2118,8 @@ pub(crate) async fn remove(
     let mut notes = stop_processes(d, &w).await;
     fault_point("remove:stopped");
     // Tear down slices.
-    let slices = d.registry().slices_of(w.id).map_err(internal)?;
-    for s in slices {
-        if let Some(adapter) = adapter_for(&s.adapter, &client_env) {
+    for (s, adapter, slice) in teardowns {
+        {
             d.registry()
                 .set_slice(
                     Some(w.id),
@@ -1946,31 +2130,6 @@ pub(crate) async fn remove(
                     "teardown",
                 )
                 .map_err(internal)?;
-            // The world's own config names the server (its admin_url); fall
-            // back to the main checkout's when the worktree is gone.
-            let world_root = join_subdir(&path, &loc.subdir);
-            let cfg = config::load(&world_root.join(config::FILE_NAME))
-                .unwrap_or_else(|_| loc.config.clone());
-            let resource = cfg.services.get(&s.service).and_then(|x| x.resource());
-            let admin_url = resource.and_then(|r| r.admin_url.as_ref()).map(|t| {
-                let env_fn = lookup_env(&[], &client_env);
-                let facts = IndexMap::new();
-                render(
-                    t,
-                    Some(&s.service),
-                    &facts_for(&cfg, &w.name, &world_root, &facts, &env_fn),
-                )
-                .text
-            });
-            let slice = slice_for(
-                d,
-                adapter.as_ref(),
-                s.slice.clone(),
-                &loc.name,
-                resource.map(|r| &r.options),
-                admin_url,
-                &client_env,
-            );
             if let Err(e) = adapter.teardown(&slice).await {
                 let message = format!(
                     "teardown of {} failed: {}",
@@ -2006,7 +2165,6 @@ pub(crate) async fn remove(
     let repo_lock = d.worlds.repo_lock(&loc.main);
     let _repo_guard = repo_lock.lock().await;
     fault_point("remove:torn_down");
-    let git = user_git(&client_env)?;
     tokio::task::spawn_blocking(move || worktree::remove(&git, &main, &p2))
         .await
         .map_err(internal)?
@@ -2050,6 +2208,11 @@ pub(crate) async fn env(
     let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
     let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
     let ports = world_ports(d, w.id)?;
+    // The environment the world was built with, so an address renders the
+    // same from any shell.
+    let client_env = d.worlds.env_for(w.id, &client_env);
+    let penv = project_env(&cfg, &world_root, &loc.main_root())?;
+    let env_fn = lookup_env(&penv, &client_env);
     let exposed: Vec<String> = match &cfg.agents.expose {
         Some(list) => list.clone(),
         None => cfg
@@ -2078,16 +2241,15 @@ pub(crate) async fn env(
             },
             ServiceKind::Resource(r) => match adapter_for(&r.adapter, &client_env) {
                 Some(a) => {
-                    let env_fn = lookup_env(&[], &client_env);
-                    let facts = IndexMap::new();
-                    let admin = r.admin_url.as_ref().map(|t| {
-                        render(
-                            t,
-                            Some(&n),
-                            &facts_for(&cfg, &w.name, &world_root, &facts, &env_fn),
-                        )
-                        .text
-                    });
+                    let admin = render_admin_url(
+                        &cfg,
+                        &w.name,
+                        &world_root,
+                        &n,
+                        r,
+                        &IndexMap::new(),
+                        &env_fn,
+                    )?;
                     let slice = slice_for(
                         d,
                         a.as_ref(),
@@ -2189,6 +2351,7 @@ pub(crate) async fn verify(
         ))
         .hint("add e.g. verify = [\"make test\"] under [agents]"));
     }
+    let client_env = d.worlds.env_for(w.id, &client_env);
     let mut env: IndexMap<String, String> = if client_env.0.is_empty() {
         std::env::vars().collect()
     } else {
@@ -2345,20 +2508,29 @@ pub(crate) async fn gc(
                         .as_ref()
                         .and_then(|c| c.services.get(&service))
                         .and_then(|s| s.resource());
-                    let admin_url = match (resource.and_then(|r| r.admin_url.as_ref()), &cfg) {
-                        (Some(t), Some(c)) => {
-                            let env_fn = lookup_env(&[], &client_env);
-                            let facts = IndexMap::new();
-                            Some(
-                                render(
-                                    t,
-                                    Some(&service),
-                                    &facts_for(c, "", &c.root, &facts, &env_fn),
-                                )
-                                .text,
-                            )
+                    let admin_url = match (resource, &cfg) {
+                        (Some(r), Some(c)) => {
+                            let penv = project_env(c, &c.root, &c.root).unwrap_or_default();
+                            let env_fn = lookup_env(&penv, &client_env);
+                            render_admin_url(c, "", &c.root, &service, r, &IndexMap::new(), &env_fn)
                         }
-                        _ => None,
+                        _ => Ok(None),
+                    };
+                    let admin_url = match admin_url {
+                        Ok(u) => u,
+                        Err(e) => {
+                            out.push(SweepItem {
+                                kind: "slice".into(),
+                                what: format!("{adapter_name} {slice_name}"),
+                                why: format!("left in state `{state}` by an interrupted operation"),
+                                outcome: format!(
+                                    "not swept: {}; {}",
+                                    e.message,
+                                    e.hint.unwrap_or_default()
+                                ),
+                            });
+                            continue;
+                        }
                     };
                     let slice = slice_for(
                         d,

@@ -3,6 +3,7 @@
 
 mod adapters;
 mod daemon;
+mod environment;
 mod faults;
 mod harness;
 mod hygiene;

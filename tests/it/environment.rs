@@ -1,0 +1,108 @@
+//! Every verb renders with the environment the world was built with, and
+//! never hands out an unrendered `${env.NAME}`.
+
+use crate::adapters::{PG_ADMIN, pg_up};
+use crate::harness::*;
+use crate::project::*;
+use crate::templates::Cleanup;
+
+#[test]
+fn every_verb_renders_with_the_environment_the_world_was_built_with() {
+    if !pg_up() {
+        skip("no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
+        return;
+    }
+    let home = Home::new();
+    let project = format!("envchain{}", std::process::id() % 10000);
+    let _cleanup = Cleanup {
+        prefix: format!("{project}_"),
+        mysql: false,
+    };
+    let toml = format!(
+        "{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"${{env.CHAIN_PG_ADMIN}}\"\n[services.web]\ncmd = \"exec sleep 600\"\ndepends_on = [\"db\"]\n[agents]\nverify = [\"echo $DB_URL > verified-with.txt\"]\n",
+        project_header(&project, 1)
+    );
+    let repo = Repo::new(&toml);
+    let with_var = |args: &[&str]| {
+        Out(repo
+            .cmd(&home, args)
+            .env("CHAIN_PG_ADMIN", PG_ADMIN)
+            .output()
+            .unwrap())
+    };
+    let out = with_var(&["up", "x"]);
+    assert_eq!(out.code(), 0, "{out}");
+    let want = format!("postgresql://postgres@127.0.0.1:5432/{project}_x");
+    // From a shell without the variable: the values `up` was given.
+    let env = repo.ok(&home, &["env", "x", "--dotenv"]).stdout();
+    assert!(env.contains(&format!("DB_URL='{want}'")), "{env}");
+    repo.ok(&home, &["verify", "x"]);
+    let wt = std::path::PathBuf::from(repo.worlds(&home)["x"]["path"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(wt.join("verified-with.txt"))
+            .unwrap()
+            .trim(),
+        want
+    );
+    // A new daemon no longer has them: every verb that needs the variable
+    // fails before doing anything, with `up`'s message.
+    home.ok(&["daemon", "stop"]);
+    let web = repo.worlds(&home)["x"]["services"][1]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    for args in [
+        &["env", "x", "--dotenv"][..],
+        &["env", "x"][..],
+        &["verify", "x"][..],
+        &["remove", "x", "--force"][..],
+    ] {
+        let out = repo.run(&home, args);
+        assert_eq!(out.code(), 1, "{args:?}: {out}");
+        assert!(
+            out.stderr()
+                .contains("services.db.admin_url uses ${env.CHAIN_PG_ADMIN}, which is not set"),
+            "{args:?}: {out}"
+        );
+        // No value was printed: `--json` says only the error.
+        let stdout = out.stdout();
+        let is_error_json = serde_json::from_str::<serde_json::Value>(&stdout)
+            .is_ok_and(|v| v.get("error").is_some() && v.as_object().unwrap().len() == 1);
+        assert!(
+            stdout.is_empty() || is_error_json,
+            "{args:?} printed a value: {out}"
+        );
+    }
+    // Nothing was done: the world is as it was.
+    let w = &repo.worlds(&home)["x"];
+    assert_eq!(w["state"], "running", "{w}");
+    assert!(alive(web), "remove stopped the services before failing");
+    let out = with_var(&["remove", "x", "--force"]);
+    assert_eq!(out.code(), 0, "{out}");
+}
+
+#[test]
+fn an_unset_variable_in_a_process_env_fails_up_naming_key_and_variable() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.web]\ncmd = \"exec sleep 600\"\nenv = {{ DATABASE_URL = \"${{env.NOPE_NOT_SET}}\" }}\n",
+        project_header("unsetproc", 1)
+    );
+    let repo = Repo::new(&toml);
+    let check = repo.ok(&home, &["check"]);
+    assert!(check.stdout().contains("warning[unset-env]"), "{check}");
+    let out = repo.run(&home, &["up", "x"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr()
+            .contains("services.web.env.DATABASE_URL uses ${env.NOPE_NOT_SET}, which is not set"),
+        "{out}"
+    );
+    assert!(pids_with("sleep 600").iter().all(|p| {
+        std::fs::read_to_string(format!("/proc/{p}/environ"))
+            .map(|e| !e.contains("NOPE_NOT_SET"))
+            .unwrap_or(true)
+    }));
+    let w = &repo.worlds(&home)["x"];
+    assert_eq!(w["state"], "failed", "{w}");
+    assert!(w["services"][0]["pid"].is_null(), "{w}");
+}
