@@ -148,9 +148,35 @@ impl Client {
         }
     }
 
+    /// A handle that cancels the request this client has in flight (see
+    /// [`Request::Cancel`]), usable from another thread.
+    ///
+    /// # Errors
+    /// The socket cannot be duplicated.
+    pub fn canceller(&self) -> Result<Canceller, ApiError> {
+        let stream = self
+            .writer
+            .try_clone()
+            .map_err(|e| ApiError::new(format!("cannot use the daemon socket: {e}")))?;
+        Ok(Canceller { stream })
+    }
+
     /// [`Client::call`] without progress.
     pub fn request(&mut self, req: &Request) -> Result<Response, ApiError> {
         self.call(req, &mut |_| {})
+    }
+}
+
+/// Cancels a client's request in flight: the daemon stops what the
+/// operation started and answers it with a "cancelled" error.
+pub struct Canceller {
+    stream: platform::ClientStream,
+}
+
+impl Canceller {
+    /// Sends the cancel. Best effort: a daemon that is gone needs none.
+    pub fn cancel(&self) {
+        let _ = write_frame(&mut platform::NoSigpipe(&self.stream), &Request::Cancel);
     }
 }
 

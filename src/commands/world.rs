@@ -51,13 +51,48 @@ impl ProgressView {
 fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
     let paths = paths_or_exit()?;
     let mut client = Client::connect_or_start(&paths).map_err(|e| fail_json(json, &e))?;
+    // Ctrl-C during `up`/`reload` cancels it in the daemon, which stops what
+    // it started; a second Ctrl-C stops waiting for that.
+    let cancelled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if matches!(req, Request::Up(_) | Request::Reload(_)) {
+        let canceller = client.canceller().map_err(|e| fail_json(json, &e))?;
+        let (flag, verb, name) = (cancelled.clone(), req.verb(), world_name(&req));
+        crate::platform::on_interrupt(move |n| {
+            if n == 1 {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                anstream::eprintln!(
+                    "\r\x1b[2K{} cancelling `{verb} {name}`: stopping what it started (Ctrl-C again to stop waiting)",
+                    paint(DIM, "^C")
+                );
+                canceller.cancel();
+            } else {
+                anstream::eprintln!(
+                    "not waiting: the daemon finishes cancelling `{verb} {name}`; `binky status` shows it"
+                );
+                std::process::exit(130);
+            }
+        });
+    }
     let mut view = ProgressView::new();
     let res = client.call(&req, &mut |p| view.show(p));
     view.clear();
     match res {
         Ok(Response::World(o)) => Ok(o),
         Ok(other) => Err(super::unexpected(&other)),
+        Err(e) if cancelled.load(std::sync::atomic::Ordering::SeqCst) => {
+            fail_json(json, &e);
+            Err(ExitCode::from(130))
+        }
         Err(e) => Err(fail_json(json, &e)),
+    }
+}
+
+/// The world a lifecycle request names.
+fn world_name(req: &Request) -> String {
+    match req {
+        Request::Up(r) | Request::Reload(r) => r.world.name.clone(),
+        Request::Down(w) | Request::Remove { world: w, .. } => w.name.clone(),
+        _ => String::new(),
     }
 }
 

@@ -76,6 +76,8 @@ pub(super) async fn handle(
             .await
             .map(Response::Verified),
         Request::Gc { dry_run, env } => Ok(Response::Swept(world::gc(d, dry_run, env).await)),
+        // Only meaningful while another request runs (see `serve`).
+        Request::Cancel => Ok(Response::Done),
         Request::Locate { world: w, service } => {
             world::locate_service(d, w, &service).map(Response::Located)
         }

@@ -64,19 +64,37 @@ pub struct Daemon {
     pub(crate) worlds: world::Worlds,
 }
 
-/// Where a long operation reports what it is doing; frames go to the caller
-/// as they happen. A caller that went away does not stop the operation.
+/// Where a long operation reports what it is doing (frames go to the caller
+/// as they happen) and learns whether its caller cancelled it. A caller
+/// that merely went away does not stop the operation; one that sends
+/// `cancel` does.
 #[derive(Clone)]
-pub(crate) struct ProgressTx(tokio::sync::mpsc::UnboundedSender<Progress>);
+pub(crate) struct ProgressTx {
+    tx: tokio::sync::mpsc::UnboundedSender<Progress>,
+    cancel: watch::Receiver<bool>,
+}
 
 impl ProgressTx {
     /// Reports one step.
     pub(crate) fn say(&self, step: &str, service: Option<&str>, message: String) {
-        let _ = self.0.send(Progress {
+        let _ = self.tx.send(Progress {
             step: step.to_owned(),
             service: service.map(str::to_owned),
             message,
         });
+    }
+
+    /// Whether the caller asked to cancel.
+    pub(crate) fn cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    /// Resolves when the caller asks to cancel (never, if it does not).
+    pub(crate) async fn until_cancelled(&self) {
+        let mut rx = self.cancel.clone();
+        if rx.wait_for(|c| *c).await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 
@@ -332,6 +350,12 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     Ok(())
 }
 
+/// A frame that arrived whole but is not a request: worth an error reply,
+/// not the end of the connection.
+fn is_malformed(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::InvalidData && e.to_string().contains("malformed")
+}
+
 /// A reply with every secret the daemon knows masked (see
 /// [`crate::secrets`]): errors, hints, notes and progress lines may quote a
 /// command's or an adapter's words. `env` answers are left whole: handing
@@ -399,25 +423,45 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
         return;
     }
     let matched = hello.protocol == PROTOCOL && hello.version == VERSION;
+    // A task of its own reads the client's frames, so a `cancel` sent while
+    // an operation runs is seen at once and no frame is ever half-read by a
+    // future dropped in a select.
+    let (frames_tx, mut frames) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        loop {
+            let f: std::io::Result<Option<Request>> = read_frame_async(&mut r).await;
+            // A malformed frame is answered and the connection kept; the
+            // end of the stream or a broken one ends it.
+            let last = match &f {
+                Ok(Some(_)) => false,
+                Err(e) => !is_malformed(e),
+                Ok(None) => true,
+            };
+            if frames_tx.send(f).await.is_err() || last {
+                return;
+            }
+        }
+    });
     loop {
-        let req: Request = match read_frame_async(&mut r).await {
-            Ok(Some(req)) => req,
-            Ok(None) => return,
-            Err(e) => {
+        let req: Request = match frames.recv().await {
+            Some(Ok(Some(req))) => req,
+            Some(Ok(None)) | None => return,
+            Some(Err(e)) => {
                 // Malformed request: answer with an error and keep serving.
                 let _ = write_frame_async(
                     &mut w,
                     &Reply::Err(ApiError::new(format!("bad request: {e}"))),
                 )
                 .await;
-                if e.kind() == std::io::ErrorKind::InvalidData
-                    && e.to_string().contains("malformed")
-                {
+                if is_malformed(&e) {
                     continue;
                 }
                 return;
             }
         };
+        if matches!(req, Request::Cancel) {
+            continue; // nothing in flight to cancel
+        }
         let reply = if !matched && !req.version_independent() {
             Reply::Err(
                 ApiError::new(format!(
@@ -428,14 +472,27 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
             )
         } else {
             let (ptx, mut prx) = tokio::sync::mpsc::unbounded_channel();
-            let op = handlers::handle(&daemon, req, ProgressTx(ptx));
+            let (cancel_tx, cancel) = watch::channel(false);
+            let op = handlers::handle(&daemon, req, ProgressTx { tx: ptx, cancel });
             tokio::pin!(op);
+            let mut listening = true;
             let result = loop {
                 tokio::select! {
                     r = &mut op => break r,
                     Some(p) = prx.recv() => {
                         let _ = write_frame_async(&mut w, &scrubbed(Reply::Progress(p))).await;
                     }
+                    f = frames.recv(), if listening => match f {
+                        Some(Ok(Some(Request::Cancel))) => {
+                            tracing::info!("the caller cancelled its request");
+                            let _ = cancel_tx.send(true);
+                        }
+                        // Anything else mid-operation is ignored; a caller
+                        // gone away does not cancel (it may only have
+                        // stopped reading).
+                        Some(Ok(Some(_))) => {}
+                        _ => listening = false,
+                    },
                 }
             };
             while let Ok(p) = prx.try_recv() {

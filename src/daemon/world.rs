@@ -578,6 +578,7 @@ async fn up_locked(
         stop_processes(d, w).await;
     }
 
+    check_cancelled(progress, name)?;
     progress.say("worktree", None, format!("worktree for {name}"));
     let root = match &loc.config.project.worktree_root {
         Some(r) => config::resolve_against(&loc.main_root(), r),
@@ -604,6 +605,9 @@ async fn up_locked(
     })?;
     drop(repo_guard);
     fault_point("up:worktree");
+    // Cancelled now, the worktree stays (the next `up` reuses it), and no
+    // world has been recorded yet.
+    check_cancelled(progress, name)?;
     if ensured.recreated {
         let msg = format!(
             "the worktree folder {} was missing and has been re-created",
@@ -686,6 +690,25 @@ async fn up_locked(
             d.event(world_event("up", project, name));
             outcome(d, project, world_id, false, notes)
         }
+        Err(_) if progress.cancelled() => {
+            // Stop what it started; keep what it made (worktree, ports,
+            // complete slices), as `down` would: nothing is left half-made.
+            let row = d
+                .registry()
+                .find_world(project_id, name)
+                .map_err(internal)?;
+            if let Some(w) = row {
+                stop_processes(d, &w).await;
+            }
+            let _ = d.registry().set_world_state(
+                world_id,
+                "stopped",
+                None,
+                Some("`up` was cancelled by its caller"),
+            );
+            d.event(world_event("up_cancelled", project, name));
+            Err(cancelled_error(name))
+        }
         Err(e) => {
             let _ = d
                 .registry()
@@ -694,6 +717,25 @@ async fn up_locked(
             Err(e)
         }
     }
+}
+
+/// What a cancelled `up` answers.
+fn cancelled_error(name: &str) -> ApiError {
+    ApiError::new(format!(
+        "`up` of {name} was cancelled: what it had started is stopped; its worktree, ports and finished slices are kept"
+    ))
+    .hint(format!(
+        "`binky up {name}` brings it up, `binky remove {name}` removes it"
+    ))
+}
+
+/// Fails with [`cancelled_error`] once the caller has cancelled: checked
+/// between the stages of `up`, where stopping leaves nothing half-made.
+fn check_cancelled(progress: &ProgressTx, name: &str) -> Result<(), ApiError> {
+    if progress.cancelled() {
+        return Err(cancelled_error(name));
+    }
+    Ok(())
 }
 
 fn first_line(s: &str) -> String {
@@ -771,6 +813,7 @@ async fn bring_up(
         format!("{} port(s) reserved", allocated.len()),
     );
     fault_point("up:ports");
+    check_cancelled(progress, name)?;
 
     let main_root = loc.main_root();
     let mut project_env = Vec::new();
@@ -796,6 +839,7 @@ async fn bring_up(
     // Slices, before any process that may use them.
     for (n, s) in &cfg.services {
         if let ServiceKind::Resource(r) = &s.kind {
+            check_cancelled(progress, name)?;
             progress.say("provision", Some(n), format!("{} slice for {n}", r.adapter));
             let address = provision(
                 d, cfg, project, name, slug, world_id, n, r, &plan, client_env,
@@ -842,13 +886,23 @@ async fn bring_up(
         fault_point("up:started");
         for (sname, h, log) in started {
             let mut watch = h.state.clone();
-            let settled = loop {
-                let s = watch.borrow_and_update().clone();
-                if s.is_settled() {
-                    break s;
+            let settle = async {
+                loop {
+                    let s = watch.borrow_and_update().clone();
+                    if s.is_settled() {
+                        break s;
+                    }
+                    if watch.changed().await.is_err() {
+                        break watch.borrow().clone();
+                    }
                 }
-                if watch.changed().await.is_err() {
-                    break watch.borrow().clone();
+            };
+            // A cancel does not wait for a slow health probe.
+            let settled = tokio::select! {
+                s = settle => s,
+                _ = progress.until_cancelled() => {
+                    failure.get_or_insert(cancelled_error(name));
+                    break 'levels;
                 }
             };
             match settled {
@@ -1762,6 +1816,7 @@ fn process_spec(
         env,
         log: log_dir.join(format!("{service}.log")),
         port: own_port,
+        must_listen: p.url.is_some(),
         health,
         restart: p.restart.clone(),
         stop_signal: p.stop_signal.0.to_owned(),
@@ -2380,8 +2435,9 @@ pub(crate) async fn verify(
     let started = std::time::Instant::now();
     let mut checks = Vec::new();
     let mut all_ok = true;
+    let mut cancelled = false;
     for cmd in &cfg.agents.verify {
-        if !all_ok && !keep_going {
+        if (!all_ok && !keep_going) || cancelled {
             break;
         }
         progress.say("verify", None, format!("$ {cmd}"));
@@ -2408,15 +2464,37 @@ pub(crate) async fn verify(
                         .map_err(internal)?;
                     fault_point("verify:running");
                 }
-                if let Some(out) = child.stdout.take() {
-                    let mut lines = tokio::io::BufReader::new(out).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        progress.say("output", None, line);
+                let run = async {
+                    if let Some(out) = child.stdout.take() {
+                        let mut lines = tokio::io::BufReader::new(out).lines();
+                        while let Ok(Some(line)) = lines.next_line().await {
+                            progress.say("output", None, line);
+                        }
                     }
-                }
-                match child.wait().await {
-                    Ok(st) => (st.code(), st.success()),
-                    Err(_) => (None, false),
+                    child.wait().await
+                };
+                tokio::select! {
+                    st = run => match st {
+                        Ok(st) => (st.code(), st.success()),
+                        Err(_) => (None, false),
+                    },
+                    // Cancelled by the caller: the command's whole group
+                    // stops, and so does the run.
+                    _ = progress.until_cancelled() => {
+                        if let Some(pid) = child.id() {
+                            supervisor::stop_pgid(
+                                pid,
+                                "SIGTERM",
+                                std::time::Duration::from_secs(2),
+                                crate::platform::wait_exit(pid),
+                            )
+                            .await;
+                        }
+                        let _ = child.wait().await;
+                        progress.say("output", None, "cancelled".into());
+                        cancelled = true;
+                        (None, false)
+                    }
                 }
             }
             Err(e) => {

@@ -11,12 +11,10 @@ use crate::paths::Paths;
 use crate::protocol::{ApiError, ClientEnv, Progress, Request, Response, UpRequest, WorldRef};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{
-    CallToolResult, Implementation, ProgressNotificationParam, RequestMetaObject,
-    ServerCapabilities, ServerConfig,
+    CallToolResult, Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig,
 };
-use rmcp::{
-    ErrorData, Peer, RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router,
-};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -100,30 +98,54 @@ impl BinkyMcp {
 
     /// Runs one daemon call on a blocking thread, forwarding progress as MCP
     /// progress notifications when the client asked for them.
+    /// A request cancelled by the client (`notifications/cancelled`) is
+    /// cancelled in the daemon too, which stops what it started.
     async fn call(
         &self,
         req: Request,
-        meta: Option<RequestMetaObject>,
-        peer: Option<Peer<RoleServer>>,
+        ctx: Option<RequestContext<RoleServer>>,
     ) -> Result<Response, ApiError> {
         let paths = self.paths.clone();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Progress>();
+        let (canceller_tx, canceller_rx) = tokio::sync::oneshot::channel();
         let job = tokio::task::spawn_blocking(move || {
             let mut client = Client::connect_or_start(&paths)?;
+            let _ = canceller_tx.send(client.canceller().ok());
             client.call(&req, &mut |p| {
                 let _ = tx.send(p.clone());
             })
         });
-        let token = meta.and_then(|m| m.get_progress_token());
+        let canceller = canceller_rx.await.ok().flatten();
+        let token = ctx.as_ref().and_then(|c| c.meta.get_progress_token());
         let mut step = 0.0;
-        while let Some(p) = rx.recv().await {
-            step += 1.0;
-            if let (Some(token), Some(peer)) = (&token, &peer) {
-                let _ = peer
-                    .notify_progress(
-                        ProgressNotificationParam::new(token.clone(), step).with_message(p.message),
-                    )
-                    .await;
+        let mut cancel_sent = false;
+        loop {
+            let cancelled = async {
+                match &ctx {
+                    Some(c) if !cancel_sent => c.ct.cancelled().await,
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                p = rx.recv() => {
+                    let Some(p) = p else { break };
+                    step += 1.0;
+                    if let (Some(token), Some(c)) = (&token, &ctx) {
+                        let _ = c
+                            .peer
+                            .notify_progress(
+                                ProgressNotificationParam::new(token.clone(), step)
+                                    .with_message(p.message),
+                            )
+                            .await;
+                    }
+                }
+                _ = cancelled => {
+                    cancel_sent = true;
+                    if let Some(c) = &canceller {
+                        c.cancel();
+                    }
+                }
             }
         }
         job.await
@@ -156,15 +178,14 @@ impl BinkyMcp {
     async fn up(
         &self,
         Parameters(a): Parameters<UpArgs>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let req = Request::Up(UpRequest {
             world: self.world_ref(a.project.as_deref(), &a.name),
             group: a.group,
             env: ClientEnv::current(),
         });
-        match self.call(req, Some(meta), Some(peer)).await {
+        match self.call(req, Some(ctx)).await {
             Ok(Response::World(o)) => done(o),
             Ok(other) => Ok(tool_error(&ApiError::new(format!(
                 "unexpected reply: {other:?}"
@@ -181,7 +202,7 @@ impl BinkyMcp {
         Parameters(a): Parameters<WorldArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let req = Request::Down(self.world_ref(a.project.as_deref(), &a.name));
-        match self.call(req, None, None).await {
+        match self.call(req, None).await {
             Ok(Response::World(o)) => done(o),
             Ok(other) => Ok(tool_error(&ApiError::new(format!(
                 "unexpected reply: {other:?}"
@@ -207,7 +228,7 @@ impl BinkyMcp {
             }
             Some(name) => Some(name.to_owned()),
         };
-        match self.call(Request::Status { project }, None, None).await {
+        match self.call(Request::Status { project }, None).await {
             Ok(Response::Status(r)) => done(r),
             Ok(other) => Ok(tool_error(&ApiError::new(format!(
                 "unexpected reply: {other:?}"
@@ -224,7 +245,7 @@ impl BinkyMcp {
             world: self.world_ref(a.project.as_deref(), &a.name),
             env: ClientEnv::current(),
         };
-        match self.call(req, None, None).await {
+        match self.call(req, None).await {
             Ok(Response::Env(e)) => done(e),
             Ok(other) => Ok(tool_error(&ApiError::new(format!(
                 "unexpected reply: {other:?}"
@@ -239,15 +260,14 @@ impl BinkyMcp {
     async fn verify(
         &self,
         Parameters(a): Parameters<VerifyArgs>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let req = Request::Verify {
             world: self.world_ref(a.project.as_deref(), &a.name),
             keep_going: a.keep_going,
             env: ClientEnv::current(),
         };
-        match self.call(req, Some(meta), Some(peer)).await {
+        match self.call(req, Some(ctx)).await {
             Ok(Response::Verified(r)) => {
                 let passed = r.passed;
                 let mut res =

@@ -278,6 +278,28 @@ pub fn find_executable(
     })
 }
 
+/// Runs `on_interrupt(n)` on a thread of its own for the `n`-th Ctrl-C
+/// (SIGINT) from now on, instead of the default of ending the process. The
+/// signal is blocked in the calling thread (and so in threads it starts
+/// later) and taken with `sigwait` by the new one, so the handler may do
+/// anything (write to a socket, print). For a CLI that must tell its daemon
+/// before it goes.
+pub fn on_interrupt(mut on_interrupt: impl FnMut(u32) + Send + 'static) {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    if set.thread_block().is_err() {
+        return;
+    }
+    std::thread::spawn(move || {
+        let mut n = 0;
+        while set.wait().is_ok() {
+            n += 1;
+            on_interrupt(n);
+        }
+    });
+}
+
 /// This process's id.
 pub fn pid() -> u32 {
     std::process::id()
@@ -437,9 +459,8 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
     tree
 }
 
-/// TCP ports the processes in `pids` listen on (their socket inodes matched
-/// against `/proc/net/tcp{,6}` LISTEN entries).
-pub fn listening_ports(pids: &[u32]) -> Vec<u16> {
+/// Socket inodes of the processes in `pids` (from their `/proc/<pid>/fd`).
+fn socket_inodes(pids: &[u32]) -> std::collections::HashSet<String> {
     let mut inodes = std::collections::HashSet::new();
     for pid in pids {
         if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
@@ -455,7 +476,13 @@ pub fn listening_ports(pids: &[u32]) -> Vec<u16> {
             }
         }
     }
-    let mut ports = Vec::new();
+    inodes
+}
+
+/// `(port, socket inode)` of every TCP socket listening on this machine, as
+/// `/proc/net/tcp{,6}` lists them.
+fn listening_sockets() -> Vec<(u16, String)> {
+    let mut out = Vec::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(table) else {
             continue;
@@ -465,17 +492,64 @@ pub fn listening_ports(pids: &[u32]) -> Vec<u16> {
             // local_address is f[1] ("IP:PORT" in hex), state f[3] ("0A" = LISTEN), inode f[9].
             if f.len() > 9
                 && f[3] == "0A"
-                && inodes.contains(f[9])
                 && let Some(port) = f[1]
                     .rsplit_once(':')
                     .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
-                && !ports.contains(&port)
             {
-                ports.push(port);
+                out.push((port, f[9].to_owned()));
             }
         }
     }
+    out
+}
+
+/// Who listens on TCP `port`: the pids (among the processes this user may
+/// inspect) holding a listening socket on it. Empty when nothing listens,
+/// or only processes of another user do.
+pub fn listeners_of(port: u16) -> Vec<u32> {
+    let inodes: std::collections::HashSet<String> = listening_sockets()
+        .into_iter()
+        .filter(|(p, _)| *p == port)
+        .map(|(_, i)| i)
+        .collect();
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    all_processes()
+        .into_iter()
+        .map(|p| p.pid)
+        .filter(|pid| !socket_inodes(&[*pid]).is_disjoint(&inodes))
+        .collect()
+}
+
+/// Whether TCP `port` has a listener at all (whoever owns it).
+pub fn port_has_listener(port: u16) -> bool {
+    listening_sockets().iter().any(|(p, _)| *p == port)
+}
+
+/// The command line of `pid`, its arguments joined by spaces (for messages).
+pub fn command_line(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let text = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    (!text.is_empty()).then_some(text)
+}
+
+/// TCP ports the processes in `pids` listen on (their socket inodes matched
+/// against `/proc/net/tcp{,6}` LISTEN entries).
+pub fn listening_ports(pids: &[u32]) -> Vec<u16> {
+    let inodes = socket_inodes(pids);
+    let mut ports: Vec<u16> = listening_sockets()
+        .into_iter()
+        .filter(|(_, i)| inodes.contains(i))
+        .map(|(p, _)| p)
+        .collect();
     ports.sort_unstable();
+    ports.dedup();
     ports
 }
 

@@ -126,6 +126,10 @@ pub enum Request {
         /// The service.
         service: String,
     },
+    /// Cancel the operation in flight on this connection (sent while
+    /// reading its progress, e.g. on Ctrl-C during `up`). The operation
+    /// stops what it started and fails with a "cancelled" error.
+    Cancel,
     /// A world's coordinates.
     Env {
         /// Which world.
@@ -238,6 +242,7 @@ impl Request {
             Request::Locate { .. } => "locate",
             Request::Verify { .. } => "verify",
             Request::Gc { .. } => "gc",
+            Request::Cancel => "cancel",
         }
     }
 

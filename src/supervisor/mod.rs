@@ -48,6 +48,9 @@ pub struct ServiceSpec {
     pub log: PathBuf,
     /// Primary port, if any.
     pub port: Option<u16>,
+    /// The service is proxied on `port` (a url service): with no probe, it
+    /// is ready only once its own processes listen there.
+    pub must_listen: bool,
     /// Health probe and its timing.
     pub health: Option<(ProbeSpec, Duration, Duration)>,
     /// Restart policy.
@@ -573,21 +576,8 @@ async fn run(
         });
         set(State::Starting { pid });
 
-        // Phase 1: until healthy (or no probe), unless it exits or is stopped.
-        let healthy = async {
-            match &spec.health {
-                Some((probe, timeout, interval)) => {
-                    probe_until_healthy(probe, *timeout, *interval).await
-                }
-                // No probe: ready once it has stayed up for a moment, so a
-                // command that fails at once fails `up` instead of looping
-                // in backoff behind a "running" world.
-                None => {
-                    tokio::time::sleep(NO_PROBE_GRACE).await;
-                    Ok(())
-                }
-            }
-        };
+        // Phase 1: until ready, unless it exits or is stopped.
+        let healthy = ready(&spec, pid);
         tokio::pin!(healthy);
         let mut exit: Option<std::io::Result<std::process::ExitStatus>> = None;
         let mut restart_now = false;
@@ -681,6 +671,101 @@ async fn run(
             }
         }
     }
+}
+
+/// Waits until the service is ready, or says why it is not by the end of
+/// its timeout. Ready means its *own* process answers:
+///
+/// - with a probe: the probe passes, and when the probe dials the service's
+///   own port, a listener there belongs to its process group (something
+///   else — an orphan of an earlier run — may answer it otherwise);
+/// - without one: it has stayed up [`NO_PROBE_GRACE`], so a command that
+///   fails at once fails `up` instead of looping in backoff behind a
+///   "running" world; and a url service listens on its port (else the
+///   proxy could only answer 502).
+async fn ready(spec: &ServiceSpec, pid: u32) -> Result<(), String> {
+    match &spec.health {
+        Some((probe, timeout, interval)) => {
+            let deadline = tokio::time::Instant::now() + *timeout;
+            let own_port = probe.port().is_some() && probe.port() == spec.port;
+            loop {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                probe_until_healthy(probe, left, *interval).await?;
+                let Some(why) = own_port.then(|| port_problem(spec, pid)).flatten() else {
+                    return Ok(());
+                };
+                if tokio::time::Instant::now() + *interval >= deadline {
+                    return Err(why);
+                }
+                tokio::time::sleep(*interval).await;
+            }
+        }
+        None => {
+            tokio::time::sleep(NO_PROBE_GRACE).await;
+            if !spec.must_listen {
+                return Ok(());
+            }
+            let deadline = tokio::time::Instant::now() + listen_timeout();
+            let mut pause = Duration::from_millis(10);
+            loop {
+                let Some(why) = port_problem(spec, pid) else {
+                    return Ok(());
+                };
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(why);
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// How long a url service without a probe may take to listen on its port:
+/// the default health timeout (tests shorten it with
+/// `BINKY_TEST_LISTEN_TIMEOUT_MS` in the daemon's environment).
+fn listen_timeout() -> Duration {
+    std::env::var("BINKY_TEST_LISTEN_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(crate::config::DEFAULT_HEALTH_TIMEOUT, Duration::from_millis)
+}
+
+/// Why the service's own port does not show it ready, if it does not: a
+/// listener there must belong to its process group (or its descendants).
+/// Names whoever else holds the port.
+fn port_problem(spec: &ServiceSpec, pid: u32) -> Option<String> {
+    let port = spec.port?;
+    let mut ours = platform::group_members(pid);
+    ours.extend(platform::process_tree(pid));
+    ours.sort_unstable();
+    ours.dedup();
+    let listening = platform::listening_ports(&ours);
+    if listening.contains(&port) {
+        return None;
+    }
+    if let Some(other) = platform::listeners_of(port)
+        .into_iter()
+        .find(|p| !ours.contains(p))
+    {
+        let cmd = platform::command_line(other).unwrap_or_else(|| "?".into());
+        return Some(format!(
+            "its port {port} is answered by another process (pid {other}: {cmd}), not by this service; stop that process (perhaps left from an earlier run), or `binky remove` this world and `up` it again for other ports"
+        ));
+    }
+    if platform::port_has_listener(port) {
+        return Some(format!(
+            "its port {port} is held by a process binky cannot see (another user's), not by this service"
+        ));
+    }
+    if listening.is_empty() {
+        return Some(format!("nothing listens on its assigned port {port}"));
+    }
+    let list: Vec<String> = listening.iter().map(|p| p.to_string()).collect();
+    Some(format!(
+        "nothing listens on its assigned port {port}, but its processes listen on {}; pass ${{self.port}} (or read $PORT) in its cmd",
+        list.join(", ")
+    ))
 }
 
 /// Explains a failed probe; when nothing listens on the assigned port but

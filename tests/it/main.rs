@@ -2,6 +2,7 @@
 //! in its own temporary `BINKY_HOME`.
 
 mod adapters;
+mod cancel;
 mod daemon;
 mod environment;
 mod faults;

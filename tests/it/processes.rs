@@ -53,3 +53,63 @@ fn down_returns_only_once_every_process_of_the_group_is_gone() {
     repo.ok(&home, &["up", "x"]);
     repo.ok(&home, &["remove", "x", "--force"]);
 }
+
+#[test]
+fn a_probe_answered_by_another_process_is_not_ready() {
+    let home = Home::new();
+    // The service starts a listener on its own port that leaves its process
+    // group and tree (as an orphan of an earlier run would be), then idles.
+    let toml = format!(
+        "{}[services.web]\ncmd = \"(setsid python3 -m http.server $PORT --bind 127.0.0.1 &); exec sleep 600\"\nurl = \"web\"\nhealth = {{ http = \"/\", timeout = \"3s\", interval = \"100ms\" }}\n",
+        project_header("impostor", 1)
+    );
+    let repo = Repo::new(&toml);
+    let out = repo.run(&home, &["up", "x"]);
+    let impostors: Vec<u32> = pids_with("http.server")
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/environ"))
+                .is_ok_and(|e| e.contains(&format!("BINKY_HOME={}", home.path().display())))
+        })
+        .collect();
+    for p in &impostors {
+        kill9(*p);
+    }
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr().contains("is answered by another process (pid"),
+        "{out}"
+    );
+    assert!(out.stderr().contains("http.server"), "{out}");
+    assert_eq!(impostors.len(), 1, "{impostors:?}");
+}
+
+#[test]
+fn a_url_service_without_a_probe_is_up_only_once_it_listens_on_its_port() {
+    let home = Home::new();
+    let elsewhere = free_port();
+    let toml = format!(
+        "{}[services.web]\ncmd = \"exec python3 -m http.server {elsewhere} --bind 127.0.0.1\"\nurl = \"web\"\n",
+        project_header("deaf", 1)
+    );
+    let repo = Repo::new(&toml);
+    home.ok(&["daemon", "stop"]);
+    let started = Out(home
+        .cmd(&["daemon", "start"])
+        .env("BINKY_TEST_LISTEN_TIMEOUT_MS", "1500")
+        .output()
+        .unwrap());
+    assert_eq!(started.code(), 0, "{started}");
+    let out = repo.run(&home, &["up", "x"]);
+    assert_eq!(out.code(), 1, "{out}");
+    let port = repo.worlds(&home)["x"]["services"][0]["port"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        out.stderr().contains(&format!(
+            "nothing listens on its assigned port {port}, but its processes listen on {elsewhere}; pass ${{self.port}}"
+        )),
+        "{out}"
+    );
+    repo.ok(&home, &["remove", "x", "--force"]);
+}

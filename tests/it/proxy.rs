@@ -89,9 +89,23 @@ fn routes_by_host_with_keep_alive_and_forwarded_headers() {
 #[test]
 fn unknown_stopped_and_refused_give_pages_a_person_can_act_on() {
     let home = Home::new();
-    // `deaf` runs but never listens: the proxy's dial is refused.
-    let repo = echo_repo("[services.deaf]\ncmd = \"exec sleep 600\"\nurl = \"deaf\"\n");
+    // `deaf` listens (so it comes up), then closes its socket and runs on:
+    // the proxy's dial is refused.
+    let repo = echo_repo(
+        "[services.deaf]\ncmd = \"exec python3 -c 'import os, socket, time; s = socket.socket(); s.bind((\\\"127.0.0.1\\\", int(os.environ[\\\"PORT\\\"]))); s.listen(); time.sleep(1); s.close(); time.sleep(600)'\"\nurl = \"deaf\"\n",
+    );
     repo.ok(&home, &["up", "feat"]);
+    let deaf = repo.worlds(&home)["feat"]["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "deaf")
+        .unwrap()["port"]
+        .as_u64()
+        .unwrap() as u16;
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::net::TcpStream::connect(("127.0.0.1", deaf)).is_err()
+    }));
     let port = proxy_port(&home);
     let (status, _, body) = get(port, "nope.px.localhost", "/");
     assert_eq!(status, 404);

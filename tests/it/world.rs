@@ -988,7 +988,7 @@ fn json_callers_get_errors_as_json_on_stdout() {
 fn env_prints_only_exposed_services_in_their_documented_forms() {
     let home = Home::new();
     let toml = format!(
-        "{}{}[services.metrics]\ncmd = \"exec python3 -m http.server ${{self.port}} --bind 127.0.0.1\"\nports = [\"admin\"]\n[services.db]\nadapter = \"sqlite\"\n[services.hidden]\ncmd = \"exec sleep 600\"\nurl = \"hidden\"\n[agents]\nexpose = [\"web\", \"metrics\", \"db\"]\n",
+        "{}{}[services.metrics]\ncmd = \"exec python3 -m http.server ${{self.port}} --bind 127.0.0.1\"\nports = [\"admin\"]\n[services.db]\nadapter = \"sqlite\"\n[services.hidden]\ncmd = \"exec python3 -m http.server ${{self.port}} --bind 127.0.0.1\"\nurl = \"hidden\"\n[agents]\nexpose = [\"web\", \"metrics\", \"db\"]\n",
         project_header("expo", 8),
         http_service("web", "")
     );
