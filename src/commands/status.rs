@@ -53,6 +53,21 @@ fn state_style(state: &str) -> anstyle::Style {
     }
 }
 
+/// World names longer than this are cut with an ellipsis in the table
+/// (`--json` has them whole), so one 150-character branch does not push
+/// every row off the screen.
+const NAME_WIDTH: usize = 40;
+
+/// `name` cut to `width` characters, the last one an ellipsis when cut.
+fn fit(name: &str, width: usize) -> String {
+    if name.chars().count() <= width {
+        return name.to_owned();
+    }
+    let mut out: String = name.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 /// The human layout shown in the README.
 pub fn print_human(report: &StatusReport) {
     if report.projects.iter().all(|p| p.worlds.is_empty()) {
@@ -66,12 +81,14 @@ pub fn print_human(report: &StatusReport) {
             .iter()
             .map(|w| w.name.chars().count())
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .min(NAME_WIDTH);
         for w in &p.worlds {
-            let pad = width - w.name.chars().count();
+            let name = fit(&w.name, width);
+            let pad = width - name.chars().count();
             anstream::println!(
                 "  {}{}  [{}]",
-                w.name,
+                name,
                 " ".repeat(pad),
                 paint(state_style(&w.state), &w.state)
             );
@@ -101,5 +118,20 @@ pub fn print_human(report: &StatusReport) {
                 anstream::println!("{}", line.trim_end());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit;
+
+    #[test]
+    fn long_names_are_cut_with_an_ellipsis() {
+        assert_eq!(fit("short", 40), "short");
+        let long = "feature/".repeat(20);
+        let cut = fit(&long, 40);
+        assert_eq!(cut.chars().count(), 40);
+        assert!(cut.ends_with('…'));
+        assert_eq!(fit("日本語のブランチ", 4), "日本語…");
     }
 }

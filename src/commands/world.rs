@@ -252,6 +252,15 @@ pub fn verify(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode 
                     .as_deref()
                     .map(|c| &c[..c.len().min(12)])
                     .unwrap_or("?");
+                if !r.uncommitted.is_empty() {
+                    anstream::eprintln!(
+                        "{} the worktree has uncommitted changes, so this result is for {commit} plus them:",
+                        paint(DIM, "note:")
+                    );
+                    for c in &r.uncommitted {
+                        anstream::eprintln!("  {c}");
+                    }
+                }
                 if r.passed {
                     anstream::println!(
                         "{} verify passed: {} at {commit}",

@@ -78,11 +78,22 @@ pub(crate) fn with_position(mut d: Diagnostic, pos: Option<Position>) -> Diagnos
     d
 }
 
+/// Whether `short` (3 letters or more) could abbreviate `long`: same first
+/// letter, and its letters appear in `long` in order (`cmd` in `command`).
+fn abbreviates(short: &str, long: &str) -> bool {
+    if short.len() < 3 || short.len() >= long.len() || short.chars().next() != long.chars().next() {
+        return false;
+    }
+    let mut rest = long.chars();
+    short.chars().all(|c| rest.any(|l| l == c))
+}
+
 /// The closest candidate to `word`, if it is close enough to be a likely typo.
 ///
 /// Close means a Jaro-Winkler similarity of at least 0.8, or few enough
 /// edits (transpositions count as one, so `ulr` suggests `url`): one edit for
-/// words up to five characters, two beyond.
+/// words up to five characters, two beyond; or `word` spells out an
+/// abbreviated candidate (`comand` suggests `cmd`).
 pub fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let max_edits = if word.chars().count() <= 5 { 1 } else { 2 };
     candidates
@@ -90,9 +101,13 @@ pub fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .map(|c| {
             let jw = strsim::jaro_winkler(word, c);
             let edits = strsim::osa_distance(word, c);
-            // Rank edit-distance matches above similarity-only ones.
+            // Rank edit-distance matches above similarity-only ones; an
+            // abbreviated key spelled out (`comand`, `command` for `cmd`)
+            // counts as close as one edit of a long word.
             let score = if edits <= max_edits {
                 2.0 - edits as f64 * 0.1 + jw * 0.01
+            } else if abbreviates(c, word) {
+                1.5 + jw * 0.01
             } else {
                 jw
             };

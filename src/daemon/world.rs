@@ -2432,6 +2432,17 @@ pub(crate) async fn verify(
         env.insert(key, port.to_string());
     }
     let commit = worktree::head_commit(Path::new(&w.path));
+    // A result is for a commit only when nothing else was in the worktree.
+    let uncommitted: Vec<String> = {
+        let (git, p) = (user_git(&client_env)?, PathBuf::from(&w.path));
+        tokio::task::spawn_blocking(move || worktree::changes(&git, &p))
+            .await
+            .map_err(internal)?
+            .unwrap_or_default()
+            .into_iter()
+            .take(20)
+            .collect()
+    };
     let started = std::time::Instant::now();
     let mut checks = Vec::new();
     let mut all_ok = true;
@@ -2514,11 +2525,14 @@ pub(crate) async fn verify(
         });
     }
     let duration_ms = started.elapsed().as_millis() as u64;
-    let detail = format!(
+    let mut detail = format!(
         "{}/{} passed",
         checks.iter().filter(|c| c.passed).count(),
         checks.len()
     );
+    if !uncommitted.is_empty() {
+        detail.push_str(", with uncommitted changes");
+    }
     d.registry()
         .record_verify(w.id, all_ok, duration_ms, commit.as_deref(), &detail)
         .map_err(internal)?;
@@ -2538,6 +2552,7 @@ pub(crate) async fn verify(
         passed: all_ok,
         checks,
         commit,
+        uncommitted,
         duration_ms,
     })
 }

@@ -354,6 +354,11 @@ pub struct VerifyReport {
     /// The commit HEAD pointed at in the worktree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// What the worktree held beyond that commit when the checks ran
+    /// (`git status --short` lines, at most 20): the result is for the
+    /// commit plus these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uncommitted: Vec<String>,
     /// Total wall time, milliseconds.
     pub duration_ms: u64,
 }

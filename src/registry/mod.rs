@@ -252,6 +252,8 @@ impl Registry {
                                  WHEN detail LIKE 'interrupted%' THEN 'interrupted'
                                  ELSE 'failed' END
                            || COALESCE(' at ' || substr(commit_sha, 1, 12), '')
+                           || CASE WHEN detail LIKE '%with uncommitted changes%'
+                                   THEN ' plus uncommitted changes' ELSE '' END
                       FROM verify_results v WHERE v.world_id = worlds.id
                      ORDER BY v.id DESC LIMIT 1)
                  FROM worlds ORDER BY name",

@@ -1173,3 +1173,48 @@ fn gc_sweeps_what_a_crash_left_and_never_touches_live_worlds() {
     assert!(root.join("live").exists());
     assert_eq!(repo.ok(&home, &["gc"]).stdout().trim(), "nothing to sweep");
 }
+
+#[test]
+fn small_things_from_the_trial_status_width_dirty_verify_and_no_empty_root() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\n[agents]\nverify = [\"true\"]\n",
+        project_header("smalls", 1)
+    );
+    let repo = Repo::new(&toml);
+    let long = format!("feature/{}", "very-long-branch-name-".repeat(7));
+    repo.ok(&home, &["up", &long]);
+    repo.ok(&home, &["up", "x"]);
+    // One long branch does not widen every row: names are cut with an
+    // ellipsis (the JSON keeps them whole).
+    let status = repo.ok(&home, &["status"]).stdout();
+    for line in status.lines().filter(|l| l.contains('[')) {
+        assert!(line.chars().count() <= 60, "{line:?}");
+    }
+    assert!(status.contains('…'), "{status}");
+    assert!(repo.worlds(&home).contains_key(&long));
+    // A verify of a worktree with changes says so, and records it.
+    let wt = std::path::PathBuf::from(repo.worlds(&home)["x"]["path"].as_str().unwrap());
+    std::fs::write(wt.join("scratch.txt"), "not committed").unwrap();
+    let out = repo.ok(&home, &["verify", "x"]);
+    assert!(out.stderr().contains("uncommitted changes"), "{out}");
+    assert!(out.stderr().contains("scratch.txt"), "{out}");
+    let json = repo.ok(&home, &["verify", "x", "--json"]).json();
+    assert_eq!(json["uncommitted"][0], "?? scratch.txt", "{json}");
+    let v = repo.worlds(&home)["x"]["verify"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(v.ends_with("plus uncommitted changes"), "{v}");
+    // The last world removed leaves no empty <repo>.worktrees behind.
+    repo.ok(&home, &["remove", "x", "--force"]);
+    assert!(
+        repo.worktree_root().exists(),
+        "another world is still there"
+    );
+    repo.ok(&home, &["remove", &long]);
+    assert!(
+        !repo.worktree_root().exists(),
+        "an empty worktree root is left"
+    );
+}
