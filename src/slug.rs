@@ -20,6 +20,50 @@ pub fn short_hash(s: &str) -> String {
     out
 }
 
+/// Punctuation a world name may hold besides letters and digits (any
+/// script): none of it means anything to a POSIX shell.
+pub const NAME_PUNCTUATION: &str = "._-/+@,=%";
+
+/// Checks that a world name (a branch name) cannot change the shape of a
+/// command it is rendered into (`${worktree.name}` in `cmd`, `migrate`,
+/// `verify`…): letters and digits of any script and [`NAME_PUNCTUATION`]
+/// only, not starting with `-`. World names come from agents and from other
+/// people's branches; git itself accepts `;`, `$()`, backticks, quotes and
+/// `|` in a branch name.
+///
+/// # Errors
+/// The first character that is not allowed, described, with what is.
+pub fn check_world_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("a world name cannot be empty".into());
+    }
+    if name.starts_with('-') {
+        return Err(format!(
+            "world name `{name}` starts with `-`, which commands would read as an option"
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_alphanumeric() || NAME_PUNCTUATION.contains(*c)))
+    {
+        let shown = if c.is_control() || c.is_whitespace() {
+            format!("{c:?}")
+        } else {
+            format!("`{c}`")
+        };
+        return Err(format!(
+            "world name {:?} holds {shown}, which a shell would read; world names may hold letters, digits and {}",
+            name,
+            NAME_PUNCTUATION
+                .chars()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
+    Ok(())
+}
+
 /// Lowercases, maps every run of characters outside `[a-z0-9]` to one `-`,
 /// and trims `-` from both ends. May return an empty string.
 fn normalise(s: &str) -> String {
@@ -80,6 +124,40 @@ pub fn dns_label_hint(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn world_names_with_shell_metacharacters_are_refused() {
+        for ok in [
+            "feature/Login-Page",
+            "fix/ÜBER_bug.v2",
+            "日本語",
+            "agent-17+retry@2,x=y%",
+        ] {
+            assert!(check_world_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "feat;touch${IFS}/tmp/x;y",
+            "feat/$(touch${IFS}/tmp/x)",
+            "feat`touch${IFS}/tmp/x`",
+            "a|b",
+            "a&b",
+            "it's",
+            "say\"hi\"",
+            "a*b",
+            "a\nb",
+            "a b",
+            "#1",
+            "a>b",
+            "-rf",
+            "",
+        ] {
+            let e = check_world_name(bad).unwrap_err();
+            assert!(
+                bad.is_empty() || bad.starts_with('-') || e.contains("letters, digits"),
+                "{bad}: {e}"
+            );
+        }
+    }
 
     fn valid(s: &str) -> bool {
         !s.is_empty()

@@ -512,12 +512,40 @@ pub(crate) async fn up(
     req: UpRequest,
     progress: &ProgressTx,
 ) -> Result<WorldOutcome, ApiError> {
+    check_name(&req.world.name)?;
     let loc = locate(d, &req.world)?;
     let name = req.world.name.clone();
     let key = format!("{}/{}", loc.name, name);
     let lock = d.worlds.lock_for(&key);
     let _guard = lock.lock().await;
     up_locked(d, &loc, &name, req.group.as_deref(), &req.env, progress).await
+}
+
+/// A world name that could change the shape of a command is refused before
+/// anything is made (see [`crate::slug::check_world_name`]).
+fn check_name(name: &str) -> Result<(), ApiError> {
+    crate::slug::check_world_name(name).map_err(|e| {
+        ApiError::new(e).hint("pick another branch name (`binky up feat-login`), or rename the branch with `git branch -m`")
+    })
+}
+
+/// Characters a path rendered into a command (`${worktree.path}`) must not
+/// hold: each would let the path change the command's shape. Spaces are
+/// allowed (quote `"${worktree.path}"` in commands).
+const SHELL_SPECIAL: &[char] = &[
+    ';', '|', '&', '$', '`', '\'', '"', '(', ')', '<', '>', '\\', '\n', '\r',
+];
+
+/// Refuses a worktree path that could change the shape of a command.
+fn check_path(path: &Path) -> Result<(), ApiError> {
+    let text = path.display().to_string();
+    match text.chars().find(|c| SHELL_SPECIAL.contains(c) || c.is_control()) {
+        None => Ok(()),
+        Some(c) => Err(ApiError::new(format!(
+            "the worktree path {text:?} holds {c:?}, which a shell would read when `${{worktree.path}}` is rendered into a command"
+        ))
+        .hint("set [project] worktree_root to a folder whose path has none of ; | & $ ` ' \" ( ) < > \\")),
+    }
 }
 
 async fn up_locked(
@@ -585,6 +613,7 @@ async fn up_locked(
         None => worktree::default_root(&loc.main),
     };
     let git = user_git(client_env)?;
+    check_path(&root.join(&loc.subdir))?;
     let (main, branch, slug2) = (loc.main.clone(), name.to_owned(), slug.clone());
     let repo_lock = d.worlds.repo_lock(&loc.main);
     let repo_guard = repo_lock.lock().await;
@@ -618,6 +647,7 @@ async fn up_locked(
         d.event(world_event("worktree_recreated", project, name));
     }
     let world_root = join_subdir(&ensured.path, &loc.subdir);
+    check_path(&world_root)?;
     let cfg_path = world_root.join(config::FILE_NAME);
     let cfg = config::load(&cfg_path).map_err(invalid_config)?;
     // The world runs its own branch's binky.toml; edits the user has not
@@ -983,6 +1013,36 @@ fn build_facts(
     world_id: i64,
     allocated: &IndexMap<ports::PortKey, u16>,
 ) -> Result<IndexMap<String, ServiceFacts>, ApiError> {
+    let facts = facts_of(d, cfg, slug, allocated);
+    for (n, f) in &facts {
+        let is_url = cfg.services[n].process().is_some_and(|p| p.url.is_some());
+        if let (true, Some(port), Some(host)) = (is_url, f.port, &f.host) {
+            d.routes.set(
+                host,
+                crate::proxy::Route {
+                    project: project.to_owned(),
+                    world: name.to_owned(),
+                    service: n.clone(),
+                    port,
+                    state: "starting".into(),
+                },
+            );
+            d.registry()
+                .set_service_host(world_id, n, host)
+                .map_err(internal)?;
+        }
+    }
+    Ok(facts)
+}
+
+/// Ports, URLs and hosts of every service of a world (resources' addresses
+/// are not in it), with no side effect.
+fn facts_of(
+    d: &Daemon,
+    cfg: &Config,
+    slug: &str,
+    allocated: &IndexMap<ports::PortKey, u16>,
+) -> IndexMap<String, ServiceFacts> {
     let mut facts: IndexMap<String, ServiceFacts> = IndexMap::new();
     for (n, s) in &cfg.services {
         let mut f = ServiceFacts::default();
@@ -998,29 +1058,18 @@ fn build_facts(
             }
         }
         if let Some(label) = s.process().and_then(|p| p.url.as_deref()) {
-            let url = proxy_url(d, label, slug, &cfg.project.domain, cfg.project.https);
-            let host = format!("{label}.{slug}.{}", cfg.project.domain);
-            if let Some(port) = f.port {
-                d.routes.set(
-                    &host,
-                    crate::proxy::Route {
-                        project: project.to_owned(),
-                        world: name.to_owned(),
-                        service: n.clone(),
-                        port,
-                        state: "starting".into(),
-                    },
-                );
-                d.registry()
-                    .set_service_host(world_id, n, &host)
-                    .map_err(internal)?;
-            }
-            f.host = Some(host);
-            f.url = Some(url);
+            f.url = Some(proxy_url(
+                d,
+                label,
+                slug,
+                &cfg.project.domain,
+                cfg.project.https,
+            ));
+            f.host = Some(format!("{label}.{slug}.{}", cfg.project.domain));
         }
         facts.insert(n.clone(), f);
     }
-    Ok(facts)
+    facts
 }
 
 /// Start-up reconciliation: re-adopts the service processes of worlds that
@@ -2260,17 +2309,21 @@ pub(crate) async fn env(
 ) -> Result<WorldEnv, ApiError> {
     let loc = locate(d, &wref)?;
     let w = find_world(d, &loc, &wref.name)?;
-    let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
-    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
-    let ports = world_ports(d, w.id)?;
-    // The environment the world was built with, so an address renders the
-    // same from any shell.
-    let client_env = d.worlds.env_for(w.id, &client_env);
-    let penv = project_env(&cfg, &world_root, &loc.main_root())?;
-    let env_fn = lookup_env(&penv, &client_env);
-    let exposed: Vec<String> = match &cfg.agents.expose {
+    let wf = world_facts(d, &loc, &w, &client_env).await?;
+    Ok(WorldEnv {
+        project: loc.name.clone(),
+        world: w.name.clone(),
+        worktree: wf.world_root.display().to_string(),
+        services: exposed_of(&wf),
+    })
+}
+
+/// What `binky env` hands out: each exposed service's address.
+fn exposed_of(wf: &WorldFacts) -> IndexMap<String, String> {
+    let exposed: Vec<String> = match &wf.cfg.agents.expose {
         Some(list) => list.clone(),
-        None => cfg
+        None => wf
+            .cfg
             .services
             .iter()
             .filter(|(_, s)| s.resource().is_some() || s.process().is_some_and(|p| p.url.is_some()))
@@ -2279,59 +2332,77 @@ pub(crate) async fn env(
     };
     let mut out = IndexMap::new();
     for n in exposed {
-        let Some(s) = cfg.services.get(&n) else {
-            continue;
-        };
-        let value = match &s.kind {
-            ServiceKind::Process(p) => match (&p.url, ports.get(&(n.clone(), String::new()))) {
-                (Some(label), _) => Some(proxy_url(
-                    d,
-                    label,
-                    &w.slug,
-                    &cfg.project.domain,
-                    cfg.project.https,
-                )),
-                (None, Some(port)) => Some(format!("http://localhost:{port}")),
-                (None, None) => None,
-            },
-            ServiceKind::Resource(r) => match adapter_for(&r.adapter, &client_env) {
-                Some(a) => {
-                    let admin = render_admin_url(
-                        &cfg,
-                        &w.name,
-                        &world_root,
-                        &n,
-                        r,
-                        &IndexMap::new(),
-                        &env_fn,
-                    )?;
-                    let slice = slice_for(
-                        d,
-                        a.as_ref(),
-                        a.slice_name(&loc.name, &w.slug),
-                        &loc.name,
-                        Some(&r.options),
-                        admin,
-                        &client_env,
-                    );
-                    Some(
-                        a.resolve(&slice)
-                            .await
-                            .map_err(|e| adapter_error(&n, &slice, e))?,
-                    )
-                }
-                None => None,
-            },
-        };
-        if let Some(v) = value {
+        // A url service's proxied URL, a resource's address, any other
+        // service's loopback URL (`url` holds each); none without a port.
+        if let Some(v) = wf.facts.get(&n).and_then(|f| f.url.clone()) {
             out.insert(n, v);
         }
     }
-    Ok(WorldEnv {
-        project: loc.name.clone(),
-        world: w.name.clone(),
-        worktree: world_root.display().to_string(),
-        services: out,
+    out
+}
+
+/// What a verb after `up` needs to render a world's strings: its config (as
+/// on its branch), its facts — ports, URLs, and the addresses of its slices —
+/// and the environment it was built with.
+struct WorldFacts {
+    cfg: Config,
+    world_root: PathBuf,
+    facts: IndexMap<String, ServiceFacts>,
+    project_env: Vec<(String, String)>,
+    env: ClientEnv,
+}
+
+/// Gathers [`WorldFacts`] for world `w`, resolving every resource's address
+/// with the environment the world was built with (see
+/// [`Worlds::env_for`]).
+///
+/// # Errors
+/// Its config is invalid, an `admin_url` uses an unset `${env.NAME}`, or an
+/// adapter fails to resolve a slice.
+async fn world_facts(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    w: &WorldRow,
+    caller: &ClientEnv,
+) -> Result<WorldFacts, ApiError> {
+    let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
+    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
+    let ports = world_ports(d, w.id)?;
+    let env = d.worlds.env_for(w.id, caller);
+    let project_env = project_env(&cfg, &world_root, &loc.main_root())?;
+    let mut facts = facts_of(d, &cfg, &w.slug, &ports);
+    {
+        let env_fn = lookup_env(&project_env, &env);
+        for (n, s) in &cfg.services {
+            let Some(r) = s.resource() else { continue };
+            let Some(a) = adapter_for(&r.adapter, &env) else {
+                continue;
+            };
+            let admin = render_admin_url(&cfg, &w.name, &world_root, n, r, &facts, &env_fn)?;
+            let slice = slice_for(
+                d,
+                a.as_ref(),
+                a.slice_name(&loc.name, &w.slug),
+                &loc.name,
+                Some(&r.options),
+                admin,
+                &env,
+            );
+            let address = a
+                .resolve(&slice)
+                .await
+                .map_err(|e| adapter_error(n, &slice, e))?;
+            let f = facts.get_mut(n).expect("fact per service");
+            f.host = host_of(&address);
+            f.url = Some(address);
+        }
+    }
+    Ok(WorldFacts {
+        cfg,
+        world_root,
+        facts,
+        project_env,
+        env,
     })
 }
 
@@ -2394,11 +2465,10 @@ pub(crate) async fn verify(
     progress: &ProgressTx,
 ) -> Result<crate::protocol::VerifyReport, ApiError> {
     use tokio::io::AsyncBufReadExt;
-    let coords = env(d, wref.clone(), client_env.clone()).await?;
     let loc = locate(d, &wref)?;
     let w = find_world(d, &loc, &wref.name)?;
-    let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
-    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
+    let wf = world_facts(d, &loc, &w, &client_env).await?;
+    let (cfg, world_root) = (&wf.cfg, &wf.world_root);
     if cfg.agents.verify.is_empty() {
         return Err(ApiError::new(format!(
             "{} has no [agents] verify commands",
@@ -2406,22 +2476,42 @@ pub(crate) async fn verify(
         ))
         .hint("add e.g. verify = [\"make test\"] under [agents]"));
     }
-    let client_env = d.worlds.env_for(w.id, &client_env);
+    // Every command rendered (no `self` here) before the first runs: an
+    // unset variable fails the verify, not one of its checks.
+    let commands: Vec<(String, String)> = {
+        let env_fn = lookup_env(&wf.project_env, &wf.env);
+        let fx = facts_for(cfg, &w.name, world_root, &wf.facts, &env_fn);
+        cfg.agents
+            .verify
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                Ok((
+                    c.clone(),
+                    render_strict(c, &format!("agents.verify[{i}]"), None, &fx)?,
+                ))
+            })
+            .collect::<Result<_, ApiError>>()?
+    };
+    let client_env = wf.env.clone();
     let mut env: IndexMap<String, String> = if client_env.0.is_empty() {
         std::env::vars().collect()
     } else {
         client_env.0.iter().cloned().collect()
     };
-    for (svc, value) in &coords.services {
+    for (k, v) in &wf.project_env {
+        env.insert(k.clone(), v.clone());
+    }
+    for (svc, value) in &exposed_of(&wf) {
         env.insert(format!("{}_URL", env_key(svc)), value.clone());
     }
     env.insert(
         crate::paths::HOME_ENV.into(),
         d.paths.home().display().to_string(),
     );
-    env.insert("BINKY_PROJECT".into(), coords.project.clone());
-    env.insert("BINKY_WORLD".into(), coords.world.clone());
-    env.insert("BINKY_WORKTREE".into(), coords.worktree.clone());
+    env.insert("BINKY_PROJECT".into(), loc.name.clone());
+    env.insert("BINKY_WORLD".into(), w.name.clone());
+    env.insert("BINKY_WORKTREE".into(), world_root.display().to_string());
     let ports = world_ports(d, w.id)?;
     for ((svc, name), port) in ports {
         let key = if name.is_empty() {
@@ -2447,7 +2537,7 @@ pub(crate) async fn verify(
     let mut checks = Vec::new();
     let mut all_ok = true;
     let mut cancelled = false;
-    for cmd in &cfg.agents.verify {
+    for (cmd, rendered) in &commands {
         if (!all_ok && !keep_going) || cancelled {
             break;
         }
@@ -2455,8 +2545,8 @@ pub(crate) async fn verify(
         let t0 = std::time::Instant::now();
         let child = crate::platform::command("/bin/sh")
             .arg("-c")
-            .arg(format!("exec 2>&1; {cmd}"))
-            .current_dir(&world_root)
+            .arg(format!("exec 2>&1; {rendered}"))
+            .current_dir(world_root)
             .env_clear()
             .envs(env.iter())
             .stdin(std::process::Stdio::null())

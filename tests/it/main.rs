@@ -8,6 +8,7 @@ mod environment;
 mod faults;
 mod harness;
 mod hygiene;
+mod injection;
 mod logs;
 mod mcp;
 mod processes;
