@@ -207,6 +207,9 @@ pub fn run_blocking(paths: Paths) -> Result<()> {
 /// the socket cannot be bound.
 pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     paths.ensure()?;
+    // Room for many proxied connections; the proxy caps them below this.
+    let open_files = platform::raise_open_files_limit();
+    tracing::debug!(open_files, "open-file limit");
     let lock_path = paths.daemon_lock();
     // A daemon that is dying (its last threads still closing files) may hold
     // the lock for a moment after it stopped answering: wait briefly.
@@ -326,6 +329,7 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
         });
     }
 
+    let mut warned: Option<Instant> = None;
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -334,8 +338,12 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
                     tokio::spawn(async move { serve(d, stream).await });
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    // EMFILE and friends: back off briefly instead of spinning.
+                    // EMFILE and friends: back off briefly instead of
+                    // spinning, and say so once a minute, not once a try.
+                    if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                        warned = Some(Instant::now());
+                        tracing::warn!(error = %e, "accept failed on the control socket");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },

@@ -330,6 +330,15 @@ fn adapter_error(service: &str, slice: &Slice, e: adapters::AdapterError) -> Api
     ApiError::new(format!("services.{service}: {}", e.redacted(slice).message))
 }
 
+/// Whether `path` lies inside `root`, compared as real paths (symlinks and
+/// `..` resolved), so a path that merely starts like the root never counts.
+fn inside(path: &Path, root: &Path) -> bool {
+    match (path.canonicalize(), root.canonicalize()) {
+        (Ok(p), Ok(r)) => p.starts_with(&r) && p != r,
+        _ => false,
+    }
+}
+
 /// The caller's `git` (on its `PATH`, run with its environment): worktrees
 /// are made and removed by the user's own git.
 fn user_git(client_env: &ClientEnv) -> Result<worktree::Git, ApiError> {
@@ -2141,15 +2150,27 @@ pub(crate) async fn remove(
         Some(r) => config::resolve_against(&loc.main_root(), r),
         None => worktree::default_root(&loc.main),
     };
-    if !force && path.exists() && !path.starts_with(&root) {
-        return Err(ApiError::new(format!(
-            "the worktree {} was not made by binky (it is outside {}); binky will not delete it on its own",
+    // Binky deletes only a registered git worktree inside the project's
+    // worktree root (git itself refuses anything else), and only log folders
+    // whose names are its own: a tampered or odd registry row never makes it
+    // delete elsewhere. `--force` overrides uncommitted changes, nothing else.
+    let ours = path.exists() && inside(&path, &root) && worktree::is_registered(&loc.main, &path);
+    let mut left_in_place = None;
+    if path.exists() && !ours {
+        let why = format!(
+            "the worktree {} is not one binky made (outside {}, or not a registered git worktree of the project)",
             path.display(),
             root.display()
-        ))
-        .hint(format!("remove it with `git worktree remove`, or run `binky remove {} --force`", w.name)));
+        );
+        if !force {
+            return Err(ApiError::new(format!("{why}; binky will not delete it")).hint(format!(
+                "remove it with `git worktree remove`, or run `binky remove {} --force` to remove the world and leave the folder",
+                w.name
+            )));
+        }
+        left_in_place = Some(format!("{why}: left in place"));
     }
-    if !force && path.exists() {
+    if !force && ours {
         let p2 = path.clone();
         let git = user_git(&client_env)?;
         let changes = tokio::task::spawn_blocking(move || worktree::changes(&git, &p2))
@@ -2220,6 +2241,7 @@ pub(crate) async fn remove(
         .set_world_state(w.id, &w.state, Some("remove"), None)
         .map_err(internal)?;
     let mut notes = stop_processes(d, &w).await;
+    notes.extend(left_in_place);
     fault_point("remove:stopped");
     // Tear down slices.
     for (s, adapter, slice) in teardowns {
@@ -2269,21 +2291,37 @@ pub(crate) async fn remove(
     let repo_lock = d.worlds.repo_lock(&loc.main);
     let _repo_guard = repo_lock.lock().await;
     fault_point("remove:torn_down");
-    tokio::task::spawn_blocking(move || worktree::remove(&git, &main, &p2))
-        .await
-        .map_err(internal)?
-        .map_err(|e| {
-            ApiError::new(format!(
-                "cannot remove the worktree {}: {e}",
-                path.display()
-            ))
-        })?;
+    if ours || !path.exists() {
+        // A missing folder: git drops the registration, if any.
+        let removed = tokio::task::spawn_blocking(move || worktree::remove(&git, &main, &p2))
+            .await
+            .map_err(internal)?;
+        match removed {
+            Ok(()) => {}
+            Err(_) if !path.exists() => {}
+            Err(e) => {
+                return Err(ApiError::new(format!(
+                    "cannot remove the worktree {}: {e}",
+                    path.display()
+                )));
+            }
+        }
+    }
     if loc.config.project.worktree_root.is_none() {
         // The last world gone leaves no empty `<repo>.worktrees/` behind
         // (remove_dir removes only an empty folder).
         let _ = std::fs::remove_dir(&root);
     }
-    let _ = std::fs::remove_dir_all(d.paths.world_logs(&loc.name, &w.slug));
+    // The log folder is named by Binky's own slug of the world's name, never
+    // by whatever the registry row holds.
+    if w.slug == crate::slug::world_slug(&w.name) {
+        let _ = std::fs::remove_dir_all(d.paths.world_logs(&loc.name, &w.slug));
+    } else {
+        tracing::warn!(
+            world = w.name,
+            "the registry's slug for this world is not its own; its logs are left"
+        );
+    }
     {
         let reg = d.registry();
         let _ = ports::release(reg.conn_ref(), w.id);

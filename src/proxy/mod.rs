@@ -25,6 +25,7 @@
 //!   both hyper connections write head and body from one buffer.
 
 pub mod caddy;
+mod limits;
 mod pages;
 
 use crate::daemon::ProxyCounters;
@@ -781,7 +782,7 @@ async fn bind(port: u16) -> std::io::Result<Vec<TcpListener>> {
 
 /// A proxy thread, as the acceptor sees it.
 struct WorkerHandle {
-    conns: tokio::sync::mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>,
+    conns: tokio::sync::mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr, limits::Slot)>,
     /// Client connections it serves now.
     active: Arc<AtomicUsize>,
 }
@@ -822,11 +823,14 @@ fn start_workers(proxy: &Arc<Proxy>) -> Vec<WorkerHandle> {
                 };
                 rt.block_on(async move {
                     let worker = Arc::new(Worker::new(proxy, i));
-                    while let Some((stream, peer)) = rx.recv().await {
+                    while let Some((stream, peer, slot)) = rx.recv().await {
                         match tokio::net::TcpStream::from_std(stream) {
                             Ok(stream) => {
-                                let count = count.clone();
-                                tokio::spawn(serve_connection(worker.clone(), stream, peer, count));
+                                let (count, worker) = (count.clone(), worker.clone());
+                                tokio::spawn(async move {
+                                    serve_connection(worker, stream, peer, count).await;
+                                    drop(slot);
+                                });
                             }
                             Err(e) => {
                                 count.fetch_sub(1, Ordering::Relaxed);
@@ -864,6 +868,8 @@ pub async fn serve(
         on_error("cannot start any proxy thread".into());
         return;
     }
+    let limits = limits::Limits::for_open_files(crate::platform::raise_open_files_limit());
+    tracing::debug!(cap = limits.cap(), "proxy connection cap");
     loop {
         let p = *port.borrow_and_update();
         let listeners = match bind(p).await {
@@ -884,7 +890,7 @@ pub async fn serve(
         bound.send_replace(Some((p, true)));
         let mut tasks = tokio::task::JoinSet::new();
         for l in listeners {
-            tasks.spawn(accept_loop(workers.clone(), l));
+            tasks.spawn(accept_loop(workers.clone(), l, limits.clone()));
         }
         // Move when the setting changes; dropping the tasks closes the old
         // listeners (connections already accepted finish on their own).
@@ -898,15 +904,27 @@ pub async fn serve(
 /// Accepts and hands each connection to the proxy thread serving the fewest
 /// (a shared listening socket would let one thread take most of them and
 /// saturate its core while the other idles).
-async fn accept_loop(workers: Arc<Vec<WorkerHandle>>, listener: TcpListener) {
+async fn accept_loop(
+    workers: Arc<Vec<WorkerHandle>>,
+    listener: TcpListener,
+    limits: Arc<limits::Limits>,
+) {
     let mut next = 0usize;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
-                tracing::warn!(error = %e, "proxy accept failed");
+                // EMFILE and the like: said once a minute, not once a try.
+                limits.warn_once(&format!("accept failed: {e}"));
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
+            }
+        };
+        let slot = match limits.admit(peer, stream.local_addr().ok()) {
+            Ok(s) => s,
+            Err(why) => {
+                limits.warn_once(&why);
+                continue; // dropping the stream closes it
             }
         };
         let _ = stream.set_nodelay(true);
@@ -921,10 +939,23 @@ async fn accept_loop(workers: Arc<Vec<WorkerHandle>>, listener: TcpListener) {
             .min_by_key(|w| w.active.load(Ordering::Relaxed))
             .expect("at least one proxy thread");
         w.active.fetch_add(1, Ordering::Relaxed);
-        if w.conns.send((stream, peer)).is_err() {
+        if w.conns.send((stream, peer, slot)).is_err() {
             w.active.fetch_sub(1, Ordering::Relaxed);
         }
     }
+}
+
+/// How long a client has to send a request's headers, counted from when
+/// the connection is ready for one (so also an idle keep-alive connection's
+/// lifetime): 20 s, or `BINKY_TEST_HEADER_TIMEOUT_MS` (tests).
+fn header_read_timeout() -> Duration {
+    static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        std::env::var("BINKY_TEST_HEADER_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(Duration::from_secs(20), Duration::from_millis)
+    })
 }
 
 /// One client connection, on its proxy thread.
@@ -945,6 +976,11 @@ async fn serve_connection(
     });
     let server = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
+        // A client must send a request's headers within this long, and an
+        // idle keep-alive connection is closed after it: a silent or
+        // trickling client (slowloris) cannot hold a descriptor forever.
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_read_timeout())
         // One buffer, one slice per write, as for the upstream side.
         .writev(false)
         .serve_connection(TokioIo::new(stream), svc)

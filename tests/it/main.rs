@@ -5,6 +5,7 @@ mod adapters;
 mod cancel;
 mod daemon;
 mod environment;
+mod exhaustion;
 mod faults;
 mod harness;
 mod hygiene;

@@ -808,8 +808,59 @@ fn remove_will_not_delete_a_hand_made_worktree_without_force() {
     repo.ok(&home, &["up", "manual"]);
     let out = repo.run(&home, &["remove", "manual"]);
     assert_eq!(out.code(), 1, "{out}");
-    assert!(out.stderr().contains("was not made by binky"), "{out}");
+    assert!(out.stderr().contains("is not one binky made"), "{out}");
     assert!(mine.join(".env").exists());
+    // --force removes the world, never the user's own checkout.
+    let out = repo.ok(&home, &["remove", "manual", "--force"]);
+    assert!(out.stderr().contains("left in place"), "{out}");
+    assert!(mine.join(".env").exists());
+    assert!(repo.worlds(&home).is_empty());
+}
+
+#[test]
+fn a_tampered_registry_never_makes_remove_delete_outside_binkys_folders() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n",
+        project_header("tamper", 2)
+    ));
+    repo.ok(&home, &["up", "x"]);
+    repo.ok(&home, &["up", "y"]);
+    repo.ok(&home, &["daemon", "stop"]);
+    // A plain folder (no .git) the row now points at, and a slug that
+    // climbs out of the log folder.
+    let victim = tempfile::tempdir().unwrap();
+    std::fs::write(victim.path().join("precious.txt"), "keep me").unwrap();
+    let unique = format!("victim2-{}", std::process::id());
+    let victim2 = home.path().parent().unwrap().join(&unique);
+    std::fs::create_dir_all(&victim2).unwrap();
+    std::fs::write(victim2.join("precious.txt"), "keep me too").unwrap();
+    {
+        let c = rusqlite::Connection::open(home.file("registry.db")).unwrap();
+        c.execute(
+            "UPDATE worlds SET path = ?1 WHERE name = 'x'",
+            [victim.path().display().to_string()],
+        )
+        .unwrap();
+        c.execute(
+            "UPDATE worlds SET slug = ?1 WHERE name = 'y'",
+            [format!("../../../{unique}")],
+        )
+        .unwrap();
+    }
+    for w in ["x", "y"] {
+        let _ = repo.run(&home, &["remove", w]);
+        let _ = repo.run(&home, &["remove", w, "--force"]);
+    }
+    assert!(
+        victim.path().join("precious.txt").exists(),
+        "remove deleted a folder outside binky's"
+    );
+    assert!(
+        victim2.join("precious.txt").exists(),
+        "remove deleted outside the log folder"
+    );
+    let _ = std::fs::remove_dir_all(&victim2);
 }
 
 #[test]
