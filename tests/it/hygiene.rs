@@ -171,8 +171,11 @@ fn no_escape_codes_in_logs_pipes_or_under_no_color() {
     for extra in [&[][..], &["--color", "never"][..]] {
         let mut args: Vec<&str> = extra.to_vec();
         args.push("mcp");
+        // Without NO_COLOR (the harness sets it): only the pipe and
+        // `--color never` say no colour.
         let mut child = home
             .cmd(&args)
+            .env_remove("NO_COLOR")
             .env("BINKY_LOG", "debug")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
