@@ -23,6 +23,11 @@ pub enum WorktreeError {
     /// The folder is not inside a git repository.
     #[error("{0} is not inside a git repository")]
     NotARepo(PathBuf),
+    /// Git refuses a repository another user owns (CVE-2022-24765).
+    #[error(
+        "git refuses the repository at {0}: it is owned by another user (\"dubious ownership\"); if you trust it, run `git config --global --add safe.directory {0}`"
+    )]
+    DubiousOwnership(PathBuf),
     /// The branch name is not a valid git ref name.
     #[error("`{0}` is not a valid git branch name")]
     InvalidBranch(String),
@@ -173,8 +178,13 @@ pub fn locate(config_dir: &Path) -> Result<ProjectLocation, WorktreeError> {
     let dir = config_dir
         .canonicalize()
         .map_err(|_| WorktreeError::NotARepo(config_dir.to_path_buf()))?;
-    let repo =
-        Repository::discover(&dir).map_err(|_| WorktreeError::NotARepo(dir.to_path_buf()))?;
+    let repo = Repository::discover(&dir).map_err(|e| {
+        if e.code() == git2::ErrorCode::Owner {
+            WorktreeError::DubiousOwnership(dir.to_path_buf())
+        } else {
+            WorktreeError::NotARepo(dir.to_path_buf())
+        }
+    })?;
     let workdir = repo
         .workdir()
         .ok_or_else(|| WorktreeError::NotARepo(dir.to_path_buf()))?

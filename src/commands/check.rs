@@ -11,10 +11,25 @@ use std::process::ExitCode;
 
 /// Runs `binky check`.
 pub fn run(args: &CheckArgs, project: Option<&str>) -> ExitCode {
+    // -p means exactly the project's folder or its binky.toml, as for every
+    // verb; the positional path may be any folder to search upward from.
+    let from_flag = match (&args.path, project) {
+        (None, Some(p)) => {
+            let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+            match crate::protocol::WorldRef::from_arg(Some(p), &cwd, "") {
+                Ok(w) => w.project_dir.map(PathBuf::from),
+                Err(e) => {
+                    output::error(e, Some("pass the project's folder or its binky.toml"));
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        _ => None,
+    };
     let start = args
         .path
         .clone()
-        .or_else(|| project.map(PathBuf::from))
+        .or(from_flag)
         .unwrap_or_else(|| PathBuf::from("."));
     let path = match config::find(&start) {
         Ok(p) => p,

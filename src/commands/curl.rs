@@ -23,7 +23,10 @@ pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
         Err(c) => return c,
     };
     let target = match client.request(&Request::Locate {
-        world: super::world::world_ref(project, &args.name),
+        world: match super::world::world_ref(project, &args.name) {
+            Ok(w) => w,
+            Err(c) => return c,
+        },
         service: args.service.clone(),
     }) {
         Ok(Response::Located(t)) => t,

@@ -16,7 +16,7 @@ use crate::client::Client;
 use crate::config;
 use crate::output;
 use crate::paths::Paths;
-use crate::protocol::{ApiError, Request, Response};
+use crate::protocol::{ApiError, Request, Response, WorldRef};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -111,11 +111,13 @@ pub(crate) fn fail(e: &ApiError) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// Like [`fail`], and with `--json` also prints `{"error": {"message", "hint"}}`
-/// on stdout, so scripts and agents reading stdout see the failure as data.
+/// [`fail`], or with `--json` `{"error": {"message", "hint"}}` on stdout
+/// instead (exit 1): scripts and agents read the failure as data, and the
+/// text is not said twice.
 pub(crate) fn fail_json(json: bool, e: &ApiError) -> ExitCode {
     if json {
         print_json(&serde_json::json!({ "error": e }));
+        return ExitCode::from(1);
     }
     fail(e)
 }
@@ -166,7 +168,24 @@ pub(crate) fn project_name(arg: &str) -> Result<String, ExitCode> {
     if !path.exists() && !arg.contains('/') {
         return Ok(arg.to_owned());
     }
-    let file = config::find(path).map_err(|e| {
+    // `.` is the project around here (searched upward, as without -p); any
+    // other path must be the project's folder or its binky.toml.
+    let start = if arg == "." {
+        path.to_path_buf()
+    } else {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
+        let w = WorldRef::from_arg(Some(arg), &cwd, "").map_err(|e| {
+            output::error(
+                e,
+                Some("pass the project's folder or its binky.toml, or a project name"),
+            );
+            ExitCode::from(2)
+        })?;
+        w.project_dir
+            .map(std::path::PathBuf::from)
+            .unwrap_or_default()
+    };
+    let file = config::find(&start).map_err(|e| {
         output::error(
             &e,
             Some("pass a folder inside a project, or a project name"),

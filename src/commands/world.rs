@@ -11,9 +11,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// Which world a command means: `--project PATH|NAME` or the current folder.
-pub(crate) fn world_ref(project: Option<&str>, name: &str) -> WorldRef {
+/// A `--project` path that holds no binky.toml is an error (exit 2) naming it.
+pub(crate) fn world_ref(project: Option<&str>, name: &str) -> Result<WorldRef, ExitCode> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    WorldRef::from_arg(project, &cwd, name)
+    WorldRef::from_arg(project, &cwd, name).map_err(|e| {
+        crate::output::error(
+            e,
+            Some("-p takes a project folder, its binky.toml, or the name of a project the daemon knows"),
+        );
+        ExitCode::from(2)
+    })
 }
 
 /// Shows progress: one rewritten line on a terminal, plain lines otherwise.
@@ -135,7 +142,10 @@ fn notes(o: &WorldOutcome) {
 /// `binky up` / `binky reload`.
 pub fn up(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
     let req = UpRequest {
-        world: world_ref(project, &args.name),
+        world: match world_ref(project, &args.name) {
+            Ok(w) => w,
+            Err(c) => return c,
+        },
         group: args.group.clone(),
         env: ClientEnv::current(),
     };
@@ -167,7 +177,11 @@ pub fn up(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
 
 /// `binky down`.
 pub fn down(args: &NameArgs, project: Option<&str>) -> ExitCode {
-    match call_world(Request::Down(world_ref(project, &args.name)), args.json) {
+    let world = match world_ref(project, &args.name) {
+        Ok(w) => w,
+        Err(c) => return c,
+    };
+    match call_world(Request::Down(world), args.json) {
         Ok(o) => {
             if args.json {
                 print_json(&o);
@@ -189,7 +203,10 @@ pub fn down(args: &NameArgs, project: Option<&str>) -> ExitCode {
 pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
     match call_world(
         Request::Remove {
-            world: world_ref(project, &args.name),
+            world: match world_ref(project, &args.name) {
+                Ok(w) => w,
+                Err(c) => return c,
+            },
             force: args.force,
             env: ClientEnv::current(),
         },
@@ -219,7 +236,10 @@ pub fn verify(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode 
         Err(c) => return c,
     };
     let req = Request::Verify {
-        world: world_ref(project, &args.name),
+        world: match world_ref(project, &args.name) {
+            Ok(w) => w,
+            Err(c) => return c,
+        },
         keep_going: args.keep_going,
         env: ClientEnv::current(),
     };
@@ -353,7 +373,10 @@ pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
         Err(c) => return c,
     };
     let req = Request::Env {
-        world: world_ref(project, &args.name),
+        world: match world_ref(project, &args.name) {
+            Ok(w) => w,
+            Err(c) => return c,
+        },
         env: ClientEnv::current(),
     };
     let env = match client.request(&req) {

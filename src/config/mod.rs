@@ -50,8 +50,11 @@ pub enum LoadError {
 }
 
 /// Finds `binky.toml`: `start` itself if it is a file, else the nearest one in
-/// `start` or its ancestors.
+/// `start` or its ancestors — its real ancestors: `a/b/../../../etc` climbs
+/// from `/etc`, not back through `a/b`.
 pub fn find(start: &Path) -> Result<PathBuf, LoadError> {
+    let real = start.canonicalize();
+    let start = real.as_deref().unwrap_or(start);
     if start.is_file() {
         return Ok(start.to_path_buf());
     }

@@ -277,6 +277,8 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
                 service,
                 port,
                 state,
+                // Learned again when the world is re-adopted.
+                https: false,
             },
         );
     }

@@ -173,7 +173,13 @@ fn locate(d: &Daemon, w: &WorldRef) -> Result<Located, ApiError> {
     })?;
     let config = config::load(&file).map_err(invalid_config)?;
     let loc = worktree::locate(&config.root).map_err(|e| {
-        ApiError::new(e.to_string()).hint("binky.toml must live inside a git repository")
+        let hint = match e {
+            worktree::WorktreeError::DubiousOwnership(_) => {
+                "git's check protects you from hooks in a repository someone else controls"
+            }
+            _ => "binky.toml must live inside a git repository",
+        };
+        ApiError::new(e.to_string()).hint(hint)
     })?;
     Ok(Located {
         name: config.project.name.clone(),
@@ -1034,6 +1040,7 @@ fn build_facts(
                     service: n.clone(),
                     port,
                     state: "starting".into(),
+                    https: cfg.project.https,
                 },
             );
             d.registry()

@@ -92,8 +92,14 @@ fn tool_error(e: &ApiError) -> CallToolResult {
 }
 
 impl BinkyMcp {
-    fn world_ref(&self, project: Option<&str>, name: &str) -> WorldRef {
-        WorldRef::from_arg(project.or(self.default_project.as_deref()), &self.cwd, name)
+    fn world_ref(&self, project: Option<&str>, name: &str) -> Result<WorldRef, CallToolResult> {
+        WorldRef::from_arg(project.or(self.default_project.as_deref()), &self.cwd, name).map_err(
+            |e| {
+                tool_error(&ApiError::new(e).hint(
+                    "`project` is a folder inside the project (holding binky.toml), its binky.toml, or a known project name",
+                ))
+            },
+        )
     }
 
     /// Runs one daemon call on a blocking thread, forwarding progress as MCP
@@ -181,7 +187,10 @@ impl BinkyMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let req = Request::Up(UpRequest {
-            world: self.world_ref(a.project.as_deref(), &a.name),
+            world: match self.world_ref(a.project.as_deref(), &a.name) {
+                Ok(w) => w,
+                Err(e) => return Ok(e),
+            },
             group: a.group,
             env: ClientEnv::current(),
         });
@@ -201,7 +210,10 @@ impl BinkyMcp {
         &self,
         Parameters(a): Parameters<WorldArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let req = Request::Down(self.world_ref(a.project.as_deref(), &a.name));
+        let req = match self.world_ref(a.project.as_deref(), &a.name) {
+            Ok(w) => Request::Down(w),
+            Err(e) => return Ok(e),
+        };
         match self.call(req, None).await {
             Ok(Response::World(o)) => done(o),
             Ok(other) => Ok(tool_error(&ApiError::new(format!(
@@ -242,7 +254,10 @@ impl BinkyMcp {
     )]
     async fn env(&self, Parameters(a): Parameters<WorldArgs>) -> Result<CallToolResult, ErrorData> {
         let req = Request::Env {
-            world: self.world_ref(a.project.as_deref(), &a.name),
+            world: match self.world_ref(a.project.as_deref(), &a.name) {
+                Ok(w) => w,
+                Err(e) => return Ok(e),
+            },
             env: ClientEnv::current(),
         };
         match self.call(req, None).await {
@@ -263,7 +278,10 @@ impl BinkyMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let req = Request::Verify {
-            world: self.world_ref(a.project.as_deref(), &a.name),
+            world: match self.world_ref(a.project.as_deref(), &a.name) {
+                Ok(w) => w,
+                Err(e) => return Ok(e),
+            },
             keep_going: a.keep_going,
             env: ClientEnv::current(),
         };
@@ -308,11 +326,77 @@ pub fn run(paths: Paths, default_project: Option<&str>) -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async move {
         let server = BinkyMcp::new(paths, cwd, default_project);
+        let (transport, written) = checked_stdio();
         let service = server
-            .serve(rmcp::transport::stdio())
+            .serve(transport)
             .await
             .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
         service.waiting().await?;
+        // The last replies are still on their way to stdout.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), written).await;
         Ok(())
     })
+}
+
+/// The server's stdio, with every line checked before rmcp sees it: a line
+/// that is not JSON gets the JSON-RPC parse error (`-32700`, `id: null`) the
+/// spec asks for — rmcp would skip it silently, leaving a client waiting —
+/// and the server keeps serving. Whole lines go out to stdout one at a time,
+/// so an error never splits one of rmcp's messages.
+fn checked_stdio() -> (
+    (tokio::io::DuplexStream, tokio::io::DuplexStream),
+    tokio::task::JoinHandle<()>,
+) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    const BUF: usize = 1 << 20;
+    let (to_rmcp, mut feed) = tokio::io::duplex(BUF);
+    let (from_rmcp, rmcp_out) = tokio::io::duplex(BUF);
+    let (errors, mut error_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<serde_json::Value>(&line) {
+                Ok(_) => {
+                    if feed
+                        .write_all(format!("{line}\n").as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let reply = serde_json::json!({
+                        "jsonrpc": "2.0",
+                        "id": null,
+                        "error": {"code": -32700, "message": format!("Parse error: {e}")},
+                    });
+                    let _ = errors.send(reply.to_string());
+                }
+            }
+        }
+        // End of input: rmcp sees it and ends the session.
+    });
+    let written = tokio::spawn(async move {
+        let mut out = tokio::io::stdout();
+        let mut replies = tokio::io::BufReader::new(rmcp_out).lines();
+        loop {
+            let line = tokio::select! {
+                l = replies.next_line() => match l {
+                    Ok(Some(l)) => l,
+                    _ => break,
+                },
+                Some(e) = error_rx.recv() => e,
+            };
+            if out.write_all(format!("{line}\n").as_bytes()).await.is_err()
+                || out.flush().await.is_err()
+            {
+                break;
+            }
+        }
+    });
+    ((to_rmcp, from_rmcp), written)
 }

@@ -156,29 +156,59 @@ impl WorldRef {
     /// Names world `name` of the project given as `--project PATH|NAME`
     /// (a path when it exists or has a `/`, else a registered name), or of
     /// the project around `cwd` when none is given.
-    pub fn from_arg(project: Option<&str>, cwd: &std::path::Path, name: &str) -> Self {
-        let dir = |p: &str| {
-            std::path::absolute(cwd.join(p))
-                .unwrap_or_else(|_| cwd.join(p))
+    ///
+    /// # Errors
+    /// A path that does not exist, or that is neither a project folder
+    /// (holding `binky.toml`) nor a `binky.toml`: named, never silently
+    /// taken for the project around `cwd`.
+    pub fn from_arg(
+        project: Option<&str>,
+        cwd: &std::path::Path,
+        name: &str,
+    ) -> Result<Self, String> {
+        let dir = |p: &std::path::Path| {
+            p.canonicalize()
+                .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
                 .display()
                 .to_string()
         };
         match project {
-            Some(p) if cwd.join(p).exists() || p.contains('/') => WorldRef {
-                project_dir: Some(dir(p)),
-                project: None,
-                name: name.to_owned(),
-            },
-            Some(p) => WorldRef {
+            Some(p) if cwd.join(p).exists() || p.contains('/') => {
+                let given = cwd.join(p);
+                let real = given
+                    .canonicalize()
+                    .map_err(|_| format!("`{p}` does not exist"))?;
+                let folder = if real.is_file() {
+                    if real.file_name() != Some(std::ffi::OsStr::new("binky.toml")) {
+                        return Err(format!("`{p}` ({}) is not a binky.toml", real.display()));
+                    }
+                    real.parent()
+                        .map(std::path::Path::to_path_buf)
+                        .unwrap_or(real)
+                } else if real.join("binky.toml").is_file() {
+                    real
+                } else {
+                    return Err(format!(
+                        "`{p}` ({}) holds no binky.toml; pass the project's folder or its binky.toml",
+                        real.display()
+                    ));
+                };
+                Ok(WorldRef {
+                    project_dir: Some(folder.display().to_string()),
+                    project: None,
+                    name: name.to_owned(),
+                })
+            }
+            Some(p) => Ok(WorldRef {
                 project_dir: None,
                 project: Some(p.to_owned()),
                 name: name.to_owned(),
-            },
-            None => WorldRef {
-                project_dir: Some(dir(".")),
+            }),
+            None => Ok(WorldRef {
+                project_dir: Some(dir(cwd)),
                 project: None,
                 name: name.to_owned(),
-            },
+            }),
         }
     }
 }

@@ -29,6 +29,10 @@ pub fn root_ca(dir: &Path) -> PathBuf {
 }
 
 fn caddyfile(dir: &Path, https_port: u16, http_port: u16, proxy_port: u16) -> String {
+    // On-demand certificates only for names Binky routes for an https
+    // world (Caddy asks the proxy first; see proxy::TLS_ASK_PATH), and at
+    // most a burst of them a minute: the local CA must not sign a name a
+    // client merely claims (`-servername www.google.com`).
     format!(
         "{{
 \tadmin off
@@ -37,6 +41,11 @@ fn caddyfile(dir: &Path, https_port: u16, http_port: u16, proxy_port: u16) -> St
 \tstorage file_system {data}
 \thttp_port {http_port}
 \thttps_port {https_port}
+\ton_demand_tls {{
+\t\task http://127.0.0.1:{proxy_port}{ask}
+\t\tinterval 1m
+\t\tburst 20
+\t}}
 }}
 
 https:// {{
@@ -49,7 +58,8 @@ https:// {{
 \t}}
 }}
 ",
-        data = dir.join("data").display()
+        data = dir.join("data").display(),
+        ask = super::TLS_ASK_PATH,
     )
 }
 

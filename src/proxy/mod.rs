@@ -59,7 +59,17 @@ pub struct Route {
     pub port: u16,
     /// `running`, `starting`, `stopped`, `failed`, …
     pub state: String,
+    /// Its project asks for HTTPS: Caddy may get a certificate for the host
+    /// (see [`TLS_ASK_PATH`]).
+    pub https: bool,
 }
+
+/// Where Caddy asks, before it gets a certificate on demand, whether a name
+/// is one of ours (`?domain=NAME`): only the host of a routed service of an
+/// `https = true` project that is not stopped gets a yes, so a client
+/// naming any other host (`www.google.com`) gets no certificate chained to
+/// the local CA.
+pub const TLS_ASK_PATH: &str = "/.well-known/binky/tls-ask";
 
 /// The live routing table, shared with the daemon.
 #[derive(Default)]
@@ -577,6 +587,9 @@ impl Worker {
         };
         let host_raw = host_value.to_str().unwrap_or("");
         let Some(route) = this.routes.get(host_raw) else {
+            if req.uri().path() == TLS_ASK_PATH {
+                return tls_ask(&this.routes, req.uri().query());
+            }
             counters.errors.fetch_add(1, Ordering::Relaxed);
             return pages::not_found(host_raw, &this.routes.all());
         };
@@ -851,6 +864,32 @@ fn start_workers(proxy: &Arc<Proxy>) -> Vec<WorkerHandle> {
 /// At most this many proxy threads, whatever the core count: beyond a few,
 /// the proxy is never the bottleneck of a development machine.
 pub const MAX_THREADS: usize = 4;
+
+/// Answers Caddy's on-demand question for `?domain=NAME` (see
+/// [`TLS_ASK_PATH`]): 200 for a host of a live https world, else 403.
+fn tls_ask(routes: &Routes, query: Option<&str>) -> Response<Body> {
+    let domain = query
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("domain="))
+        .unwrap_or("");
+    let ours = routes
+        .get(domain)
+        .is_some_and(|r| r.https && !matches!(r.state.as_str(), "stopped" | "failed"));
+    let status = if ours {
+        StatusCode::OK
+    } else {
+        StatusCode::FORBIDDEN
+    };
+    let text: &'static [u8] = if ours {
+        b"ok\n"
+    } else {
+        b"not a binky https host\n"
+    };
+    let mut resp = Response::new(Body::Full(Some(Bytes::from_static(text))));
+    *resp.status_mut() = status;
+    resp
+}
 
 /// Serves on the port `port` holds, moving when it changes (no daemon
 /// restart). A port that cannot be bound is reported through `on_error` and

@@ -58,8 +58,9 @@ fn every_verb_renders_with_the_environment_the_world_was_built_with() {
     ] {
         let out = repo.run(&home, args);
         assert_eq!(out.code(), 1, "{args:?}: {out}");
+        // On stderr, or (JSON output) in the error object on stdout.
         assert!(
-            out.stderr()
+            format!("{}{}", out.stdout(), out.stderr())
                 .contains("services.db.admin_url uses ${env.CHAIN_PG_ADMIN}, which is not set"),
             "{args:?}: {out}"
         );

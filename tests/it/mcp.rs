@@ -108,20 +108,28 @@ fn malformed_input_gets_an_error_and_the_server_keeps_serving() {
     .unwrap();
     writeln!(stdin, "this is not json").unwrap();
     writeln!(stdin, r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}"#).unwrap();
-    // Whatever the server says about the garbage, tools/list is answered.
-    let mut got_list = false;
+    // The garbage gets JSON-RPC's parse error (id null), and tools/list is
+    // still answered.
+    let (mut got_list, mut got_parse_error) = (false, false);
     for _ in 0..5 {
         line.clear();
         if stdout.read_line(&mut line).unwrap() == 0 {
             break;
         }
         let v: serde_json::Value = serde_json::from_str(&line).expect("JSON on stdout");
+        if v["id"].is_null() && v["error"]["code"] == -32700 {
+            got_parse_error = true;
+        }
         if v["id"] == 2 {
             assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 5);
             got_list = true;
             break;
         }
     }
+    assert!(
+        got_parse_error,
+        "no -32700 parse error for a malformed line"
+    );
     assert!(got_list, "server stopped answering after malformed input");
     drop(stdin);
     let _ = child.wait();

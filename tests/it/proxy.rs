@@ -395,6 +395,49 @@ fn https_through_caddy_with_a_client_trusting_its_local_ca() {
         .output()
         .unwrap();
     assert!(!untrusted.status.success());
+    // A client naming any other host gets no certificate at all: the local
+    // CA signs only the names of https worlds (and none is minted for it).
+    for foreign in ["www.google.com", "other.sec.tls.localhost", "x.localhost"] {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "--cacert",
+                ca.to_str().unwrap(),
+                "--resolve",
+                &format!("{foreign}:{https_port}:127.0.0.1"),
+                &format!("https://{foreign}:{https_port}/"),
+            ])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{foreign} got a certificate");
+    }
+    let minted = walk(&home.file("caddy/data"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "crt"))
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>();
+    assert!(
+        minted
+            .iter()
+            .all(|p| !p.contains("google") && !p.contains("x.localhost")),
+        "{minted:?}"
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 #[test]

@@ -83,3 +83,38 @@ fn without_git_on_path_up_fails_clearly_and_makes_nothing() {
     assert_eq!(home.ok(&["metrics"]).json()["port_reservations"], 0);
     assert!(!repo.worktree_root().exists());
 }
+
+#[test]
+fn a_repository_owned_by_another_user_is_named_with_what_git_says() {
+    let is_root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    if !is_root {
+        skip("needs root to give a repository to another user");
+        return;
+    }
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n",
+        project_header("notmine", 1)
+    ));
+    let chown = std::process::Command::new("chown")
+        .args(["-R", "65534:65534", repo.main.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let out = Out(repo
+        .cmd(&home, &["up", "x"])
+        // No safe.directory from the developer's own git config.
+        .env("HOME", home.path())
+        .output()
+        .unwrap());
+    let _ = std::process::Command::new("chown")
+        .args(["-R", "0:0", repo.main.to_str().unwrap()])
+        .status();
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("dubious ownership"), "{out}");
+    assert!(out.stderr().contains("safe.directory"), "{out}");
+}

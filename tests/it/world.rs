@@ -1028,11 +1028,46 @@ fn json_callers_get_errors_as_json_on_stdout() {
         "{v}"
     );
     assert!(v["error"]["hint"].is_string());
+    // Said once, as data: not again as text on stderr.
+    assert!(!out.stderr().contains("error:"), "{out}");
     let out = repo.run(&home, &["down", "nope", "--json"]);
     assert_eq!(
         out.json()["error"]["message"],
         "no world `nope` in project je"
     );
+    assert!(!out.stderr().contains("error:"), "{out}");
+    // `env` prints JSON by default: its errors too.
+    let out = repo.run(&home, &["env", "nope"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.json()["error"]["message"].is_string(), "{out}");
+    assert!(!out.stderr().contains("error:"), "{out}");
+}
+
+#[test]
+fn a_project_path_that_holds_no_binky_toml_is_an_error_naming_it() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n",
+        project_header("strictp", 1)
+    ));
+    // From inside the project, `-p` pointing elsewhere never falls back to
+    // the project around the current folder.
+    for p in ["../../../etc", "/etc", "no/such/place"] {
+        for args in [
+            &["-p", p, "up", "x"][..],
+            &["-p", p, "status"][..],
+            &["-p", p, "check"][..],
+        ] {
+            let out = repo.run(&home, args);
+            assert_eq!(out.code(), 2, "{args:?}: {out}");
+            assert!(out.stderr().contains(p), "{args:?}: {out}");
+        }
+    }
+    assert!(repo.worlds(&home).is_empty());
+    // The project's own folder, or its binky.toml, is fine.
+    let toml = repo.project.join("binky.toml");
+    let out = home.run(&["-p", toml.to_str().unwrap(), "check"]);
+    assert_eq!(out.code(), 0, "{out}");
 }
 
 #[test]
