@@ -113,6 +113,25 @@ impl Routes {
             Arc::make_mut(r).state = state.to_owned();
         }
     }
+    /// Waits until the route for `host` is running (polled: only a request
+    /// that met a restart waits), at most until `until`; the route then, or
+    /// `None`.
+    pub async fn wait_running(
+        &self,
+        host: &str,
+        until: tokio::time::Instant,
+    ) -> Option<Arc<Route>> {
+        loop {
+            let r = self.get(host)?;
+            if matches!(r.state.as_str(), "running" | "unhealthy") {
+                return Some(r);
+            }
+            if tokio::time::Instant::now() >= until {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     /// Drops every route of a world.
     pub fn remove_world(&self, project: &str, world: &str) {
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
@@ -259,7 +278,48 @@ struct Worker {
 
 /// An HTTP/1.1 connection to a service, driven by its own task on the
 /// same proxy thread.
-type Upstream = hyper::client::conn::http1::SendRequest<Incoming>;
+type Upstream = hyper::client::conn::http1::SendRequest<UpBody>;
+
+/// What goes to a service: the client's body as it streams, or nothing for
+/// a body-less request sent again after the service dropped it unanswered
+/// (see [`Replay`]). An enum, not a box: no allocation per request.
+type UpBody = http_body_util::Either<Incoming, http_body_util::Empty<Bytes>>;
+
+/// Enough of a body-less idempotent request (GET, HEAD, OPTIONS) to send it
+/// again: a dev server that is shutting down for a restart may accept a
+/// connection and close it without answering, and the request is then sent
+/// to the new server instead.
+struct Replay {
+    method: hyper::Method,
+    uri: Uri,
+    version: hyper::Version,
+    headers: HeaderMap,
+}
+
+impl Replay {
+    fn of(parts: &hyper::http::request::Parts, body: &Incoming) -> Option<Self> {
+        use hyper::body::Body as _;
+        let idempotent = matches!(
+            parts.method,
+            hyper::Method::GET | hyper::Method::HEAD | hyper::Method::OPTIONS
+        );
+        (idempotent && body.is_end_stream()).then(|| Replay {
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            version: parts.version,
+            headers: parts.headers.clone(),
+        })
+    }
+
+    fn request(&self) -> Request<UpBody> {
+        let mut r = Request::new(http_body_util::Either::Right(http_body_util::Empty::new()));
+        *r.method_mut() = self.method.clone();
+        *r.uri_mut() = self.uri.clone();
+        *r.version_mut() = self.version;
+        *r.headers_mut() = self.headers.clone();
+        r
+    }
+}
 
 /// Idle upstream connections kept per port and proxy thread.
 pub const MAX_IDLE_PER_PORT: usize = 64;
@@ -493,10 +553,33 @@ impl Worker {
 
     /// Dials `port` with the health probes' loopback logic (127.0.0.1, then
     /// ::1) and starts an HTTP/1.1 connection driven by its own task.
-    async fn connect(port: u16, driver: Option<&Held>) -> Result<Upstream, UpstreamError> {
-        let stream = health::dial("localhost", port, Duration::from_secs(5))
-            .await
-            .map_err(UpstreamError::Dial)?;
+    /// Dials the service. A refused dial is tried again until `ride` (the
+    /// service restarts itself: a dev server's autoreload leaves its port
+    /// refusing for a moment), so a request rides through instead of
+    /// failing.
+    async fn connect(
+        port: u16,
+        driver: Option<&Held>,
+        ride: Option<Duration>,
+    ) -> Result<Upstream, UpstreamError> {
+        // The deadline is taken at the first refusal: nothing on the normal
+        // path.
+        let mut until: Option<tokio::time::Instant> = None;
+        let stream = loop {
+            match health::dial("localhost", port, Duration::from_secs(5)).await {
+                Ok(s) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused && ride.is_some() => {
+                    let deadline = *until.get_or_insert_with(|| {
+                        tokio::time::Instant::now() + ride.unwrap_or_default()
+                    });
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(UpstreamError::Dial(e));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(UpstreamError::Dial(e)),
+            }
+        };
         let _ = stream.set_nodelay(true);
         // Headers and a short body copied into one buffer and written as one
         // slice: fewer instructions per request than hyper's queue of
@@ -528,12 +611,18 @@ impl Worker {
     /// else a pooled one, else a new one. A request a stale connection did
     /// not take (closed by the service while idle) is sent again on a new
     /// connection.
+    ///
+    /// With `ride`, a refused dial is tried again for that long (see
+    /// [`Self::connect`]), and so is a `replay`able request that a new
+    /// connection took but never answered.
     async fn send(
         &self,
         held: &Held,
         port: u16,
-        mut req: Request<Incoming>,
+        mut req: Request<UpBody>,
         keep: bool,
+        ride: Option<Duration>,
+        replay: Option<Replay>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let reuse = held
             .slot
@@ -566,8 +655,28 @@ impl Worker {
             }
         }
         // An upgraded connection outlives the request: it gets its own task.
-        let mut up = Self::connect(port, keep.then_some(held)).await?;
-        let resp = up.send_request(req).await.map_err(UpstreamError::Http)?;
+        let mut up = Self::connect(port, keep.then_some(held), ride).await?;
+        let mut until: Option<tokio::time::Instant> = None;
+        let resp = loop {
+            match up.send_request(req).await {
+                Ok(r) => break r,
+                // Dropped unanswered — by a server going down for a restart,
+                // most likely: a body-less GET goes to the next one.
+                Err(e) if replay.is_some() && ride.is_some() => {
+                    let deadline = *until.get_or_insert_with(|| {
+                        tokio::time::Instant::now() + ride.unwrap_or_default()
+                    });
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(UpstreamError::Http(e));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    up = Self::connect(port, keep.then_some(held), Some(left)).await?;
+                    req = replay.as_ref().map(Replay::request).expect("replay");
+                }
+                Err(e) => return Err(UpstreamError::Http(e)),
+            }
+        };
         if keep {
             *held.slot.lock().unwrap_or_else(|p| p.into_inner()) = Some((port, up));
         }
@@ -592,6 +701,20 @@ impl Worker {
             }
             counters.errors.fetch_add(1, Ordering::Relaxed);
             return pages::not_found(host_raw, &this.routes.all());
+        };
+        // A service that is (re)starting gets a moment to come up, so a
+        // planned restart never fails a request that arrives during it.
+        let route = if matches!(route.state.as_str(), "starting" | "restarting") {
+            let until = tokio::time::Instant::now() + ride_through();
+            match this.routes.wait_running(host_raw, until).await {
+                Some(r) => r,
+                None => {
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    return pages::unavailable(&route);
+                }
+            }
+        } else {
+            route
         };
         if route.state != "running" && route.state != "unhealthy" {
             counters.errors.fetch_add(1, Ordering::Relaxed);
@@ -621,9 +744,21 @@ impl Worker {
             parts.headers.insert(header::UPGRADE, proto.clone());
         }
         held.add_forwarded(&mut parts.headers, &host_value);
-        let upstream_req = Request::from_parts(parts, body);
+        let replay = if upgrade.is_none() {
+            Replay::of(&parts, &body)
+        } else {
+            None
+        };
+        let upstream_req = Request::from_parts(parts, http_body_util::Either::Left(body));
         let mut resp = match self
-            .send(held, route.port, upstream_req, upgrade.is_none())
+            .send(
+                held,
+                route.port,
+                upstream_req,
+                upgrade.is_none(),
+                Some(ride_through()),
+                replay,
+            )
             .await
         {
             Ok(r) => r,
@@ -982,6 +1117,20 @@ async fn accept_loop(
             w.active.fetch_sub(1, Ordering::Relaxed);
         }
     }
+}
+
+/// How long a request waits for a service that is restarting — its port
+/// refusing for a moment, or the supervisor bringing it back — before the
+/// proxy answers with an error page: 2 s, or `BINKY_PROXY_RIDE_THROUGH_MS`.
+/// Only requests meeting a restart wait; the normal path never does.
+fn ride_through() -> Duration {
+    static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        std::env::var("BINKY_PROXY_RIDE_THROUGH_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(Duration::from_secs(2), Duration::from_millis)
+    })
 }
 
 /// How long a client has to send a request's headers, counted from when
