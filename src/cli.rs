@@ -225,10 +225,20 @@ pub struct StatusArgs {
 pub struct EnvArgs {
     /// The world's name (its branch).
     pub name: String,
-    /// Print `NAME=value` lines quoted for `eval` in bash, zsh and sh.
-    #[arg(long, conflicts_with = "json")]
+    /// Print `NAME=value` lines quoted for bash, zsh and sh (a .env file;
+    /// `eval` sets them without exporting them).
+    #[arg(long, conflicts_with_all = ["json", "export"])]
     pub dotenv: bool,
-    /// Print a JSON object (the default).
+    /// Print `export NAME=value` lines: `eval "$(binky env <name> --export)"`
+    /// gives the shell and every program it starts the world's environment.
+    #[arg(long, conflicts_with = "json")]
+    pub export: bool,
+    /// Also print the `[env]` values that come from `${env.NAME}` (withheld
+    /// by default: they are usually credentials).
+    #[arg(long)]
+    pub reveal: bool,
+    /// Print a JSON object (the default): service → address, and `env` for
+    /// the project's `[env]` (null where a value is withheld).
     #[arg(long)]
     pub json: bool,
 }

@@ -463,9 +463,10 @@ pub fn is_registered(main_workdir: &Path, path: &Path) -> bool {
     })
 }
 
-/// The commit HEAD points at in a worktree (for `verify` records).
+/// The commit HEAD points at in the worktree holding `path` (for `verify`
+/// records and migrate keys).
 pub fn head_commit(path: &Path) -> Option<String> {
-    let repo = Repository::open(path).ok()?;
+    let repo = Repository::discover(path).ok()?;
     let oid = repo.head().ok()?.target()?;
     Some(oid.to_string())
 }

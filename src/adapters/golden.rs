@@ -50,6 +50,28 @@ pub fn key(
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The key a slice's schema is at once `migrate` ran in the worktree at
+/// `root`: the migrate command plus the contents of the `clone_inputs` files
+/// (the migrations, when they are listed), or — with no `clone_inputs` — the
+/// worktree's commit, since any commit may carry a migration. A world whose
+/// key moved runs `migrate` again (frameworks' migrate commands are no-ops
+/// when current, so catching up is safe).
+pub fn migrate_key(
+    migrate: &str,
+    clone_inputs: &[String],
+    root: &Path,
+    commit: Option<&str>,
+) -> String {
+    if clone_inputs.is_empty() {
+        let mut h = Sha256::new();
+        h.update(migrate.as_bytes());
+        h.update(b"\0commit\0");
+        h.update(commit.unwrap_or("").as_bytes());
+        return h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    }
+    key(Some(migrate), None, clone_inputs, root)
+}
+
 fn collect(root: &Path, dir: &Path, set: &globset::GlobSet, out: &mut Vec<String>) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;

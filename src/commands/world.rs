@@ -378,23 +378,64 @@ pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
             Err(c) => return c,
         },
         env: ClientEnv::current(),
+        reveal: args.reveal,
     };
+    let shell = args.dotenv || args.export;
     let env = match client.request(&req) {
         Ok(Response::Env(e)) => e,
         Ok(other) => return super::unexpected(&other),
-        Err(e) => return fail_json(!args.dotenv, &e),
+        Err(e) => return fail_json(!shell, &e),
     };
-    if args.dotenv {
-        for (svc, value) in &env.services {
-            println!("{}={}", dotenv_name(svc), shell_quote(value));
-        }
-        println!("BINKY_WORKTREE={}", shell_quote(&env.worktree));
-        println!("BINKY_WORLD={}", shell_quote(&env.world));
-        println!("BINKY_PROJECT={}", shell_quote(&env.project));
+    if shell {
+        print!("{}", shell_lines(&env, args.export));
     } else {
-        print_json(&env.services);
+        // In the services' order, as before `[env]` existed.
+        let mut out: indexmap::IndexMap<String, serde_json::Value> = indexmap::IndexMap::new();
+        for (svc, value) in &env.services {
+            out.insert(svc.clone(), value.clone().into());
+        }
+        if !env.vars.is_empty() {
+            out.insert(
+                "env".into(),
+                serde_json::to_value(&env.vars).unwrap_or_default(),
+            );
+        }
+        print_json(&out);
     }
     ExitCode::SUCCESS
+}
+
+/// `binky env --dotenv` (or, with `export`, `--export`) lines: each exposed
+/// service's `NAME_URL`, the project's `[env]`, then `BINKY_WORKTREE`,
+/// `BINKY_WORLD` and `BINKY_PROJECT`. A withheld value becomes a comment
+/// saying how to get it, so `eval` never sets a variable to nothing.
+pub fn shell_lines(env: &crate::protocol::WorldEnv, export: bool) -> String {
+    use std::fmt::Write;
+    let prefix = if export { "export " } else { "" };
+    let mut out = String::new();
+    let mut line = |k: &str, v: &str| {
+        let _ = writeln!(out, "{prefix}{k}={}", shell_quote(v));
+    };
+    for (svc, value) in &env.services {
+        line(&dotenv_name(svc), value);
+    }
+    let mut withheld = Vec::new();
+    for (k, v) in &env.vars {
+        match v {
+            Some(v) => line(k, v),
+            None => withheld.push(k.as_str()),
+        }
+    }
+    line("BINKY_WORKTREE", &env.worktree);
+    line("BINKY_WORLD", &env.world);
+    line("BINKY_PROJECT", &env.project);
+    for k in withheld {
+        let _ = writeln!(
+            out,
+            "# {k} is withheld: its value comes from ${{env.…}} (your environment); add --reveal to print it"
+        );
+    }
+    out
 }
 
 /// The log folder of a world, found without the daemon.

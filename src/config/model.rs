@@ -36,6 +36,10 @@ pub struct Config {
     pub services: IndexMap<String, Service>,
     /// `[agents]`.
     pub agents: Agents,
+    /// `[env]`: variables (tokens allowed) every process of a world, its
+    /// `migrate`, `seed` and `verify` commands get, and `binky env` prints;
+    /// a service's own `env` wins over it.
+    pub env: IndexMap<String, String>,
 }
 
 /// `[project]`.

@@ -22,6 +22,9 @@ pub struct RawConfig {
     /// `[agents]`.
     #[serde(default)]
     pub agents: Option<RawAgents>,
+    /// `[env]`: the project's environment, for every process and command.
+    #[serde(default)]
+    pub env: Option<IndexMap<String, EnvValue>>,
 }
 
 /// `[project]`.
@@ -247,7 +250,7 @@ pub struct RawAgents {
 /// Every key each table accepts, for "did you mean" suggestions.
 pub fn known_keys(table: &str) -> &'static [&'static str] {
     match table {
-        "" => &["project", "services", "agents"],
+        "" => &["project", "services", "agents", "env"],
         "project" => &[
             "name",
             "domain",

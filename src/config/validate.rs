@@ -592,13 +592,14 @@ fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Config> {
         }
     }
     let agents = build_agents(cx, raw.agents.as_ref(), &raw.services);
+    let env = build_env(cx, &keypath!["env"], raw.env.as_ref());
     // The cross-service checks run even when the project or some services
     // had errors (recorded already), so one pass reports as much as it can.
     let declared: BTreeSet<&str> = raw.services.keys().map(|k| k.as_str()).collect();
     check_graph(cx, &services, &declared);
     check_urls(cx, &services);
     check_tokens(cx, range, &services, &declared);
-    check_verify_tokens(cx, &agents, &services, &declared);
+    check_unowned_tokens(cx, &agents, &env, &services, &declared);
     check_credentials(cx, &raw);
     let project = project?;
     let root = path
@@ -618,7 +619,39 @@ fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Config> {
         project,
         services,
         agents,
+        env,
     })
+}
+
+/// An `env` table (a service's, or the project's `[env]`) at `at`: keys
+/// must be variable names; values are kept as text (numbers and booleans
+/// too).
+fn build_env(
+    cx: &mut Cx<'_>,
+    at: &[Step],
+    table: Option<&IndexMap<String, raw::EnvValue>>,
+) -> IndexMap<String, String> {
+    let mut env = IndexMap::new();
+    for (k, v) in table.into_iter().flatten() {
+        if !is_env_key(k) {
+            // About the name, so located at the key rather than its value.
+            let mut path = at.to_vec();
+            path.push(Step::from(k.as_str()));
+            let d = Diagnostic {
+                severity: Severity::Error,
+                code: "invalid-name",
+                message: format!("`{k}` is not a valid environment variable name"),
+                key: key_string(&path),
+                line: None,
+                column: None,
+                hint: Some("use letters, digits and `_`, not starting with a digit".to_owned()),
+            };
+            let pos = cx.loc.locate(&path, true);
+            cx.diags.push(with_position(d, pos));
+        }
+        env.insert(k.clone(), v.0.clone());
+    }
+    env
 }
 
 /// The project, or `None` after errors; and the port range to lint literal
@@ -822,25 +855,7 @@ fn build_process(cx: &mut Cx<'_>, name: &str, cmd: &str, rs: &RawService) -> Pro
             );
         }
     }
-    let mut env = IndexMap::new();
-    for (k, v) in rs.env.iter().flatten() {
-        if !is_env_key(k) {
-            // About the name, so located at the key rather than its value.
-            let path = keypath!["services", name, "env", k.as_str()];
-            let d = Diagnostic {
-                severity: Severity::Error,
-                code: "invalid-name",
-                message: format!("`{k}` is not a valid environment variable name"),
-                key: key_string(&path),
-                line: None,
-                column: None,
-                hint: Some("use letters, digits and `_`, not starting with a digit".to_owned()),
-            };
-            let pos = cx.loc.locate(&path, true);
-            cx.diags.push(with_position(d, pos));
-        }
-        env.insert(k.clone(), v.0.clone());
-    }
+    let env = build_env(cx, &keypath!["services", name, "env"], rs.env.as_ref());
     let depends_on = rs.depends_on.clone().unwrap_or_default();
     let health = rs.health.as_ref().and_then(|h| build_health(cx, name, h));
     let restart = match &rs.restart {
@@ -1095,6 +1110,19 @@ fn build_resource(cx: &mut Cx<'_>, name: &str, adapter: &str, rs: &RawService) -
             &keypath!["services", name, "clone_inputs"],
             format!("`{name}` lists clone_inputs but has no clone_from, so they have no effect"),
             Some("add clone_from = \"golden\" or remove clone_inputs".to_owned()),
+        );
+    }
+    if clone_inputs.is_empty() && rs.clone_from.is_some() && rs.migrate.is_some() {
+        cx.warn(
+            "clone-from-without-inputs",
+            &keypath!["services", name, "clone_from"],
+            format!(
+                "`{name}` clones a golden template but lists no clone_inputs: a new migration does not rebuild the template, so every clone from another commit runs migrate again to catch up"
+            ),
+            Some(
+                "list the migration files, e.g. clone_inputs = [\"**/migrations/**\"] (Django), [\"db/migrate/**\"] (Rails), [\"prisma/migrations/**\"], [\"alembic/versions/**\"]"
+                    .to_owned(),
+            ),
         );
     }
     check_globs(
@@ -1385,16 +1413,24 @@ fn check_tokens(
     }
 }
 
-/// Tokens in `[agents] verify`: they render with no `self`, against the
-/// same services.
-fn check_verify_tokens(
+/// Tokens in `[agents] verify` and the project's `[env]`: they render with
+/// no `self`, against the same services.
+fn check_unowned_tokens(
     cx: &mut Cx<'_>,
     agents: &Agents,
+    env: &IndexMap<String, String>,
     services: &IndexMap<String, Service>,
     declared: &BTreeSet<&str>,
 ) {
-    for (i, text) in agents.verify.iter().enumerate() {
-        let path = keypath!["agents", "verify", i];
+    let verify = agents
+        .verify
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (keypath!["agents", "verify", i].to_vec(), t));
+    let env = env
+        .iter()
+        .map(|(k, t)| (keypath!["env", k.as_str()].to_vec(), t));
+    for (path, text) in verify.chain(env) {
         for occ in occurrences(text) {
             let at = At {
                 value: text,
@@ -1417,7 +1453,8 @@ fn check_token(
     body: &str,
 ) {
     let raw = at.text();
-    let user = owner.map_or("agents.verify", |(n, _)| n);
+    let place = key_string(path);
+    let user = owner.map_or(place.as_str(), |(n, _)| n);
     match classify(body) {
         Some(Token::SelfField(f)) => match owner {
             Some((name, svc)) => check_field(cx, name, name, svc, f, path, at, true),
@@ -1426,7 +1463,9 @@ fn check_token(
                 "self-outside-service",
                 path,
                 Some(at),
-                format!("`{raw}` is in agents.verify, where there is no `self`, so it is left as written"),
+                format!(
+                    "`{raw}` is in {place}, where there is no `self`, so it is left as written"
+                ),
                 Some("name the service instead, e.g. `${api.url}`".to_owned()),
             ),
         },
@@ -1470,8 +1509,12 @@ fn check_token(
             "unset-env",
             path,
             Some(at),
-            format!("`{raw}` is not set in this shell nor in an env_file, so `binky up` from here fails"),
-            Some(format!("export {var} in the shell you run binky from, or put it in env_file")),
+            format!(
+                "`{raw}` is not set in this shell nor in an env_file, so `binky up` from here fails"
+            ),
+            Some(format!(
+                "export {var} in the shell you run binky from, or put it in env_file"
+            )),
         ),
         Some(_) => {}
         None => check_unowned_token(cx, declared, path, at, body),

@@ -67,7 +67,11 @@ pub(super) async fn handle(
             force,
             env,
         } => world::remove(d, w, force, env).await.map(Response::World),
-        Request::Env { world: w, env } => world::env(d, w, env).await.map(Response::Env),
+        Request::Env {
+            world: w,
+            env,
+            reveal,
+        } => world::env(d, w, env, reveal).await.map(Response::Env),
         Request::Verify {
             world: w,
             keep_going,

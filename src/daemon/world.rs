@@ -25,6 +25,8 @@ use std::sync::{Arc, Mutex};
 
 /// Lines of a failing service's log quoted in the error.
 const FAILURE_LOG_LINES: usize = 20;
+/// First lines of a run quoted under a failure, before its tail.
+const FAILURE_HEAD_LINES: usize = 8;
 
 /// The daemon's live worlds.
 #[derive(Default)]
@@ -499,6 +501,39 @@ struct Plan {
     /// An unset `${env.NAME}` is an error (always, but when re-adopting a
     /// process that already runs: see [`adopt_world`]).
     strict: bool,
+    /// Every slice's address is in `facts` (false while they are made).
+    slices_ready: bool,
+    /// Said under a failure when the world's `binky.toml` (its branch's) is
+    /// not the main checkout's: a fix made on main has not reached it.
+    config_note: Option<String>,
+}
+
+/// The note for [`Plan::config_note`]: `None` when the world is the main
+/// checkout or both files say the same.
+fn config_differs(world_root: &Path, main_root: &Path, world: &str) -> Option<String> {
+    let (w, m) = (
+        world_root.join(config::FILE_NAME),
+        main_root.join(config::FILE_NAME),
+    );
+    if world_root == main_root {
+        return None;
+    }
+    let (a, b) = (std::fs::read(&w).ok()?, std::fs::read(&m).ok()?);
+    (a != b).then(|| {
+        format!(
+            "this world reads {} from its own branch, and it differs from the main checkout's {}: a fix made there reaches `{world}` once its branch has it (merge or rebase it), or fix the world's copy",
+            w.display(),
+            m.display()
+        )
+    })
+}
+
+/// `hint`, followed by the plan's [`Plan::config_note`] when there is one.
+fn with_config_note(hint: String, plan: &Plan) -> String {
+    match &plan.config_note {
+        Some(n) => format!("{hint}; {n}"),
+        None => hint,
+    }
 }
 
 fn lookup_env<'a>(
@@ -879,6 +914,8 @@ async fn bring_up(
         project_env,
         home: d.paths.home().to_path_buf(),
         strict: true,
+        slices_ready: false,
+        config_note: config_differs(&world_root, &main_root, name),
     };
 
     // Slices, before any process that may use them.
@@ -887,7 +924,7 @@ async fn bring_up(
             check_cancelled(progress, name)?;
             progress.say("provision", Some(n), format!("{} slice for {n}", r.adapter));
             let address = provision(
-                d, cfg, project, name, slug, world_id, n, r, &plan, client_env,
+                d, cfg, project, name, slug, world_id, n, r, &plan, client_env, progress,
             )
             .await?;
             let f = plan.facts.get_mut(n).expect("fact per service");
@@ -899,6 +936,7 @@ async fn bring_up(
         }
     }
 
+    plan.slices_ready = true;
     fault_point("up:provisioned");
     // Processes, level by level; independent ones start together.
     let lv = levels(cfg);
@@ -970,23 +1008,25 @@ async fn bring_up(
                         State::Stopped { exit } => exit.clone().unwrap_or_else(|| "stopped".into()),
                         s => s.label().to_owned(),
                     };
-                    let tail = supervisor::logs::tail_text(&log, FAILURE_LOG_LINES);
+                    // This run's output only: its first lines often say
+                    // the cause, its last where it stopped.
+                    let run = supervisor::logs::current_run(&log);
                     let mut msg = format!("service `{sname}` failed to start: {reason}");
-                    if !tail.is_empty() {
+                    if !run.is_empty() {
                         msg.push_str(&format!(
-                            "\nlast {} line(s) of {}:\n",
-                            tail.len(),
-                            log.display()
+                            "\noutput of this run ({} line(s), in {}):\n{}",
+                            run.len(),
+                            log.display(),
+                            supervisor::logs::quote_head_tail(
+                                &run,
+                                FAILURE_HEAD_LINES,
+                                FAILURE_LOG_LINES
+                            )
                         ));
-                        for l in tail {
-                            msg.push_str("  | ");
-                            msg.push_str(&l);
-                            msg.push('\n');
-                        }
                     }
                     failure.get_or_insert(
                         ApiError::new(msg.trim_end().to_owned())
-                            .hint(format!("`binky logs {name} {sname}` shows its output; services already started stay up for inspection")),
+                            .hint(with_config_note(format!("`binky logs {name} {sname}` shows its output; services already started stay up for inspection"), &plan)),
                     );
                 }
             }
@@ -1309,6 +1349,8 @@ async fn adopt_world(
         project_env,
         home: d.paths.home().to_path_buf(),
         strict: true,
+        slices_ready: false,
+        config_note: None,
     };
     let no_env = ClientEnv::default();
     for (n, s) in &cfg.services {
@@ -1338,6 +1380,7 @@ async fn adopt_world(
             }
         }
     }
+    plan.slices_ready = true;
     let recorded: HashMap<String, (Option<u32>, Option<i64>)> = {
         let reg = d.registry();
         let mut stmt = reg
@@ -1469,9 +1512,20 @@ async fn provision(
     r: &config::Resource,
     plan: &Plan,
     client_env: &ClientEnv,
+    progress: &ProgressTx,
 ) -> Result<String, ApiError> {
     let adapter =
         adapter_for(&r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
+    // Where the branch's migrations are: a slice migrated at another key
+    // catches up (see golden::migrate_key).
+    let world_key = r.migrate.as_deref().map(|m| {
+        golden::migrate_key(
+            m,
+            &r.clone_inputs,
+            &plan.world_root,
+            worktree::head_commit(&plan.world_root).as_deref(),
+        )
+    });
     let env_fn = lookup_env(&plan.project_env, client_env);
     let admin_url = render_admin_url(
         cfg,
@@ -1501,9 +1555,34 @@ async fn provision(
     // Adapter errors name the service, never the credentials.
     let named = |e| adapter_error(service, &slice, e);
     let exists = adapter.exists(&slice).await.map_err(named)?;
-    if known.as_ref().is_some_and(|k| k.state == "live") && exists {
-        // `up` after `down`: the slice is kept, nothing re-provisioned.
-        return adapter.resolve(&slice).await.map_err(named);
+    let log = d
+        .paths
+        .world_logs(project, slug)
+        .join(format!("{service}.log"));
+    if let Some(k) = known.as_ref().filter(|k| k.state == "live")
+        && exists
+    {
+        // `up` after `down`, `reload`: the slice and its data are kept,
+        // nothing re-provisioned or re-seeded; its schema catches up with
+        // the branch when the branch moved.
+        let address = adapter.resolve(&slice).await.map_err(named)?;
+        if let Some(key) = &world_key
+            && k.migrated_key.as_deref() != Some(key.as_str())
+        {
+            let why = if k.migrated_key.is_none() {
+                "it was never migrated by this binky"
+            } else {
+                "its branch moved since it was last migrated"
+            };
+            catch_up(
+                d, cfg, world, service, r, plan, client_env, &address, &log, progress, why, false,
+            )
+            .await?;
+            d.registry()
+                .set_slice_migrated(adapter.name(), &slice_name, key)
+                .map_err(internal)?;
+        }
+        return Ok(address);
     }
     // Intent first: a crash from here leaves a row `gc` can sweep.
     d.registry()
@@ -1519,10 +1598,6 @@ async fn provision(
     if exists {
         adapter.teardown(&slice).await.map_err(named)?;
     }
-    let log = d
-        .paths
-        .world_logs(project, slug)
-        .join(format!("{service}.log"));
     let result: Result<(), ApiError> = async {
         let mut cloned = false;
         if let Some(from) = &r.clone_from
@@ -1549,12 +1624,13 @@ async fn provision(
             let _g = glock.lock().await;
             // And across daemons sharing the server (other BINKY_HOMEs).
             let _server_lock = adapter.lock_template(&template).await.map_err(named)?;
-            let fresh = std::fs::read_to_string(&marker)
-                .ok()
-                .as_deref()
-                .map(str::trim)
-                == Some(key.as_str())
+            // The marker: the template's key, then the key its schema was
+            // migrated at (the building world's).
+            let marker_text = std::fs::read_to_string(&marker).unwrap_or_default();
+            let mut marker_lines = marker_text.lines();
+            let fresh = marker_lines.next().map(str::trim) == Some(key.as_str())
                 && adapter.exists(&template).await.unwrap_or(false);
+            let mut template_migrated = marker_lines.next().map(|l| l.trim().to_owned());
             // The template's migrate/seed output lives with the template, not
             // in the log of the world that happened to build it (gone with
             // that world); every clone's log points at it.
@@ -1593,7 +1669,12 @@ async fn provision(
                 if let Some(dir) = marker.parent() {
                     let _ = std::fs::create_dir_all(dir);
                 }
-                std::fs::write(&marker, format!("{key}\n")).map_err(internal)?;
+                template_migrated = world_key.clone();
+                std::fs::write(
+                    &marker,
+                    format!("{key}\n{}\n", template_migrated.as_deref().unwrap_or("")),
+                )
+                .map_err(internal)?;
                 d.event(world_event("golden_built", project, world).detail(tname.clone()));
             }
             match adapter.clone_slice(&template, &slice).await {
@@ -1606,6 +1687,28 @@ async fn provision(
                             "binky: cloned from template {tname}; its migrate and seed output is in {}",
                             template_log.display()
                         );
+                    }
+                    // A template built from another commit may lack this
+                    // branch's migrations: run them on the clone.
+                    if let Some(key) = &world_key
+                        && template_migrated.as_deref() != Some(key.as_str())
+                    {
+                        let address = adapter.resolve(&slice).await.map_err(named)?;
+                        catch_up(
+                            d,
+                            cfg,
+                            world,
+                            service,
+                            r,
+                            plan,
+                            client_env,
+                            &address,
+                            &log,
+                            progress,
+                            "its golden template was migrated at another commit",
+                            true,
+                        )
+                        .await?;
                     }
                 }
                 Err(e) => {
@@ -1663,6 +1766,11 @@ async fn provision(
             "live",
         )
         .map_err(internal)?;
+    if let Some(key) = &world_key {
+        d.registry()
+            .set_slice_migrated(adapter.name(), &slice_name, key)
+            .map_err(internal)?;
+    }
     let mut ev = world_event("provisioned", project, world);
     ev.service = Some(service.to_owned());
     ev.adapter = Some(adapter.name().to_owned());
@@ -1671,6 +1779,46 @@ async fn provision(
         .resolve(&slice)
         .await
         .map_err(|e| adapter_error(service, &slice, e))
+}
+
+/// Runs only `migrate` against a slice that has data (never `seed`), so its
+/// schema catches up with the world's branch; says so in `up`'s progress,
+/// the resource's log and the event log. `dropped`: the slice is dropped if
+/// this fails (a fresh clone), as the failure's hint says.
+#[allow(clippy::too_many_arguments)]
+async fn catch_up(
+    d: &Daemon,
+    cfg: &Config,
+    world: &str,
+    service: &str,
+    r: &config::Resource,
+    plan: &Plan,
+    client_env: &ClientEnv,
+    address: &str,
+    log: &Path,
+    progress: &ProgressTx,
+    why: &str,
+    dropped: bool,
+) -> Result<(), ApiError> {
+    progress.say(
+        "migrate",
+        Some(service),
+        format!("{service}: running migrate to catch up with the branch ({why})"),
+    );
+    if let Ok(mut f) = supervisor::logs::open_append(log) {
+        use std::io::Write;
+        let _ = writeln!(
+            f,
+            "binky: running migrate to catch up with the branch ({why})"
+        );
+    }
+    let mut ev = world_event("migrated", &cfg.project.name, world).detail(why.to_owned());
+    ev.service = Some(service.to_owned());
+    d.event(ev);
+    run_data_commands(
+        cfg, world, service, r, plan, client_env, address, log, false, dropped,
+    )
+    .await
 }
 
 /// Provisions `slice`, then runs `migrate` and `seed` against it.
@@ -1691,7 +1839,10 @@ async fn provision_and_seed(
     adapter.provision(slice).await.map_err(named)?;
     fault_point(&format!("{stage}:provisioned"));
     let addr = adapter.resolve(slice).await.map_err(named)?;
-    run_data_commands(cfg, world, service, r, plan, client_env, &addr, log).await
+    run_data_commands(
+        cfg, world, service, r, plan, client_env, &addr, log, true, true,
+    )
+    .await
 }
 
 fn facts_for<'a>(
@@ -1718,8 +1869,9 @@ fn base_env(
     world: &str,
     service: &str,
     plan: &Plan,
+    facts: &IndexMap<String, ServiceFacts>,
     client_env: &ClientEnv,
-) -> Vec<(String, String)> {
+) -> Result<Vec<(String, String)>, ApiError> {
     let mut env: IndexMap<String, String> = if client_env.0.is_empty() {
         std::env::vars().collect()
     } else {
@@ -1751,7 +1903,44 @@ fn base_env(
     if let Some(p) = plan.facts.get(service).and_then(|f| f.port) {
         env.insert("PORT".into(), p.to_string());
     }
-    env.into_iter().collect()
+    // The project's [env], after Binky's own (a service's `env` wins).
+    // While slices are still being made (a migrate), a value naming one not
+    // made yet is left out rather than failing.
+    let env_fn = lookup_env(&plan.project_env, client_env);
+    let fx = facts_for(cfg, world, &plan.world_root, facts, &env_fn);
+    for (k, v) in project_vars(cfg, &fx, plan.strict, plan.slices_ready)? {
+        env.insert(k, v);
+    }
+    Ok(env.into_iter().collect())
+}
+
+/// The project's `[env]` rendered (no `self`), each value registered as a
+/// secret when its name says so. Strict: an unset `${env.NAME}` fails, and
+/// so — once `complete` (every slice made) — does any value that cannot be
+/// rendered; otherwise such a value is left out. Not strict (re-adopting
+/// after a daemon restart): whatever cannot be rendered is left out.
+fn project_vars(
+    cfg: &Config,
+    fx: &Facts<'_>,
+    strict: bool,
+    complete: bool,
+) -> Result<Vec<(String, String)>, ApiError> {
+    let mut out = Vec::new();
+    for (k, t) in &cfg.env {
+        let key = format!("env.{k}");
+        let rendered = render(t, None, fx);
+        let unset = rendered.unresolved.iter().find(|t| t.starts_with("${env."));
+        match unset {
+            Some(tok) if strict => return Err(unset_env(&key, tok)),
+            // Not renderable yet (or ever, when re-adopting): left out.
+            _ if !(rendered.unresolved.is_empty() || strict && complete) => continue,
+            _ => {}
+        }
+        let value = render_strict(t, &key, None, fx)?;
+        crate::secrets::register_var(k, &value);
+        out.push((k.clone(), value));
+    }
+    Ok(out)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1764,6 +1953,8 @@ async fn run_data_commands(
     client_env: &ClientEnv,
     address: &str,
     log: &Path,
+    with_seed: bool,
+    dropped: bool,
 ) -> Result<(), ApiError> {
     let mut facts = plan.facts.clone();
     if let Some(f) = facts.get_mut(service) {
@@ -1772,10 +1963,11 @@ async fn run_data_commands(
     }
     let env_fn = lookup_env(&plan.project_env, client_env);
     let fx = facts_for(cfg, world, &plan.world_root, &facts, &env_fn);
-    let mut env = base_env(cfg, world, service, plan, client_env);
+    let mut env = base_env(cfg, world, service, plan, &facts, client_env)?;
     env.push(("BINKY_SLICE_URL".into(), address.to_owned()));
     env.push((format!("{}_URL", env_key(service)), address.to_owned()));
-    for (step, cmd) in [("migrate", &r.migrate), ("seed", &r.seed)] {
+    let seed = if with_seed { &r.seed } else { &None };
+    for (step, cmd) in [("migrate", &r.migrate), ("seed", seed)] {
         let Some(cmd) = cmd else { continue };
         let rendered = render_strict(
             cmd,
@@ -1783,6 +1975,7 @@ async fn run_data_commands(
             Some(service),
             &fx,
         )?;
+        supervisor::logs::mark_run(log, &format!("services.{service}.{step}"));
         let out = supervisor::logs::open_append(log).map_err(internal)?;
         let err = out.try_clone().map_err(internal)?;
         let status = crate::platform::command("/bin/sh")
@@ -1798,16 +1991,32 @@ async fn run_data_commands(
             .await
             .map_err(|e| ApiError::new(format!("services.{service}.{step}: cannot run: {e}")))?;
         if !status.success() {
-            let tail = supervisor::logs::tail_text(log, FAILURE_LOG_LINES);
-            return Err(ApiError::new(format!(
-                "services.{service}.{step} failed ({status}):\n{}",
-                tail.iter()
-                    .map(|l| format!("  | {l}"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            ))
-            .hint(format!(
-                "the slice was dropped; fix the {step} command and run `binky up` again"
+            // The first line stands alone (status shows only it): the
+            // step, how it ended and its first words, often the cause.
+            let run = supervisor::logs::current_run(log);
+            let first = run
+                .iter()
+                .map(|l| l.trim())
+                .find(|l| !l.is_empty())
+                .map(|l| format!(": {}", l.chars().take(200).collect::<String>()))
+                .unwrap_or_else(|| " with no output".to_owned());
+            let mut msg = format!("services.{service}.{step} failed ({status}){first}");
+            if !run.is_empty() {
+                msg.push_str(&format!(
+                    "\noutput ({} line(s), in {}):\n{}",
+                    run.len(),
+                    log.display(),
+                    supervisor::logs::quote_head_tail(&run, FAILURE_HEAD_LINES, FAILURE_LOG_LINES)
+                ));
+            }
+            let kept = if dropped {
+                "the slice was dropped"
+            } else {
+                "its data is kept"
+            };
+            return Err(ApiError::new(msg).hint(with_config_note(
+                format!("{kept}; fix the {step} command and run `binky up {world}` again"),
+                plan,
             )));
         }
     }
@@ -1841,9 +2050,10 @@ fn process_spec(
             Ok(render(t, Some(service), &fx).text)
         }
     };
-    let mut env: IndexMap<String, String> = base_env(cfg, world, service, plan, client_env)
-        .into_iter()
-        .collect();
+    let mut env: IndexMap<String, String> =
+        base_env(cfg, world, service, plan, &plan.facts, client_env)?
+            .into_iter()
+            .collect();
     for (k, v) in &service_env {
         env.insert(k.clone(), v.clone());
     }
@@ -2346,21 +2556,44 @@ pub(crate) async fn remove(
     })
 }
 
-/// `binky env`: exposed services → addresses.
+/// `binky env`: exposed services → addresses, and the project's `[env]`.
+/// A `[env]` value templated from `${env.NAME}` is withheld (`None`) unless
+/// `reveal`: it is usually a credential the caller's shell already has.
 pub(crate) async fn env(
     d: &Arc<Daemon>,
     wref: WorldRef,
     client_env: ClientEnv,
+    reveal: bool,
 ) -> Result<WorldEnv, ApiError> {
     let loc = locate(d, &wref)?;
     let w = find_world(d, &loc, &wref.name)?;
     let wf = world_facts(d, &loc, &w, &client_env).await?;
+    let vars = world_vars(&wf, &w.name)?
+        .into_iter()
+        .map(|(k, v)| {
+            let from_caller = wf.cfg.env.get(&k).is_some_and(|t| t.contains("${env."));
+            let shown = (reveal || !from_caller).then_some(v);
+            (k, shown)
+        })
+        .collect();
     Ok(WorldEnv {
         project: loc.name.clone(),
         world: w.name.clone(),
         worktree: wf.world_root.display().to_string(),
         services: exposed_of(&wf),
+        vars,
     })
+}
+
+/// The project's `[env]` rendered for a world after `up` (every slice
+/// made): what its processes, `migrate`, `seed` and `verify` get.
+///
+/// # Errors
+/// A value uses an unset `${env.NAME}` or a token that cannot be rendered.
+fn world_vars(wf: &WorldFacts, world: &str) -> Result<Vec<(String, String)>, ApiError> {
+    let env_fn = lookup_env(&wf.project_env, &wf.env);
+    let fx = facts_for(&wf.cfg, world, &wf.world_root, &wf.facts, &env_fn);
+    project_vars(&wf.cfg, &fx, true, true)
 }
 
 /// What `binky env` hands out: each exposed service's address.
@@ -2565,6 +2798,10 @@ pub(crate) async fn verify(
             format!("BINKY_PORT_{}_{}", env_key(&svc), env_key(&name))
         };
         env.insert(key, port.to_string());
+    }
+    // The project's [env] last, as every process of the world gets it.
+    for (k, v) in world_vars(&wf, &w.name)? {
+        env.insert(k, v);
     }
     let commit = worktree::head_commit(Path::new(&w.path));
     // A result is for a commit only when nothing else was in the worktree.

@@ -250,7 +250,7 @@ impl BinkyMcp {
     }
 
     #[tool(
-        description = "A world's coordinates: each exposed service's address (proxied URL, loopback URL or slice address such as a database URL), plus the worktree path to work in."
+        description = "A world's coordinates: each exposed service's address (proxied URL, loopback URL or slice address such as a database URL), the project's [env] variables (null where a value comes from the user's environment and is withheld), plus the worktree path to work in."
     )]
     async fn env(&self, Parameters(a): Parameters<WorldArgs>) -> Result<CallToolResult, ErrorData> {
         let req = Request::Env {
@@ -259,6 +259,8 @@ impl BinkyMcp {
                 Err(e) => return Ok(e),
             },
             env: ClientEnv::current(),
+            // An agent's transcript is not the place for the user's secrets.
+            reveal: false,
         };
         match self.call(req, None).await {
             Ok(Response::Env(e)) => done(e),

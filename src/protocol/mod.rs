@@ -136,6 +136,10 @@ pub enum Request {
         world: WorldRef,
         /// The CLI's environment, for `${env.NAME}` in `admin_url`.
         env: ClientEnv,
+        /// Also return the `[env]` values that come from `${env.NAME}`
+        /// (withheld by default: they are often credentials).
+        #[serde(default)]
+        reveal: bool,
     },
 }
 
@@ -443,6 +447,11 @@ pub struct WorldEnv {
     pub worktree: String,
     /// Exposed service → address.
     pub services: IndexMap<String, String>,
+    /// The project's `[env]`, rendered for this world; `None` for a value
+    /// withheld because it comes from `${env.NAME}` and `reveal` was not
+    /// asked for.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub vars: IndexMap<String, Option<String>>,
 }
 
 /// `binky daemon status`.

@@ -4,11 +4,11 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 4;
+pub const LATEST: i64 = 5;
 
 /// All migrations, oldest first.
 pub fn migrations() -> Migrations<'static> {
-    Migrations::new(vec![M::up(V1), M::up(V2), M::up(V3), M::up(V4)])
+    Migrations::new(vec![M::up(V1), M::up(V2), M::up(V3), M::up(V4), M::up(V5)])
 }
 
 const V1: &str = r#"
@@ -111,4 +111,11 @@ CREATE TABLE daemon_sessions (
     pid         INTEGER NOT NULL,
     started_at  INTEGER NOT NULL DEFAULT (unixepoch())
 );
+"#;
+
+/// v5: the key a slice's schema was last migrated at (the migrate command
+/// and the `clone_inputs` contents, or the worktree's commit), so `up`
+/// runs `migrate` again when a world's branch moved past it.
+const V5: &str = r#"
+ALTER TABLE slices ADD COLUMN migrated_key TEXT;
 "#;

@@ -33,6 +33,9 @@ pub struct SliceRow {
     pub slice: String,
     /// `provisioning`, `live` or `teardown`.
     pub state: String,
+    /// The key its schema was last migrated at (see
+    /// `adapters::golden::migrate_key`); `None` before the first migrate.
+    pub migrated_key: Option<String>,
 }
 
 impl Registry {
@@ -247,11 +250,29 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 
+    /// Records the key a slice's schema is now migrated at.
+    pub fn set_slice_migrated(
+        &self,
+        adapter: &str,
+        slice: &str,
+        key: &str,
+    ) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE slices SET migrated_key = ?3 WHERE adapter = ?1 AND slice = ?2",
+                params![adapter, slice, key],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
     /// The slices of a world.
     pub fn slices_of(&self, world_id: i64) -> Result<Vec<SliceRow>, RegistryError> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT service, adapter, slice, state FROM slices WHERE world_id = ?1")
+            .prepare_cached(
+                "SELECT service, adapter, slice, state, migrated_key FROM slices WHERE world_id = ?1",
+            )
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map([world_id], |r| {
@@ -260,6 +281,7 @@ impl Registry {
                     adapter: r.get(1)?,
                     slice: r.get(2)?,
                     state: r.get(3)?,
+                    migrated_key: r.get(4)?,
                 })
             })
             .map_err(|e| self.err(e))?;

@@ -254,6 +254,60 @@ pub fn tail(path: &Path, n: usize) -> Vec<String> {
     lines[skip..].iter().map(|s| (*s).to_owned()).collect()
 }
 
+/// What starts the separator line [`mark_run`] writes before each
+/// (re)start of a process: a line of text no program prints by chance.
+pub const RUN_MARK: &str = "=== binky: ";
+
+/// Appends a stamped separator line — `<time> === binky: <what> ===` — so a
+/// log that holds several runs shows where each began, and
+/// [`current_run`] can quote only the last. Best effort: a log that cannot
+/// be written is reported where its process's output fails.
+pub fn mark_run(path: &Path, what: &str) {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Ok(mut f) = open_append(path) {
+        use std::io::Write;
+        let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+        let _ = writeln!(f, "{now} {RUN_MARK}{what} ===");
+    }
+}
+
+/// The lines of the last run in `path` (after its last [`mark_run`] line,
+/// timestamps removed), from at most the final 256 KiB: what the process
+/// started last printed, never an earlier run's words.
+pub fn current_run(path: &Path) -> Vec<String> {
+    let lines = tail_text(path, usize::MAX);
+    let start = lines
+        .iter()
+        .rposition(|l| l.starts_with(RUN_MARK))
+        .map_or(0, |i| i + 1);
+    lines[start..].to_vec()
+}
+
+/// The first `head` and last `tail` lines of `lines` (all of them when
+/// they are few), with a line saying how many were left out between, each
+/// prefixed `  | ` for quoting under an error. Starting lines often say the
+/// cause (a missing variable), the last ones where it stopped.
+pub fn quote_head_tail(lines: &[String], head: usize, tail: usize) -> String {
+    let mut out = Vec::new();
+    if lines.len() <= head + tail + 1 {
+        out.extend(lines.iter().map(|l| format!("  | {l}")));
+    } else {
+        out.extend(lines[..head].iter().map(|l| format!("  | {l}")));
+        out.push(format!(
+            "  | … {} line(s) left out …",
+            lines.len() - head - tail
+        ));
+        out.extend(
+            lines[lines.len() - tail..]
+                .iter()
+                .map(|l| format!("  | {l}")),
+        );
+    }
+    out.join("\n")
+}
+
 /// [`tail`] with timestamps removed: what the service printed.
 pub fn tail_text(path: &Path, n: usize) -> Vec<String> {
     tail(path, n)
@@ -340,6 +394,42 @@ mod tests {
         std::fs::write(&p, "").unwrap(); // truncated
         open_append(&p).unwrap().write_all(b"four\n").unwrap();
         assert_eq!(String::from_utf8(f.poll()).unwrap(), "four\n");
+    }
+
+    #[test]
+    fn only_the_last_run_is_quoted_with_its_head_and_tail() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("s.log");
+        std::fs::write(&p, "before any mark\n").unwrap();
+        mark_run(&p, "web starting");
+        open_append(&p)
+            .unwrap()
+            .write_all(b"run one failed\n")
+            .unwrap();
+        mark_run(&p, "web starting");
+        let mut f = open_append(&p).unwrap();
+        for i in 0..30 {
+            writeln!(f, "2026-11-30T04:50:00.123Z line {i}").unwrap();
+        }
+        let run = current_run(&p);
+        assert_eq!(run.len(), 30, "{run:?}");
+        assert_eq!(run[0], "line 0");
+        let all = std::fs::read_to_string(&p).unwrap();
+        let marks: Vec<&str> = all.lines().filter(|l| l.contains(RUN_MARK)).collect();
+        assert_eq!(marks.len(), 2);
+        assert!(split_stamp(marks[0]).0.is_some(), "stamped: {}", marks[0]);
+        let q = quote_head_tail(&run, 3, 4);
+        assert!(
+            q.starts_with("  | line 0\n  | line 1\n  | line 2\n  | … 23 line(s) left out …"),
+            "{q}"
+        );
+        assert!(q.ends_with("  | line 29"), "{q}");
+        assert!(!q.contains("run one"));
+        // Few lines: all of them.
+        assert_eq!(quote_head_tail(&run[..5], 3, 4).lines().count(), 5);
+        // No mark at all: everything is the current run.
+        std::fs::write(&p, "a\nb\n").unwrap();
+        assert_eq!(current_run(&p), vec!["a", "b"]);
     }
 
     #[test]

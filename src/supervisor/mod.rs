@@ -361,6 +361,8 @@ fn spawn_process(
     spec: &ServiceSpec,
 ) -> std::io::Result<(tokio::process::Child, Option<oneshot::Receiver<()>>)> {
     logs::roll(&spec.log, LOG_ROLL_BYTES, LOG_GENERATIONS);
+    // Before its first byte: where this run's output begins.
+    logs::mark_run(&spec.log, &format!("{} starting", spec.name));
     let mut drained = None;
     let (out, err): (Stdio, Stdio) = match &spec.log_writer {
         Some(exe) => {

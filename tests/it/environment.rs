@@ -107,3 +107,89 @@ fn an_unset_variable_in_a_process_env_fails_up_naming_key_and_variable() {
     assert_eq!(w["state"], "failed", "{w}");
     assert!(w["services"][0]["pid"].is_null(), "{w}");
 }
+
+#[test]
+fn the_projects_env_reaches_every_process_and_command_and_binky_env_withholds_what_came_from_the_shell()
+ {
+    let home = Home::new();
+    // `[env]` names a slice's address (made before any process), a port, and
+    // a value from the shell: the service, migrate and verify all get them.
+    let toml = format!(
+        r#"{}[env]
+DATABASE_URL = "${{db.url}}"
+WEB_BASE = "${{web.url}}/api"
+TOKEN = "${{env.SHELL_TOKEN}}"
+[services.db]
+adapter = "sqlite"
+migrate = "env | grep -E '^(DATABASE_URL|TOKEN)=' | sort > migrated-with.txt"
+[services.web]
+cmd = "env | grep -E '^(DATABASE_URL|WEB_BASE|TOKEN)=' | sort > served-with.txt; exec python3 -m http.server ${{self.port}} --bind 127.0.0.1"
+url = "web"
+depends_on = ["db"]
+health = {{ http = "/", timeout = "20s", interval = "50ms" }}
+[agents]
+verify = ["env | grep -E '^(DATABASE_URL|TOKEN)=' | sort > verified-with.txt"]
+"#,
+        project_header("penv", 2)
+    );
+    let repo = Repo::new(&toml);
+    let binky = |args: &[&str]| {
+        Out(repo
+            .cmd(&home, args)
+            .env("SHELL_TOKEN", "tok-from-shell")
+            .output()
+            .unwrap())
+    };
+    let up = binky(&["up", "x"]);
+    assert_eq!(up.code(), 0, "{up}");
+    let env = binky(&["env", "x"]);
+    assert_eq!(env.code(), 0, "{env}");
+    let env = env.json();
+    let db = env["db"].as_str().unwrap().to_owned();
+    assert!(db.starts_with("sqlite://"), "{env}");
+    assert_eq!(env["env"]["DATABASE_URL"], db.as_str());
+    assert_eq!(
+        env["env"]["WEB_BASE"],
+        format!("{}/api", env["web"].as_str().unwrap()).as_str()
+    );
+    // From the shell: withheld unless asked for.
+    assert!(env["env"]["TOKEN"].is_null(), "{env}");
+    let revealed = binky(&["env", "x", "--reveal"]).json();
+    assert_eq!(revealed["env"]["TOKEN"], "tok-from-shell");
+    let dotenv = binky(&["env", "x", "--dotenv"]).stdout();
+    assert!(dotenv.contains(&format!("DATABASE_URL='{db}'")), "{dotenv}");
+    assert!(!dotenv.contains("tok-from-shell"), "{dotenv}");
+    assert!(
+        dotenv
+            .lines()
+            .any(|l| l.starts_with("# TOKEN is withheld") && l.contains("--reveal")),
+        "{dotenv}"
+    );
+    assert!(!dotenv.contains("export "), "{dotenv}");
+    let export = binky(&["env", "x", "--export"]).stdout();
+    assert!(
+        export.contains(&format!("export DATABASE_URL='{db}'")),
+        "{export}"
+    );
+    assert!(export.contains("export BINKY_WORLD='x'"), "{export}");
+    assert!(
+        binky(&["env", "x", "--export", "--reveal"])
+            .stdout()
+            .contains("export TOKEN='tok-from-shell'")
+    );
+    // Every process and command got the same values.
+    let v = binky(&["verify", "x"]);
+    assert_eq!(v.code(), 0, "{v}");
+    let tree = repo.worktree_root().join("x");
+    let want = format!("DATABASE_URL={db}\nTOKEN=tok-from-shell\n");
+    let read = |f: &str| std::fs::read_to_string(tree.join(f)).unwrap_or_default();
+    assert_eq!(read("migrated-with.txt"), want);
+    assert_eq!(read("verified-with.txt"), want);
+    let served = read("served-with.txt");
+    assert!(served.contains(&format!("DATABASE_URL={db}\n")), "{served}");
+    assert!(served.contains("TOKEN=tok-from-shell\n"), "{served}");
+    assert!(
+        served.contains("WEB_BASE=http://web.x.penv.localhost"),
+        "{served}"
+    );
+}

@@ -104,3 +104,91 @@ fn daemon_log_is_reopened_after_a_rename() {
         "the daemon kept writing into the renamed file"
     );
 }
+
+#[test]
+fn each_start_is_marked_in_the_log_and_a_failure_quotes_only_its_own_run() {
+    let home = Home::new();
+    // First run serves; once `flag` exists, a run prints and fails.
+    let toml = format!(
+        "{}[services.web]\ncmd = \"if [ -e flag ]; then echo second-run-words; exit 3; fi; echo first-run-words; exec python3 -m http.server ${{self.port}} --bind 127.0.0.1\"\nurl = \"web\"\nrestart = \"no\"\nhealth = {{ http = \"/\", timeout = \"20s\", interval = \"50ms\" }}\n",
+        project_header("runs", 2)
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "x"]);
+    repo.ok(&home, &["down", "x"]);
+    std::fs::write(repo.worktree_root().join("x/flag"), "").unwrap();
+    let out = repo.run(&home, &["up", "x"]);
+    assert_ne!(out.code(), 0, "{out}");
+    let err = out.stderr();
+    assert!(err.contains("second-run-words"), "{err}");
+    assert!(
+        !err.contains("first-run-words"),
+        "an earlier run quoted:\n{err}"
+    );
+    // The log keeps both runs, each after a stamped separator.
+    let log = std::fs::read_to_string(home.file("logs/runs/x/web.log")).unwrap();
+    let marks: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("=== binky: web starting ==="))
+        .collect();
+    assert_eq!(marks.len(), 2, "{log}");
+    for m in marks {
+        assert!(
+            m.starts_with("20") && m.as_bytes()[10] == b'T',
+            "stamped: {m}"
+        );
+    }
+    let first = log.find("first-run-words").unwrap();
+    let second = log.find("second-run-words").unwrap();
+    let last_mark = log.rfind("=== binky: web starting").unwrap();
+    assert!(first < last_mark && last_mark < second, "{log}");
+}
+
+#[test]
+fn a_failed_migrate_says_its_first_line_and_tail_and_that_the_branch_file_differs() {
+    let home = Home::new();
+    // The cause comes first, then much noise: both ends are quoted.
+    let failing = "echo 'No DATABASE_URL environment variable set'; for i in $(seq 60); do echo noise $i; done; exit 1";
+    let toml = |migrate: &str| {
+        format!(
+            "{}[services.db]\nadapter = \"sqlite\"\nmigrate = \"{migrate}\"\n",
+            project_header("mig", 1)
+        )
+    };
+    let repo = Repo::new(&toml(failing));
+    git(&repo.main, &["branch", "feature"]);
+    // The fix lands on main only; the branch still has the failing command.
+    std::fs::write(repo.project.join("binky.toml"), toml("true")).unwrap();
+    git(&repo.main, &["commit", "-qam", "fix migrate"]);
+    let out = repo.run(&home, &["up", "feature"]);
+    assert_ne!(out.code(), 0, "{out}");
+    let err = out.stderr();
+    let first = err.lines().find(|l| l.contains("migrate failed")).unwrap();
+    assert!(
+        first.contains("No DATABASE_URL environment variable set"),
+        "the first line says the cause: {first}\n{err}"
+    );
+    assert!(err.contains("noise 60"), "{err}");
+    assert!(err.contains("left out"), "{err}");
+    assert!(!err.contains("noise 30\n"), "{err}");
+    assert!(err.contains("db.log"), "names the log: {err}");
+    assert!(
+        err.contains("differs from the main checkout"),
+        "says the branch's binky.toml is not main's:\n{err}"
+    );
+    // status: the reason stands alone on its first line.
+    let st = repo.worlds(&home);
+    let reason = st["feature"]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        reason
+            .lines()
+            .next()
+            .unwrap_or("")
+            .contains("No DATABASE_URL"),
+        "{:?}",
+        st["feature"]
+    );
+}

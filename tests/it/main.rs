@@ -7,6 +7,7 @@ mod daemon;
 mod environment;
 mod exhaustion;
 mod faults;
+mod frameworks;
 mod harness;
 mod hygiene;
 mod injection;

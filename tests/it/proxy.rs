@@ -1008,3 +1008,76 @@ fn ten_worlds_survive_a_daemon_kill_re_adopted_and_routed() {
     )
     .0 == 200));
 }
+
+/// Requests `host` through the proxy every 20 ms until `stop`, each on a
+/// fresh connection; the statuses seen.
+fn hammer(
+    port: u16,
+    host: &'static str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<u16>> {
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            seen.push(get(port, host, "/").0);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        seen
+    })
+}
+
+#[test]
+fn a_watch_restart_is_ridden_through_and_past_the_wait_a_503_never_a_502() {
+    // The service takes 0.7 s to listen again after each restart.
+    let extra = "[services.re]\ncmd = \"sleep 0.7; exec python3 echo.py\"\nurl = \"re\"\nwatch = [\"trigger.txt\"]\nhealth = { tcp = \"localhost:${self.port}\", timeout = \"20s\", interval = \"50ms\" }\n";
+    for (ride_ms, want_503) in [("2000", false), ("100", true)] {
+        let home = Home::new();
+        let repo = echo_repo(extra);
+        let up = Out(repo
+            .cmd(&home, &["up", "feat"])
+            .env("BINKY_PROXY_RIDE_THROUGH_MS", ride_ms)
+            .output()
+            .unwrap());
+        assert_eq!(up.code(), 0, "{up}");
+        let port = proxy_port(&home);
+        assert_eq!(get(port, "re.feat.px.localhost", "/").0, 200);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let h = hammer(port, "re.feat.px.localhost", stop.clone());
+        std::thread::sleep(Duration::from_millis(200));
+        let pid = |home: &Home| {
+            repo.worlds(home)["feat"]["services"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["name"] == "re")
+                .and_then(|s| s["pid"].as_u64())
+        };
+        let before = pid(&home);
+        std::fs::write(repo.worktree_root().join("feat/trigger.txt"), "go").unwrap();
+        assert!(
+            wait_until(Duration::from_secs(15), || {
+                let now = pid(&home);
+                now.is_some() && now != before
+            }),
+            "the watch never restarted the service"
+        );
+        assert!(wait_until(Duration::from_secs(15), || get(
+            port,
+            "re.feat.px.localhost",
+            "/"
+        )
+        .0 == 200));
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let seen = h.join().unwrap();
+        assert!(
+            !seen.contains(&502),
+            "a planned restart answered 502: {seen:?}"
+        );
+        if want_503 {
+            assert!(seen.contains(&503), "past a 100 ms wait: {seen:?}");
+        } else {
+            assert!(seen.iter().all(|s| *s == 200), "{seen:?}");
+        }
+    }
+}

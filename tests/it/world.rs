@@ -604,12 +604,23 @@ fn logs_interleave_services_by_time() {
             .contains("b2")
     }));
     let out = repo.ok(&home, &["logs", "x"]);
-    let lines: Vec<String> = out
+    let (marks, lines): (Vec<String>, Vec<String>) = out
         .stdout()
         .lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect();
+        .partition(|l| l.contains("=== binky:"));
     assert_eq!(lines, vec!["a | a1", "b | b1", "a | a2", "b | b2"], "{out}");
+    // Each start is marked, before that run's output.
+    let mut marks = marks;
+    marks.sort();
+    assert_eq!(
+        marks,
+        vec![
+            "a | === binky: a starting ===",
+            "b | === binky: b starting ==="
+        ],
+        "{out}"
+    );
     let only_b = repo.ok(&home, &["logs", "x", "b", "-n", "1"]);
     assert_eq!(only_b.stdout().trim(), "b | b2");
 }
