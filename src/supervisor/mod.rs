@@ -14,7 +14,7 @@ use crate::config::Restart;
 use crate::platform;
 use health::ProbeSpec;
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -313,42 +313,120 @@ async fn run_adopted(
     }
 }
 
+/// A service's `watch` globs: a path relative to the watch root matches
+/// when an including glob matches it and no `!`-prefixed one does
+/// (gitignore-style exclusion, e.g. `"!**/*_test.go"`; order does not
+/// matter). globset has no negation of its own.
+pub struct WatchSet {
+    include: globset::GlobSet,
+    exclude: globset::GlobSet,
+}
+
+impl WatchSet {
+    /// `None` when no glob includes anything (every one is invalid or an
+    /// exclusion): nothing to watch. Invalid globs are skipped (`binky
+    /// check` reports them).
+    pub fn new(globs: &[String]) -> Option<Self> {
+        let (mut inc, mut exc) = (
+            globset::GlobSetBuilder::new(),
+            globset::GlobSetBuilder::new(),
+        );
+        let mut any = false;
+        for g in globs {
+            match g.strip_prefix('!') {
+                Some(rest) => {
+                    if let Ok(glob) = globset::Glob::new(rest) {
+                        exc.add(glob);
+                    }
+                }
+                None => {
+                    if let Ok(glob) = globset::Glob::new(g) {
+                        inc.add(glob);
+                        any = true;
+                    }
+                }
+            }
+        }
+        any.then_some(())?;
+        Some(WatchSet {
+            include: inc.build().ok()?,
+            exclude: exc.build().ok()?,
+        })
+    }
+
+    /// Whether a change to `rel` (relative to the watch root) restarts.
+    pub fn is_match(&self, rel: &Path) -> bool {
+        self.include.is_match(rel) && !self.exclude.is_match(rel)
+    }
+}
+
+/// Whether a file event is a change (written, created, removed, renamed,
+/// its times or mode set) rather than a look: opening or reading a watched
+/// file — the service loading its own source does — must not restart it,
+/// or a `watch` on `app.py` would restart `python3 app.py` for ever.
+fn is_change(kind: &notify::EventKind) -> bool {
+    use notify::EventKind as K;
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        K::Create(_) | K::Remove(_) | K::Modify(_) => true,
+        // inotify's IN_CLOSE_WRITE: a write finished.
+        K::Access(AccessKind::Close(AccessMode::Write)) => true,
+        K::Access(_) | K::Any | K::Other => false,
+    }
+}
+
+/// How long a burst of changes (an editor's save, a `git checkout`) is
+/// gathered into one restart.
+const WATCH_SETTLE: Duration = Duration::from_millis(300);
+
 fn start_watcher(
     spec: &ServiceSpec,
     ctl: mpsc::UnboundedSender<Control>,
-) -> Option<notify_debouncer_mini::Debouncer<notify::RecommendedWatcher>> {
+) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher as _;
     if spec.watch.is_empty() {
         return None;
     }
-    let mut builder = globset::GlobSetBuilder::new();
-    for g in &spec.watch {
-        if let Ok(glob) = globset::Glob::new(g) {
-            builder.add(glob);
-        }
-    }
-    let set = builder.build().ok()?;
+    let set = WatchSet::new(&spec.watch)?;
     let root = spec.watch_root.clone();
     let root_cb = root.clone();
-    let mut debouncer = notify_debouncer_mini::new_debouncer(
-        Duration::from_millis(300),
-        move |res: notify_debouncer_mini::DebounceEventResult| {
-            let Ok(events) = res else { return };
-            let hit = events.iter().any(|e| {
-                e.path
-                    .strip_prefix(&root_cb)
-                    .is_ok_and(|rel| set.is_match(rel))
-            });
-            if hit {
-                let _ = ctl.send(Control::Restart);
+    // A change is noted at once; the restart follows once changes have
+    // stopped for WATCH_SETTLE. The thread ends with the watcher (its
+    // sender is in the watcher's callback).
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("binky-watch".into())
+        .spawn(move || {
+            while rx.recv().is_ok() {
+                loop {
+                    match rx.recv_timeout(WATCH_SETTLE) {
+                        Ok(()) => continue,
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
+                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+                if ctl.send(Control::Restart).is_err() {
+                    return;
+                }
             }
-        },
-    )
+        })
+        .ok()?;
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        let Ok(event) = res else { return };
+        let hit = is_change(&event.kind)
+            && event
+                .paths
+                .iter()
+                .any(|p| p.strip_prefix(&root_cb).is_ok_and(|rel| set.is_match(rel)));
+        if hit {
+            let _ = tx.send(());
+        }
+    })
     .ok()?;
-    debouncer
-        .watcher()
+    watcher
         .watch(&root, notify::RecursiveMode::Recursive)
         .ok()?;
-    Some(debouncer)
+    Some(watcher)
 }
 
 /// How long, at most, a service's exit waits for its log writer to write
@@ -790,4 +868,24 @@ fn unhealthy_reason(spec: &ServiceSpec, pid: u32, last: String) -> String {
         "nothing listens on its assigned port {port}, but its processes listen on {}; pass ${{self.port}} (or read $PORT) in its cmd",
         list.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WatchSet;
+    use std::path::Path;
+
+    #[test]
+    fn a_bang_glob_excludes_what_the_others_include() {
+        let set = WatchSet::new(&[
+            "backend/**/*.go".to_owned(),
+            "!backend/**/*_test.go".to_owned(),
+        ])
+        .unwrap();
+        assert!(set.is_match(Path::new("backend/api/server.go")));
+        assert!(!set.is_match(Path::new("backend/api/server_test.go")));
+        assert!(!set.is_match(Path::new("frontend/app.go")));
+        // Only exclusions: nothing to watch.
+        assert!(WatchSet::new(&["!**/*.go".to_owned()]).is_none());
+    }
 }

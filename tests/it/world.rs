@@ -706,6 +706,34 @@ fn a_watched_file_change_restarts_the_service() {
 }
 
 #[test]
+fn reading_a_watched_file_never_restarts_the_service() {
+    let home = Home::new();
+    // The service reads its own watched source as it starts, and again and
+    // again while it runs (as a server reading a template would).
+    let toml = format!(
+        "{}[services.w]\ncmd = \"exec python3 app.py\"\nwatch = [\"app.py\", \"*.txt\"]\n",
+        project_header("watchread", 2)
+    );
+    let app = "import time\nwhile True:\n    open('app.py').read(); open('notes.txt').read()\n    time.sleep(0.05)\n";
+    let repo = Repo::with("", &toml, &[("app.py", app), ("notes.txt", "n")]);
+    repo.ok(&home, &["up", "x"]);
+    let pid = |repo: &Repo| repo.worlds(&home)["x"]["services"][0]["pid"].as_u64();
+    let first = pid(&repo).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(pid(&repo), Some(first), "restarted by a read");
+    assert!(
+        !home.events().iter().any(|e| e["event"] == "watch_restart"),
+        "{:?}",
+        home.events()
+    );
+    // A write still restarts it.
+    let path = repo.worlds(&home)["x"]["path"].as_str().unwrap().to_owned();
+    std::fs::write(format!("{path}/notes.txt"), "changed").unwrap();
+    assert!(wait_until(Duration::from_secs(10), || pid(&repo)
+        .is_some_and(|p| p != first)));
+}
+
+#[test]
 fn status_dot_lists_only_the_current_project_and_group_is_recorded() {
     let home = Home::new();
     let a = Repo::new(&format!(
