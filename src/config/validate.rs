@@ -568,11 +568,27 @@ fn parse_duration(cx: &mut Cx<'_>, path: &[Step], d: &raw::DurationText) -> Opti
     }
 }
 
-fn check_globs(cx: &mut Cx<'_>, path: &[Step], globs: &[String]) {
+/// Globs at `path`; with `exclusions`, a leading `!` excludes (as `watch`
+/// reads it: see `supervisor::WatchSet`), else it is refused — globset
+/// would take it literally and match nothing.
+fn check_globs(cx: &mut Cx<'_>, path: &[Step], globs: &[String], exclusions: bool) {
     for (i, g) in globs.iter().enumerate() {
-        if let Err(e) = globset::Glob::new(g) {
-            let mut p = path.to_vec();
-            p.push(Step::Index(i));
+        let mut p = path.to_vec();
+        p.push(Step::Index(i));
+        let body = match g.strip_prefix('!') {
+            Some(rest) if exclusions => rest,
+            Some(_) => {
+                cx.error(
+                    "invalid-glob",
+                    &p,
+                    format!("`{g}`: a leading `!` (exclusion) works in `watch` only; here it would match nothing"),
+                    Some("list only the files to include".to_owned()),
+                );
+                continue;
+            }
+            None => g.as_str(),
+        };
+        if let Err(e) = globset::Glob::new(body) {
             cx.error(
                 "invalid-glob",
                 &p,
@@ -593,6 +609,21 @@ fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Config> {
     }
     let agents = build_agents(cx, raw.agents.as_ref(), &raw.services);
     let env = build_env(cx, &keypath!["env"], raw.env.as_ref());
+    // Binky sets these for each process itself; one value for every process
+    // would be wrong for all of them (and `binky env` would print both).
+    for k in env.keys() {
+        if k == "PORT" || k.starts_with("BINKY_") {
+            cx.error(
+                "reserved-name",
+                &keypath!["env", k.as_str()],
+                format!("`{k}` is set by Binky for each process; [env] cannot set it"),
+                Some(
+                    "use another name, or set it in one service's `env` (which wins there)"
+                        .to_owned(),
+                ),
+            );
+        }
+    }
     // The cross-service checks run even when the project or some services
     // had errors (recorded already), so one pass reports as much as it can.
     let declared: BTreeSet<&str> = raw.services.keys().map(|k| k.as_str()).collect();
@@ -882,7 +913,7 @@ fn build_process(cx: &mut Cx<'_>, name: &str, cmd: &str, rs: &RawService) -> Pro
         Some(d) => parse_duration(cx, &keypath!["services", name, "stop_timeout"], d),
     };
     let watch = rs.watch.clone().unwrap_or_default();
-    check_globs(cx, &keypath!["services", name, "watch"], &watch);
+    check_globs(cx, &keypath!["services", name, "watch"], &watch, true);
     Process {
         cmd: cmd.to_owned(),
         cwd: rs.cwd.clone(),
@@ -1129,6 +1160,7 @@ fn build_resource(cx: &mut Cx<'_>, name: &str, adapter: &str, rs: &RawService) -
         cx,
         &keypath!["services", name, "clone_inputs"],
         &clone_inputs,
+        false,
     );
     check_adapter_options(cx, name, adapter, rs.options.as_ref());
     Resource {
