@@ -35,6 +35,23 @@ fn main() -> ExitCode {
     // exits 23 on a closed stdout, as curl does.
     if cli.command.prints_to_stdout() {
         binky::platform::default_sigpipe();
+        // Any other write error on stdout (a full disk, `> /dev/full`)
+        // makes `println!` panic: say it in one line and exit 1, never
+        // with a backtrace.
+        let default_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let msg = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| info.payload().downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            if let Some(cause) = msg.strip_prefix("failed printing to stdout: ") {
+                eprintln!("binky: cannot write to standard output: {cause}");
+                std::process::exit(1);
+            }
+            default_hook(info);
+        }));
     }
     // BINKY_LOG filters like RUST_LOG. The daemon logs at info to daemon.log;
     // the CLI stays quiet unless asked. Escape codes only on a terminal

@@ -384,6 +384,8 @@ pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
     let env = match client.request(&req) {
         Ok(Response::Env(e)) => e,
         Ok(other) => return super::unexpected(&other),
+        // JSON is its default output, so errors are JSON too unless a shell
+        // format was asked for (see tests: json_callers_get_errors_as_json).
         Err(e) => return fail_json(!shell, &e),
     };
     if shell {

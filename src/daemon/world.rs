@@ -639,7 +639,7 @@ async fn up_locked(
             .all(|h| matches!(*h.state.borrow(), State::Running { .. }))
         && Path::new(&w.path).exists()
     {
-        return outcome(d, project, w.id, true, Vec::new());
+        return outcome(d, project, w.id, true, moved_migrations(d, loc, w));
     }
     // Unknown adapters fail here, before a worktree or a port is made.
     for (n, s) in &loc.config.services {
@@ -1781,6 +1781,38 @@ async fn provision(
         .map_err(|e| adapter_error(service, &slice, e))
 }
 
+/// For `up` of a world that is already running (which changes nothing): a
+/// note per slice whose branch moved since its last `migrate`, saying that
+/// `reload` runs it — a running app is not migrated under it unasked.
+fn moved_migrations(d: &Daemon, loc: &Located, w: &WorldRow) -> Vec<String> {
+    let root = join_subdir(Path::new(&w.path), &loc.subdir);
+    let Ok(cfg) = config::load(&root.join(config::FILE_NAME)) else {
+        return Vec::new();
+    };
+    let slices = d.registry().slices_of(w.id).unwrap_or_default();
+    let commit = worktree::head_commit(&root);
+    let mut notes = Vec::new();
+    for (n, s) in &cfg.services {
+        let Some(m) = s
+            .resource()
+            .and_then(|r| r.migrate.as_deref().map(|m| (r, m)))
+        else {
+            continue;
+        };
+        let key = golden::migrate_key(m.1, &m.0.clone_inputs, &root, commit.as_deref());
+        if slices
+            .iter()
+            .any(|sl| &sl.service == n && sl.migrated_key.as_deref().is_some_and(|k| k != key))
+        {
+            notes.push(format!(
+                "{n}: the branch moved since its last migrate; `binky reload {}` runs it",
+                w.name
+            ));
+        }
+    }
+    notes
+}
+
 /// Runs only `migrate` against a slice that has data (never `seed`), so its
 /// schema catches up with the world's branch; says so in `up`'s progress,
 /// the resource's log and the event log. `dropped`: the slice is dropped if
@@ -1908,7 +1940,7 @@ fn base_env(
     // made yet is left out rather than failing.
     let env_fn = lookup_env(&plan.project_env, client_env);
     let fx = facts_for(cfg, world, &plan.world_root, facts, &env_fn);
-    for (k, v) in project_vars(cfg, &fx, plan.strict, plan.slices_ready)? {
+    for (k, v) in project_vars(cfg, &fx, plan.strict, plan.slices_ready, &|_| false)? {
         env.insert(k, v);
     }
     Ok(env.into_iter().collect())
@@ -1924,9 +1956,10 @@ fn project_vars(
     fx: &Facts<'_>,
     strict: bool,
     complete: bool,
+    skip: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<(String, String)>, ApiError> {
     let mut out = Vec::new();
-    for (k, t) in &cfg.env {
+    for (k, t) in cfg.env.iter().filter(|(k, _)| !skip(k)) {
         let key = format!("env.{k}");
         let rendered = render(t, None, fx);
         let unset = rendered.unresolved.iter().find(|t| t.starts_with("${env."));
@@ -2568,13 +2601,21 @@ pub(crate) async fn env(
     let loc = locate(d, &wref)?;
     let w = find_world(d, &loc, &wref.name)?;
     let wf = world_facts(d, &loc, &w, &client_env).await?;
-    let vars = world_vars(&wf, &w.name)?
-        .into_iter()
-        .map(|(k, v)| {
-            let from_caller = wf.cfg.env.get(&k).is_some_and(|t| t.contains("${env."));
-            let shown = (reveal || !from_caller).then_some(v);
-            (k, shown)
-        })
+    // A withheld value is not rendered either: one unset in this shell
+    // does not fail the rest.
+    let withheld = |k: &str| !reveal && wf.cfg.env.get(k).is_some_and(|t| t.contains("${env."));
+    let mut shown: HashMap<String, String> = {
+        let env_fn = lookup_env(&wf.project_env, &wf.env);
+        let fx = facts_for(&wf.cfg, &w.name, &wf.world_root, &wf.facts, &env_fn);
+        project_vars(&wf.cfg, &fx, true, true, &withheld)?
+            .into_iter()
+            .collect()
+    };
+    let vars = wf
+        .cfg
+        .env
+        .keys()
+        .map(|k| (k.clone(), shown.remove(k)))
         .collect();
     Ok(WorldEnv {
         project: loc.name.clone(),
@@ -2593,7 +2634,7 @@ pub(crate) async fn env(
 fn world_vars(wf: &WorldFacts, world: &str) -> Result<Vec<(String, String)>, ApiError> {
     let env_fn = lookup_env(&wf.project_env, &wf.env);
     let fx = facts_for(&wf.cfg, world, &wf.world_root, &wf.facts, &env_fn);
-    project_vars(&wf.cfg, &fx, true, true)
+    project_vars(&wf.cfg, &fx, true, true, &|_| false)
 }
 
 /// What `binky env` hands out: each exposed service's address.

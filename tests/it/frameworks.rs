@@ -196,6 +196,13 @@ verify = ["python3 manage.py test items --noinput"]
             .to_owned(),
     );
     commit_color_migration(&alpha_tree);
+    // `up` of the running world changes nothing, and says what would.
+    let up = ok(&["up", "alpha"]);
+    assert!(
+        format!("{}{}", up.stdout(), up.stderr()).contains("binky reload alpha"),
+        "{up}"
+    );
+    assert!(!has_color(&items_page(port, &host("alpha"))));
     let reload = ok(&["reload", "alpha"]);
     let text = format!("{}{}", reload.stdout(), reload.stderr());
     assert!(text.contains("catch up"), "{reload}");

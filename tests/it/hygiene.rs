@@ -162,6 +162,44 @@ fn a_closed_stdout_ends_every_command_quietly() {
 }
 
 #[test]
+fn a_stdout_that_cannot_be_written_is_one_line_and_exit_1_never_a_panic() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.db]\nadapter = \"sqlite\"\n",
+        project_header("full", 1)
+    ));
+    repo.ok(&home, &["up", "x"]);
+    for args in [
+        &["env", "x"][..],
+        &["status"][..],
+        &["env", "x", "--dotenv"][..],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = repo
+            .cmd(&home, args)
+            .env("RUST_BACKTRACE", "1")
+            .stdout(full)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "binky {args:?}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("backtrace"),
+            "{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("cannot write to standard output"),
+            "{stderr}"
+        );
+    }
+    repo.ok(&home, &["remove", "x"]);
+}
+
+#[test]
 fn no_escape_codes_in_logs_pipes_or_under_no_color() {
     let home = Home::new();
     let has_escape = |s: &str| s.contains('\u{1b}');
