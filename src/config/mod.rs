@@ -89,6 +89,14 @@ pub fn check_file(path: &Path) -> Result<Report, LoadError> {
 /// `${env.NAME}` that neither this process's environment nor one of the
 /// file's `env_file`s sets (`up` from this shell would fail on it).
 pub fn check_file_here(path: &Path) -> Result<Report, LoadError> {
+    check_file_in_env(path, &|name| std::env::var_os(name).is_some())
+}
+
+/// [`check_file`], warning (`unset-env`) about each `${env.NAME}` that
+/// neither `is_set` nor one of the file's `env_file`s sets. `binky check`
+/// asks its own shell; `up` asks the environment it renders with, so it can
+/// refuse before it makes anything.
+pub fn check_file_in_env(path: &Path, is_set: &dyn Fn(&str) -> bool) -> Result<Report, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.to_path_buf(),
         source,
@@ -112,7 +120,7 @@ pub fn check_file_here(path: &Path) -> Result<Report, LoadError> {
             );
         }
     }
-    let is_set = |name: &str| std::env::var_os(name).is_some() || keys.contains(name);
+    let is_set = |name: &str| is_set(name) || keys.contains(name);
     Ok(validate::check_str_in_env(&text, path, &is_set))
 }
 

@@ -641,6 +641,8 @@ async fn up_locked(
     {
         return outcome(d, project, w.id, true, moved_migrations(d, loc, w));
     }
+    // An unset `${env.NAME}` fails here too, before anything is made.
+    preflight_env(d, loc, existing.as_ref(), client_env)?;
     // Unknown adapters fail here, before a worktree or a port is made.
     for (n, s) in &loc.config.services {
         if let Some(r) = s.resource()
@@ -1779,6 +1781,48 @@ async fn provision(
         .resolve(&slice)
         .await
         .map_err(|e| adapter_error(service, &slice, e))
+}
+
+/// Refuses an `up` whose config uses a `${env.NAME}` that nothing sets —
+/// not its `env_file`s, the caller's shell, what the world's last `up` was
+/// given, nor the daemon — before a branch, worktree, port or record is
+/// made. The config read is the world's own when its worktree exists, else
+/// the one the caller's project was found by (a new world's branch starts
+/// there); rendering checks again later either way.
+fn preflight_env(
+    d: &Daemon,
+    loc: &Located,
+    existing: Option<&WorldRow>,
+    client_env: &ClientEnv,
+) -> Result<(), ApiError> {
+    let own = existing
+        .map(|w| join_subdir(Path::new(&w.path), &loc.subdir).join(config::FILE_NAME))
+        .filter(|p| p.is_file());
+    let path = own.unwrap_or_else(|| loc.config.path.clone());
+    let env = match existing {
+        Some(w) => d.worlds.env_for(w.id, client_env),
+        None => client_env.clone(),
+    };
+    let is_set =
+        |name: &str| env.0.iter().any(|(k, _)| k == name) || std::env::var_os(name).is_some();
+    let Ok(report) = config::check_file_in_env(&path, &is_set) else {
+        return Ok(());
+    };
+    match report.diagnostics.iter().find(|d| d.code == "unset-env") {
+        Some(diag) => {
+            let token = diag
+                .message
+                .split('`')
+                .nth(1)
+                .unwrap_or("${env.…}")
+                .to_owned();
+            Err(unset_env(&diag.key, &token).hint(format!(
+                "export it in the shell you run binky from (or put it in env_file); nothing was made ({})",
+                path.display()
+            )))
+        }
+        None => Ok(()),
+    }
 }
 
 /// For `up` of a world that is already running (which changes nothing): a

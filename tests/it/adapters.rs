@@ -151,7 +151,7 @@ fn an_unreachable_server_is_named_by_host_port_and_user_never_the_password() {
 }
 
 #[test]
-fn an_unset_admin_url_variable_is_named_and_the_world_marked_failed() {
+fn an_unset_admin_url_variable_is_named_and_nothing_is_made() {
     let home = Home::new();
     let toml = format!(
         "{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"${{env.BINKY_TEST_SURELY_UNSET_VAR}}\"\n",
@@ -165,5 +165,7 @@ fn an_unset_admin_url_variable_is_named_and_the_world_marked_failed() {
         "{out}"
     );
     assert!(out.stderr().contains("is not set"), "{out}");
-    assert_eq!(repo.worlds(&home)["a"]["state"], "failed");
+    // Refused before a worktree or a record was made.
+    assert!(!repo.worlds(&home).contains_key("a"));
+    assert!(!repo.worktree_root().join("a").exists());
 }

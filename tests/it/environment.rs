@@ -103,9 +103,8 @@ fn an_unset_variable_in_a_process_env_fails_up_naming_key_and_variable() {
             .map(|e| !e.contains("NOPE_NOT_SET"))
             .unwrap_or(true)
     }));
-    let w = &repo.worlds(&home)["x"];
-    assert_eq!(w["state"], "failed", "{w}");
-    assert!(w["services"][0]["pid"].is_null(), "{w}");
+    // Refused before anything was made: no world is recorded.
+    assert!(!repo.worlds(&home).contains_key("x"));
 }
 
 #[test]
@@ -192,4 +191,41 @@ verify = ["env | grep -E '^(DATABASE_URL|TOKEN)=' | sort > verified-with.txt"]
         served.contains("WEB_BASE=http://web.x.penv.localhost"),
         "{served}"
     );
+}
+
+#[test]
+fn an_unset_variable_fails_up_before_a_branch_worktree_or_record_is_made() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.web]\ncmd = \"exec sleep 600\"\nenv = {{ TOKEN = \"${{env.PREFLIGHT_UNSET_TOKEN}}\" }}\n",
+        project_header("preflight", 1)
+    );
+    let repo = Repo::new(&toml);
+    let out = repo.run(&home, &["up", "e2"]);
+    assert_ne!(out.code(), 0, "{out}");
+    let err = out.stderr();
+    assert!(
+        err.contains("services.web.env.TOKEN uses ${env.PREFLIGHT_UNSET_TOKEN}, which is not set"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was made"), "{err}");
+    assert!(
+        !repo.worktree_root().join("e2").exists(),
+        "a worktree was made"
+    );
+    assert!(
+        !git(&repo.main, &["branch", "--list", "e2"]).contains("e2"),
+        "a branch was made"
+    );
+    assert!(
+        !repo.worlds(&home).contains_key("e2"),
+        "a world was recorded"
+    );
+    // With it set, the same up works.
+    let ok = Out(repo
+        .cmd(&home, &["up", "e2"])
+        .env("PREFLIGHT_UNSET_TOKEN", "t")
+        .output()
+        .unwrap());
+    assert_eq!(ok.code(), 0, "{ok}");
 }
