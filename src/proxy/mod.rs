@@ -764,6 +764,13 @@ impl Worker {
             Ok(r) => r,
             Err(e) => {
                 counters.errors.fetch_add(1, Ordering::Relaxed);
+                // The supervisor began a restart while this request
+                // waited: that is a 503 with Retry-After, not a 502.
+                if let Some(now) = this.routes.get(host_raw)
+                    && !matches!(now.state.as_str(), "running" | "unhealthy")
+                {
+                    return pages::unavailable(&now);
+                }
                 return pages::bad_gateway(&route, &e);
             }
         };

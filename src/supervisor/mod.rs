@@ -531,6 +531,12 @@ async fn obey(
         }
         Some(Control::Restart) => {
             events(Event::WatchRestart);
+            // Restarting from now on, not once it has stopped: the proxy
+            // holds requests for a restarting service (see proxy
+            // ride_through) instead of dialling a port that is closing.
+            set(State::Backoff {
+                delay: Duration::ZERO,
+            });
             if let Some(left) = stop_group(child, pid, &spec.stop_signal, spec.stop_timeout).await {
                 tracing::warn!(service = spec.name, "{left}");
             }
