@@ -3,6 +3,7 @@
 
 mod adapters;
 mod cancel;
+mod contract;
 mod daemon;
 mod environment;
 mod exhaustion;

@@ -23,6 +23,15 @@ fn echo_repo(extra: &str) -> Repo {
     Repo::with("", &toml, &[("echo.py", &fixture())])
 }
 
+/// A connection to the proxy on `port` whose reads give up after 30 s: a
+/// proxy bug fails the test with a message instead of hanging it until
+/// nextest kills it (and leaks its daemon).
+fn connect(port: u16) -> TcpStream {
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    c
+}
+
 fn proxy_port(home: &Home) -> u16 {
     home.ok(&["config", "--json"]).json()["proxy_port"]
         .as_u64()
@@ -36,7 +45,7 @@ fn request(conn: &mut TcpStream, host: &str, path: &str, extra: &str) -> (u16, S
 }
 
 fn get(port: u16, host: &str, path: &str) -> (u16, String, String) {
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut c = connect(port);
     request(&mut c, host, path, "")
 }
 
@@ -55,7 +64,7 @@ fn routes_by_host_with_keep_alive_and_forwarded_headers() {
         st.to_string().contains(&format!("\"url\":\"{url}\"")),
         "{st}"
     );
-    let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut conn = connect(port);
     // Case, port and trailing dot in Host do not matter; two requests share
     // one connection.
     for host in [
@@ -211,24 +220,34 @@ fn server_sent_events_arrive_as_sent() {
     let repo = echo_repo("");
     repo.ok(&home, &["up", "sse"]);
     let port = proxy_port(&home);
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut c = connect(port);
     let start = Instant::now();
     write!(
         c,
         "GET /sse HTTP/1.1\r\nHost: echo.sse.px.localhost\r\n\r\n"
     )
     .unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut r = BufReader::new(c);
+    // The service sends an event a second. Each must arrive when sent, not
+    // all at the end: the gap between the first and the last is the
+    // service's, whenever the first came (no wall-clock bound on a busy
+    // machine).
+    let mut seen = Vec::new();
     let mut line = String::new();
-    while !line.starts_with("data: event 0") {
+    while seen.len() < 3 {
         line.clear();
-        r.read_line(&mut line).unwrap();
+        let n = r.read_line(&mut line).expect("an event within 20 s");
+        assert!(n > 0, "the stream ended after {} event(s)", seen.len());
+        if line.starts_with("data: event ") {
+            seen.push(Instant::now());
+        }
     }
-    // The stream lasts ~3 s; the first event must come long before its end.
+    let spread = seen[2] - seen[0];
     assert!(
-        start.elapsed() < Duration::from_millis(1500),
-        "first event took {:?}",
-        start.elapsed()
+        spread >= Duration::from_millis(1500),
+        "events arrived together ({spread:?} apart, {:?} after the request): buffered",
+        seen[0] - start
     );
 }
 
@@ -524,7 +543,7 @@ fn a_100_mib_upload_and_download_stream_at_flat_memory() {
     let port = proxy_port(&home);
     let before = daemon_rss_kib(&home);
     // Download: read and discard.
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut c = connect(port);
     write!(
         c,
         "GET /download/{SIZE} HTTP/1.1\r\nHost: echo.big.px.localhost\r\n\r\n"
@@ -551,7 +570,7 @@ fn a_100_mib_upload_and_download_stream_at_flat_memory() {
         }
     }
     // Upload: stream the body in chunks.
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut c = connect(port);
     write!(
         c,
         "POST /upload HTTP/1.1\r\nHost: echo.big.px.localhost\r\nContent-Length: {SIZE}\r\n\r\n"
@@ -607,7 +626,7 @@ fn request_response(conn: &mut TcpStream) -> (u16, String, String) {
 
 /// Sends raw request bytes on a new connection; returns (status, headers, body).
 fn raw(port: u16, request: &str) -> (u16, String, String) {
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut c = connect(port);
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     c.write_all(request.as_bytes()).unwrap();
     request_response(&mut c)
@@ -724,7 +743,7 @@ fn chunked_replies_arrive_whole_short_long_and_with_trailers() {
     let repo = echo_repo("");
     repo.ok(&home, &["up", "ch"]);
     let port = proxy_port(&home);
-    let conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let conn = connect(port);
     conn.set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     let mut w = conn.try_clone().unwrap();
@@ -789,7 +808,7 @@ fn fifteen_worlds_are_routed_concurrently() {
     let threads: Vec<_> = (0..15)
         .map(|i| {
             std::thread::spawn(move || {
-                let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                let mut conn = connect(port);
                 let mut worlds = Vec::new();
                 for _ in 0..20 {
                     let (status, _, body) =

@@ -592,7 +592,10 @@ fn a_branch_checked_out_in_the_main_worktree_fails_before_anything_is_made() {
 fn logs_interleave_services_by_time() {
     let home = Home::new();
     let toml = format!(
-        "{}[services.a]\ncmd = \"echo a1; sleep 0.4; echo a2; exec sleep 600\"\n[services.b]\ncmd = \"sleep 0.2; echo b1; sleep 0.4; echo b2; exec sleep 600\"\n",
+        // Each line waits for the one before it (a flag file), so the order
+        // is the same however late either service starts; the pauses keep
+        // the millisecond stamps apart.
+        "{}[services.a]\ncmd = \"echo a1; touch a1; until [ -e b1 ]; do sleep 0.02; done; sleep 0.05; echo a2; touch a2; exec sleep 600\"\n[services.b]\ncmd = \"until [ -e a1 ]; do sleep 0.02; done; sleep 0.05; echo b1; touch b1; until [ -e a2 ]; do sleep 0.02; done; sleep 0.05; echo b2; exec sleep 600\"\n",
         project_header("il", 2)
     );
     let repo = Repo::new(&toml);

@@ -1,0 +1,211 @@
+//! Promises the README makes that no other test held: the environment a
+//! process gets (and in what order), stop signals and timeouts, `restart =
+//! "always"`, `--json` of `reload` and `remove`, shell completions.
+
+use crate::harness::*;
+use crate::project::*;
+use std::time::{Duration, Instant};
+
+/// `KEY=value` lines a service wrote with `env`, as a map.
+fn env_file_map(text: &str) -> std::collections::HashMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+#[test]
+fn a_process_gets_shell_then_env_files_then_binky_then_its_own_env_table() {
+    let home = Home::new();
+    let toml = format!(
+        r#"{header}env_file = "project.env"
+
+[services.api]
+cmd = "pwd > $BINKY_WORKTREE/api-cwd.txt; env > $BINKY_WORKTREE/api-env.txt; exec python3 -m http.server ${{self.port}} --bind 127.0.0.1"
+url = "api"
+ports = ["debug"]
+cwd = "sub"
+env_file = "api.env"
+health = {{ http = "/", timeout = "20s", interval = "50ms" }}
+env = {{ D = "table", HOST = "${{api.host}}", WT = "${{worktree.path}}", WN = "${{worktree.name}}", PN = "${{project.name}}", DEBUG_PORT = "${{api.ports.debug}}", SELF_URL = "${{self.url}}" }}
+"#,
+        header = project_header("contract", 4)
+    );
+    let repo = Repo::with(
+        "",
+        &toml,
+        &[
+            ("project.env", "B=project\nC=project\nD=project\n"),
+            ("api.env", "C=service\nD=service\n"),
+            ("sub/.keep", ""),
+        ],
+    );
+    let up = Out(repo
+        .cmd(&home, &["up", "Feature/Env"])
+        .env("A", "shell")
+        .env("B", "shell")
+        .env("C", "shell")
+        .env("D", "shell")
+        .output()
+        .unwrap());
+    assert_eq!(up.code(), 0, "{up}");
+    let world = &repo.worlds(&home)["Feature/Env"];
+    let tree = std::path::PathBuf::from(world["path"].as_str().unwrap());
+    // A lossy name (case, `/`) gets a hash suffix in its slug.
+    let slug = world["slug"].as_str().unwrap().to_owned();
+    assert!(slug.starts_with("feature-env"), "{slug}");
+    let got = env_file_map(&std::fs::read_to_string(tree.join("api-env.txt")).unwrap());
+    // The shell, then the project's env_file, then the service's, then the
+    // rendered env table, which wins.
+    assert_eq!(got["A"], "shell");
+    assert_eq!(got["B"], "project");
+    assert_eq!(got["C"], "service");
+    assert_eq!(got["D"], "table");
+    // Binky's own, and the tokens rendered at run time.
+    let port: u16 = got["PORT"].parse().unwrap();
+    assert_eq!(got["BINKY_PORT_API"], port.to_string());
+    let debug: u16 = got["BINKY_PORT_API_DEBUG"].parse().unwrap();
+    assert_ne!(debug, port);
+    assert_eq!(got["DEBUG_PORT"], debug.to_string());
+    assert_eq!(got["HOST"], format!("api.{slug}.contract.localhost"));
+    let proxy = home.ok(&["config", "--json"]).json()["proxy_port"].clone();
+    assert_eq!(
+        got["SELF_URL"],
+        format!("http://api.{slug}.contract.localhost:{proxy}")
+    );
+    assert_eq!(got["WN"], "Feature/Env");
+    assert_eq!(got["PN"], "contract");
+    assert_eq!(got["BINKY_PROJECT"], "contract");
+    assert_eq!(got["BINKY_WORLD"], "Feature/Env");
+    assert_eq!(got["BINKY_SERVICE"], "api");
+    let wt = std::fs::canonicalize(&tree).unwrap();
+    assert_eq!(std::fs::canonicalize(&got["WT"]).unwrap(), wt);
+    assert_eq!(std::fs::canonicalize(&got["BINKY_WORKTREE"]).unwrap(), wt);
+    assert_eq!(got["BINKY_HOME"], home.path().display().to_string());
+    // `cwd` is relative to the project folder in the world's worktree.
+    let cwd = std::fs::read_to_string(tree.join("api-cwd.txt")).unwrap();
+    assert_eq!(std::fs::canonicalize(cwd.trim()).unwrap(), wt.join("sub"));
+    repo.ok(&home, &["remove", "Feature/Env", "--force"]);
+}
+
+#[test]
+fn stop_signal_reaches_the_service_and_stop_timeout_is_kept_by_down() {
+    let home = Home::new();
+    // `sig` exits on SIGINT, writing which signal it got; `deaf` ignores
+    // SIGTERM, so only the SIGKILL after stop_timeout ends it.
+    let toml = format!(
+        r#"{}[services.sig]
+cmd = "exec python3 sig.py"
+stop_signal = "INT"
+[services.deaf]
+cmd = "exec python3 deaf.py"
+stop_timeout = "1500ms"
+"#,
+        project_header("stops", 2)
+    );
+    let sig = "import signal, sys, time\ndef on(n, f):\n    open('got-signal.txt', 'w').write(signal.Signals(n).name)\n    sys.exit(0)\nsignal.signal(signal.SIGINT, on)\nsignal.signal(signal.SIGTERM, on)\nwhile True:\n    time.sleep(0.05)\n";
+    let deaf = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nopen('deaf-ready.txt', 'w').write('1')\nwhile True:\n    time.sleep(0.05)\n";
+    let repo = Repo::with("", &toml, &[("sig.py", sig), ("deaf.py", deaf)]);
+    repo.ok(&home, &["up", "x"]);
+    let tree = repo.worktree_root().join("x");
+    assert!(wait_until(Duration::from_secs(10), || tree
+        .join("deaf-ready.txt")
+        .exists()));
+    let pids: Vec<u32> = repo.worlds(&home)["x"]["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["pid"].as_u64().map(|p| p as u32))
+        .collect();
+    assert_eq!(pids.len(), 2);
+    let t0 = Instant::now();
+    repo.ok(&home, &["down", "x"]);
+    let took = t0.elapsed();
+    assert_eq!(
+        std::fs::read_to_string(tree.join("got-signal.txt")).unwrap(),
+        "SIGINT"
+    );
+    // The SIGKILL followed the grace, not before it, and not much after.
+    assert!(took >= Duration::from_millis(1400), "down took {took:?}");
+    assert!(took < Duration::from_secs(8), "down took {took:?}");
+    for p in pids {
+        assert!(!alive(p), "pid {p} outlived down");
+    }
+}
+
+#[test]
+fn restart_always_brings_back_a_service_that_exits_cleanly() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.job]\ncmd = \"echo ran >> runs.txt; sleep 0.5; exit 0\"\nrestart = {{ policy = \"always\", backoff = \"100ms\", max_backoff = \"100ms\" }}\n",
+        project_header("always", 1)
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "x"]);
+    let runs = repo.worktree_root().join("x/runs.txt");
+    assert!(
+        wait_until(Duration::from_secs(15), || std::fs::read_to_string(&runs)
+            .is_ok_and(|t| t.lines().count() >= 3)),
+        "a clean exit was not restarted under `always`"
+    );
+    repo.ok(&home, &["down", "x"]);
+}
+
+#[test]
+fn reload_and_remove_print_the_world_as_json() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n",
+        project_header("jsonverbs", 1)
+    ));
+    repo.ok(&home, &["up", "x"]);
+    let reload = repo.ok(&home, &["reload", "x", "--json"]).json();
+    assert_eq!(reload["world"]["name"], "x", "{reload}");
+    assert_eq!(reload["world"]["state"], "running", "{reload}");
+    assert_eq!(reload["project"], "jsonverbs");
+    let removed = repo.ok(&home, &["remove", "x", "--json"]).json();
+    assert_eq!(removed["world"]["name"], "x", "{removed}");
+    assert_eq!(removed["world"]["state"], "removed", "{removed}");
+    assert!(!repo.worlds(&home).contains_key("x"));
+}
+
+#[test]
+fn completions_are_valid_scripts_for_each_shell() {
+    let home = Home::new();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = home.ok(&["completions", shell]);
+        let script = out.stdout();
+        assert!(script.contains("binky"), "{shell}: {script}");
+        assert!(script.contains("remove"), "{shell} lists the verbs");
+        // Where the shell is here, it must parse what we print.
+        let checker = match shell {
+            "bash" => Some(("bash", "-n")),
+            "zsh" => Some(("zsh", "-n")),
+            _ => None,
+        };
+        if let Some((sh, flag)) = checker {
+            if std::process::Command::new(sh)
+                .arg("-c")
+                .arg("true")
+                .output()
+                .is_err()
+            {
+                skip(&format!("{sh} is not installed"));
+                continue;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let f = dir.path().join("completion");
+            std::fs::write(&f, &script).unwrap();
+            let check = std::process::Command::new(sh)
+                .arg(flag)
+                .arg(&f)
+                .output()
+                .unwrap();
+            assert!(
+                check.status.success(),
+                "{sh} -n: {}",
+                String::from_utf8_lossy(&check.stderr)
+            );
+        }
+    }
+}
