@@ -412,6 +412,36 @@ fn metrics_is_one_json_object_with_the_documented_fields() {
     }
     assert!(m["rss_bytes"].as_u64().unwrap() > 0);
     assert!(m["registry_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(m["services_running"], 0, "{m}");
+    assert_eq!(m["port_reservations"], 0, "{m}");
+    // The figures follow what runs: a world of two services with ports,
+    // and one request through the proxy.
+    let repo = crate::project::Repo::new(&format!(
+        "{}{}{}",
+        crate::project::project_header("metrics", 4),
+        crate::project::http_service("web", ""),
+        "[services.side]\ncmd = \"exec sleep 600\"\nports = [\"admin\"]\n"
+    ));
+    repo.ok(&home, &["up", "x"]);
+    let port = home.ok(&["config", "--json"]).json()["proxy_port"]
+        .as_u64()
+        .unwrap() as u16;
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::io::Write::write_all(
+        &mut c,
+        b"GET / HTTP/1.0\r\nHost: web.x.metrics.localhost\r\n\r\n",
+    )
+    .unwrap();
+    let mut reply = String::new();
+    let _ = std::io::Read::read_to_string(&mut c, &mut reply);
+    assert!(reply.starts_with("HTTP/1.0 200"), "{reply}");
+    let m = home.ok(&["metrics"]).json();
+    assert_eq!(m["services_running"], 2, "{m}");
+    // web's port, side's primary and its named one.
+    assert_eq!(m["port_reservations"], 3, "{m}");
+    assert_eq!(m["worlds"]["running"], 1, "{m}");
+    assert!(m["proxy"]["requests"].as_u64().unwrap() >= 1, "{m}");
+    assert!(m["proxy"]["bytes"].as_u64().unwrap() > 0, "{m}");
 }
 
 #[test]

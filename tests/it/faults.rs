@@ -120,7 +120,8 @@ fn run_point(point: &str, op: &[&str]) -> String {
     });
     assert!(consistent, "{point}: {problem}");
     // Slices: a live row has its file; gc sweeps anything half-made.
-    let _ = repo.run(&home, &["gc"]);
+    let gc = repo.run(&home, &["gc"]);
+    assert_eq!(gc.code(), 0, "{point}: gc after the crash failed:\n{gc}");
     // `up` again works and runs exactly one copy.
     repo.ok(&home, &["up", "x"]);
     assert_eq!(repo.worlds(&home)["x"]["state"], "running");

@@ -5,6 +5,7 @@
 use crate::harness::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 /// A git repository in a temp folder with one commit holding `binky.toml`
 /// (in `subdir`, "" for the root) and any extra files.
@@ -103,26 +104,83 @@ pub fn project_header(name: &str, n: u16) -> String {
     format!("[project]\nname = \"{name}\"\nport_range = [{lo}, {hi}]\n")
 }
 
-/// A run of `n` consecutive ports, free now, chosen at random so parallel
-/// tests rarely pick the same run.
+/// A run of `n` consecutive ports (at most 256) that no other test of this
+/// run gets, free now. Blocks of 32 ports between 25000 and 32767 (below
+/// Linux's ephemeral range) are claimed by creating a file per block in a
+/// folder of this run (nextest runs each test in a process of its own, so
+/// the claim must be on disk); a claimed block is never handed out again in
+/// the run, and one in use outside the tests is skipped.
 pub fn free_range(n: u16) -> (u16, u16) {
     use std::net::TcpListener;
+    const BLOCK: u16 = 32;
+    const FIRST: u16 = 25000;
+    const BLOCKS: u16 = (32768 - FIRST) / BLOCK;
+    assert!((1..=256).contains(&n), "free_range({n})");
+    let need = n.div_ceil(BLOCK);
+    let run = std::env::var("NEXTEST_RUN_ID").unwrap_or_else(|_| {
+        // `cargo test`: one process runs every test; its pid is the run.
+        format!("pid-{}", std::process::id())
+    });
+    let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tmp.join(format!("ports-{run}"));
+    if !dir.exists() {
+        // Earlier runs' claims, a day old: swept by the first claim of a run.
+        for e in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(86_400));
+            if old && e.file_name().to_string_lossy().starts_with("ports-") {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    std::fs::create_dir_all(&dir).unwrap();
     let seed = std::process::id() as u64
         ^ std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .subsec_nanos() as u64;
-    let mut lo = 25000 + (seed % 5000) as u16;
-    loop {
+    let start = (seed % u64::from(BLOCKS)) as u16;
+    for i in 0..BLOCKS {
+        let first = (start + i) % BLOCKS;
+        if first + need > BLOCKS {
+            continue;
+        }
+        // Claim every block of the run, or give back what was taken.
+        let mut claimed = Vec::new();
+        for b in first..first + need {
+            let f = dir.join(b.to_string());
+            if std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&f)
+                .is_ok()
+            {
+                claimed.push(f);
+            } else {
+                break;
+            }
+        }
+        let lo = FIRST + first * BLOCK;
         let hi = lo + n - 1;
-        if (lo..=hi).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+        if claimed.len() == usize::from(need)
+            && (lo..=hi).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+        {
             return (lo, hi);
         }
-        lo = lo.wrapping_add(n).max(25000);
-        if lo > 31000 {
-            lo = 25000;
+        // A block in use outside the tests stays claimed (so nobody else
+        // tries it); a partial claim is given back.
+        if claimed.len() < usize::from(need) {
+            for f in claimed {
+                let _ = std::fs::remove_file(f);
+            }
         }
     }
+    panic!(
+        "no free run of {n} ports left for this test run (in {})",
+        dir.display()
+    );
 }
 
 /// A process service serving HTTP on its port with a health probe.
