@@ -209,3 +209,214 @@ fn completions_are_valid_scripts_for_each_shell() {
         }
     }
 }
+
+#[test]
+fn doctor_exits_1_when_a_check_fails_and_says_how_to_fix_it() {
+    let home = Home::new();
+    // A socket bound to the proxy's port but not listening: the daemon
+    // cannot bind it, and nothing answers there.
+    let port = free_port();
+    let mut holder = std::process::Command::new("python3")
+        .args([
+            "-c",
+            &format!("import socket, sys, time\ns = socket.socket()\ns.bind(('127.0.0.1', {port}))\nprint('bound', flush=True)\ntime.sleep(120)"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "bound");
+    let start = Out(home
+        .cmd(&["daemon", "start"])
+        .env("BINKY_PROXY_PORT", port.to_string())
+        .output()
+        .unwrap());
+    assert_eq!(start.code(), 0, "{start}");
+    let out = Out(home
+        .cmd(&["doctor", "--json"])
+        .env("BINKY_PROXY_PORT", port.to_string())
+        .output()
+        .unwrap());
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(out.code(), 1, "{out}");
+    let v = out.json();
+    assert_eq!(v["ok"], false, "{v}");
+    let proxy = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "proxy")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(proxy["status"], "fail", "{v}");
+    assert!(
+        proxy["fix"]
+            .as_str()
+            .unwrap_or("")
+            .contains("binky port --proxy"),
+        "{proxy}"
+    );
+}
+
+#[test]
+fn domain_and_worktree_root_hold_end_to_end_and_gc_sweeps_only_a_clean_stray_there() {
+    let home = Home::new();
+    let trees = tempfile::Builder::new()
+        .prefix("bkt")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let root = trees.path().join("worlds");
+    let toml = format!(
+        "{}domain = \"shop.test\"\nworktree_root = \"{}\"\n{}",
+        project_header("custom", 4),
+        root.display(),
+        http_service("web", "")
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "x"]);
+    let w = &repo.worlds(&home)["x"];
+    let path = std::path::PathBuf::from(w["path"].as_str().unwrap());
+    assert_eq!(path.parent().unwrap(), root.as_path(), "{w}");
+    let web = w["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "web")
+        .unwrap()
+        .clone();
+    assert_eq!(web["host"], "web.x.shop.test", "{w}");
+    // Routed by that name.
+    let port = home.ok(&["config", "--json"]).json()["proxy_port"]
+        .as_u64()
+        .unwrap() as u16;
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::io::Write::write_all(&mut c, b"GET / HTTP/1.0\r\nHost: web.x.shop.test\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    let _ = std::io::Read::read_to_string(&mut c, &mut reply);
+    assert!(reply.starts_with("HTTP/1.0 200"), "{reply}");
+    // Two worktrees in that root that no world owns: one clean, one with
+    // work in it.
+    let clean = root.join("stray-clean");
+    let dirty = root.join("stray-dirty");
+    git(
+        &repo.main,
+        &["worktree", "add", "-q", clean.to_str().unwrap(), "-b", "s1"],
+    );
+    git(
+        &repo.main,
+        &["worktree", "add", "-q", dirty.to_str().unwrap(), "-b", "s2"],
+    );
+    std::fs::write(dirty.join("unsaved.txt"), "work").unwrap();
+    // gc says what it kept and why, and exits 1 for it.
+    let gc = repo.run(&home, &["gc", "--json"]);
+    assert_eq!(gc.code(), 1, "{gc}");
+    let items = gc.json();
+    let outcome = |p: &std::path::Path| {
+        items
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["what"] == p.display().to_string())
+            .map(|i| i["outcome"].as_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(outcome(&clean), "swept", "{items}");
+    assert!(outcome(&dirty).contains("uncommitted"), "{items}");
+    assert!(!clean.exists(), "the clean stray was kept: {gc}");
+    assert!(
+        dirty.join("unsaved.txt").exists(),
+        "the dirty stray was swept: {gc}"
+    );
+    assert!(path.exists(), "gc touched a live world: {gc}");
+    assert_eq!(repo.worlds(&home)["x"]["state"], "running");
+    repo.ok(&home, &["remove", "x", "--force"]);
+}
+
+#[test]
+fn reload_takes_a_group_as_up_does() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n",
+        project_header("regroup", 1)
+    ));
+    repo.ok(&home, &["up", "x"]);
+    assert!(repo.worlds(&home)["x"]["group"].is_null());
+    repo.ok(&home, &["reload", "x", "--group", "agents"]);
+    let w = &repo.worlds(&home)["x"];
+    assert_eq!(w["group"], "agents", "{w}");
+    assert_eq!(w["state"], "running", "{w}");
+}
+
+/// The README's quick start, command by command, on `examples/hello` as
+/// shipped (its default port range, its string `health` form).
+#[test]
+fn the_readme_quick_start_works_as_written() {
+    let home = Home::new();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hello");
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(&src).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        files.push((name, std::fs::read_to_string(e.path()).unwrap()));
+    }
+    let toml = std::fs::read_to_string(src.join("binky.toml")).unwrap();
+    let rest: Vec<(&str, &str)> = files
+        .iter()
+        .filter(|(n, _)| !n.ends_with("binky.toml"))
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    // A clone of this repository: the project in examples/hello.
+    let repo = Repo::with("examples/hello", &toml, &rest);
+    let binky = |args: &[&str]| {
+        let mut c = home.cmd(args);
+        c.current_dir(&repo.main);
+        Out(c.output().unwrap())
+    };
+    let up = binky(&["-p", "examples/hello", "up", "try-it"]);
+    assert_eq!(up.code(), 0, "{up}");
+    let said = up.stdout();
+    assert!(said.contains("✓ up: try-it (3 service(s))"), "{up}");
+    assert!(said.contains("http://api.try-it.hello.localhost"), "{up}");
+    let status = binky(&["status"]);
+    assert!(status.stdout().contains("try-it  [running]"), "{status}");
+    let page = binky(&["-p", "examples/hello", "curl", "try-it", "web", "/"]);
+    assert_eq!(page.code(), 0, "{page}");
+    assert!(
+        page.stdout().starts_with("<h1>world try-it</h1>") && page.stdout().contains("hello"),
+        "{page}"
+    );
+    let logs = binky(&["-p", "examples/hello", "logs", "try-it", "-n", "2"]);
+    assert!(logs.stdout().contains("web | "), "{logs}");
+    let env = binky(&["-p", "examples/hello", "env", "try-it"]).json();
+    assert!(
+        env["db"].as_str().unwrap().starts_with("sqlite://"),
+        "{env}"
+    );
+    assert!(
+        env["web"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://web.try-it.hello.localhost")
+    );
+    let dotenv = binky(&["-p", "examples/hello", "env", "try-it", "--dotenv"]).stdout();
+    for k in [
+        "DB_URL='",
+        "API_URL='",
+        "WEB_URL='",
+        "BINKY_WORKTREE='",
+        "BINKY_WORLD='try-it'",
+    ] {
+        assert!(dotenv.contains(k), "{k}: {dotenv}");
+    }
+    let verify = binky(&["-p", "examples/hello", "verify", "try-it"]);
+    assert_eq!(verify.code(), 0, "{verify}");
+    let down = binky(&["-p", "examples/hello", "down", "try-it"]);
+    assert!(down.stdout().contains("✓ down: try-it"), "{down}");
+    let removed = binky(&["-p", "examples/hello", "remove", "try-it"]);
+    assert!(removed.stdout().contains("✓ removed: try-it"), "{removed}");
+}

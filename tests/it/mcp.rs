@@ -23,7 +23,7 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
     }
     let home = Home::new();
     let toml = format!(
-        "{}{}[agents]\nverify = [\"test -n \\\"$ECHO_URL\\\"\"]\n",
+        "{}{}[env]\nAPI_TOKEN = \"${{env.MCP_TEST_TOKEN}}\"\nECHO_BASE = \"${{echo.url}}\"\n[agents]\nverify = [\"test -n \\\"$ECHO_URL\\\"\", \"test ! -e fail-now\"]\n",
         project_header("agents", 4),
         http_service("echo", "")
     );
@@ -39,10 +39,39 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
             None => py.env_remove(k),
         };
     }
+    py.env("MCP_TEST_TOKEN", "mcp-secret-token");
     let out = Out(py.output().unwrap());
     assert_eq!(out.code(), 0, "{out}");
     let v = out.json();
     assert_eq!(v["server"], "binky");
+    // [env] over MCP: a value from the user's shell is never handed out.
+    assert!(!out.stdout().contains("mcp-secret-token"), "{v}");
+    let vars = &v["env"]["structured"]["vars"];
+    assert!(vars["API_TOKEN"].is_null(), "{v}");
+    assert!(
+        vars["ECHO_BASE"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("http://echo.agent-1.agents.localhost"),
+        "{v}"
+    );
+    // status: every world by project.
+    let st = &v["status"]["structured"]["projects"][0];
+    assert_eq!(st["name"], "agents", "{v}");
+    assert_eq!(st["worlds"][0]["name"], "agent-1", "{v}");
+    assert_eq!(st["worlds"][0]["state"], "running", "{v}");
+    // A failing check is a tool error, with each check's result.
+    let failing = &v["verify_failing"];
+    assert_eq!(failing["isError"], true, "{v}");
+    assert_eq!(failing["structured"]["passed"], false, "{v}");
+    let checks = failing["structured"]["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 2, "{v}");
+    assert_eq!(checks[1]["command"], "test ! -e fail-now", "{v}");
+    assert_ne!(checks[1]["exit_code"], 0, "{v}");
+    // A down error names the world and says what to do.
+    assert_eq!(v["down_missing"]["isError"], true, "{v}");
+    let dm = v["down_missing"]["text"].as_str().unwrap();
+    assert!(dm.contains("no-such-world") && dm.contains("hint"), "{v}");
     assert_eq!(
         v["tools"],
         serde_json::json!(["down", "env", "status", "up", "verify"])
