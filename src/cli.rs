@@ -59,7 +59,7 @@ pub enum Command {
     Env(EnvArgs),
     /// Call a service through the proxy with the Host header filled in.
     Curl(CurlArgs),
-    /// Run the project's [agents] verify commands in the world; non-zero on failure.
+    /// Run the project's `[agents]` verify commands in the world; non-zero on failure.
     Verify(VerifyArgs),
     /// Print a world's captured service logs, interleaved by time.
     Logs(LogsArgs),

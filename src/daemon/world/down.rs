@@ -1,0 +1,56 @@
+//! `down` and `reload`.
+
+use super::*;
+
+/// `binky down`.
+pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome, ApiError> {
+    let loc = locate(d, &wref)?;
+    let lock = d.worlds.lock_for(&format!("{}/{}", loc.name, wref.name));
+    let _guard = lock.lock().await;
+    let w = find_world(d, &loc, &wref.name)?;
+    let noop = w.state == "stopped";
+    d.registry()
+        .set_world_state(w.id, &w.state, Some("down"), None)
+        .map_err(internal)?;
+    fault_point("down:intent");
+    let left = stop_processes(d, &w).await;
+    d.registry()
+        .set_world_state(w.id, "stopped", None, None)
+        .map_err(internal)?;
+    d.event(world_event("down", &loc.name, &w.name));
+    outcome(d, &loc.name, w.id, noop, left)
+}
+
+/// `binky reload`: stop, then up on the same ports and data.
+pub(crate) async fn reload(
+    d: &Arc<Daemon>,
+    req: UpRequest,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
+    let loc = locate(d, &req.world)?;
+    let lock = d
+        .worlds
+        .lock_for(&format!("{}/{}", loc.name, req.world.name));
+    let _guard = lock.lock().await;
+    let w = find_world(d, &loc, &req.world.name)
+        .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
+    // Intent first, so a crash mid-reload is reported as such.
+    d.registry()
+        .set_world_state(w.id, &w.state, Some("reload"), None)
+        .map_err(internal)?;
+    progress.say("stop", None, format!("stopping {}", w.name));
+    stop_processes(d, &w).await;
+    fault_point("reload:stopped");
+    d.registry()
+        .set_world_state(w.id, "stopped", None, None)
+        .map_err(internal)?;
+    up_locked(
+        d,
+        &loc,
+        &req.world.name,
+        req.group.as_deref(),
+        &req.env,
+        progress,
+    )
+    .await
+}

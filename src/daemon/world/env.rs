@@ -1,0 +1,186 @@
+//! `env` and what later verbs render with: a world's facts after `up`.
+
+use super::*;
+
+/// `binky env`: exposed services → addresses, and the project's `[env]`.
+/// A `[env]` value templated from `${env.NAME}` is withheld (`None`) unless
+/// `reveal`: it is usually a credential the caller's shell already has.
+pub(crate) async fn env(
+    d: &Arc<Daemon>,
+    wref: WorldRef,
+    client_env: ClientEnv,
+    reveal: bool,
+) -> Result<WorldEnv, ApiError> {
+    let loc = locate(d, &wref)?;
+    let w = find_world(d, &loc, &wref.name)?;
+    let wf = world_facts(d, &loc, &w, &client_env).await?;
+    // A withheld value is not rendered either: one unset in this shell
+    // does not fail the rest.
+    let withheld = |k: &str| !reveal && wf.cfg.env.get(k).is_some_and(|t| t.contains("${env."));
+    let mut shown: HashMap<String, String> = {
+        let env_fn = lookup_env(&wf.project_env, &wf.env);
+        let fx = facts_for(&wf.cfg, &w.name, &wf.world_root, &wf.facts, &env_fn);
+        project_vars(&wf.cfg, &fx, true, true, &withheld)?
+            .into_iter()
+            .collect()
+    };
+    let vars = wf
+        .cfg
+        .env
+        .keys()
+        .map(|k| (k.clone(), shown.remove(k)))
+        .collect();
+    Ok(WorldEnv {
+        project: loc.name.clone(),
+        world: w.name.clone(),
+        worktree: wf.world_root.display().to_string(),
+        services: exposed_of(&wf),
+        vars,
+    })
+}
+
+/// The project's `[env]` rendered for a world after `up` (every slice
+/// made): what its processes, `migrate`, `seed` and `verify` get.
+///
+/// # Errors
+/// A value uses an unset `${env.NAME}` or a token that cannot be rendered.
+pub(super) fn world_vars(wf: &WorldFacts, world: &str) -> Result<Vec<(String, String)>, ApiError> {
+    let env_fn = lookup_env(&wf.project_env, &wf.env);
+    let fx = facts_for(&wf.cfg, world, &wf.world_root, &wf.facts, &env_fn);
+    project_vars(&wf.cfg, &fx, true, true, &|_| false)
+}
+
+/// What `binky env` hands out: each exposed service's address.
+pub(super) fn exposed_of(wf: &WorldFacts) -> IndexMap<String, String> {
+    let exposed: Vec<String> = match &wf.cfg.agents.expose {
+        Some(list) => list.clone(),
+        None => wf
+            .cfg
+            .services
+            .iter()
+            .filter(|(_, s)| s.resource().is_some() || s.process().is_some_and(|p| p.url.is_some()))
+            .map(|(n, _)| n.clone())
+            .collect(),
+    };
+    let mut out = IndexMap::new();
+    for n in exposed {
+        // A url service's proxied URL, a resource's address, any other
+        // service's loopback URL (`url` holds each); none without a port.
+        if let Some(v) = wf.facts.get(&n).and_then(|f| f.url.clone()) {
+            out.insert(n, v);
+        }
+    }
+    out
+}
+
+/// What a verb after `up` needs to render a world's strings: its config (as
+/// on its branch), its facts — ports, URLs, and the addresses of its slices —
+/// and the environment it was built with.
+pub(super) struct WorldFacts {
+    pub(super) cfg: Config,
+    pub(super) world_root: PathBuf,
+    pub(super) facts: IndexMap<String, ServiceFacts>,
+    pub(super) project_env: Vec<(String, String)>,
+    pub(super) env: ClientEnv,
+}
+
+/// Gathers [`WorldFacts`] for world `w`, resolving every resource's address
+/// with the environment the world was built with (see
+/// [`Worlds::env_for`]).
+///
+/// # Errors
+/// Its config is invalid, an `admin_url` uses an unset `${env.NAME}`, or an
+/// adapter fails to resolve a slice.
+pub(super) async fn world_facts(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    w: &WorldRow,
+    caller: &ClientEnv,
+) -> Result<WorldFacts, ApiError> {
+    let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
+    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
+    let ports = world_ports(d, w.id)?;
+    let env = d.worlds.env_for(w.id, caller);
+    let project_env = project_env(&cfg, &world_root, &loc.main_root())?;
+    let mut facts = facts_of(d, &cfg, &w.slug, &ports);
+    {
+        let env_fn = lookup_env(&project_env, &env);
+        for (n, s) in &cfg.services {
+            let Some(r) = s.resource() else { continue };
+            let Some(a) = adapter_for(&r.adapter, &env) else {
+                continue;
+            };
+            let admin = render_admin_url(&cfg, &w.name, &world_root, n, r, &facts, &env_fn)?;
+            let slice = slice_for(
+                d,
+                a.as_ref(),
+                a.slice_name(&loc.name, &w.slug),
+                &loc.name,
+                Some(&r.options),
+                admin,
+                &env,
+            );
+            let address = a
+                .resolve(&slice)
+                .await
+                .map_err(|e| adapter_error(n, &slice, e))?;
+            let f = facts.get_mut(n).expect("fact per service");
+            f.host = host_of(&address);
+            f.url = Some(address);
+        }
+    }
+    Ok(WorldFacts {
+        cfg,
+        world_root,
+        facts,
+        project_env,
+        env,
+    })
+}
+
+/// Where `binky curl` should connect for one service: the proxy for a url
+/// service, else the service's own port.
+pub(crate) fn locate_service(
+    d: &Arc<Daemon>,
+    wref: WorldRef,
+    service: &str,
+) -> Result<crate::protocol::ServiceTarget, ApiError> {
+    let loc = locate(d, &wref)?;
+    let w = find_world(d, &loc, &wref.name)?;
+    let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
+    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
+    let svc = cfg.services.get(service).ok_or_else(|| {
+        ApiError::new(format!("world `{}` has no service `{service}`", w.name)).hint(format!(
+            "services: {}",
+            cfg.services.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+    })?;
+    if let Some(label) = svc.process().and_then(|p| p.url.as_deref()) {
+        let port = d.registry().settings().map_err(internal)?.proxy_port;
+        return Ok(crate::protocol::ServiceTarget {
+            port,
+            host: format!("{label}.{}.{}", w.slug, cfg.project.domain),
+            via_proxy: true,
+        });
+    }
+    let port: Option<u16> = d
+        .registry()
+        .conn_ref()
+        .query_row(
+            "SELECT port FROM port_reservations WHERE world_id = ?1 AND service = ?2 AND name = ''",
+            rusqlite::params![w.id, service],
+            |r| r.get(0),
+        )
+        .ok();
+    match port {
+        Some(port) => Ok(crate::protocol::ServiceTarget {
+            port,
+            host: format!("localhost:{port}"),
+            via_proxy: false,
+        }),
+        None => Err(
+            ApiError::new(format!("service `{service}` has no port to call"))
+                .hint("declare `url` or `ports` for it in binky.toml"),
+        ),
+    }
+}

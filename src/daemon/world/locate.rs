@@ -1,0 +1,141 @@
+//! Finding a project and a world: the project a request names, its main
+//! checkout, a world's registry row; the names and paths a world may have.
+
+use super::*;
+
+/// A project found from a [`WorldRef`].
+pub(super) struct Located {
+    pub(super) name: String,
+    pub(super) main: PathBuf,
+    pub(super) subdir: PathBuf,
+    /// The config as read from where the project was found (names, roots).
+    pub(super) config: Config,
+}
+
+impl Located {
+    /// The project folder in the main worktree: the base for `worktree_root`.
+    pub(super) fn main_root(&self) -> PathBuf {
+        join_subdir(&self.main, &self.subdir)
+    }
+}
+
+/// `base/subdir`, without the trailing slash `join("")` would add.
+pub(super) fn join_subdir(base: &Path, subdir: &Path) -> PathBuf {
+    if subdir.as_os_str().is_empty() {
+        base.to_path_buf()
+    } else {
+        base.join(subdir)
+    }
+}
+
+pub(super) fn invalid_config(e: config::LoadError) -> ApiError {
+    match e {
+        config::LoadError::Invalid { path, report } => {
+            let shown = path.display().to_string();
+            let lines: Vec<String> = report
+                .diagnostics
+                .iter()
+                .filter(|d| d.severity == config::Severity::Error)
+                .map(|d| d.render(&shown))
+                .collect();
+            ApiError::new(format!("{shown} is not valid:\n{}", lines.join("\n")))
+                .hint(format!("run `binky check {shown}` and fix what it reports"))
+        }
+        other => ApiError::new(other.to_string()),
+    }
+}
+
+pub(super) fn locate(d: &Daemon, w: &WorldRef) -> Result<Located, ApiError> {
+    let dir = match (&w.project_dir, &w.project) {
+        (_, Some(name)) => {
+            let root = d
+                .registry()
+                .project_root(name)
+                .map_err(internal)?
+                .ok_or_else(|| {
+                    ApiError::new(format!("no project named `{name}` is known to this daemon"))
+                        .hint("run the command inside the project, or pass --project PATH")
+                })?;
+            PathBuf::from(root)
+        }
+        (Some(dir), None) => PathBuf::from(dir),
+        (None, None) => return Err(ApiError::new("no project given")),
+    };
+    let file = config::find(&dir).map_err(|e| {
+        ApiError::new(e.to_string())
+            .hint("run binky inside a project (a folder with binky.toml), or pass --project")
+    })?;
+    let config = config::load(&file).map_err(invalid_config)?;
+    let loc = worktree::locate(&config.root).map_err(|e| {
+        let hint = match e {
+            worktree::WorktreeError::DubiousOwnership(_) => {
+                "git's check protects you from hooks in a repository someone else controls"
+            }
+            _ => "binky.toml must live inside a git repository",
+        };
+        ApiError::new(e.to_string()).hint(hint)
+    })?;
+    Ok(Located {
+        name: config.project.name.clone(),
+        main: loc.main_workdir,
+        subdir: loc.subdir,
+        config,
+    })
+}
+
+/// Whether `path` lies inside `root`, compared as real paths (symlinks and
+/// `..` resolved), so a path that merely starts like the root never counts.
+pub(super) fn inside(path: &Path, root: &Path) -> bool {
+    match (path.canonicalize(), root.canonicalize()) {
+        (Ok(p), Ok(r)) => p.starts_with(&r) && p != r,
+        _ => false,
+    }
+}
+
+/// The caller's `git` (on its `PATH`, run with its environment): worktrees
+/// are made and removed by the user's own git.
+pub(super) fn user_git(client_env: &ClientEnv) -> Result<worktree::Git, ApiError> {
+    worktree::Git::find(search_path(client_env).as_deref(), &client_env.0).map_err(|e| {
+        ApiError::new(e.to_string())
+            .hint("install git (Debian: apt-get install git) or put it on the PATH of the shell running binky")
+    })
+}
+
+/// A world name that could change the shape of a command is refused before
+/// anything is made (see [`crate::slug::check_world_name`]).
+pub(super) fn check_name(name: &str) -> Result<(), ApiError> {
+    crate::slug::check_world_name(name).map_err(|e| {
+        ApiError::new(e).hint("pick another branch name (`binky up feat-login`), or rename the branch with `git branch -m`")
+    })
+}
+
+/// Characters a path rendered into a command (`${worktree.path}`) must not
+/// hold: each would let the path change the command's shape. Spaces are
+/// allowed (quote `"${worktree.path}"` in commands).
+pub(super) const SHELL_SPECIAL: &[char] = &[
+    ';', '|', '&', '$', '`', '\'', '"', '(', ')', '<', '>', '\\', '\n', '\r',
+];
+
+/// Refuses a worktree path that could change the shape of a command.
+pub(super) fn check_path(path: &Path) -> Result<(), ApiError> {
+    let text = path.display().to_string();
+    match text.chars().find(|c| SHELL_SPECIAL.contains(c) || c.is_control()) {
+        None => Ok(()),
+        Some(c) => Err(ApiError::new(format!(
+            "the worktree path {text:?} holds {c:?}, which a shell would read when `${{worktree.path}}` is rendered into a command"
+        ))
+        .hint("set [project] worktree_root to a folder whose path has none of ; | & $ ` ' \" ( ) < > \\")),
+    }
+}
+
+pub(super) fn find_world(d: &Daemon, loc: &Located, name: &str) -> Result<WorldRow, ApiError> {
+    let reg = d.registry();
+    let pid = reg.project_id(&loc.name).map_err(internal)?;
+    pid.and_then(|pid| reg.find_world(pid, name).transpose())
+        .transpose()
+        .map_err(internal)?
+        .ok_or_else(|| {
+            ApiError::new(format!("no world `{name}` in project {}", loc.name))
+                .hint("`binky status` lists the worlds")
+        })
+}

@@ -1,0 +1,212 @@
+//! Worlds: every verb that acts on one, and the stages they compose.
+//!
+//! `up` runs the pipeline in order — locate → worktree → ports → slices →
+//! processes by dependency level → routes — recording its intent in the
+//! registry before it acts. One async lock per world serialises verbs on the
+//! same world, so the same name upped twice at once yields one world.
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`locate`] | the project a request names, a world's row, allowed names and paths |
+//! | [`plan`] | dependency levels, facts for tokens, every process's environment, process specs |
+//! | [`slices`] | provision, migrate/seed, golden templates, catching up with the branch |
+//! | [`processes`] | stopping a world's processes, recording the supervisor's reports |
+//! | [`routes`] | URLs, the HTTPS front (Caddy) |
+//! | [`reconcile`] | after a daemon restart: adopt, stop what no world owns |
+//! | [`up`], [`down`] (and `reload`), [`remove`], [`env`], [`verify`], [`gc`] | one verb each |
+//!
+//! Here: the daemon's live [`Worlds`], and what every verb's reply is made
+//! of (a world's status and ports).
+
+use super::events::Event as LogEvent;
+use super::{Daemon, ProgressTx};
+use crate::adapters::{self, Slice, golden};
+use crate::config::render::{Facts, ServiceFacts, render};
+use crate::config::{self, Config, Probe, ServiceKind};
+use crate::ports::{self, PortNote};
+use crate::protocol::{
+    ApiError, ClientEnv, UpRequest, WorldEnv, WorldOutcome, WorldRef, WorldStatus,
+};
+use crate::registry::WorldRow;
+use crate::slug::world_slug;
+use crate::supervisor::{self, Handle, ServiceSpec, State, health};
+use crate::worktree;
+use indexmap::IndexMap;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+mod down;
+mod env;
+mod gc;
+mod locate;
+mod plan;
+mod processes;
+mod reconcile;
+mod remove;
+mod routes;
+mod slices;
+mod up;
+mod verify;
+
+pub(crate) use down::{down, reload};
+use env::*;
+pub(crate) use env::{env, locate_service};
+pub(crate) use gc::gc;
+use locate::*;
+use plan::*;
+use processes::*;
+pub(crate) use reconcile::reconcile;
+pub(crate) use remove::remove;
+pub(crate) use routes::fill_urls;
+use routes::*;
+use slices::*;
+pub(crate) use up::up;
+use up::*;
+pub(crate) use verify::verify;
+
+/// Lines of a failing service's log quoted in the error.
+const FAILURE_LOG_LINES: usize = 20;
+/// First lines of a run quoted under a failure, before its tail.
+const FAILURE_HEAD_LINES: usize = 8;
+
+/// The daemon's live worlds.
+#[derive(Default)]
+pub(crate) struct Worlds {
+    runtimes: Mutex<HashMap<i64, Arc<Runtime>>>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    golden: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// libgit2 is not safe for concurrent changes to one repository (refs,
+    /// `.git/worktrees`), so worktree changes are serialised per repository.
+    repos: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    /// The environment each world's last `up` was given (daemon memory
+    /// only: it may hold credentials), so every later verb renders with
+    /// the same `${env.NAME}` values even from a shell that lacks them.
+    last_env: Mutex<HashMap<i64, ClientEnv>>,
+}
+
+/// Supervised processes of one world.
+pub(crate) struct Runtime {
+    handles: IndexMap<String, Arc<Handle>>,
+    /// Start order by dependency level.
+    levels: Vec<Vec<String>>,
+}
+
+impl Worlds {
+    fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(key.to_owned()).or_default().clone()
+    }
+    fn golden_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.golden.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(key.to_owned()).or_default().clone()
+    }
+    fn repo_lock(&self, main: &Path) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.repos.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(main.to_path_buf()).or_default().clone()
+    }
+    fn remember_env(&self, id: i64, env: &ClientEnv) {
+        self.last_env
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, env.clone());
+    }
+    /// The environment a verb on world `id` renders with: the caller's
+    /// variables, then those the world's last `up` was given (the daemon's
+    /// own come last, in [`lookup_env`]).
+    fn env_for(&self, id: i64, caller: &ClientEnv) -> ClientEnv {
+        let last = self.last_env.lock().unwrap_or_else(|p| p.into_inner());
+        let mut merged = caller.clone();
+        if let Some(up) = last.get(&id) {
+            for (k, v) in &up.0 {
+                if caller.get(k).is_none() {
+                    merged.0.push((k.clone(), v.clone()));
+                }
+            }
+        }
+        merged
+    }
+    fn runtime(&self, id: i64) -> Option<Arc<Runtime>> {
+        self.runtimes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+    fn take_runtime(&self, id: i64) -> Option<Arc<Runtime>> {
+        self.runtimes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
+    }
+    fn put_runtime(&self, id: i64, rt: Runtime) {
+        self.runtimes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::new(rt));
+    }
+}
+
+use crate::faults::point as fault_point;
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(e.to_string())
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").to_owned()
+}
+
+fn world_event(ev: &str, project: &str, world: &str) -> LogEvent {
+    let mut e = LogEvent::named(ev);
+    e.project = Some(project.to_owned());
+    e.worktree = Some(world.to_owned());
+    e
+}
+
+fn outcome(
+    d: &Daemon,
+    project: &str,
+    world_id: i64,
+    noop: bool,
+    notes: Vec<String>,
+) -> Result<WorldOutcome, ApiError> {
+    let world = world_status(d, project, world_id)?;
+    Ok(WorldOutcome {
+        project: project.to_owned(),
+        world,
+        noop,
+        notes,
+    })
+}
+
+fn world_status(d: &Daemon, project: &str, world_id: i64) -> Result<WorldStatus, ApiError> {
+    let reg = d.registry();
+    let row_name: String = reg
+        .conn_ref()
+        .query_row("SELECT name FROM worlds WHERE id = ?1", [world_id], |r| {
+            r.get(0)
+        })
+        .map_err(internal)?;
+    let mut report = reg.status(Some(project)).map_err(internal)?;
+    drop(reg);
+    fill_urls(d, &mut report);
+    report
+        .projects
+        .into_iter()
+        .flat_map(|p| p.worlds)
+        .find(|w| w.name == row_name)
+        .ok_or_else(|| ApiError::new("world vanished from the registry"))
+}
+
+/// A world's reserved ports by `(service, name)`.
+fn world_ports(d: &Daemon, world_id: i64) -> Result<IndexMap<ports::PortKey, u16>, ApiError> {
+    let reg = d.registry();
+    let mut stmt = reg
+        .conn_ref()
+        .prepare("SELECT service, name, port FROM port_reservations WHERE world_id = ?1")
+        .map_err(internal)?;
+    stmt.query_map([world_id], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
+        .and_then(|rows| rows.collect())
+        .map_err(internal)
+}

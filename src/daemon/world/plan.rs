@@ -1,0 +1,511 @@
+//! What `up` computes before it starts anything: dependency levels, facts for
+//! tokens, the environment every process and command gets, process specs.
+
+use super::*;
+
+/// Start order: services grouped in levels; every service's dependencies sit
+/// in earlier levels. (The config was validated, so there is no cycle.)
+pub(super) fn levels(cfg: &Config) -> Vec<Vec<String>> {
+    let mut placed: HashMap<&str, usize> = HashMap::new();
+    let mut out: Vec<Vec<String>> = Vec::new();
+    while placed.len() < cfg.services.len() {
+        let before = placed.len();
+        let mut this: Vec<String> = Vec::new();
+        for (name, s) in &cfg.services {
+            if placed.contains_key(name.as_str()) {
+                continue;
+            }
+            if s.depends_on()
+                .iter()
+                .all(|dep| placed.contains_key(dep.as_str()))
+            {
+                this.push(name.clone());
+            }
+        }
+        for n in &this {
+            placed.insert(cfg.services.get_key_value(n).unwrap().0, out.len());
+        }
+        out.push(this);
+        if placed.len() == before {
+            break; // unreachable for a validated config
+        }
+    }
+    out
+}
+
+/// Reads a dotenv file: the world's copy first, else the main checkout's
+/// (a git-ignored `.env` exists only where the user made it).
+pub(super) fn read_env_file(
+    world_root: &Path,
+    main_root: &Path,
+    rel: &str,
+) -> Result<Vec<(String, String)>, ApiError> {
+    let candidates = [
+        config::resolve_against(world_root, rel),
+        config::resolve_against(main_root, rel),
+    ];
+    let path = candidates.iter().find(|p| p.is_file()).ok_or_else(|| {
+        ApiError::new(format!(
+            "env_file {rel} not found in the world's checkout or the main one"
+        ))
+        .hint(format!(
+            "create {} or remove env_file",
+            candidates[1].display()
+        ))
+    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ApiError::new(format!("cannot read env_file {}: {e}", path.display())))?;
+    // Values are taken literally (see config::dotenv); errors never quote one.
+    let pairs = config::dotenv::parse(&text).map_err(|e| {
+        ApiError::new(format!("env_file {}, {e}", path.display()))
+            .hint("each line is KEY=value (quote a value with spaces); `#` starts a comment")
+    })?;
+    for (k, v) in &pairs {
+        crate::secrets::register_var(k, v);
+    }
+    Ok(pairs)
+}
+
+pub(super) fn env_key(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The error for a `${env.NAME}` with no value, at `key` (`services.db.admin_url`).
+pub(super) fn unset_env(key: &str, token: &str) -> ApiError {
+    ApiError::new(format!("{key} uses {token}, which is not set"))
+        .hint("export it in the shell you run binky from (or put it in env_file)")
+}
+
+/// Renders `template` at `key` (`services.web.env.DATABASE_URL`), failing
+/// on a `${env.NAME}` that has no value: a process must never be handed, nor
+/// a user shown, an unrendered `${env.NAME}`. Other unresolved tokens are
+/// left as written (`binky check` warns about them).
+pub(super) fn render_strict(
+    template: &str,
+    key: &str,
+    service: Option<&str>,
+    facts: &Facts<'_>,
+) -> Result<String, ApiError> {
+    let rendered = render(template, service, facts);
+    if let Some(tok) = rendered.unresolved.iter().find(|t| t.starts_with("${env.")) {
+        return Err(unset_env(key, tok));
+    }
+    // A service's fact with no value now (a slice whose address could not
+    // be resolved): as bad as an unset variable.
+    if let Some(tok) = rendered.unresolved.iter().find(|t| {
+        t.strip_prefix("${")
+            .and_then(|b| b.split('.').next())
+            .is_some_and(|svc| facts.services.contains_key(svc))
+    }) {
+        return Err(
+            ApiError::new(format!("{key} uses {tok}, which has no value now"))
+                .hint("run `binky up` for the world again from the shell it was built in"),
+        );
+    }
+    Ok(rendered.text)
+}
+
+/// A resource's rendered `admin_url` (registered as a secret), or `None`
+/// when it has none.
+///
+/// # Errors
+/// It uses a `${env.NAME}` that is not set.
+pub(super) fn render_admin_url(
+    cfg: &Config,
+    world: &str,
+    world_root: &Path,
+    service: &str,
+    r: &config::Resource,
+    facts: &IndexMap<String, ServiceFacts>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<Option<String>, ApiError> {
+    let Some(t) = &r.admin_url else {
+        return Ok(None);
+    };
+    let url = render_strict(
+        t,
+        &format!("services.{service}.admin_url"),
+        Some(service),
+        &facts_for(cfg, world, world_root, facts, env),
+    )?;
+    crate::secrets::register_url(&url);
+    Ok(Some(url))
+}
+
+/// The project's `env_file` pairs for a world (its checkout's copy, else the
+/// main one's); none when it has no `env_file`.
+pub(super) fn project_env(
+    cfg: &Config,
+    world_root: &Path,
+    main_root: &Path,
+) -> Result<Vec<(String, String)>, ApiError> {
+    match &cfg.project.env_file {
+        Some(f) => read_env_file(world_root, main_root, f),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Everything `up` computed about a world before starting it.
+pub(super) struct Plan {
+    pub(super) facts: IndexMap<String, ServiceFacts>,
+    pub(super) world_root: PathBuf,
+    pub(super) project_env: Vec<(String, String)>,
+    /// The daemon's `BINKY_HOME`, handed to every process it starts: with
+    /// the daemon's session id it is how a later daemon recognises them.
+    pub(super) home: PathBuf,
+    /// An unset `${env.NAME}` is an error (always, but when re-adopting a
+    /// process that already runs: see [`adopt_world`]).
+    pub(super) strict: bool,
+    /// Every slice's address is in `facts` (false while they are made).
+    pub(super) slices_ready: bool,
+    /// Said under a failure when the world's `binky.toml` (its branch's) is
+    /// not the main checkout's: a fix made on main has not reached it.
+    pub(super) config_note: Option<String>,
+}
+
+/// The note for [`Plan::config_note`]: `None` when the world is the main
+/// checkout or both files say the same.
+pub(super) fn config_differs(world_root: &Path, main_root: &Path, world: &str) -> Option<String> {
+    let (w, m) = (
+        world_root.join(config::FILE_NAME),
+        main_root.join(config::FILE_NAME),
+    );
+    if world_root == main_root {
+        return None;
+    }
+    let (a, b) = (std::fs::read(&w).ok()?, std::fs::read(&m).ok()?);
+    (a != b).then(|| {
+        format!(
+            "this world reads {} from its own branch, and it differs from the main checkout's {}: a fix made there reaches `{world}` once its branch has it (merge or rebase it), or fix the world's copy",
+            w.display(),
+            m.display()
+        )
+    })
+}
+
+/// `hint`, followed by the plan's [`Plan::config_note`] when there is one.
+pub(super) fn with_config_note(hint: String, plan: &Plan) -> String {
+    match &plan.config_note {
+        Some(n) => format!("{hint}; {n}"),
+        None => hint,
+    }
+}
+
+pub(super) fn lookup_env<'a>(
+    project_env: &'a [(String, String)],
+    client: &'a ClientEnv,
+) -> impl Fn(&str) -> Option<String> + Sync + 'a {
+    move |name: &str| {
+        let v = project_env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| client.get(name).map(str::to_owned))
+            .or_else(|| std::env::var(name).ok());
+        // What `${env.NAME}` hands a world may be a credential.
+        if let Some(v) = &v {
+            crate::secrets::register_var(name, v);
+        }
+        v
+    }
+}
+
+/// Ports, URLs and hosts of every service (resources' addresses are filled
+/// in later), registering each url service's route with the proxy.
+pub(super) fn build_facts(
+    d: &Daemon,
+    cfg: &Config,
+    project: &str,
+    name: &str,
+    slug: &str,
+    world_id: i64,
+    allocated: &IndexMap<ports::PortKey, u16>,
+) -> Result<IndexMap<String, ServiceFacts>, ApiError> {
+    let facts = facts_of(d, cfg, slug, allocated);
+    for (n, f) in &facts {
+        let is_url = cfg.services[n].process().is_some_and(|p| p.url.is_some());
+        if let (true, Some(port), Some(host)) = (is_url, f.port, &f.host) {
+            d.routes.set(
+                host,
+                crate::proxy::Route {
+                    project: project.to_owned(),
+                    world: name.to_owned(),
+                    service: n.clone(),
+                    port,
+                    state: "starting".into(),
+                    https: cfg.project.https,
+                },
+            );
+            d.registry()
+                .set_service_host(world_id, n, host)
+                .map_err(internal)?;
+        }
+    }
+    Ok(facts)
+}
+
+/// Ports, URLs and hosts of every service of a world (resources' addresses
+/// are not in it), with no side effect.
+pub(super) fn facts_of(
+    d: &Daemon,
+    cfg: &Config,
+    slug: &str,
+    allocated: &IndexMap<ports::PortKey, u16>,
+) -> IndexMap<String, ServiceFacts> {
+    let mut facts: IndexMap<String, ServiceFacts> = IndexMap::new();
+    for (n, s) in &cfg.services {
+        let mut f = ServiceFacts::default();
+        if let Some(p) = allocated.get(&(n.clone(), String::new())) {
+            f.port = Some(*p);
+            f.local_url = Some(format!("http://localhost:{p}"));
+            f.url = f.local_url.clone();
+            f.host = Some("localhost".into());
+        }
+        for pn in s.port_names() {
+            if let Some(p) = allocated.get(&(n.clone(), pn.clone())) {
+                f.ports.insert(pn.clone(), *p);
+            }
+        }
+        if let Some(label) = s.process().and_then(|p| p.url.as_deref()) {
+            f.url = Some(proxy_url(
+                d,
+                label,
+                slug,
+                &cfg.project.domain,
+                cfg.project.https,
+            ));
+            f.host = Some(format!("{label}.{slug}.{}", cfg.project.domain));
+        }
+        facts.insert(n.clone(), f);
+    }
+    facts
+}
+
+/// Refuses an `up` whose config uses a `${env.NAME}` that nothing sets —
+/// not its `env_file`s, the caller's shell, what the world's last `up` was
+/// given, nor the daemon — before a branch, worktree, port or record is
+/// made. The config read is the world's own when its worktree exists, else
+/// the one the caller's project was found by (a new world's branch starts
+/// there); rendering checks again later either way.
+pub(super) fn preflight_env(
+    d: &Daemon,
+    loc: &Located,
+    existing: Option<&WorldRow>,
+    client_env: &ClientEnv,
+) -> Result<(), ApiError> {
+    let own = existing
+        .map(|w| join_subdir(Path::new(&w.path), &loc.subdir).join(config::FILE_NAME))
+        .filter(|p| p.is_file());
+    let path = own.unwrap_or_else(|| loc.config.path.clone());
+    let env = match existing {
+        Some(w) => d.worlds.env_for(w.id, client_env),
+        None => client_env.clone(),
+    };
+    let is_set =
+        |name: &str| env.0.iter().any(|(k, _)| k == name) || std::env::var_os(name).is_some();
+    let Ok(report) = config::check_file_in_env(&path, &is_set) else {
+        return Ok(());
+    };
+    match report.diagnostics.iter().find(|d| d.code == "unset-env") {
+        Some(diag) => {
+            let token = diag
+                .message
+                .split('`')
+                .nth(1)
+                .unwrap_or("${env.…}")
+                .to_owned();
+            Err(unset_env(&diag.key, &token).hint(format!(
+                "export it in the shell you run binky from (or put it in env_file); nothing was made ({})",
+                path.display()
+            )))
+        }
+        None => Ok(()),
+    }
+}
+
+pub(super) fn facts_for<'a>(
+    cfg: &'a Config,
+    world: &'a str,
+    world_root: &'a Path,
+    facts: &'a IndexMap<String, ServiceFacts>,
+    env: &'a (dyn Fn(&str) -> Option<String> + Sync),
+) -> Facts<'a> {
+    let _ = world_root;
+    Facts {
+        project: &cfg.project.name,
+        worktree_name: world,
+        worktree_path: world_root.to_str().unwrap_or(""),
+        services: facts,
+        env,
+    }
+}
+
+/// The environment every process of a world starts with: the caller's, the
+/// env files, then Binky's own variables (the whole port map).
+pub(super) fn base_env(
+    cfg: &Config,
+    world: &str,
+    service: &str,
+    plan: &Plan,
+    facts: &IndexMap<String, ServiceFacts>,
+    client_env: &ClientEnv,
+) -> Result<Vec<(String, String)>, ApiError> {
+    let mut env: IndexMap<String, String> = if client_env.0.is_empty() {
+        std::env::vars().collect()
+    } else {
+        client_env.0.iter().cloned().collect()
+    };
+    for (k, v) in &plan.project_env {
+        env.insert(k.clone(), v.clone());
+    }
+    env.insert(
+        crate::paths::HOME_ENV.into(),
+        plan.home.display().to_string(),
+    );
+    env.insert("BINKY_PROJECT".into(), cfg.project.name.clone());
+    env.insert("BINKY_WORLD".into(), world.to_owned());
+    env.insert(
+        "BINKY_WORKTREE".into(),
+        plan.world_root.display().to_string(),
+    );
+    env.insert("BINKY_SERVICE".into(), service.to_owned());
+    for (n, f) in &plan.facts {
+        let key = env_key(n);
+        if let Some(p) = f.port {
+            env.insert(format!("BINKY_PORT_{key}"), p.to_string());
+        }
+        for (pn, p) in &f.ports {
+            env.insert(format!("BINKY_PORT_{key}_{}", env_key(pn)), p.to_string());
+        }
+    }
+    if let Some(p) = plan.facts.get(service).and_then(|f| f.port) {
+        env.insert("PORT".into(), p.to_string());
+    }
+    // The project's [env], after Binky's own (a service's `env` wins).
+    // While slices are still being made (a migrate), a value naming one not
+    // made yet is left out rather than failing.
+    let env_fn = lookup_env(&plan.project_env, client_env);
+    let fx = facts_for(cfg, world, &plan.world_root, facts, &env_fn);
+    for (k, v) in project_vars(cfg, &fx, plan.strict, plan.slices_ready, &|_| false)? {
+        env.insert(k, v);
+    }
+    Ok(env.into_iter().collect())
+}
+
+/// The project's `[env]` rendered (no `self`), each value registered as a
+/// secret when its name says so. Strict: an unset `${env.NAME}` fails, and
+/// so — once `complete` (every slice made) — does any value that cannot be
+/// rendered; otherwise such a value is left out. Not strict (re-adopting
+/// after a daemon restart): whatever cannot be rendered is left out.
+pub(super) fn project_vars(
+    cfg: &Config,
+    fx: &Facts<'_>,
+    strict: bool,
+    complete: bool,
+    skip: &dyn Fn(&str) -> bool,
+) -> Result<Vec<(String, String)>, ApiError> {
+    let mut out = Vec::new();
+    for (k, t) in cfg.env.iter().filter(|(k, _)| !skip(k)) {
+        let key = format!("env.{k}");
+        let rendered = render(t, None, fx);
+        let unset = rendered.unresolved.iter().find(|t| t.starts_with("${env."));
+        match unset {
+            Some(tok) if strict => return Err(unset_env(&key, tok)),
+            // Not renderable yet (or ever, when re-adopting): left out.
+            _ if !(rendered.unresolved.is_empty() || strict && complete) => continue,
+            _ => {}
+        }
+        let value = render_strict(t, &key, None, fx)?;
+        crate::secrets::register_var(k, &value);
+        out.push((k.clone(), value));
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn process_spec(
+    cfg: &Config,
+    _project: &str,
+    world: &str,
+    service: &str,
+    p: &config::Process,
+    plan: &Plan,
+    client_env: &ClientEnv,
+    log_dir: &Path,
+) -> Result<ServiceSpec, ApiError> {
+    let mut service_env = plan.project_env.clone();
+    if let Some(f) = &p.env_file {
+        service_env.extend(read_env_file(&plan.world_root, &plan.world_root, f)?);
+    }
+    let env_fn = lookup_env(&service_env, client_env);
+    let fx = facts_for(cfg, world, &plan.world_root, &plan.facts, &env_fn);
+    // Every value names its key, so an unset `${env.NAME}` is reported where
+    // it is written.
+    let r = |t: &str, key: &str| {
+        let key = format!("services.{service}.{key}");
+        if plan.strict {
+            render_strict(t, &key, Some(service), &fx)
+        } else {
+            Ok(render(t, Some(service), &fx).text)
+        }
+    };
+    let mut env: IndexMap<String, String> =
+        base_env(cfg, world, service, plan, &plan.facts, client_env)?
+            .into_iter()
+            .collect();
+    for (k, v) in &service_env {
+        env.insert(k.clone(), v.clone());
+    }
+    for (k, v) in &p.env {
+        let value = r(v, &format!("env.{k}"))?;
+        crate::secrets::register_var(k, &value);
+        env.insert(k.clone(), value);
+    }
+    let cwd = match &p.cwd {
+        Some(c) => config::resolve_against(&plan.world_root, &r(c, "cwd")?),
+        None => plan.world_root.clone(),
+    };
+    let env: Vec<(String, String)> = env.into_iter().collect();
+    let own_port = plan.facts[service].port;
+    let health = match &p.health {
+        None => None,
+        Some(h) => {
+            let probe = match &h.probe {
+                Probe::Http(u) => health::parse_http(&r(u, "health")?, own_port),
+                Probe::Tcp(a) => health::parse_tcp(&r(a, "health")?),
+                Probe::Cmd(c) => Ok(health::ProbeSpec::Cmd {
+                    cmd: r(c, "health")?,
+                    cwd: cwd.clone(),
+                    env: env.clone(),
+                }),
+            }
+            .map_err(|e| ApiError::new(format!("services.{service}.health: {e}")))?;
+            Some((probe, h.timeout, h.interval))
+        }
+    };
+    Ok(ServiceSpec {
+        name: service.to_owned(),
+        cmd: r(&p.cmd, "cmd")?,
+        cwd,
+        env,
+        log: log_dir.join(format!("{service}.log")),
+        port: own_port,
+        must_listen: p.url.is_some(),
+        health,
+        restart: p.restart.clone(),
+        stop_signal: p.stop_signal.0.to_owned(),
+        stop_timeout: p.stop_timeout,
+        watch: p.watch.clone(),
+        watch_root: plan.world_root.clone(),
+        log_writer: std::env::current_exe().ok(),
+    })
+}

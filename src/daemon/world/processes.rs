@@ -1,0 +1,140 @@
+//! Stopping a world's processes, and recording what the supervisor reports.
+
+use super::*;
+
+/// Records one service's supervisor events in the registry and event log.
+pub(super) fn recorder(
+    d: Arc<Daemon>,
+    world_id: i64,
+    project: String,
+    world: String,
+    service: String,
+) -> supervisor::Recorder {
+    Arc::new(move |e: supervisor::Event| {
+        let ev = |name: &str| {
+            let mut e = world_event(name, &project, &world);
+            e.service = Some(service.clone());
+            e
+        };
+        match e {
+            supervisor::Event::Started { pid, start_time } => {
+                let _ = d
+                    .registry()
+                    .service_started(world_id, &service, pid, start_time);
+            }
+            supervisor::Event::State(s) => {
+                d.routes.set_state(&project, &world, &service, s.label());
+                let exit = match &s {
+                    State::Stopped { exit } => exit.clone(),
+                    State::Failed { reason } => Some(reason.clone()),
+                    _ => None,
+                };
+                let _ = d.registry().service_state(
+                    world_id,
+                    &service,
+                    s.label(),
+                    exit.as_deref(),
+                    s.pid().is_some(),
+                );
+                match &s {
+                    State::Unhealthy { reason, .. } => {
+                        d.event(ev("unhealthy").detail(reason.clone()))
+                    }
+                    State::Failed { reason } => d.event(ev("failed").detail(reason.clone())),
+                    State::Stopped { exit: Some(x) } => d.event(ev("exited").detail(x.clone())),
+                    _ => {}
+                }
+            }
+            supervisor::Event::Restarting { exit, delay } => {
+                let _ = d.registry().service_restarted(world_id, &service);
+                d.event(ev("restarting").detail(format!("{exit}; restarting in {delay:?}")));
+            }
+            supervisor::Event::GaveUp { reason } => {
+                let _ = d.registry().set_world_state(
+                    world_id,
+                    "failed",
+                    None,
+                    Some(&format!("{service}: {reason}")),
+                );
+                d.event(ev("gave_up").detail(reason));
+            }
+            supervisor::Event::WatchRestart => d.event(ev("watch_restart")),
+        }
+    })
+}
+
+/// Stops a world's processes in reverse dependency order and returns once
+/// every process of every group is gone (bounded per group by
+/// [`supervisor::KILL_WAIT`] after SIGKILL); what outlived that is returned,
+/// for the verb to report.
+pub(super) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
+    let mut left = Vec::new();
+    match d.worlds.take_runtime(w.id) {
+        Some(rt) => {
+            for level in rt.levels.iter().rev() {
+                let mut set = tokio::task::JoinSet::new();
+                for n in level {
+                    if let Some(h) = rt.handles.get(n) {
+                        let (h, n) = (h.clone(), n.clone());
+                        set.spawn(async move { h.stop().await.map(|p| format!("{n}: {p}")) });
+                    }
+                }
+                while let Some(r) = set.join_next().await {
+                    left.extend(r.ok().flatten());
+                }
+            }
+        }
+        None => {
+            // No live supervisor (the daemon restarted): stop what the
+            // registry recorded, if it is still that very process.
+            let rows: Vec<(String, Option<u32>, Option<i64>)> = {
+                let reg = d.registry();
+                let mut stmt = match reg
+                    .conn_ref()
+                    .prepare("SELECT name, pid, start_time FROM services WHERE world_id = ?1")
+                {
+                    Ok(s) => s,
+                    Err(_) => return left,
+                };
+                stmt.query_map([w.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .and_then(|rows| rows.collect())
+                    .unwrap_or_default()
+            };
+            // Not our children any more: stop each recorded group that is
+            // still that very process, waiting on its exit through a pidfd.
+            let mut set = tokio::task::JoinSet::new();
+            for (n, pid, start) in rows {
+                if let (Some(pid), Some(start)) = (pid, start)
+                    && crate::platform::process_start_time(pid) == Some(start as u64)
+                {
+                    set.spawn(async move {
+                        supervisor::stop_pgid(
+                            pid,
+                            "SIGTERM",
+                            crate::config::DEFAULT_STOP_TIMEOUT,
+                            crate::platform::wait_exit(pid),
+                        )
+                        .await
+                        .map(|p| format!("{n}: {p}"))
+                    });
+                }
+            }
+            while let Some(r) = set.join_next().await {
+                left.extend(r.ok().flatten());
+            }
+        }
+    }
+    let reg = d.registry();
+    let _ = reg.conn_ref().execute(
+        "UPDATE services SET state = 'stopped', pid = NULL, pgid = NULL, start_time = NULL WHERE world_id = ?1 AND kind = 'process'",
+        [w.id],
+    );
+    if let Ok(project) = reg.conn_ref().query_row(
+        "SELECT p.name FROM projects p JOIN worlds w ON w.project_id = p.id WHERE w.id = ?1",
+        [w.id],
+        |r| r.get::<_, String>(0),
+    ) {
+        d.routes.set_world_state(&project, &w.name, "stopped");
+    }
+    left
+}

@@ -1,0 +1,365 @@
+//! After a daemon restart: re-adopting the worlds still running, stopping what
+//! no world owns, settling interrupted verifies.
+
+use super::*;
+
+/// Start-up reconciliation: re-adopts the service processes of worlds that
+/// were up when the previous daemon stopped or died.
+///
+/// A recorded process is ours only if its pid *and* start time match (a
+/// recycled pid is never mistaken for it). Adopted processes are watched for
+/// exit through a pidfd, not polled; ones that died meanwhile are started
+/// again per their restart policy. An `up` the crash interrupted is marked
+/// failed with the reason.
+pub(crate) async fn reconcile(d: &Arc<Daemon>) {
+    let worlds: Vec<(i64, String, String, String, Option<String>)> = {
+        let reg = d.registry();
+        let mut stmt = match reg.conn_ref().prepare(
+            "SELECT w.id, p.name, w.name, w.state, w.intent FROM worlds w JOIN projects p ON p.id = w.project_id",
+        ) {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        stmt.query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .and_then(|rows| rows.collect())
+        .unwrap_or_default()
+    };
+    reap_interrupted_verifies(d).await;
+    stop_unknown(d).await;
+    for (id, project, name, state, intent) in worlds {
+        if let Some(op) = &intent {
+            let reason = format!(
+                "`{op}` was interrupted by a daemon restart; run `binky {op} {name}` again"
+            );
+            let _ = d
+                .registry()
+                .set_world_state(id, "failed", None, Some(&reason));
+            d.event(
+                world_event("interrupted", &project, &name).detail(format!("{op} interrupted")),
+            );
+        }
+        if !matches!(state.as_str(), "running" | "failed" | "starting") {
+            continue;
+        }
+        if let Err(e) = adopt_world(
+            d,
+            id,
+            &project,
+            &name,
+            intent.is_none() && state == "running",
+        )
+        .await
+        {
+            tracing::warn!(project, world = name, error = %e.message, "could not re-adopt world");
+            d.event(world_event("adopt_failed", &project, &name).detail(first_line(&e.message)));
+        }
+    }
+}
+
+/// Stops every process an earlier daemon of this `BINKY_HOME` started that
+/// the registry does not list — as when that daemon died between starting a
+/// service and recording its pid. Such a process is found by what a crash
+/// cannot lose: it runs in a recorded daemon session (every process a daemon
+/// starts shares its session) and carries this `BINKY_HOME` with
+/// `BINKY_WORLD` (or `BINKY_CADDY`) in its environment. Processes of
+/// recorded groups are left to adoption; nothing else is ever signalled.
+pub(super) async fn stop_unknown(d: &Arc<Daemon>) {
+    use crate::platform;
+    let ours = platform::session_id();
+    let sessions: Vec<u32> = d
+        .registry()
+        .sessions()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| *s != ours)
+        .collect();
+    if sessions.is_empty() {
+        return;
+    }
+    let listed: std::collections::HashSet<u32> = d
+        .registry()
+        .recorded_processes()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(pid, start)| platform::process_start_time(*pid) == Some(*start))
+        .map(|(pid, _)| pid)
+        .collect();
+    let home = d.paths.home().display().to_string();
+    let procs = platform::all_processes();
+    for sid in &sessions {
+        if !procs.iter().any(|p| p.session == *sid && !p.is_zombie()) {
+            let _ = d.registry().forget_session(*sid);
+        }
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for p in procs
+        .iter()
+        .filter(|p| sessions.contains(&p.session) && !p.is_zombie() && !listed.contains(&p.pgrp))
+    {
+        let Some(env) = platform::process_env(p.pid) else {
+            continue;
+        };
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        if get(crate::paths::HOME_ENV).as_deref() != Some(home.as_str()) {
+            continue;
+        }
+        let world = get("BINKY_WORLD");
+        if world.is_none() && get("BINKY_CADDY").is_none() {
+            continue;
+        }
+        let service = get("BINKY_SERVICE");
+        let what = format!(
+            "pid {} ({})",
+            p.pid,
+            match (&world, &service) {
+                (Some(w), Some(s)) => format!("world {w}, service {s}"),
+                (Some(w), None) => format!("world {w}"),
+                _ => "caddy".into(),
+            }
+        );
+        tracing::warn!("stopping {what}: an earlier daemon started it and did not record it");
+        let mut ev = LogEvent::named("orphan_stopped").detail(what);
+        ev.project = get("BINKY_PROJECT");
+        ev.worktree = world;
+        ev.service = service;
+        d.event(ev);
+        let pid = p.pid;
+        if p.pid == p.pgrp {
+            set.spawn(async move {
+                supervisor::stop_pgid(
+                    pid,
+                    "SIGTERM",
+                    crate::config::DEFAULT_STOP_TIMEOUT,
+                    platform::wait_exit(pid),
+                )
+                .await;
+            });
+        } else {
+            set.spawn(async move {
+                let _ = platform::signal_process(pid, Some(nix::sys::signal::Signal::SIGTERM));
+                let _ = tokio::time::timeout(
+                    crate::config::DEFAULT_STOP_TIMEOUT,
+                    platform::wait_exit(pid),
+                )
+                .await;
+                let _ = platform::signal_process(pid, Some(nix::sys::signal::Signal::SIGKILL));
+            });
+        }
+    }
+    while set.join_next().await.is_some() {}
+}
+
+/// Stops the process groups of `verify` commands a dead daemon left running
+/// (identified by pid and start time, so a recycled pid is left alone) and
+/// records those runs as interrupted.
+pub(super) async fn reap_interrupted_verifies(d: &Arc<Daemon>) {
+    let running = d.registry().verifies_running().unwrap_or_default();
+    for (world_id, pid, start) in running {
+        if crate::platform::process_start_time(pid) == Some(start) {
+            supervisor::stop_pgid(
+                pid,
+                "SIGTERM",
+                crate::config::DEFAULT_STOP_TIMEOUT,
+                crate::platform::wait_exit(pid),
+            )
+            .await;
+        }
+        let reg = d.registry();
+        let _ = reg.set_verify_running(world_id, None);
+        let _ = reg.record_verify(
+            world_id,
+            false,
+            0,
+            None,
+            "interrupted by a daemon restart; run `binky verify` again",
+        );
+        let names: Option<(String, String)> = reg
+            .conn_ref()
+            .query_row(
+                "SELECT p.name, w.name FROM worlds w JOIN projects p ON p.id = w.project_id WHERE w.id = ?1",
+                [world_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .ok();
+        drop(reg);
+        if let Some((project, world)) = names {
+            d.event(world_event("verify_interrupted", &project, &world));
+        }
+    }
+}
+
+pub(super) async fn adopt_world(
+    d: &Arc<Daemon>,
+    world_id: i64,
+    project: &str,
+    name: &str,
+    restart_dead: bool,
+) -> Result<(), ApiError> {
+    let loc = locate(
+        d,
+        &WorldRef {
+            project_dir: None,
+            project: Some(project.to_owned()),
+            name: name.to_owned(),
+        },
+    )?;
+    let w = find_world(d, &loc, name)?;
+    let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
+    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
+    let allocated = world_ports(d, world_id)?;
+    if cfg.project.https {
+        let _ = ensure_https(d, project, name).await;
+    }
+    let facts = build_facts(d, &cfg, project, name, &w.slug, world_id, &allocated)?;
+    let main_root = loc.main_root();
+    let project_env = match &cfg.project.env_file {
+        Some(f) => read_env_file(&world_root, &main_root, f).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let mut plan = Plan {
+        facts,
+        world_root: world_root.clone(),
+        project_env,
+        home: d.paths.home().to_path_buf(),
+        strict: true,
+        slices_ready: false,
+        config_note: None,
+    };
+    let no_env = ClientEnv::default();
+    for (n, s) in &cfg.services {
+        if let ServiceKind::Resource(r) = &s.kind
+            && let Some(adapter) = adapter_for(&r.adapter, &no_env)
+        {
+            // With the daemon's environment: the caller's is gone.
+            let admin = {
+                let env_fn = lookup_env(&plan.project_env, &no_env);
+                render_admin_url(&cfg, name, &world_root, n, r, &plan.facts, &env_fn)
+                    .ok()
+                    .flatten()
+            };
+            let slice = slice_for(
+                d,
+                adapter.as_ref(),
+                adapter.slice_name(project, &w.slug),
+                project,
+                Some(&r.options),
+                admin,
+                &no_env,
+            );
+            if let Ok(address) = adapter.resolve(&slice).await {
+                let f = plan.facts.get_mut(n).expect("fact per service");
+                f.host = host_of(&address);
+                f.url = Some(address);
+            }
+        }
+    }
+    plan.slices_ready = true;
+    let recorded: HashMap<String, (Option<u32>, Option<i64>)> = {
+        let reg = d.registry();
+        let mut stmt = reg
+            .conn_ref()
+            .prepare("SELECT name, pid, start_time FROM services WHERE world_id = ?1")
+            .map_err(internal)?;
+        stmt.query_map([world_id], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))
+            .and_then(|rows| rows.collect())
+            .map_err(internal)?
+    };
+    let log_dir = d.paths.world_logs(project, &w.slug);
+    let lv = levels(&cfg);
+    let mut handles = IndexMap::new();
+    for level in &lv {
+        for sname in level {
+            let Some(p) = cfg.services[sname].process() else {
+                continue;
+            };
+            // The shell the world was built from is gone with the old
+            // daemon: a `${env.NAME}` only it had cannot be rendered now. A
+            // process that runs keeps running, but is not restarted with a
+            // half-rendered command; one that died is reported.
+            let (spec, unrenderable) =
+                match process_spec(&cfg, project, name, sname, p, &plan, &no_env, &log_dir) {
+                    Ok(spec) => (spec, None),
+                    Err(e) => {
+                        plan.strict = false;
+                        let mut spec =
+                            process_spec(&cfg, project, name, sname, p, &plan, &no_env, &log_dir)?;
+                        plan.strict = true;
+                        spec.restart.policy = config::RestartPolicy::No;
+                        (spec, Some(e))
+                    }
+                };
+            let rec = recorder(
+                d.clone(),
+                world_id,
+                project.to_owned(),
+                name.to_owned(),
+                sname.clone(),
+            );
+            let alive = recorded
+                .get(sname)
+                .and_then(|(pid, start)| match (pid, start) {
+                    (Some(pid), Some(start))
+                        if *pid > 1
+                            && crate::platform::process_start_time(*pid) == Some(*start as u64) =>
+                    {
+                        Some(*pid)
+                    }
+                    _ => None,
+                });
+            let handle = match alive {
+                Some(pid) => {
+                    d.event({
+                        let mut e =
+                            world_event("adopted", project, name).detail(format!("pid {pid}"));
+                        e.service = Some(sname.clone());
+                        e
+                    });
+                    supervisor::adopt(spec, pid, rec)
+                }
+                None if let Some(e) = &unrenderable => {
+                    let reason = format!(
+                        "died while the daemon was away, and cannot be restarted: {}; run `binky up {name}` from a shell that has it",
+                        e.message
+                    );
+                    let _ =
+                        d.registry()
+                            .service_state(world_id, sname, "failed", Some(&reason), false);
+                    d.routes.set_state(project, name, sname, "stopped");
+                    continue;
+                }
+                None if restart_dead && p.restart.policy != config::RestartPolicy::No => {
+                    d.event({
+                        let mut e = world_event("restarting", project, name)
+                            .detail("its process died while the daemon was away");
+                        e.service = Some(sname.clone());
+                        e
+                    });
+                    let _ = d.registry().service_restarted(world_id, sname);
+                    supervisor::spawn(spec, rec)
+                }
+                None => {
+                    let _ = d.registry().service_state(
+                        world_id,
+                        sname,
+                        "stopped",
+                        Some("died while the daemon was away"),
+                        false,
+                    );
+                    d.routes.set_state(project, name, sname, "stopped");
+                    continue;
+                }
+            };
+            handles.insert(sname.clone(), Arc::new(handle));
+        }
+    }
+    d.worlds.put_runtime(
+        world_id,
+        Runtime {
+            handles,
+            levels: lv,
+        },
+    );
+    Ok(())
+}

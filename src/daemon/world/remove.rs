@@ -1,0 +1,209 @@
+//! `remove`: stop, drop the slices, delete the worktree and logs — only what
+//! Binky made.
+
+use super::*;
+
+/// `binky remove`.
+pub(crate) async fn remove(
+    d: &Arc<Daemon>,
+    wref: WorldRef,
+    force: bool,
+    client_env: ClientEnv,
+) -> Result<WorldOutcome, ApiError> {
+    let loc = locate(d, &wref)?;
+    let lock = d.worlds.lock_for(&format!("{}/{}", loc.name, wref.name));
+    let _guard = lock.lock().await;
+    let w = find_world(d, &loc, &wref.name)?;
+    let path = PathBuf::from(&w.path);
+    let root = match &loc.config.project.worktree_root {
+        Some(r) => config::resolve_against(&loc.main_root(), r),
+        None => worktree::default_root(&loc.main),
+    };
+    // Binky deletes only a registered git worktree inside the project's
+    // worktree root (git itself refuses anything else), and only log folders
+    // whose names are its own: a tampered or odd registry row never makes it
+    // delete elsewhere. `--force` overrides uncommitted changes, nothing else.
+    let ours = path.exists() && inside(&path, &root) && worktree::is_registered(&loc.main, &path);
+    let mut left_in_place = None;
+    if path.exists() && !ours {
+        let why = format!(
+            "the worktree {} is not one binky made (outside {}, or not a registered git worktree of the project)",
+            path.display(),
+            root.display()
+        );
+        if !force {
+            return Err(ApiError::new(format!("{why}; binky will not delete it")).hint(format!(
+                "remove it with `git worktree remove`, or run `binky remove {} --force` to remove the world and leave the folder",
+                w.name
+            )));
+        }
+        left_in_place = Some(format!("{why}: left in place"));
+    }
+    if !force && ours {
+        let p2 = path.clone();
+        let git = user_git(&client_env)?;
+        let changes = tokio::task::spawn_blocking(move || worktree::changes(&git, &p2))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+        if !changes.is_empty() {
+            let shown: Vec<String> = changes.iter().take(20).map(|c| format!("  {c}")).collect();
+            let more = if changes.len() > 20 {
+                format!("\n  … and {} more", changes.len() - 20)
+            } else {
+                String::new()
+            };
+            return Err(ApiError::new(format!(
+                "the worktree {} has uncommitted or untracked changes:\n{}{more}",
+                path.display(),
+                shown.join("\n")
+            ))
+            .hint(format!(
+                "commit or stash them, or run `binky remove {} --force` to discard them",
+                w.name
+            )));
+        }
+    }
+    // Everything the teardown needs is rendered before anything is done,
+    // with the environment the world was built with: a missing variable
+    // fails here, leaving the world as it was.
+    let client_env = d.worlds.env_for(w.id, &client_env);
+    // The world's own config names the server (its admin_url); fall back to
+    // the main checkout's when the worktree is gone.
+    let world_root = join_subdir(&path, &loc.subdir);
+    let cfg =
+        config::load(&world_root.join(config::FILE_NAME)).unwrap_or_else(|_| loc.config.clone());
+    let penv = project_env(&cfg, &world_root, &loc.main_root()).unwrap_or_default();
+    let env_fn = lookup_env(&penv, &client_env);
+    let mut teardowns = Vec::new();
+    for s in d.registry().slices_of(w.id).map_err(internal)? {
+        let Some(adapter) = adapter_for(&s.adapter, &client_env) else {
+            continue;
+        };
+        let resource = cfg.services.get(&s.service).and_then(|x| x.resource());
+        let admin_url = match resource {
+            Some(r) => render_admin_url(
+                &cfg,
+                &w.name,
+                &world_root,
+                &s.service,
+                r,
+                &IndexMap::new(),
+                &env_fn,
+            )?,
+            None => None,
+        };
+        let slice = slice_for(
+            d,
+            adapter.as_ref(),
+            s.slice.clone(),
+            &loc.name,
+            resource.map(|r| &r.options),
+            admin_url,
+            &client_env,
+        );
+        teardowns.push((s, adapter, slice));
+    }
+    let git = user_git(&client_env)?;
+    let before = world_status(d, &loc.name, w.id)?;
+    d.registry()
+        .set_world_state(w.id, &w.state, Some("remove"), None)
+        .map_err(internal)?;
+    let mut notes = stop_processes(d, &w).await;
+    notes.extend(left_in_place);
+    fault_point("remove:stopped");
+    // Tear down slices.
+    for (s, adapter, slice) in teardowns {
+        {
+            d.registry()
+                .set_slice(
+                    Some(w.id),
+                    &loc.name,
+                    &s.service,
+                    &s.adapter,
+                    &s.slice,
+                    "teardown",
+                )
+                .map_err(internal)?;
+            if let Err(e) = adapter.teardown(&slice).await {
+                let message = format!(
+                    "teardown of {} failed: {}",
+                    s.slice,
+                    e.redacted(&slice).message
+                );
+                if !force {
+                    // Its processes are stopped: say so rather than "running".
+                    let _ = d
+                        .registry()
+                        .set_world_state(w.id, "failed", None, Some(&message));
+                    return Err(ApiError::new(message).hint(
+                        "fix the cause and run `binky remove` again, or `binky remove --force` to remove the world and leave the slice to `binky gc`",
+                    ));
+                }
+                // --force: the world goes; the slice stays recorded as
+                // pending teardown, which `binky gc` sweeps.
+                notes.push(format!("{message}; `binky gc` retries it"));
+                let mut ev = world_event("teardown_deferred", &loc.name, &w.name)
+                    .detail(first_line(&message));
+                ev.service = Some(s.service.clone());
+                ev.adapter = Some(s.adapter.clone());
+                d.event(ev);
+                continue;
+            }
+            d.registry()
+                .delete_slice(&s.adapter, &s.slice)
+                .map_err(internal)?;
+        }
+    }
+    let main = loc.main.clone();
+    let p2 = path.clone();
+    let repo_lock = d.worlds.repo_lock(&loc.main);
+    let _repo_guard = repo_lock.lock().await;
+    fault_point("remove:torn_down");
+    if ours || !path.exists() {
+        // A missing folder: git drops the registration, if any.
+        let removed = tokio::task::spawn_blocking(move || worktree::remove(&git, &main, &p2))
+            .await
+            .map_err(internal)?;
+        match removed {
+            Ok(()) => {}
+            Err(_) if !path.exists() => {}
+            Err(e) => {
+                return Err(ApiError::new(format!(
+                    "cannot remove the worktree {}: {e}",
+                    path.display()
+                )));
+            }
+        }
+    }
+    if loc.config.project.worktree_root.is_none() {
+        // The last world gone leaves no empty `<repo>.worktrees/` behind
+        // (remove_dir removes only an empty folder).
+        let _ = std::fs::remove_dir(&root);
+    }
+    // The log folder is named by Binky's own slug of the world's name, never
+    // by whatever the registry row holds.
+    if w.slug == crate::slug::world_slug(&w.name) {
+        let _ = std::fs::remove_dir_all(d.paths.world_logs(&loc.name, &w.slug));
+    } else {
+        tracing::warn!(
+            world = w.name,
+            "the registry's slug for this world is not its own; its logs are left"
+        );
+    }
+    {
+        let reg = d.registry();
+        let _ = ports::release(reg.conn_ref(), w.id);
+        reg.delete_world(w.id).map_err(internal)?;
+    }
+    d.routes.remove_world(&loc.name, &w.name);
+    d.event(world_event("removed", &loc.name, &w.name));
+    let mut world = before;
+    world.state = "removed".into();
+    Ok(WorldOutcome {
+        project: loc.name.clone(),
+        world,
+        noop: false,
+        notes,
+    })
+}

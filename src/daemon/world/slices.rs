@@ -1,0 +1,515 @@
+//! Slices: provision, migrate and seed, golden templates (build, clone, fall
+//! back), and catching a slice's schema up with its branch.
+
+use super::*;
+
+pub(super) fn slice_for(
+    d: &Daemon,
+    adapter: &dyn adapters::Adapter,
+    name: String,
+    project: &str,
+    options: Option<&toml::Table>,
+    admin_url: Option<String>,
+    client_env: &ClientEnv,
+) -> Slice {
+    Slice {
+        name,
+        project: project.to_owned(),
+        admin_url,
+        options: options.cloned().unwrap_or_default(),
+        data_dir: d.paths.home().join("slices").join(adapter.name()),
+        search_path: search_path(client_env),
+    }
+}
+
+/// The `PATH` adapters search for their client binaries and external
+/// adapters: the calling CLI's (so what works in the user's shell works
+/// here), else the daemon's.
+pub(super) fn search_path(client_env: &ClientEnv) -> Option<std::ffi::OsString> {
+    client_env
+        .0
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.into())
+        .or_else(|| std::env::var_os("PATH"))
+}
+
+/// An adapter's error as the user sees it: naming the service, never the
+/// slice's credentials.
+pub(super) fn adapter_error(service: &str, slice: &Slice, e: adapters::AdapterError) -> ApiError {
+    ApiError::new(format!("services.{service}: {}", e.redacted(slice).message))
+}
+
+/// The adapter named `name`, built in or external (`binky-adapter-<name>` on
+/// the caller's `PATH`).
+pub(super) fn adapter_for(
+    name: &str,
+    client_env: &ClientEnv,
+) -> Option<Arc<dyn adapters::Adapter>> {
+    adapters::by_name(name, search_path(client_env).as_deref())
+}
+
+pub(super) fn no_adapter(service: &str, name: &str) -> ApiError {
+    ApiError::new(format!("services.{service}: no adapter named `{name}`")).hint(format!(
+        "built-in adapters: {}; an external one is an executable {}{name} on PATH",
+        adapters::BUILT_IN.join(", "),
+        adapters::external::PREFIX
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn provision(
+    d: &Arc<Daemon>,
+    cfg: &Config,
+    project: &str,
+    world: &str,
+    slug: &str,
+    world_id: i64,
+    service: &str,
+    r: &config::Resource,
+    plan: &Plan,
+    client_env: &ClientEnv,
+    progress: &ProgressTx,
+) -> Result<String, ApiError> {
+    let adapter =
+        adapter_for(&r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
+    // Where the branch's migrations are: a slice migrated at another key
+    // catches up (see golden::migrate_key).
+    let world_key = r.migrate.as_deref().map(|m| {
+        golden::migrate_key(
+            m,
+            &r.clone_inputs,
+            &plan.world_root,
+            worktree::head_commit(&plan.world_root).as_deref(),
+        )
+    });
+    let env_fn = lookup_env(&plan.project_env, client_env);
+    let admin_url = render_admin_url(
+        cfg,
+        world,
+        &plan.world_root,
+        service,
+        r,
+        &plan.facts,
+        &env_fn,
+    )?;
+    let slice_name = adapter.slice_name(project, slug);
+    let slice = slice_for(
+        d,
+        adapter.as_ref(),
+        slice_name.clone(),
+        project,
+        Some(&r.options),
+        admin_url.clone(),
+        client_env,
+    );
+    let known = d
+        .registry()
+        .slices_of(world_id)
+        .map_err(internal)?
+        .into_iter()
+        .find(|s| s.service == service && s.slice == slice_name);
+    // Adapter errors name the service, never the credentials.
+    let named = |e| adapter_error(service, &slice, e);
+    let exists = adapter.exists(&slice).await.map_err(named)?;
+    let log = d
+        .paths
+        .world_logs(project, slug)
+        .join(format!("{service}.log"));
+    if let Some(k) = known.as_ref().filter(|k| k.state == "live")
+        && exists
+    {
+        // `up` after `down`, `reload`: the slice and its data are kept,
+        // nothing re-provisioned or re-seeded; its schema catches up with
+        // the branch when the branch moved.
+        let address = adapter.resolve(&slice).await.map_err(named)?;
+        if let Some(key) = &world_key
+            && k.migrated_key.as_deref() != Some(key.as_str())
+        {
+            let why = if k.migrated_key.is_none() {
+                "it was never migrated by this binky"
+            } else {
+                "its branch moved since it was last migrated"
+            };
+            catch_up(
+                d, cfg, world, service, r, plan, client_env, &address, &log, progress, why, false,
+            )
+            .await?;
+            d.registry()
+                .set_slice_migrated(adapter.name(), &slice_name, key)
+                .map_err(internal)?;
+        }
+        return Ok(address);
+    }
+    // Intent first: a crash from here leaves a row `gc` can sweep.
+    d.registry()
+        .set_slice(
+            Some(world_id),
+            project,
+            service,
+            adapter.name(),
+            &slice_name,
+            "provisioning",
+        )
+        .map_err(internal)?;
+    if exists {
+        adapter.teardown(&slice).await.map_err(named)?;
+    }
+    let result: Result<(), ApiError> = async {
+        let mut cloned = false;
+        if let Some(from) = &r.clone_from
+            && adapter.capabilities().clone
+        {
+            let tname = golden::template_name(project, from);
+            let template = slice_for(
+                d,
+                adapter.as_ref(),
+                tname.clone(),
+                project,
+                Some(&r.options),
+                admin_url.clone(),
+                client_env,
+            );
+            let key = golden::key(
+                r.migrate.as_deref(),
+                r.seed.as_deref(),
+                &r.clone_inputs,
+                &plan.world_root,
+            );
+            let marker = d.paths.golden_dir(adapter.name()).join(&tname);
+            let glock = d.worlds.golden_lock(&format!("{}/{tname}", adapter.name()));
+            let _g = glock.lock().await;
+            // And across daemons sharing the server (other BINKY_HOMEs).
+            let _server_lock = adapter.lock_template(&template).await.map_err(named)?;
+            // The marker: the template's key, then the key its schema was
+            // migrated at (the building world's).
+            let marker_text = std::fs::read_to_string(&marker).unwrap_or_default();
+            let mut marker_lines = marker_text.lines();
+            let fresh = marker_lines.next().map(str::trim) == Some(key.as_str())
+                && adapter.exists(&template).await.unwrap_or(false);
+            let mut template_migrated = marker_lines.next().map(|l| l.trim().to_owned());
+            // The template's migrate/seed output lives with the template, not
+            // in the log of the world that happened to build it (gone with
+            // that world); every clone's log points at it.
+            let template_log = PathBuf::from(format!("{}.log", marker.display()));
+            if !fresh {
+                let _ = std::fs::remove_file(&marker);
+                adapter.teardown(&template).await.map_err(named)?;
+                let _ = std::fs::remove_file(&template_log);
+                if let Ok(mut f) = supervisor::logs::open_append(&template_log) {
+                    use std::io::Write;
+                    let _ = writeln!(
+                        f,
+                        "binky: building template {tname} (key {key}) for world {world}"
+                    );
+                }
+                let built = provision_and_seed(
+                    adapter.as_ref(),
+                    &template,
+                    cfg,
+                    world,
+                    service,
+                    r,
+                    plan,
+                    client_env,
+                    &template_log,
+                    "golden",
+                )
+                .await;
+                if let Err(e) = built {
+                    // Nothing half-made: a template that failed its migrate
+                    // or seed is dropped, so the next `up` builds it afresh.
+                    let _ = adapter.teardown(&template).await;
+                    return Err(e);
+                }
+                fault_point("golden:built");
+                if let Some(dir) = marker.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                template_migrated = world_key.clone();
+                std::fs::write(
+                    &marker,
+                    format!("{key}\n{}\n", template_migrated.as_deref().unwrap_or("")),
+                )
+                .map_err(internal)?;
+                d.event(world_event("golden_built", project, world).detail(tname.clone()));
+            }
+            match adapter.clone_slice(&template, &slice).await {
+                Ok(()) => {
+                    cloned = true;
+                    if let Ok(mut f) = supervisor::logs::open_append(&log) {
+                        use std::io::Write;
+                        let _ = writeln!(
+                            f,
+                            "binky: cloned from template {tname}; its migrate and seed output is in {}",
+                            template_log.display()
+                        );
+                    }
+                    // A template built from another commit may lack this
+                    // branch's migrations: run them on the clone.
+                    if let Some(key) = &world_key
+                        && template_migrated.as_deref() != Some(key.as_str())
+                    {
+                        let address = adapter.resolve(&slice).await.map_err(named)?;
+                        catch_up(
+                            d,
+                            cfg,
+                            world,
+                            service,
+                            r,
+                            plan,
+                            client_env,
+                            &address,
+                            &log,
+                            progress,
+                            "its golden template was migrated at another commit",
+                            true,
+                        )
+                        .await?;
+                    }
+                }
+                Err(e) => {
+                    let e = e.redacted(&slice);
+                    tracing::warn!(project, world, service, reason = %e.message, "clone_fallback");
+                    if let Ok(mut f) = supervisor::logs::open_append(&log) {
+                        use std::io::Write;
+                        let _ = writeln!(
+                            f,
+                            "binky: clone_fallback: {}; building this world by provision + migrate + seed",
+                            e.message
+                        );
+                    }
+                    let mut ev =
+                        world_event("clone_fallback", project, world).detail(e.message.clone());
+                    ev.service = Some(service.to_owned());
+                    ev.adapter = Some(adapter.name().to_owned());
+                    d.event(ev);
+                    let _ = adapter.teardown(&slice).await;
+                }
+            }
+        }
+        if !cloned {
+            provision_and_seed(
+                adapter.as_ref(),
+                &slice,
+                cfg,
+                world,
+                service,
+                r,
+                plan,
+                client_env,
+                &log,
+                "slice",
+            )
+            .await?;
+        }
+        fault_point("slice:ready");
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        // Leave nothing half-made: drop the slice and its record.
+        let _ = adapter.teardown(&slice).await;
+        let _ = d.registry().delete_slice(adapter.name(), &slice_name);
+        return Err(e);
+    }
+    d.registry()
+        .set_slice(
+            Some(world_id),
+            project,
+            service,
+            adapter.name(),
+            &slice_name,
+            "live",
+        )
+        .map_err(internal)?;
+    if let Some(key) = &world_key {
+        d.registry()
+            .set_slice_migrated(adapter.name(), &slice_name, key)
+            .map_err(internal)?;
+    }
+    let mut ev = world_event("provisioned", project, world);
+    ev.service = Some(service.to_owned());
+    ev.adapter = Some(adapter.name().to_owned());
+    d.event(ev);
+    adapter
+        .resolve(&slice)
+        .await
+        .map_err(|e| adapter_error(service, &slice, e))
+}
+
+/// For `up` of a world that is already running (which changes nothing): a
+/// note per slice whose branch moved since its last `migrate`, saying that
+/// `reload` runs it — a running app is not migrated under it unasked.
+pub(super) fn moved_migrations(d: &Daemon, loc: &Located, w: &WorldRow) -> Vec<String> {
+    let root = join_subdir(Path::new(&w.path), &loc.subdir);
+    let Ok(cfg) = config::load(&root.join(config::FILE_NAME)) else {
+        return Vec::new();
+    };
+    let slices = d.registry().slices_of(w.id).unwrap_or_default();
+    let commit = worktree::head_commit(&root);
+    let mut notes = Vec::new();
+    for (n, s) in &cfg.services {
+        let Some(m) = s
+            .resource()
+            .and_then(|r| r.migrate.as_deref().map(|m| (r, m)))
+        else {
+            continue;
+        };
+        let key = golden::migrate_key(m.1, &m.0.clone_inputs, &root, commit.as_deref());
+        if slices
+            .iter()
+            .any(|sl| &sl.service == n && sl.migrated_key.as_deref().is_some_and(|k| k != key))
+        {
+            notes.push(format!(
+                "{n}: the branch moved since its last migrate; `binky reload {}` runs it",
+                w.name
+            ));
+        }
+    }
+    notes
+}
+
+/// Runs only `migrate` against a slice that has data (never `seed`), so its
+/// schema catches up with the world's branch; says so in `up`'s progress,
+/// the resource's log and the event log. `dropped`: the slice is dropped if
+/// this fails (a fresh clone), as the failure's hint says.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn catch_up(
+    d: &Daemon,
+    cfg: &Config,
+    world: &str,
+    service: &str,
+    r: &config::Resource,
+    plan: &Plan,
+    client_env: &ClientEnv,
+    address: &str,
+    log: &Path,
+    progress: &ProgressTx,
+    why: &str,
+    dropped: bool,
+) -> Result<(), ApiError> {
+    progress.say(
+        "migrate",
+        Some(service),
+        format!("{service}: running migrate to catch up with the branch ({why})"),
+    );
+    if let Ok(mut f) = supervisor::logs::open_append(log) {
+        use std::io::Write;
+        let _ = writeln!(
+            f,
+            "binky: running migrate to catch up with the branch ({why})"
+        );
+    }
+    let mut ev = world_event("migrated", &cfg.project.name, world).detail(why.to_owned());
+    ev.service = Some(service.to_owned());
+    d.event(ev);
+    run_data_commands(
+        cfg, world, service, r, plan, client_env, address, log, false, dropped,
+    )
+    .await
+}
+
+/// Provisions `slice`, then runs `migrate` and `seed` against it.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn provision_and_seed(
+    adapter: &dyn adapters::Adapter,
+    slice: &Slice,
+    cfg: &Config,
+    world: &str,
+    service: &str,
+    r: &config::Resource,
+    plan: &Plan,
+    client_env: &ClientEnv,
+    log: &Path,
+    stage: &str,
+) -> Result<(), ApiError> {
+    let named = |e| adapter_error(service, slice, e);
+    adapter.provision(slice).await.map_err(named)?;
+    fault_point(&format!("{stage}:provisioned"));
+    let addr = adapter.resolve(slice).await.map_err(named)?;
+    run_data_commands(
+        cfg, world, service, r, plan, client_env, &addr, log, true, true,
+    )
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn run_data_commands(
+    cfg: &Config,
+    world: &str,
+    service: &str,
+    r: &config::Resource,
+    plan: &Plan,
+    client_env: &ClientEnv,
+    address: &str,
+    log: &Path,
+    with_seed: bool,
+    dropped: bool,
+) -> Result<(), ApiError> {
+    let mut facts = plan.facts.clone();
+    if let Some(f) = facts.get_mut(service) {
+        f.url = Some(address.to_owned());
+        f.host = host_of(address);
+    }
+    let env_fn = lookup_env(&plan.project_env, client_env);
+    let fx = facts_for(cfg, world, &plan.world_root, &facts, &env_fn);
+    let mut env = base_env(cfg, world, service, plan, &facts, client_env)?;
+    env.push(("BINKY_SLICE_URL".into(), address.to_owned()));
+    env.push((format!("{}_URL", env_key(service)), address.to_owned()));
+    let seed = if with_seed { &r.seed } else { &None };
+    for (step, cmd) in [("migrate", &r.migrate), ("seed", seed)] {
+        let Some(cmd) = cmd else { continue };
+        let rendered = render_strict(
+            cmd,
+            &format!("services.{service}.{step}"),
+            Some(service),
+            &fx,
+        )?;
+        supervisor::logs::mark_run(log, &format!("services.{service}.{step}"));
+        let out = supervisor::logs::open_append(log).map_err(internal)?;
+        let err = out.try_clone().map_err(internal)?;
+        let status = crate::platform::command("/bin/sh")
+            .arg("-c")
+            .arg(&rendered)
+            .current_dir(&plan.world_root)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .status()
+            .await
+            .map_err(|e| ApiError::new(format!("services.{service}.{step}: cannot run: {e}")))?;
+        if !status.success() {
+            // The first line stands alone (status shows only it): the
+            // step, how it ended and its first words, often the cause.
+            let run = supervisor::logs::current_run(log);
+            let first = run
+                .iter()
+                .map(|l| l.trim())
+                .find(|l| !l.is_empty())
+                .map(|l| format!(": {}", l.chars().take(200).collect::<String>()))
+                .unwrap_or_else(|| " with no output".to_owned());
+            let mut msg = format!("services.{service}.{step} failed ({status}){first}");
+            if !run.is_empty() {
+                msg.push_str(&format!(
+                    "\noutput ({} line(s), in {}):\n{}",
+                    run.len(),
+                    log.display(),
+                    supervisor::logs::quote_head_tail(&run, FAILURE_HEAD_LINES, FAILURE_LOG_LINES)
+                ));
+            }
+            let kept = if dropped {
+                "the slice was dropped"
+            } else {
+                "its data is kept"
+            };
+            return Err(ApiError::new(msg).hint(with_config_note(
+                format!("{kept}; fix the {step} command and run `binky up {world}` again"),
+                plan,
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,469 @@
+//! `up`: locate → worktree → ports → slices → processes by dependency level →
+//! routes, recording intent before each act.
+
+use super::*;
+
+/// `binky up`.
+pub(crate) async fn up(
+    d: &Arc<Daemon>,
+    req: UpRequest,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
+    check_name(&req.world.name)?;
+    let loc = locate(d, &req.world)?;
+    let name = req.world.name.clone();
+    let key = format!("{}/{}", loc.name, name);
+    let lock = d.worlds.lock_for(&key);
+    let _guard = lock.lock().await;
+    up_locked(d, &loc, &name, req.group.as_deref(), &req.env, progress).await
+}
+
+pub(super) async fn up_locked(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    name: &str,
+    group: Option<&str>,
+    client_env: &ClientEnv,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
+    let project = loc.name.as_str();
+    let slug = world_slug(name);
+    let root = loc.main_root().display().to_string();
+    if let Some(known) = d.registry().project_root(project).map_err(internal)?
+        && known != root
+        && Path::new(&known).join(config::FILE_NAME).is_file()
+    {
+        // Two checkouts claiming one project name would share worlds,
+        // hostnames and slices.
+        return Err(ApiError::new(format!(
+            "project `{project}` is already registered at {known}, and {root} uses the same name"
+        ))
+        .hint(
+            "give this project its own [project] name, or remove the other project's worlds first",
+        ));
+    }
+    let project_id = d
+        .registry()
+        .upsert_project(project, &root)
+        .map_err(internal)?;
+    let existing = d
+        .registry()
+        .find_world(project_id, name)
+        .map_err(internal)?;
+    if let Some(w) = &existing
+        && w.state == "running"
+        && let Some(rt) = d.worlds.runtime(w.id)
+        && rt
+            .handles
+            .values()
+            .all(|h| matches!(*h.state.borrow(), State::Running { .. }))
+        && Path::new(&w.path).exists()
+    {
+        return outcome(d, project, w.id, true, moved_migrations(d, loc, w));
+    }
+    // An unset `${env.NAME}` fails here too, before anything is made.
+    preflight_env(d, loc, existing.as_ref(), client_env)?;
+    // Unknown adapters fail here, before a worktree or a port is made.
+    for (n, s) in &loc.config.services {
+        if let Some(r) = s.resource()
+            && adapter_for(&r.adapter, client_env).is_none()
+        {
+            return Err(no_adapter(n, &r.adapter));
+        }
+    }
+    let mut notes = Vec::new();
+    if let Some(w) = &existing {
+        // Not (fully) running: stop whatever is left of it first, so nothing
+        // runs twice and its ports are free to keep.
+        stop_processes(d, w).await;
+    }
+
+    check_cancelled(progress, name)?;
+    progress.say("worktree", None, format!("worktree for {name}"));
+    let root = match &loc.config.project.worktree_root {
+        Some(r) => config::resolve_against(&loc.main_root(), r),
+        None => worktree::default_root(&loc.main),
+    };
+    let git = user_git(client_env)?;
+    check_path(&root.join(&loc.subdir))?;
+    let (main, branch, slug2) = (loc.main.clone(), name.to_owned(), slug.clone());
+    let repo_lock = d.worlds.repo_lock(&loc.main);
+    let repo_guard = repo_lock.lock().await;
+    let ensured = tokio::task::spawn_blocking(move || {
+        worktree::ensure(&git, &main, &branch, &slug2, &root)
+    })
+    .await
+    .map_err(internal)?
+    .map_err(|e| {
+        let hint = match &e {
+            worktree::WorktreeError::CheckedOutElsewhere { .. } => {
+                "switch that checkout to another branch, or run `binky up` with a different name"
+            }
+            worktree::WorktreeError::InvalidBranch(_) => "use a valid git branch name",
+            _ => "check the repository with `git worktree list` and `git status`",
+        };
+        ApiError::new(e.to_string()).hint(hint)
+    })?;
+    drop(repo_guard);
+    fault_point("up:worktree");
+    // Cancelled now, the worktree stays (the next `up` reuses it), and no
+    // world has been recorded yet.
+    check_cancelled(progress, name)?;
+    if ensured.recreated {
+        let msg = format!(
+            "the worktree folder {} was missing and has been re-created",
+            ensured.path.display()
+        );
+        progress.say("worktree", None, msg.clone());
+        notes.push(msg);
+        d.event(world_event("worktree_recreated", project, name));
+    }
+    let world_root = join_subdir(&ensured.path, &loc.subdir);
+    check_path(&world_root)?;
+    let cfg_path = world_root.join(config::FILE_NAME);
+    let cfg = config::load(&cfg_path).map_err(invalid_config)?;
+    // The world runs its own branch's binky.toml; edits the user has not
+    // committed in the checkout they ran `up` from are not in it.
+    let here = loc.config.root.join(config::FILE_NAME);
+    if here != cfg_path
+        && std::fs::read(&here).ok() != std::fs::read(&cfg_path).ok()
+        && worktree::has_uncommitted_changes(&here)
+    {
+        let msg = format!(
+            "{} has uncommitted changes this world does not see: it runs {} as on branch `{name}`; commit them there (or edit the world's copy), then `binky reload {name}`",
+            here.display(),
+            cfg_path.display()
+        );
+        notes.push(msg);
+    }
+    if cfg.project.name != project {
+        return Err(ApiError::new(format!(
+            "{} names project `{}`, but this project is `{project}`",
+            cfg_path.display(),
+            cfg.project.name
+        ))
+        .hint("a branch must keep the project's name"));
+    }
+
+    // Record the intent before acting, so a crash can be reconciled.
+    let world_id = {
+        let mut reg = d.registry();
+        let id = reg
+            .upsert_world(
+                project_id,
+                name,
+                &slug,
+                &ensured.path.display().to_string(),
+                "starting",
+                Some("up"),
+                group,
+            )
+            .map_err(internal)?;
+        let services: Vec<(String, &str)> = cfg
+            .services
+            .iter()
+            .map(|(n, s)| {
+                (
+                    n.clone(),
+                    if s.process().is_some() {
+                        "process"
+                    } else {
+                        "resource"
+                    },
+                )
+            })
+            .collect();
+        reg.sync_services(id, &services).map_err(internal)?;
+        reg.reset_restarts(id).map_err(internal)?;
+        id
+    };
+    d.worlds.remember_env(world_id, client_env);
+    d.event(world_event("up_started", project, name));
+
+    let result = bring_up(
+        d, &cfg, loc, project, name, &slug, world_id, world_root, client_env, progress, &mut notes,
+    )
+    .await;
+    match result {
+        Ok(()) => {
+            d.registry()
+                .set_world_state(world_id, "running", None, None)
+                .map_err(internal)?;
+            d.event(world_event("up", project, name));
+            outcome(d, project, world_id, false, notes)
+        }
+        Err(_) if progress.cancelled() => {
+            // Stop what it started; keep what it made (worktree, ports,
+            // complete slices), as `down` would: nothing is left half-made.
+            let row = d
+                .registry()
+                .find_world(project_id, name)
+                .map_err(internal)?;
+            if let Some(w) = row {
+                stop_processes(d, &w).await;
+            }
+            let _ = d.registry().set_world_state(
+                world_id,
+                "stopped",
+                None,
+                Some("`up` was cancelled by its caller"),
+            );
+            d.event(world_event("up_cancelled", project, name));
+            Err(cancelled_error(name))
+        }
+        Err(e) => {
+            let _ = d
+                .registry()
+                .set_world_state(world_id, "failed", None, Some(&e.message));
+            d.event(world_event("up_failed", project, name).detail(first_line(&e.message)));
+            Err(e)
+        }
+    }
+}
+
+/// What a cancelled `up` answers.
+pub(super) fn cancelled_error(name: &str) -> ApiError {
+    ApiError::new(format!(
+        "`up` of {name} was cancelled: what it had started is stopped; its worktree, ports and finished slices are kept"
+    ))
+    .hint(format!(
+        "`binky up {name}` brings it up, `binky remove {name}` removes it"
+    ))
+}
+
+/// Fails with [`cancelled_error`] once the caller has cancelled: checked
+/// between the stages of `up`, where stopping leaves nothing half-made.
+pub(super) fn check_cancelled(progress: &ProgressTx, name: &str) -> Result<(), ApiError> {
+    if progress.cancelled() {
+        return Err(cancelled_error(name));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn bring_up(
+    d: &Arc<Daemon>,
+    cfg: &Config,
+    loc: &Located,
+    project: &str,
+    name: &str,
+    slug: &str,
+    world_id: i64,
+    world_root: PathBuf,
+    client_env: &ClientEnv,
+    progress: &ProgressTx,
+    notes: &mut Vec<String>,
+) -> Result<(), ApiError> {
+    // Ports: the whole map, before anything starts.
+    let mut needs: Vec<ports::PortKey> = Vec::new();
+    for (n, s) in &cfg.services {
+        if s.has_port() {
+            needs.push((n.clone(), String::new()));
+            for p in s.port_names() {
+                needs.push((n.clone(), p.clone()));
+            }
+        }
+    }
+    let running_ports: Vec<u16> = Vec::new();
+    let mut port_notes = Vec::new();
+    let allocated = {
+        let mut reg = d.registry();
+        ports::allocate(
+            reg.conn(),
+            project,
+            world_id,
+            cfg.project.port_range,
+            &needs,
+            &|p| running_ports.contains(&p),
+            &mut port_notes,
+        )
+        .map_err(|e| {
+            ApiError::new(e.to_string())
+                .hint("widen [project] port_range, or remove worlds you no longer need")
+        })?
+    };
+    for n in port_notes {
+        let mut ev = world_event("port_skipped", project, name);
+        match n {
+            PortNote::Skipped(p) => ev = ev.detail(format!("port {p} is held outside binky")),
+            PortNote::Moved { service, from, to } => {
+                ev = world_event("port_moved", project, name).detail(format!(
+                    "port {from} was taken outside binky; moved to {to}"
+                ));
+                ev.service = Some(service.clone());
+                notes.push(format!(
+                    "{service}: port {from} was taken outside binky; now {to}"
+                ));
+            }
+        }
+        d.event(ev);
+    }
+    progress.say(
+        "ports",
+        None,
+        format!("{} port(s) reserved", allocated.len()),
+    );
+    fault_point("up:ports");
+    check_cancelled(progress, name)?;
+
+    let main_root = loc.main_root();
+    let mut project_env = Vec::new();
+    if let Some(f) = &cfg.project.env_file {
+        project_env = read_env_file(&world_root, &main_root, f)?;
+    }
+
+    if cfg.project.https
+        && let Some(note) = ensure_https(d, project, name).await
+    {
+        notes.push(note);
+    }
+    // Facts every token may read.
+    let facts = build_facts(d, cfg, project, name, slug, world_id, &allocated)?;
+    let mut plan = Plan {
+        facts,
+        world_root: world_root.clone(),
+        project_env,
+        home: d.paths.home().to_path_buf(),
+        strict: true,
+        slices_ready: false,
+        config_note: config_differs(&world_root, &main_root, name),
+    };
+
+    // Slices, before any process that may use them.
+    for (n, s) in &cfg.services {
+        if let ServiceKind::Resource(r) = &s.kind {
+            check_cancelled(progress, name)?;
+            progress.say("provision", Some(n), format!("{} slice for {n}", r.adapter));
+            let address = provision(
+                d, cfg, project, name, slug, world_id, n, r, &plan, client_env, progress,
+            )
+            .await?;
+            let f = plan.facts.get_mut(n).expect("fact per service");
+            f.host = host_of(&address);
+            f.url = Some(address);
+            d.registry()
+                .service_state(world_id, n, "provisioned", None, false)
+                .map_err(internal)?;
+        }
+    }
+
+    plan.slices_ready = true;
+    fault_point("up:provisioned");
+    // Processes, level by level; independent ones start together.
+    let lv = levels(cfg);
+    let mut handles: IndexMap<String, Arc<Handle>> = IndexMap::new();
+    let log_dir = d.paths.world_logs(project, slug);
+    let mut failure: Option<ApiError> = None;
+    'levels: for level in &lv {
+        let mut started = Vec::new();
+        for sname in level {
+            let svc = &cfg.services[sname];
+            let Some(p) = svc.process() else { continue };
+            let spec = process_spec(cfg, project, name, sname, p, &plan, client_env, &log_dir)?;
+            progress.say("start", Some(sname), format!("starting {sname}"));
+            // Intent first: the row says `starting` before a process exists.
+            d.registry()
+                .service_state(world_id, sname, "starting", None, false)
+                .map_err(internal)?;
+            let recorder = recorder(
+                d.clone(),
+                world_id,
+                project.to_owned(),
+                name.to_owned(),
+                sname.clone(),
+            );
+            let log = spec.log.clone();
+            let h = Arc::new(supervisor::spawn(spec, recorder));
+            handles.insert(sname.clone(), h.clone());
+            started.push((sname.clone(), h, log));
+        }
+        fault_point("up:started");
+        for (sname, h, log) in started {
+            let mut watch = h.state.clone();
+            let settle = async {
+                loop {
+                    let s = watch.borrow_and_update().clone();
+                    if s.is_settled() {
+                        break s;
+                    }
+                    if watch.changed().await.is_err() {
+                        break watch.borrow().clone();
+                    }
+                }
+            };
+            // A cancel does not wait for a slow health probe.
+            let settled = tokio::select! {
+                s = settle => s,
+                _ = progress.until_cancelled() => {
+                    failure.get_or_insert(cancelled_error(name));
+                    break 'levels;
+                }
+            };
+            match settled {
+                State::Running { pid } => {
+                    let port = plan.facts[&sname]
+                        .port
+                        .map(|p| format!("  :{p}"))
+                        .unwrap_or_default();
+                    progress.say("ready", Some(&sname), format!("{sname}  pid {pid}{port}"));
+                }
+                // A probe-less one-shot that did its work inside the grace
+                // period (see supervisor::NO_PROBE_GRACE).
+                s if s.exited_cleanly() => {
+                    progress.say("ready", Some(&sname), format!("{sname}  finished (exit 0)"));
+                }
+                other => {
+                    let reason = match &other {
+                        State::Unhealthy { reason, .. } => format!("not healthy: {reason}"),
+                        State::Failed { reason } => reason.clone(),
+                        State::Stopped { exit } => exit.clone().unwrap_or_else(|| "stopped".into()),
+                        s => s.label().to_owned(),
+                    };
+                    // This run's output only: its first lines often say
+                    // the cause, its last where it stopped.
+                    let run = supervisor::logs::current_run(&log);
+                    let mut msg = format!("service `{sname}` failed to start: {reason}");
+                    if !run.is_empty() {
+                        msg.push_str(&format!(
+                            "\noutput of this run ({} line(s), in {}):\n{}",
+                            run.len(),
+                            log.display(),
+                            supervisor::logs::quote_head_tail(
+                                &run,
+                                FAILURE_HEAD_LINES,
+                                FAILURE_LOG_LINES
+                            )
+                        ));
+                    }
+                    failure.get_or_insert(
+                        ApiError::new(msg.trim_end().to_owned())
+                            .hint(with_config_note(format!("`binky logs {name} {sname}` shows its output; services already started stay up for inspection"), &plan)),
+                    );
+                }
+            }
+        }
+        if failure.is_some() {
+            break 'levels;
+        }
+    }
+    if failure.is_some() {
+        // Services a failure kept from starting are stopped, not starting:
+        // their proxy page must not promise a retry that never comes.
+        for (sname, svc) in &cfg.services {
+            if svc.process().is_some() && !handles.contains_key(sname) {
+                d.routes.set_state(project, name, sname, "stopped");
+            }
+        }
+    }
+    d.worlds.put_runtime(
+        world_id,
+        Runtime {
+            handles,
+            levels: lv,
+        },
+    );
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
