@@ -65,6 +65,32 @@ pub(crate) use up::up;
 use up::*;
 pub(crate) use verify::verify;
 
+/// Whom a stage of a verb works for: the daemon, the world's config (as on
+/// its branch), its names and registry id, and the environment it renders
+/// with (the caller's; see [`Worlds::env_for`]). Copied freely: references
+/// and an id.
+#[derive(Clone, Copy)]
+pub(super) struct WorldCtx<'a> {
+    pub(super) d: &'a Arc<Daemon>,
+    pub(super) cfg: &'a Config,
+    pub(super) project: &'a str,
+    /// The world's name (its branch).
+    pub(super) world: &'a str,
+    pub(super) slug: &'a str,
+    pub(super) world_id: i64,
+    pub(super) client_env: &'a ClientEnv,
+}
+
+/// One piece of a resource's slice work: the service, its config, and the
+/// log its `migrate` and `seed` write to (the world's, or the golden
+/// template's own).
+#[derive(Clone, Copy)]
+pub(super) struct SliceJob<'a> {
+    pub(super) service: &'a str,
+    pub(super) r: &'a config::Resource,
+    pub(super) log: &'a Path,
+}
+
 /// Lines of a failing service's log quoted in the error.
 const FAILURE_LOG_LINES: usize = 20;
 /// First lines of a run quoted under a failure, before its tail.

@@ -431,17 +431,19 @@ pub(super) fn project_vars(
     Ok(out)
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(super) fn process_spec(
-    cfg: &Config,
-    _project: &str,
-    world: &str,
+    cx: &WorldCtx<'_>,
     service: &str,
     p: &config::Process,
     plan: &Plan,
-    client_env: &ClientEnv,
     log_dir: &Path,
 ) -> Result<ServiceSpec, ApiError> {
+    let WorldCtx {
+        cfg,
+        world,
+        client_env,
+        ..
+    } = *cx;
     let mut service_env = plan.project_env.clone();
     if let Some(f) = &p.env_file {
         service_env.extend(read_env_file(&plan.world_root, &plan.world_root, f)?);

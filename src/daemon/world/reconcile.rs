@@ -267,6 +267,15 @@ pub(super) async fn adopt_world(
             .map_err(internal)?
     };
     let log_dir = d.paths.world_logs(project, &w.slug);
+    let cx = WorldCtx {
+        d,
+        cfg: &cfg,
+        project,
+        world: name,
+        slug: &w.slug,
+        world_id,
+        client_env: &no_env,
+    };
     let lv = levels(&cfg);
     let mut handles = IndexMap::new();
     for level in &lv {
@@ -278,18 +287,16 @@ pub(super) async fn adopt_world(
             // daemon: a `${env.NAME}` only it had cannot be rendered now. A
             // process that runs keeps running, but is not restarted with a
             // half-rendered command; one that died is reported.
-            let (spec, unrenderable) =
-                match process_spec(&cfg, project, name, sname, p, &plan, &no_env, &log_dir) {
-                    Ok(spec) => (spec, None),
-                    Err(e) => {
-                        plan.strict = false;
-                        let mut spec =
-                            process_spec(&cfg, project, name, sname, p, &plan, &no_env, &log_dir)?;
-                        plan.strict = true;
-                        spec.restart.policy = config::RestartPolicy::No;
-                        (spec, Some(e))
-                    }
-                };
+            let (spec, unrenderable) = match process_spec(&cx, sname, p, &plan, &log_dir) {
+                Ok(spec) => (spec, None),
+                Err(e) => {
+                    plan.strict = false;
+                    let mut spec = process_spec(&cx, sname, p, &plan, &log_dir)?;
+                    plan.strict = true;
+                    spec.restart.policy = config::RestartPolicy::No;
+                    (spec, Some(e))
+                }
+            };
             let rec = recorder(
                 d.clone(),
                 world_id,

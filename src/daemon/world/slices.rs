@@ -57,20 +57,22 @@ pub(super) fn no_adapter(service: &str, name: &str) -> ApiError {
     ))
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn provision(
-    d: &Arc<Daemon>,
-    cfg: &Config,
-    project: &str,
-    world: &str,
-    slug: &str,
-    world_id: i64,
+    cx: &WorldCtx<'_>,
     service: &str,
     r: &config::Resource,
     plan: &Plan,
-    client_env: &ClientEnv,
     progress: &ProgressTx,
 ) -> Result<String, ApiError> {
+    let WorldCtx {
+        d,
+        cfg,
+        project,
+        world,
+        slug,
+        world_id,
+        client_env,
+    } = *cx;
     let adapter =
         adapter_for(&r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
     // Where the branch's migrations are: a slice migrated at another key
@@ -131,10 +133,12 @@ pub(super) async fn provision(
             } else {
                 "its branch moved since it was last migrated"
             };
-            catch_up(
-                d, cfg, world, service, r, plan, client_env, &address, &log, progress, why, false,
-            )
-            .await?;
+            let job = SliceJob {
+                service,
+                r,
+                log: &log,
+            };
+            catch_up(cx, &job, plan, &address, progress, why, false).await?;
             d.registry()
                 .set_slice_migrated(adapter.name(), &slice_name, key)
                 .map_err(internal)?;
@@ -203,19 +207,13 @@ pub(super) async fn provision(
                         "binky: building template {tname} (key {key}) for world {world}"
                     );
                 }
-                let built = provision_and_seed(
-                    adapter.as_ref(),
-                    &template,
-                    cfg,
-                    world,
+                let job = SliceJob {
                     service,
                     r,
-                    plan,
-                    client_env,
-                    &template_log,
-                    "golden",
-                )
-                .await;
+                    log: &template_log,
+                };
+                let built =
+                    provision_and_seed(adapter.as_ref(), &template, cx, &job, plan, "golden").await;
                 if let Err(e) = built {
                     // Nothing half-made: a template that failed its migrate
                     // or seed is dropped, so the next `up` builds it afresh.
@@ -251,16 +249,16 @@ pub(super) async fn provision(
                         && template_migrated.as_deref() != Some(key.as_str())
                     {
                         let address = adapter.resolve(&slice).await.map_err(named)?;
-                        catch_up(
-                            d,
-                            cfg,
-                            world,
+                        let job = SliceJob {
                             service,
                             r,
+                            log: &log,
+                        };
+                        catch_up(
+                            cx,
+                            &job,
                             plan,
-                            client_env,
                             &address,
-                            &log,
                             progress,
                             "its golden template was migrated at another commit",
                             true,
@@ -289,19 +287,12 @@ pub(super) async fn provision(
             }
         }
         if !cloned {
-            provision_and_seed(
-                adapter.as_ref(),
-                &slice,
-                cfg,
-                world,
+            let job = SliceJob {
                 service,
                 r,
-                plan,
-                client_env,
-                &log,
-                "slice",
-            )
-            .await?;
+                log: &log,
+            };
+            provision_and_seed(adapter.as_ref(), &slice, cx, &job, plan, "slice").await?;
         }
         fault_point("slice:ready");
         Ok(())
@@ -374,21 +365,17 @@ pub(super) fn moved_migrations(d: &Daemon, loc: &Located, w: &WorldRow) -> Vec<S
 /// schema catches up with the world's branch; says so in `up`'s progress,
 /// the resource's log and the event log. `dropped`: the slice is dropped if
 /// this fails (a fresh clone), as the failure's hint says.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn catch_up(
-    d: &Daemon,
-    cfg: &Config,
-    world: &str,
-    service: &str,
-    r: &config::Resource,
+    cx: &WorldCtx<'_>,
+    job: &SliceJob<'_>,
     plan: &Plan,
-    client_env: &ClientEnv,
     address: &str,
-    log: &Path,
     progress: &ProgressTx,
     why: &str,
     dropped: bool,
 ) -> Result<(), ApiError> {
+    let WorldCtx { d, cfg, world, .. } = *cx;
+    let SliceJob { service, log, .. } = *job;
     progress.say(
         "migrate",
         Some(service),
@@ -404,49 +391,43 @@ pub(super) async fn catch_up(
     let mut ev = world_event("migrated", &cfg.project.name, world).detail(why.to_owned());
     ev.service = Some(service.to_owned());
     d.event(ev);
-    run_data_commands(
-        cfg, world, service, r, plan, client_env, address, log, false, dropped,
-    )
-    .await
+    run_data_commands(cx, job, plan, address, false, dropped).await
 }
 
 /// Provisions `slice`, then runs `migrate` and `seed` against it.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn provision_and_seed(
     adapter: &dyn adapters::Adapter,
     slice: &Slice,
-    cfg: &Config,
-    world: &str,
-    service: &str,
-    r: &config::Resource,
+    cx: &WorldCtx<'_>,
+    job: &SliceJob<'_>,
     plan: &Plan,
-    client_env: &ClientEnv,
-    log: &Path,
     stage: &str,
 ) -> Result<(), ApiError> {
-    let named = |e| adapter_error(service, slice, e);
+    let named = |e| adapter_error(job.service, slice, e);
     adapter.provision(slice).await.map_err(named)?;
     fault_point(&format!("{stage}:provisioned"));
     let addr = adapter.resolve(slice).await.map_err(named)?;
-    run_data_commands(
-        cfg, world, service, r, plan, client_env, &addr, log, true, true,
-    )
-    .await
+    run_data_commands(cx, job, plan, &addr, true, true).await
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Runs `migrate` (and, `with_seed`, `seed`) against the slice at
+/// `address`, output to the job's log. `dropped`: the slice is dropped if
+/// this fails, as the error's hint says.
 pub(super) async fn run_data_commands(
-    cfg: &Config,
-    world: &str,
-    service: &str,
-    r: &config::Resource,
+    cx: &WorldCtx<'_>,
+    job: &SliceJob<'_>,
     plan: &Plan,
-    client_env: &ClientEnv,
     address: &str,
-    log: &Path,
     with_seed: bool,
     dropped: bool,
 ) -> Result<(), ApiError> {
+    let WorldCtx {
+        cfg,
+        world,
+        client_env,
+        ..
+    } = *cx;
+    let SliceJob { service, r, log } = *job;
     let mut facts = plan.facts.clone();
     if let Some(f) = facts.get_mut(service) {
         f.url = Some(address.to_owned());

@@ -180,10 +180,16 @@ pub(super) async fn up_locked(
     d.worlds.remember_env(world_id, client_env);
     d.event(world_event("up_started", project, name));
 
-    let result = bring_up(
-        d, &cfg, loc, project, name, &slug, world_id, world_root, client_env, progress, &mut notes,
-    )
-    .await;
+    let cx = WorldCtx {
+        d,
+        cfg: &cfg,
+        project,
+        world: name,
+        slug: &slug,
+        world_id,
+        client_env,
+    };
+    let result = bring_up(&cx, loc, world_root, progress, &mut notes).await;
     match result {
         Ok(()) => {
             d.registry()
@@ -240,20 +246,22 @@ pub(super) fn check_cancelled(progress: &ProgressTx, name: &str) -> Result<(), A
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn bring_up(
-    d: &Arc<Daemon>,
-    cfg: &Config,
+    cx: &WorldCtx<'_>,
     loc: &Located,
-    project: &str,
-    name: &str,
-    slug: &str,
-    world_id: i64,
     world_root: PathBuf,
-    client_env: &ClientEnv,
     progress: &ProgressTx,
     notes: &mut Vec<String>,
 ) -> Result<(), ApiError> {
+    let WorldCtx {
+        d,
+        cfg,
+        project,
+        world: name,
+        slug,
+        world_id,
+        ..
+    } = *cx;
     // Ports: the whole map, before anything starts.
     let mut needs: Vec<ports::PortKey> = Vec::new();
     for (n, s) in &cfg.services {
@@ -334,10 +342,7 @@ pub(super) async fn bring_up(
         if let ServiceKind::Resource(r) = &s.kind {
             check_cancelled(progress, name)?;
             progress.say("provision", Some(n), format!("{} slice for {n}", r.adapter));
-            let address = provision(
-                d, cfg, project, name, slug, world_id, n, r, &plan, client_env, progress,
-            )
-            .await?;
+            let address = provision(cx, n, r, &plan, progress).await?;
             let f = plan.facts.get_mut(n).expect("fact per service");
             f.host = host_of(&address);
             f.url = Some(address);
@@ -359,7 +364,7 @@ pub(super) async fn bring_up(
         for sname in level {
             let svc = &cfg.services[sname];
             let Some(p) = svc.process() else { continue };
-            let spec = process_spec(cfg, project, name, sname, p, &plan, client_env, &log_dir)?;
+            let spec = process_spec(cx, sname, p, &plan, &log_dir)?;
             progress.say("start", Some(sname), format!("starting {sname}"));
             // Intent first: the row says `starting` before a process exists.
             d.registry()
