@@ -6,6 +6,7 @@
 //! capability says so. Adapters are found by name with [`by_name`];
 //! protocol-compatible names share one implementation.
 
+pub mod catalog;
 pub mod external;
 pub mod golden;
 #[cfg(feature = "mysql")]
@@ -181,30 +182,15 @@ pub(crate) fn stderr_tail(stderr: &[u8], lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Built-in adapter names in this build (features select the drivers).
-pub const BUILT_IN: &[&str] = &[
-    "sqlite",
-    #[cfg(feature = "postgres")]
-    "postgres",
-    #[cfg(feature = "mysql")]
-    "mysql",
-    #[cfg(feature = "mysql")]
-    "mariadb",
-    #[cfg(feature = "mysql")]
-    "percona",
-];
-
-/// The adapter registered as `name`: a built-in one, else an external
-/// `binky-adapter-<name>` found on `search_path` (the daemon's `PATH` when
-/// `None`). Protocol-compatible names share one implementation: `mariadb`
-/// and `percona` are the MySQL adapter.
+/// The adapter registered as `name`: a built-in one (see [`catalog`]),
+/// else an external `binky-adapter-<name>` found on `search_path` (the
+/// daemon's `PATH` when `None`). Protocol-compatible names share one
+/// implementation: `mariadb` and `percona` are the MySQL adapter.
 pub fn by_name(name: &str, search_path: Option<&std::ffi::OsStr>) -> Option<Arc<dyn Adapter>> {
-    match name {
-        "sqlite" => Some(Arc::new(sqlite::Sqlite)),
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Some(Arc::new(postgres::Postgres)),
-        #[cfg(feature = "mysql")]
-        "mysql" | "mariadb" | "percona" => Some(Arc::new(mysql::Mysql)),
-        _ => external::External::find(name, search_path).map(|e| Arc::new(e) as Arc<dyn Adapter>),
+    match catalog::find(name) {
+        Some(e) => Some((e.make)()),
+        None => {
+            external::External::find(name, search_path).map(|e| Arc::new(e) as Arc<dyn Adapter>)
+        }
     }
 }

@@ -1073,11 +1073,8 @@ fn check_adapter_options(
     options: Option<&toml::Table>,
 ) {
     let Some(options) = options else { return };
-    let strategies: &[&str] = match adapter {
-        "postgres" | "postgresql" => &["auto", "wal_log", "file_copy"],
-        "mysql" | "mariadb" | "percona" => &["copy", "dump"],
-        _ => &[],
-    };
+    let strategies: &[&str] =
+        crate::adapters::catalog::find(adapter).map_or(&[], |e| e.clone_strategies);
     if let Some(v) = options.get("clone_strategy")
         && !strategies.is_empty()
         && !v.as_str().is_some_and(|s| strategies.contains(&s))

@@ -52,7 +52,7 @@ pub(super) fn adapter_for(
 pub(super) fn no_adapter(service: &str, name: &str) -> ApiError {
     ApiError::new(format!("services.{service}: no adapter named `{name}`")).hint(format!(
         "built-in adapters: {}; an external one is an executable {}{name} on PATH",
-        adapters::BUILT_IN.join(", "),
+        adapters::catalog::names().join(", "),
         adapters::external::PREFIX
     ))
 }
