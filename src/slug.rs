@@ -121,6 +121,32 @@ pub fn dns_label_hint(s: &str) -> String {
     if n.is_empty() { "app".to_owned() } else { n }
 }
 
+/// The environment-variable form of a service (or port) name: uppercased,
+/// every other character `_` (`api-v2` → `API_V2`). What `<SVC>_URL`
+/// (`binky env --dotenv`, `verify`, `migrate`) and `BINKY_PORT_<SVC>` are
+/// built from, in the CLI and the daemon alike.
+pub fn env_key(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The variable holding a port: `BINKY_PORT_<SVC>` for a service's primary
+/// port (`port` empty), `BINKY_PORT_<SVC>_<PORT>` for a named one.
+pub fn port_var(service: &str, port: &str) -> String {
+    if port.is_empty() {
+        format!("BINKY_PORT_{}", env_key(service))
+    } else {
+        format!("BINKY_PORT_{}_{}", env_key(service), env_key(port))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

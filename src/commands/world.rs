@@ -351,19 +351,10 @@ pub fn shell_quote(v: &str) -> String {
     format!("'{}'", v.replace('\'', r"'\''"))
 }
 
-/// `NAME_URL` for a service name: uppercased, other characters to `_`.
+/// `NAME_URL` for a service name: uppercased, other characters to `_`
+/// (see [`crate::slug::env_key`]).
 pub fn dotenv_name(service: &str) -> String {
-    let up: String = service
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("{up}_URL")
+    format!("{}_URL", crate::slug::env_key(service))
 }
 
 /// `binky env`.

@@ -138,13 +138,23 @@ fn malformed_input_gets_an_error_and_the_server_keeps_serving() {
     writeln!(stdin, "this is not json").unwrap();
     writeln!(stdin, r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}"#).unwrap();
     // The garbage gets JSON-RPC's parse error (id null), and tools/list is
-    // still answered.
-    let (mut got_list, mut got_parse_error) = (false, false);
-    for _ in 0..5 {
-        line.clear();
-        if stdout.read_line(&mut line).unwrap() == 0 {
-            break;
+    // still answered — in either order: the two replies are written by
+    // different tasks. Lines are read on a thread so a missing one fails
+    // the test in 10 s instead of hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while stdout.read_line(&mut line).is_ok_and(|n| n > 0) {
+            if tx.send(std::mem::take(&mut line)).is_err() {
+                break;
+            }
         }
+    });
+    let (mut got_list, mut got_parse_error) = (false, false);
+    while !(got_list && got_parse_error) {
+        let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(10)) else {
+            break;
+        };
         let v: serde_json::Value = serde_json::from_str(&line).expect("JSON on stdout");
         if v["id"].is_null() && v["error"]["code"] == -32700 {
             got_parse_error = true;
@@ -152,7 +162,6 @@ fn malformed_input_gets_an_error_and_the_server_keeps_serving() {
         if v["id"] == 2 {
             assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 5);
             got_list = true;
-            break;
         }
     }
     assert!(

@@ -28,7 +28,7 @@ use crate::protocol::{
     ApiError, ClientEnv, UpRequest, WorldEnv, WorldOutcome, WorldRef, WorldStatus,
 };
 use crate::registry::WorldRow;
-use crate::slug::world_slug;
+use crate::slug::{env_key, world_slug};
 use crate::supervisor::{self, Handle, ServiceSpec, State, health};
 use crate::worktree;
 use indexmap::IndexMap;

@@ -66,18 +66,6 @@ pub(super) fn read_env_file(
     Ok(pairs)
 }
 
-pub(super) fn env_key(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 /// The error for a `${env.NAME}` with no value, at `key` (`services.db.admin_url`).
 pub(super) fn unset_env(key: &str, token: &str) -> ApiError {
     ApiError::new(format!("{key} uses {token}, which is not set"))
@@ -379,12 +367,11 @@ pub(super) fn base_env(
     );
     env.insert("BINKY_SERVICE".into(), service.to_owned());
     for (n, f) in &plan.facts {
-        let key = env_key(n);
         if let Some(p) = f.port {
-            env.insert(format!("BINKY_PORT_{key}"), p.to_string());
+            env.insert(crate::slug::port_var(n, ""), p.to_string());
         }
         for (pn, p) in &f.ports {
-            env.insert(format!("BINKY_PORT_{key}_{}", env_key(pn)), p.to_string());
+            env.insert(crate::slug::port_var(n, pn), p.to_string());
         }
     }
     if let Some(p) = plan.facts.get(service).and_then(|f| f.port) {

@@ -63,12 +63,7 @@ pub(crate) async fn verify(
     env.insert("BINKY_WORKTREE".into(), world_root.display().to_string());
     let ports = world_ports(d, w.id)?;
     for ((svc, name), port) in ports {
-        let key = if name.is_empty() {
-            format!("BINKY_PORT_{}", env_key(&svc))
-        } else {
-            format!("BINKY_PORT_{}_{}", env_key(&svc), env_key(&name))
-        };
-        env.insert(key, port.to_string());
+        env.insert(crate::slug::port_var(&svc, &name), port.to_string());
     }
     // The project's [env] last, as every process of the world gets it.
     for (k, v) in world_vars(&wf, &w.name)? {
