@@ -14,14 +14,13 @@ mod world;
 use crate::paths::Paths;
 use crate::platform;
 use crate::protocol::codec::{read_frame_async, write_frame_async};
-use crate::protocol::{
-    ApiError, Hello, PROTOCOL, Progress, ProxyMetrics, Reply, Request, VERSION, Welcome,
-};
+use crate::protocol::{ApiError, Hello, PROTOCOL, Progress, Reply, Request, VERSION, Welcome};
+use crate::proxy::ProxyCounters;
 use crate::registry::Registry;
 use anyhow::{Context, Result, bail};
 use events::{Event, EventLog};
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::BufReader;
@@ -98,26 +97,6 @@ impl ProgressTx {
     }
 }
 
-/// Proxy counters, updated lock-free by the proxy: one shard per proxy
-/// thread, each on its own cache line, so counting a request never makes
-/// the threads contend; readers sum the shards.
-#[derive(Default)]
-pub struct ProxyCounters {
-    shards: [CounterShard; crate::proxy::MAX_THREADS],
-}
-
-/// One proxy thread's counters.
-#[derive(Default)]
-#[repr(align(128))]
-pub struct CounterShard {
-    /// Requests handled.
-    pub requests: AtomicU64,
-    /// Response bytes sent.
-    pub bytes: AtomicU64,
-    /// Proxy errors.
-    pub errors: AtomicU64,
-}
-
 /// Waits (at most 2 s) until the proxy has tried to bind `port`.
 pub(crate) async fn wait_proxy_bound(d: &Daemon, port: u16) {
     let mut rx = d.proxy_bound.subscribe();
@@ -126,27 +105,6 @@ pub(crate) async fn wait_proxy_bound(d: &Daemon, port: u16) {
         rx.wait_for(|b| matches!(b, Some((p, _)) if *p == port)),
     )
     .await;
-}
-
-impl ProxyCounters {
-    /// The shard of proxy thread `i` (any `i`: it wraps).
-    pub fn shard(&self, i: usize) -> &CounterShard {
-        &self.shards[i % self.shards.len()]
-    }
-
-    fn snapshot(&self) -> ProxyMetrics {
-        let sum = |f: fn(&CounterShard) -> &AtomicU64| {
-            self.shards
-                .iter()
-                .map(|s| f(s).load(Ordering::Relaxed))
-                .sum()
-        };
-        ProxyMetrics {
-            requests: sum(|s| &s.requests),
-            bytes: sum(|s| &s.bytes),
-            errors: sum(|s| &s.errors),
-        }
-    }
 }
 
 impl Daemon {

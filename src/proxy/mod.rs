@@ -25,12 +25,13 @@
 //!   both hyper connections write head and body from one buffer.
 
 pub mod caddy;
+mod counters;
 mod limits;
 mod pages;
 
-use crate::daemon::ProxyCounters;
 use crate::supervisor::health;
 use bytes::Bytes;
+pub use counters::{CounterShard, ProxyCounters};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
