@@ -246,6 +246,9 @@ pub(super) fn check_cancelled(progress: &ProgressTx, name: &str) -> Result<(), A
     Ok(())
 }
 
+/// The stages of `up` after its worktree exists: ports, the plan, slices,
+/// processes by level. Each stage leaves what it made recorded, so a failure
+/// or a crash between them leaves nothing `gc` cannot find.
 pub(super) async fn bring_up(
     cx: &WorldCtx<'_>,
     loc: &Located,
@@ -253,16 +256,31 @@ pub(super) async fn bring_up(
     progress: &ProgressTx,
     notes: &mut Vec<String>,
 ) -> Result<(), ApiError> {
+    let allocated = reserve_ports(cx, progress, notes)?;
+    fault_point("up:ports");
+    check_cancelled(progress, cx.world)?;
+    let mut plan = make_plan(cx, loc, world_root, &allocated, notes).await?;
+    provision_slices(cx, &mut plan, progress).await?;
+    fault_point("up:provisioned");
+    start_processes(cx, &plan, progress).await
+}
+
+/// Ports: the world's whole map, reserved before anything starts (so every
+/// service can name every other's port). A port held outside Binky is
+/// skipped or moved, and said.
+fn reserve_ports(
+    cx: &WorldCtx<'_>,
+    progress: &ProgressTx,
+    notes: &mut Vec<String>,
+) -> Result<IndexMap<ports::PortKey, u16>, ApiError> {
     let WorldCtx {
         d,
         cfg,
         project,
         world: name,
-        slug,
         world_id,
         ..
     } = *cx;
-    // Ports: the whole map, before anything starts.
     let mut needs: Vec<ports::PortKey> = Vec::new();
     for (n, s) in &cfg.services {
         if s.has_port() {
@@ -272,17 +290,17 @@ pub(super) async fn bring_up(
             }
         }
     }
-    let running_ports: Vec<u16> = Vec::new();
     let mut port_notes = Vec::new();
     let allocated = {
         let mut reg = d.registry();
+        // Nothing of this world runs now (`up` stopped what was left).
         ports::allocate(
             reg.conn(),
             project,
             world_id,
             cfg.project.port_range,
             &needs,
-            &|p| running_ports.contains(&p),
+            &|_| false,
             &mut port_notes,
         )
         .map_err(|e| {
@@ -311,50 +329,91 @@ pub(super) async fn bring_up(
         None,
         format!("{} port(s) reserved", allocated.len()),
     );
-    fault_point("up:ports");
-    check_cancelled(progress, name)?;
+    Ok(allocated)
+}
 
+/// The plan every later stage renders with: the project's `env_file`, the
+/// facts tokens read (ports, URLs; slice addresses come as slices are
+/// made), and the HTTPS front when the project asks for it.
+async fn make_plan(
+    cx: &WorldCtx<'_>,
+    loc: &Located,
+    world_root: PathBuf,
+    allocated: &IndexMap<ports::PortKey, u16>,
+    notes: &mut Vec<String>,
+) -> Result<Plan, ApiError> {
+    let WorldCtx {
+        d,
+        cfg,
+        project,
+        world: name,
+        slug,
+        world_id,
+        ..
+    } = *cx;
     let main_root = loc.main_root();
     let mut project_env = Vec::new();
     if let Some(f) = &cfg.project.env_file {
         project_env = read_env_file(&world_root, &main_root, f)?;
     }
-
     if cfg.project.https
         && let Some(note) = ensure_https(d, project, name).await
     {
         notes.push(note);
     }
-    // Facts every token may read.
-    let facts = build_facts(d, cfg, project, name, slug, world_id, &allocated)?;
-    let mut plan = Plan {
+    let facts = build_facts(d, cfg, project, name, slug, world_id, allocated)?;
+    Ok(Plan {
         facts,
-        world_root: world_root.clone(),
+        config_note: config_differs(&world_root, &main_root, name),
+        world_root,
         project_env,
         home: d.paths.home().to_path_buf(),
         strict: true,
         slices_ready: false,
-        config_note: config_differs(&world_root, &main_root, name),
-    };
+    })
+}
 
-    // Slices, before any process that may use them.
-    for (n, s) in &cfg.services {
+/// Slices, before any process that may use them; each address joins the
+/// plan's facts as it is made.
+async fn provision_slices(
+    cx: &WorldCtx<'_>,
+    plan: &mut Plan,
+    progress: &ProgressTx,
+) -> Result<(), ApiError> {
+    for (n, s) in &cx.cfg.services {
         if let ServiceKind::Resource(r) = &s.kind {
-            check_cancelled(progress, name)?;
+            check_cancelled(progress, cx.world)?;
             progress.say("provision", Some(n), format!("{} slice for {n}", r.adapter));
-            let address = provision(cx, n, r, &plan, progress).await?;
+            let address = provision(cx, n, r, plan, progress).await?;
             let f = plan.facts.get_mut(n).expect("fact per service");
             f.host = host_of(&address);
             f.url = Some(address);
-            d.registry()
-                .service_state(world_id, n, "provisioned", None, false)
+            cx.d.registry()
+                .service_state(cx.world_id, n, "provisioned", None, false)
                 .map_err(internal)?;
         }
     }
-
     plan.slices_ready = true;
-    fault_point("up:provisioned");
-    // Processes, level by level; independent ones start together.
+    Ok(())
+}
+
+/// Processes, level by level; independent ones start together, and a level
+/// starts once the one before is ready. The first failure (or a cancel)
+/// stops the climb; services already started stay up for inspection.
+async fn start_processes(
+    cx: &WorldCtx<'_>,
+    plan: &Plan,
+    progress: &ProgressTx,
+) -> Result<(), ApiError> {
+    let WorldCtx {
+        d,
+        cfg,
+        project,
+        world: name,
+        slug,
+        world_id,
+        ..
+    } = *cx;
     let lv = levels(cfg);
     let mut handles: IndexMap<String, Arc<Handle>> = IndexMap::new();
     let log_dir = d.paths.world_logs(project, slug);
@@ -364,7 +423,7 @@ pub(super) async fn bring_up(
         for sname in level {
             let svc = &cfg.services[sname];
             let Some(p) = svc.process() else { continue };
-            let spec = process_spec(cx, sname, p, &plan, &log_dir)?;
+            let spec = process_spec(cx, sname, p, plan, &log_dir)?;
             progress.say("start", Some(sname), format!("starting {sname}"));
             // Intent first: the row says `starting` before a process exists.
             d.registry()
@@ -384,21 +443,9 @@ pub(super) async fn bring_up(
         }
         fault_point("up:started");
         for (sname, h, log) in started {
-            let mut watch = h.state.clone();
-            let settle = async {
-                loop {
-                    let s = watch.borrow_and_update().clone();
-                    if s.is_settled() {
-                        break s;
-                    }
-                    if watch.changed().await.is_err() {
-                        break watch.borrow().clone();
-                    }
-                }
-            };
             // A cancel does not wait for a slow health probe.
             let settled = tokio::select! {
-                s = settle => s,
+                s = settled(&h) => s,
                 _ = progress.until_cancelled() => {
                     failure.get_or_insert(cancelled_error(name));
                     break 'levels;
@@ -418,32 +465,7 @@ pub(super) async fn bring_up(
                     progress.say("ready", Some(&sname), format!("{sname}  finished (exit 0)"));
                 }
                 other => {
-                    let reason = match &other {
-                        State::Unhealthy { reason, .. } => format!("not healthy: {reason}"),
-                        State::Failed { reason } => reason.clone(),
-                        State::Stopped { exit } => exit.clone().unwrap_or_else(|| "stopped".into()),
-                        s => s.label().to_owned(),
-                    };
-                    // This run's output only: its first lines often say
-                    // the cause, its last where it stopped.
-                    let run = supervisor::logs::current_run(&log);
-                    let mut msg = format!("service `{sname}` failed to start: {reason}");
-                    if !run.is_empty() {
-                        msg.push_str(&format!(
-                            "\noutput of this run ({} line(s), in {}):\n{}",
-                            run.len(),
-                            log.display(),
-                            supervisor::logs::quote_head_tail(
-                                &run,
-                                FAILURE_HEAD_LINES,
-                                FAILURE_LOG_LINES
-                            )
-                        ));
-                    }
-                    failure.get_or_insert(
-                        ApiError::new(msg.trim_end().to_owned())
-                            .hint(with_config_note(format!("`binky logs {name} {sname}` shows its output; services already started stay up for inspection"), &plan)),
-                    );
+                    failure.get_or_insert(start_failure(name, &sname, &other, &log, plan));
                 }
             }
         }
@@ -471,4 +493,46 @@ pub(super) async fn bring_up(
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// The supervisor's first settled state for a service just started
+/// (running, or given up on).
+async fn settled(h: &Handle) -> State {
+    let mut watch = h.state.clone();
+    loop {
+        let s = watch.borrow_and_update().clone();
+        if s.is_settled() {
+            return s;
+        }
+        if watch.changed().await.is_err() {
+            return watch.borrow().clone();
+        }
+    }
+}
+
+/// The error for a service that did not start: why, then this run's output
+/// only (its first lines often say the cause, its last where it stopped).
+fn start_failure(world: &str, service: &str, state: &State, log: &Path, plan: &Plan) -> ApiError {
+    let reason = match state {
+        State::Unhealthy { reason, .. } => format!("not healthy: {reason}"),
+        State::Failed { reason } => reason.clone(),
+        State::Stopped { exit } => exit.clone().unwrap_or_else(|| "stopped".into()),
+        s => s.label().to_owned(),
+    };
+    let run = supervisor::logs::current_run(log);
+    let mut msg = format!("service `{service}` failed to start: {reason}");
+    if !run.is_empty() {
+        msg.push_str(&format!(
+            "\noutput of this run ({} line(s), in {}):\n{}",
+            run.len(),
+            log.display(),
+            supervisor::logs::quote_head_tail(&run, FAILURE_HEAD_LINES, FAILURE_LOG_LINES)
+        ));
+    }
+    ApiError::new(msg.trim_end().to_owned()).hint(with_config_note(
+        format!(
+            "`binky logs {world} {service}` shows its output; services already started stay up for inspection"
+        ),
+        plan,
+    ))
 }
