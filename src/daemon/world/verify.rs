@@ -13,7 +13,6 @@ pub(crate) async fn verify(
     client_env: ClientEnv,
     progress: &ProgressTx,
 ) -> Result<crate::protocol::VerifyReport, ApiError> {
-    use tokio::io::AsyncBufReadExt;
     let loc = locate(d, &wref)?;
     let w = find_world(d, &loc, &wref.name)?;
     let wf = world_facts(d, &loc, &w, &client_env).await?;
@@ -27,48 +26,9 @@ pub(crate) async fn verify(
     }
     // Every command rendered (no `self` here) before the first runs: an
     // unset variable fails the verify, not one of its checks.
-    let commands: Vec<(String, String)> = {
-        let env_fn = lookup_env(&wf.project_env, &wf.env);
-        let fx = facts_for(cfg, &w.name, world_root, &wf.facts, &env_fn);
-        cfg.agents
-            .verify
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                Ok((
-                    c.clone(),
-                    render_strict(c, &format!("agents.verify[{i}]"), None, &fx)?,
-                ))
-            })
-            .collect::<Result<_, ApiError>>()?
-    };
+    let commands = verify_commands(&wf, &w.name)?;
+    let env = verify_env(d, &loc, &w, &wf)?;
     let client_env = wf.env.clone();
-    let mut env: IndexMap<String, String> = if client_env.0.is_empty() {
-        std::env::vars().collect()
-    } else {
-        client_env.0.iter().cloned().collect()
-    };
-    for (k, v) in &wf.project_env {
-        env.insert(k.clone(), v.clone());
-    }
-    for (svc, value) in &exposed_of(&wf) {
-        env.insert(format!("{}_URL", env_key(svc)), value.clone());
-    }
-    env.insert(
-        crate::paths::HOME_ENV.into(),
-        d.paths.home().display().to_string(),
-    );
-    env.insert("BINKY_PROJECT".into(), loc.name.clone());
-    env.insert("BINKY_WORLD".into(), w.name.clone());
-    env.insert("BINKY_WORKTREE".into(), world_root.display().to_string());
-    let ports = world_ports(d, w.id)?;
-    for ((svc, name), port) in ports {
-        env.insert(crate::slug::port_var(&svc, &name), port.to_string());
-    }
-    // The project's [env] last, as every process of the world gets it.
-    for (k, v) in world_vars(&wf, &w.name)? {
-        env.insert(k, v);
-    }
     let commit = worktree::head_commit(Path::new(&w.path));
     // A result is for a commit only when nothing else was in the worktree.
     let uncommitted: Vec<String> = {
@@ -91,66 +51,8 @@ pub(crate) async fn verify(
         }
         progress.say("verify", None, format!("$ {cmd}"));
         let t0 = std::time::Instant::now();
-        let child = crate::platform::command("/bin/sh")
-            .arg("-c")
-            .arg(format!("exec 2>&1; {rendered}"))
-            .current_dir(world_root)
-            .env_clear()
-            .envs(env.iter())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            // Its own group, recorded before it can outlive us: a daemon
-            // that dies mid-verify stops the whole group on restart.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn();
-        let (code, ok) = match child {
-            Ok(mut child) => {
-                if let Some(pid) = child.id() {
-                    let start = crate::platform::process_start_time(pid).unwrap_or(0);
-                    d.registry()
-                        .set_verify_running(w.id, Some((pid, start)))
-                        .map_err(internal)?;
-                    fault_point("verify:running");
-                }
-                let run = async {
-                    if let Some(out) = child.stdout.take() {
-                        let mut lines = tokio::io::BufReader::new(out).lines();
-                        while let Ok(Some(line)) = lines.next_line().await {
-                            progress.say("output", None, line);
-                        }
-                    }
-                    child.wait().await
-                };
-                tokio::select! {
-                    st = run => match st {
-                        Ok(st) => (st.code(), st.success()),
-                        Err(_) => (None, false),
-                    },
-                    // Cancelled by the caller: the command's whole group
-                    // stops, and so does the run.
-                    _ = progress.until_cancelled() => {
-                        if let Some(pid) = child.id() {
-                            supervisor::stop_pgid(
-                                pid,
-                                "SIGTERM",
-                                std::time::Duration::from_secs(2),
-                                crate::platform::wait_exit(pid),
-                            )
-                            .await;
-                        }
-                        let _ = child.wait().await;
-                        progress.say("output", None, "cancelled".into());
-                        cancelled = true;
-                        (None, false)
-                    }
-                }
-            }
-            Err(e) => {
-                progress.say("output", None, format!("cannot run: {e}"));
-                (None, false)
-            }
-        };
+        let (code, ok, stopped) = run_check(d, w.id, rendered, world_root, &env, progress).await?;
+        cancelled |= stopped;
         d.registry()
             .set_verify_running(w.id, None)
             .map_err(internal)?;
@@ -193,4 +95,135 @@ pub(crate) async fn verify(
         uncommitted,
         duration_ms,
     })
+}
+
+/// `[agents] verify`, each command with its rendering (no `self`).
+///
+/// # Errors
+/// A command uses an unset `${env.NAME}` (or a fact with no value).
+fn verify_commands(wf: &WorldFacts, world: &str) -> Result<Vec<(String, String)>, ApiError> {
+    let env_fn = lookup_env(&wf.project_env, &wf.env);
+    let fx = facts_for(&wf.cfg, world, &wf.world_root, &wf.facts, &env_fn);
+    wf.cfg
+        .agents
+        .verify
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            Ok((
+                c.clone(),
+                render_strict(c, &format!("agents.verify[{i}]"), None, &fx)?,
+            ))
+        })
+        .collect()
+}
+
+/// The environment each check runs with: the world's (the caller's shell,
+/// then what its last `up` had), the project's `env_file`, each exposed
+/// service's `<SVC>_URL`, Binky's own variables and ports, and `[env]`
+/// last, as every process of the world gets it.
+fn verify_env(
+    d: &Daemon,
+    loc: &Located,
+    w: &WorldRow,
+    wf: &WorldFacts,
+) -> Result<IndexMap<String, String>, ApiError> {
+    let mut env: IndexMap<String, String> = if wf.env.0.is_empty() {
+        std::env::vars().collect()
+    } else {
+        wf.env.0.iter().cloned().collect()
+    };
+    for (k, v) in &wf.project_env {
+        env.insert(k.clone(), v.clone());
+    }
+    for (svc, value) in &exposed_of(wf) {
+        env.insert(format!("{}_URL", env_key(svc)), value.clone());
+    }
+    env.insert(
+        crate::paths::HOME_ENV.into(),
+        d.paths.home().display().to_string(),
+    );
+    env.insert("BINKY_PROJECT".into(), loc.name.clone());
+    env.insert("BINKY_WORLD".into(), w.name.clone());
+    env.insert("BINKY_WORKTREE".into(), wf.world_root.display().to_string());
+    for ((svc, name), port) in world_ports(d, w.id)? {
+        env.insert(crate::slug::port_var(&svc, &name), port.to_string());
+    }
+    for (k, v) in world_vars(wf, &w.name)? {
+        env.insert(k, v);
+    }
+    Ok(env)
+}
+
+/// Runs one check through the shell in its own process group (recorded
+/// before it can outlive the daemon: a daemon that dies mid-verify stops
+/// the whole group on restart), streaming its output as progress. Returns
+/// its exit code, whether it passed, and whether the caller cancelled it
+/// (its whole group is then stopped).
+async fn run_check(
+    d: &Daemon,
+    world_id: i64,
+    rendered: &str,
+    cwd: &Path,
+    env: &IndexMap<String, String>,
+    progress: &ProgressTx,
+) -> Result<(Option<i32>, bool, bool), ApiError> {
+    use tokio::io::AsyncBufReadExt;
+    let child = crate::platform::command("/bin/sh")
+        .arg("-c")
+        .arg(format!("exec 2>&1; {rendered}"))
+        .current_dir(cwd)
+        .env_clear()
+        .envs(env.iter())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            progress.say("output", None, format!("cannot run: {e}"));
+            return Ok((None, false, false));
+        }
+    };
+    if let Some(pid) = child.id() {
+        let start = crate::platform::process_start_time(pid).unwrap_or(0);
+        d.registry()
+            .set_verify_running(world_id, Some((pid, start)))
+            .map_err(internal)?;
+        fault_point("verify:running");
+    }
+    let stdout = child.stdout.take();
+    // Output, then the exit, both inside the race with a cancel: a check
+    // that closed its output but runs on is still stopped by one.
+    let run = async {
+        if let Some(out) = stdout {
+            let mut lines = tokio::io::BufReader::new(out).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                progress.say("output", None, line);
+            }
+        }
+        child.wait().await
+    };
+    tokio::select! {
+        st = run => match st {
+            Ok(st) => Ok((st.code(), st.success(), false)),
+            Err(_) => Ok((None, false, false)),
+        },
+        _ = progress.until_cancelled() => {
+            if let Some(pid) = child.id() {
+                supervisor::stop_pgid(
+                    pid,
+                    "SIGTERM",
+                    std::time::Duration::from_secs(2),
+                    crate::platform::wait_exit(pid),
+                )
+                .await;
+            }
+            let _ = child.wait().await;
+            progress.say("output", None, "cancelled".into());
+            Ok((None, false, true))
+        }
+    }
 }
