@@ -8,7 +8,7 @@
 mod schema;
 mod worlds;
 
-pub use worlds::{RouteRow, SliceRow, WorldRow};
+pub use worlds::{OrphanSlice, RouteRow, SliceRow, WorldRow};
 
 use crate::protocol::{ProjectStatus, ServiceStatus, Settings, StatusReport, WorldStatus};
 use indexmap::IndexMap;

@@ -38,6 +38,21 @@ pub struct SliceRow {
     pub migrated_key: Option<String>,
 }
 
+/// A slice `gc` may sweep (see [`Registry::orphan_slices`]).
+#[derive(Debug, Clone)]
+pub struct OrphanSlice {
+    /// Its project's name.
+    pub project: String,
+    /// The resource service's name.
+    pub service: String,
+    /// Adapter name.
+    pub adapter: String,
+    /// Slice name.
+    pub slice: String,
+    /// `provisioning` or `teardown`.
+    pub state: String,
+}
+
 impl Registry {
     /// A project's root folder by name.
     pub fn project_root(&self, name: &str) -> Result<Option<String>, RegistryError> {
@@ -284,6 +299,57 @@ impl Registry {
                     migrated_key: r.get(4)?,
                 })
             })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Slices `gc` may sweep: not live, and their world gone or idle (no
+    /// verb under way, not starting) — what an interrupted provision or
+    /// teardown left.
+    pub fn orphan_slices(&self) -> Result<Vec<OrphanSlice>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT s.project, s.service, s.adapter, s.slice, s.state FROM slices s
+                 WHERE s.state <> 'live' AND (s.world_id IS NULL
+                   OR NOT EXISTS (SELECT 1 FROM worlds w WHERE w.id = s.world_id)
+                   OR EXISTS (SELECT 1 FROM worlds w WHERE w.id = s.world_id AND w.intent IS NULL AND w.state <> 'starting'))",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(OrphanSlice {
+                    project: r.get(0)?,
+                    service: r.get(1)?,
+                    adapter: r.get(2)?,
+                    slice: r.get(3)?,
+                    state: r.get(4)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Every project: (id, name, root folder).
+    pub fn projects(&self) -> Result<Vec<(i64, String, String)>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id, name, root FROM projects")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// The worktree paths of a project's worlds.
+    pub fn world_paths(&self, project_id: i64) -> Result<Vec<String>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT path FROM worlds WHERE project_id = ?1")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([project_id], |r| r.get(0))
             .map_err(|e| self.err(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
