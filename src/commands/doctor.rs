@@ -106,6 +106,19 @@ pub fn run(args: &JsonArgs) -> ExitCode {
                     format!("pid {}, version {}", c.welcome.pid, c.welcome.version),
                     None,
                 ));
+                if crate::platform::runs_replaced_binary(c.welcome.pid) {
+                    // Same version string, but the file it runs is gone: a
+                    // rebuild or reinstall since it started.
+                    checks.push(check(
+                        "daemon binary",
+                        "warn",
+                        format!(
+                            "pid {} runs a binky binary that was replaced or deleted since it started",
+                            c.welcome.pid
+                        ),
+                        Some("binky daemon stop (services keep running; the next command starts the new binary, which adopts them)".into()),
+                    ));
+                }
                 if let Ok(Response::Settings(s)) = c.request(&Request::Config) {
                     let answering =
                         std::net::TcpStream::connect(("127.0.0.1", s.proxy_port)).is_ok();

@@ -60,23 +60,29 @@ fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
     let mut client = Client::connect_or_start(&paths).map_err(|e| fail_json(json, &e))?;
     // Ctrl-C during `up`/`reload` cancels it in the daemon, which stops what
     // it started; a second Ctrl-C stops waiting for that.
-    let cancelled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // SIGTERM and SIGHUP (a closed terminal, `timeout`) cancel the same way;
+    // the exit status then says which signal (128 + its number).
+    let cancelled = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
     if matches!(req, Request::Up(_) | Request::Reload(_)) {
         let canceller = client.canceller().map_err(|e| fail_json(json, &e))?;
         let (flag, verb, name) = (cancelled.clone(), req.verb(), world_name(&req));
-        crate::platform::on_interrupt(move |n| {
+        crate::platform::on_interrupt(move |n, sig| {
+            use std::io::Write;
             if n == 1 {
-                flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                anstream::eprintln!(
-                    "\r\x1b[2K{} cancelling `{verb} {name}`: stopping what it started (Ctrl-C again to stop waiting)",
-                    paint(DIM, "^C")
-                );
+                flag.store(sig, std::sync::atomic::Ordering::SeqCst);
+                // The daemon first: after a SIGHUP the terminal may be gone.
                 canceller.cancel();
+                let _ = writeln!(
+                    anstream::stderr(),
+                    "\r\x1b[2K{} cancelling `{verb} {name}`: stopping what it started (Ctrl-C again to stop waiting)",
+                    paint(DIM, if sig == 2 { "^C" } else { "signal" })
+                );
             } else {
-                anstream::eprintln!(
+                let _ = writeln!(
+                    anstream::stderr(),
                     "not waiting: the daemon finishes cancelling `{verb} {name}`; `binky status` shows it"
                 );
-                std::process::exit(130);
+                std::process::exit(128 + sig);
             }
         });
     }
@@ -86,9 +92,10 @@ fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
     match res {
         Ok(Response::World(o)) => Ok(o),
         Ok(other) => Err(super::unexpected(&other)),
-        Err(e) if cancelled.load(std::sync::atomic::Ordering::SeqCst) => {
+        Err(e) if cancelled.load(std::sync::atomic::Ordering::SeqCst) != 0 => {
             fail_json(json, &e);
-            Err(ExitCode::from(130))
+            let sig = cancelled.load(std::sync::atomic::Ordering::SeqCst);
+            Err(ExitCode::from(u8::try_from(128 + sig).unwrap_or(130)))
         }
         Err(e) => Err(fail_json(json, &e)),
     }

@@ -4,7 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The local stream type the CLI uses (blocking).
 pub type ClientStream = std::os::unix::net::UnixStream;
@@ -278,24 +278,27 @@ pub fn find_executable(
     })
 }
 
-/// Runs `on_interrupt(n)` on a thread of its own for the `n`-th Ctrl-C
-/// (SIGINT) from now on, instead of the default of ending the process. The
-/// signal is blocked in the calling thread (and so in threads it starts
-/// later) and taken with `sigwait` by the new one, so the handler may do
-/// anything (write to a socket, print). For a CLI that must tell its daemon
-/// before it goes.
-pub fn on_interrupt(mut on_interrupt: impl FnMut(u32) + Send + 'static) {
+/// Runs `on_interrupt(n, signo)` on a thread of its own for the `n`-th
+/// interruption from now on — Ctrl-C (SIGINT), SIGTERM (`timeout`, a CI
+/// runner cancelling) or SIGHUP (the terminal closed) — instead of the
+/// default of ending the process. The signals are blocked in the calling
+/// thread (and so in threads it starts later) and taken with `sigwait` by
+/// the new one, so the handler may do anything (write to a socket, print).
+/// For a CLI that must tell its daemon before it goes.
+pub fn on_interrupt(mut on_interrupt: impl FnMut(u32, i32) + Send + 'static) {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();
     set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGHUP);
     if set.thread_block().is_err() {
         return;
     }
     std::thread::spawn(move || {
         let mut n = 0;
-        while set.wait().is_ok() {
+        while let Ok(sig) = set.wait() {
             n += 1;
-            on_interrupt(n);
+            on_interrupt(n, sig as i32);
         }
     });
 }
@@ -711,4 +714,26 @@ pub async fn wait_exit(pid: u32) {
     while process_start_time(pid).is_some() {
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
+}
+
+/// The running binary, to start helper processes of its own (`binky
+/// log-writer`): `/proc/self/exe`, which still names this very binary when
+/// the file on disk was replaced or deleted (a reinstall or `cargo build`
+/// while the daemon runs), where the path [`std::env::current_exe`] gives
+/// ends in ` (deleted)` and cannot be run.
+pub fn self_exe() -> std::io::Result<PathBuf> {
+    let proc_self = PathBuf::from("/proc/self/exe");
+    if proc_self.exists() {
+        Ok(proc_self)
+    } else {
+        std::env::current_exe()
+    }
+}
+
+/// Whether process `pid` runs a binary whose file was replaced or deleted
+/// since it started (`/proc/<pid>/exe` reads `… (deleted)`): a daemon from
+/// before a reinstall.
+pub fn runs_replaced_binary(pid: u32) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .is_ok_and(|p| p.to_string_lossy().ends_with(" (deleted)"))
 }

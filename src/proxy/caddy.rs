@@ -91,19 +91,21 @@ impl Caddy {
         // Through Binky's log writer, so caddy.log rolls by size and
         // follows its name like every other log.
         let log = dir.join("caddy.log");
-        let (out, err): (std::process::Stdio, std::process::Stdio) = match std::env::current_exe() {
-            Ok(binky) => {
-                let (w, _writer) = crate::supervisor::logs::spawn_writer(&binky, &log)
-                    .map_err(|e| e.to_string())?;
-                let w2 = w.try_clone().map_err(|e| e.to_string())?;
-                (w.into(), w2.into())
-            }
-            Err(_) => {
-                let f = crate::supervisor::logs::open_append(&log).map_err(|e| e.to_string())?;
-                let f2 = f.try_clone().map_err(|e| e.to_string())?;
-                (f.into(), f2.into())
-            }
-        };
+        let (out, err): (std::process::Stdio, std::process::Stdio) =
+            match crate::platform::self_exe() {
+                Ok(binky) => {
+                    let (w, _writer) = crate::supervisor::logs::spawn_writer(&binky, &log)
+                        .map_err(|e| e.to_string())?;
+                    let w2 = w.try_clone().map_err(|e| e.to_string())?;
+                    (w.into(), w2.into())
+                }
+                Err(_) => {
+                    let f =
+                        crate::supervisor::logs::open_append(&log).map_err(|e| e.to_string())?;
+                    let f2 = f.try_clone().map_err(|e| e.to_string())?;
+                    (f.into(), f2.into())
+                }
+            };
         let mut child = crate::platform::command(exe)
             .args(["run", "--adapter", "caddyfile", "--config"])
             .arg(&file)

@@ -69,6 +69,34 @@ fn ctrl_c_during_up_cancels_it_in_the_daemon_and_says_so() {
 }
 
 #[test]
+fn sigterm_or_sighup_to_up_cancels_it_too_with_the_signals_exit_status() {
+    for (sig, code) in [("TERM", 143), ("HUP", 129)] {
+        let home = Home::new();
+        let marker = format!("CANCEL{sig}{}", std::process::id());
+        let repo = slow_world(&format!("cancel{}", sig.to_lowercase()), &marker);
+        home.ok(&["daemon", "start"]);
+        let child = repo
+            .cmd(&home, &["up", "x"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(Duration::from_secs(10), || !pids_with(&marker).is_empty()),
+            "the service never started"
+        );
+        let _ = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &child.id().to_string()])
+            .status();
+        let out = Out(child.wait_with_output().unwrap());
+        assert_eq!(out.code(), code, "SIG{sig}: {out}");
+        assert!(out.stderr().contains("was cancelled"), "SIG{sig}: {out}");
+        assert_cancelled_cleanly(&repo, &home, &marker);
+        repo.ok(&home, &["remove", "x", "--force"]);
+    }
+}
+
+#[test]
 fn an_mcp_client_cancelling_up_cancels_it_in_the_daemon() {
     let home = Home::new();
     let marker = format!("CANCELMCP{}", std::process::id());

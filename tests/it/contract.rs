@@ -420,3 +420,55 @@ fn the_readme_quick_start_works_as_written() {
     let removed = binky(&["-p", "examples/hello", "remove", "try-it"]);
     assert!(removed.stdout().contains("✓ removed: try-it"), "{removed}");
 }
+
+#[test]
+fn a_daemon_whose_binary_was_replaced_still_starts_services_and_doctor_says_so() {
+    let home = Home::new();
+    // A daemon started from a copy of the binary, which is then deleted (a
+    // rebuild or reinstall while it runs).
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("binky");
+    std::fs::copy(binky_exe(), &copy).unwrap();
+    let probe = home.cmd(&[]);
+    let mut start = std::process::Command::new(&copy);
+    start.args(["daemon", "start"]);
+    for (k, v) in probe.get_envs() {
+        match v {
+            Some(v) => start.env(k, v),
+            None => start.env_remove(k),
+        };
+    }
+    let started = Out(start.output().unwrap());
+    assert_eq!(started.code(), 0, "{started}");
+    std::fs::remove_file(&copy).unwrap();
+    let repo = Repo::new(&format!(
+        "{}{}",
+        project_header("replaced", 2),
+        http_service("web", "")
+    ));
+    // Its services' log writers are started from the binary it runs.
+    repo.ok(&home, &["up", "x"]);
+    let log = home.file("logs/replaced/x/web.log");
+    assert!(
+        wait_until(Duration::from_secs(10), || std::fs::read_to_string(&log)
+            .is_ok_and(|t| t.contains("\"GET / HTTP/1.1\" 200"))),
+        "the service's output never reached its log"
+    );
+    let doctor = repo.run(&home, &["doctor", "--json"]).json();
+    let check = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "daemon binary")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(check["status"], "warn", "{doctor}");
+    assert!(
+        check["fix"]
+            .as_str()
+            .unwrap_or("")
+            .contains("binky daemon stop"),
+        "{check}"
+    );
+    repo.ok(&home, &["remove", "x", "--force"]);
+}

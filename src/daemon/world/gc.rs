@@ -43,7 +43,10 @@ async fn sweep_slices(
         let item = |outcome: String| SweepItem {
             kind: "slice".into(),
             what: format!("{} {}", o.adapter, o.slice),
-            why: format!("left in state `{}` by an interrupted operation", o.state),
+            why: format!(
+                "left in state `{}` by an operation that did not finish (interrupted or failed)",
+                o.state
+            ),
             outcome,
         };
         let r = if dry_run {

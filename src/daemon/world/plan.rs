@@ -495,6 +495,6 @@ pub(super) fn process_spec(
         stop_timeout: p.stop_timeout,
         watch: p.watch.clone(),
         watch_root: plan.world_root.clone(),
-        log_writer: std::env::current_exe().ok(),
+        log_writer: crate::platform::self_exe().ok(),
     })
 }
