@@ -1,10 +1,61 @@
 use binky::cli::{Cli, Command, DaemonAction};
-use clap::Parser;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
+/// Parses the arguments. Two things clap cannot know before it has parsed
+/// them are read off the raw arguments first: `--color never` (or
+/// `NO_COLOR`) also keeps `--help` and usage errors plain, and with `--json`
+/// a usage error is printed as `{"error": {"message", "hint"}}` on stdout
+/// (exit 2), as every other error of a `--json` caller is.
+fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let json = args.iter().any(|a| a == "--json");
+    let never = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+        || args.iter().any(|a| a == "--color=never")
+        || args
+            .windows(2)
+            .any(|w| w[0] == "--color" && w[1] == "never");
+    let mut cmd = Cli::command();
+    if never {
+        cmd = cmd.color(clap::ColorChoice::Never);
+    }
+    let shown = |e: clap::Error| -> ! {
+        use clap::error::ErrorKind;
+        let informative = matches!(
+            e.kind(),
+            ErrorKind::DisplayHelp
+                | ErrorKind::DisplayVersion
+                | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        );
+        if json && !informative {
+            let text = e.render().to_string();
+            // The error's own words, before clap's usage and tip lines.
+            let message = text
+                .split("\n\n")
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            let body = serde_json::json!({
+                "error": { "message": message, "hint": "see `binky --help` or `binky <command> --help`" }
+            });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&body).unwrap_or_default()
+            );
+            std::process::exit(2);
+        }
+        e.exit()
+    };
+    let matches = cmd.try_get_matches_from(&args).unwrap_or_else(|e| shown(e));
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| shown(e))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     binky::output::init(cli.color);
     let is_daemon = matches!(
         &cli.command,

@@ -335,3 +335,74 @@ fn every_test_that_can_skip_shows_its_output() {
         "add these to .config/nextest.toml's skip override: {missing:?}"
     );
 }
+
+#[test]
+fn with_json_a_usage_error_is_json_on_stdout_and_nothing_else() {
+    let home = Home::new();
+    for args in [
+        &["up", "--json"][..],
+        &["env", "x", "--json", "--dotenv"][..],
+        &["status", "--json", "--no-such-flag"][..],
+    ] {
+        let out = home.run(args);
+        assert_eq!(out.code(), 2, "binky {args:?}: {out}");
+        assert!(out.stderr().is_empty(), "binky {args:?}: {out}");
+        let v = out.json();
+        let msg = v["error"]["message"].as_str().unwrap_or("");
+        assert!(!msg.is_empty() && !msg.contains('\n'), "{v}");
+        assert!(v["error"]["hint"].as_str().is_some(), "{v}");
+    }
+    // The required argument is named in the message.
+    let v = home.run(&["up", "--json"]).json();
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("<NAME>"),
+        "{v}"
+    );
+}
+
+#[test]
+fn color_never_keeps_help_plain_on_a_terminal() {
+    // On a pseudo-terminal clap would colour --help; `--color never` must
+    // stop it as it stops Binky's own output.
+    let script = r#"
+import os, pty, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.environ.pop("NO_COLOR", None)
+    os.execv(sys.argv[1], sys.argv[1:])
+out = b""
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    out += chunk
+os.waitpid(pid, 0)
+sys.stdout.write(out.decode("utf-8", "replace"))
+"#;
+    let run = |extra: &[&str]| {
+        let mut c = std::process::Command::new("python3");
+        c.arg("-c").arg(script).arg(binky_exe()).args(extra);
+        c.env_remove("NO_COLOR");
+        String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
+    };
+    let coloured = run(&["--color", "always", "--help"]);
+    assert!(coloured.contains("Usage"), "{coloured}");
+    // The terminal is real enough to be coloured (else this test proves
+    // nothing).
+    assert!(
+        coloured.contains('\u{1b}'),
+        "no colour even asked: {coloured:?}"
+    );
+    let plain = run(&["--color", "never", "--help"]);
+    assert!(plain.contains("Usage"), "{plain}");
+    assert!(
+        !plain.contains('\u{1b}'),
+        "escape codes with --color never: {plain:?}"
+    );
+    let usage = run(&["--color", "never", "up"]);
+    assert!(usage.contains("required"), "{usage}");
+    assert!(!usage.contains('\u{1b}'), "{usage:?}");
+}
