@@ -342,6 +342,22 @@ impl Registry {
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
+    /// The name of the world of `project_id` whose worktree is `path`.
+    pub fn world_with_path(
+        &self,
+        project_id: i64,
+        path: &str,
+    ) -> Result<Option<String>, RegistryError> {
+        self.conn
+            .query_row(
+                "SELECT name FROM worlds WHERE project_id = ?1 AND path = ?2",
+                rusqlite::params![project_id, path],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     /// The worktree paths of a project's worlds.
     pub fn world_paths(&self, project_id: i64) -> Result<Vec<String>, RegistryError> {
         let mut stmt = self

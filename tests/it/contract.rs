@@ -472,3 +472,62 @@ fn a_daemon_whose_binary_was_replaced_still_starts_services_and_doctor_says_so()
     );
     repo.ok(&home, &["remove", "x", "--force"]);
 }
+
+#[test]
+fn a_name_whose_folder_another_world_uses_is_refused_naming_that_world() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n",
+        project_header("clash", 1)
+    ));
+    repo.ok(&home, &["up", "feat/a"]);
+    let slug = repo.worlds(&home)["feat/a"]["slug"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // A second name that slugs to the same folder.
+    let out = repo.run(&home, &["up", &slug]);
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(
+        out.stderr().contains("is the worktree of world `feat/a`"),
+        "{out}"
+    );
+    assert!(!repo.worlds(&home).contains_key(&slug));
+    assert_eq!(repo.worlds(&home)["feat/a"]["state"], "running");
+}
+
+#[test]
+fn a_service_that_fails_its_probe_is_not_served_at_its_url_but_stays_for_inspection() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.web]\ncmd = \"exec python3 -m http.server ${{self.port}} --bind 127.0.0.1\"\nurl = \"web\"\nhealth = {{ http = \"/no-such-page\", timeout = \"1s\", interval = \"100ms\" }}\n",
+        project_header("badprobe", 2)
+    );
+    let repo = Repo::new(&toml);
+    let out = repo.run(&home, &["up", "x"]);
+    assert_eq!(out.code(), 1, "{out}");
+    let w = &repo.worlds(&home)["x"];
+    assert_eq!(w["state"], "failed", "{w}");
+    let own_port = w["services"][0]["port"].as_u64().unwrap() as u16;
+    let get = |port: u16, host: &str| {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        std::io::Write::write_all(
+            &mut c,
+            format!("GET / HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let mut reply = String::new();
+        let _ = std::io::Read::read_to_string(&mut c, &mut reply);
+        reply
+    };
+    // Its own port answers (inspect it there)…
+    assert!(get(own_port, "localhost").starts_with("HTTP/1.0 200"));
+    // …its URL does not pretend the world is up.
+    let proxy = home.ok(&["config", "--json"]).json()["proxy_port"]
+        .as_u64()
+        .unwrap() as u16;
+    let via = get(proxy, "web.x.badprobe.localhost");
+    assert!(!via.starts_with("HTTP/1.1 200"), "{via}");
+    assert!(via.contains("failed"), "{via}");
+    repo.ok(&home, &["remove", "x", "--force"]);
+}

@@ -95,6 +95,23 @@ pub(super) async fn up_locked(
     .await
     .map_err(internal)?
     .map_err(|e| {
+        // A folder another world of this project uses: say whose it is
+        // (two names can share a slug-shaped folder name).
+        if let worktree::WorktreeError::PathTaken(p) = &e
+            && let Some(other) = d
+                .registry()
+                .world_with_path(project_id, &p.display().to_string())
+                .ok()
+                .flatten()
+        {
+            return ApiError::new(format!(
+                "{} is the worktree of world `{other}`, whose folder name `{name}` would take",
+                p.display()
+            ))
+            .hint(format!(
+                "pick another name; `binky status .` lists this project's worlds (`{other}` is one)"
+            ));
+        }
         let hint = match &e {
             worktree::WorktreeError::CheckedOutElsewhere { .. } => {
                 "switch that checkout to another branch, or run `binky up` with a different name"
@@ -466,6 +483,12 @@ async fn start_processes(
                 }
                 other => {
                     failure.get_or_insert(start_failure(name, &sname, &other, &log, plan));
+                    // One whose probe never passed stays up for inspection
+                    // (its own port still answers), but not at its URL: the
+                    // proxy must not serve a failed world as if it were up.
+                    if matches!(other, State::Unhealthy { .. }) {
+                        d.routes.set_state(project, name, &sname, "failed");
+                    }
                 }
             }
         }
