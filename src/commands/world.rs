@@ -70,13 +70,15 @@ fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
             use std::io::Write;
             if n == 1 {
                 flag.store(sig, std::sync::atomic::Ordering::SeqCst);
-                // The daemon first: after a SIGHUP the terminal may be gone.
-                canceller.cancel();
+                // Said before the daemon is told, so it is never missing
+                // from the output; after a SIGHUP the terminal may be gone,
+                // so a failed write is ignored, never a panic.
                 let _ = writeln!(
                     anstream::stderr(),
                     "\r\x1b[2K{} cancelling `{verb} {name}`: stopping what it started (Ctrl-C again to stop waiting)",
                     paint(DIM, if sig == 2 { "^C" } else { "signal" })
                 );
+                canceller.cancel();
             } else {
                 let _ = writeln!(
                     anstream::stderr(),

@@ -57,6 +57,13 @@ pub(super) fn no_adapter(service: &str, name: &str) -> ApiError {
     ))
 }
 
+/// Makes (or keeps) service `service`'s slice for the world and returns its
+/// address: a live slice is kept with its data (its schema caught up with
+/// the branch when the branch moved); otherwise the slice is recorded as
+/// `provisioning` first (a crash leaves a row `gc` can sweep), then cloned
+/// from the golden template where the adapter can, else provisioned,
+/// migrated and seeded, and recorded `live` with the key it was migrated
+/// at. A failure drops the slice and its record.
 pub(super) async fn provision(
     cx: &WorldCtx<'_>,
     service: &str,
@@ -75,16 +82,6 @@ pub(super) async fn provision(
     } = *cx;
     let adapter =
         adapter_for(&r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
-    // Where the branch's migrations are: a slice migrated at another key
-    // catches up (see golden::migrate_key).
-    let world_key = r.migrate.as_deref().map(|m| {
-        golden::migrate_key(
-            m,
-            &r.clone_inputs,
-            &plan.world_root,
-            worktree::head_commit(&plan.world_root).as_deref(),
-        )
-    });
     let env_fn = lookup_env(&plan.project_env, client_env);
     let admin_url = render_admin_url(
         cfg,
@@ -105,45 +102,44 @@ pub(super) async fn provision(
         admin_url.clone(),
         client_env,
     );
+    let log = d
+        .paths
+        .world_logs(project, slug)
+        .join(format!("{service}.log"));
+    let p = Provisioning {
+        cx,
+        job: SliceJob {
+            service,
+            r,
+            log: &log,
+        },
+        plan,
+        progress,
+        adapter: adapter.as_ref(),
+        // Where the branch's migrations are: a slice migrated at another
+        // key catches up (see golden::migrate_key).
+        world_key: r.migrate.as_deref().map(|m| {
+            golden::migrate_key(
+                m,
+                &r.clone_inputs,
+                &plan.world_root,
+                worktree::head_commit(&plan.world_root).as_deref(),
+            )
+        }),
+        slice: &slice,
+        admin_url,
+    };
     let known = d
         .registry()
         .slices_of(world_id)
         .map_err(internal)?
         .into_iter()
         .find(|s| s.service == service && s.slice == slice_name);
-    // Adapter errors name the service, never the credentials.
-    let named = |e| adapter_error(service, &slice, e);
-    let exists = adapter.exists(&slice).await.map_err(named)?;
-    let log = d
-        .paths
-        .world_logs(project, slug)
-        .join(format!("{service}.log"));
+    let exists = adapter.exists(&slice).await.map_err(|e| p.named(e))?;
     if let Some(k) = known.as_ref().filter(|k| k.state == "live")
         && exists
     {
-        // `up` after `down`, `reload`: the slice and its data are kept,
-        // nothing re-provisioned or re-seeded; its schema catches up with
-        // the branch when the branch moved.
-        let address = adapter.resolve(&slice).await.map_err(named)?;
-        if let Some(key) = &world_key
-            && k.migrated_key.as_deref() != Some(key.as_str())
-        {
-            let why = if k.migrated_key.is_none() {
-                "it was never migrated by this binky"
-            } else {
-                "its branch moved since it was last migrated"
-            };
-            let job = SliceJob {
-                service,
-                r,
-                log: &log,
-            };
-            catch_up(cx, &job, plan, &address, progress, why, false).await?;
-            d.registry()
-                .set_slice_migrated(adapter.name(), &slice_name, key)
-                .map_err(internal)?;
-        }
-        return Ok(address);
+        return p.keep_live(k).await;
     }
     // Intent first: a crash from here leaves a row `gc` can sweep.
     d.registry()
@@ -157,148 +153,9 @@ pub(super) async fn provision(
         )
         .map_err(internal)?;
     if exists {
-        adapter.teardown(&slice).await.map_err(named)?;
+        adapter.teardown(&slice).await.map_err(|e| p.named(e))?;
     }
-    let result: Result<(), ApiError> = async {
-        let mut cloned = false;
-        if let Some(from) = &r.clone_from
-            && adapter.capabilities().clone
-        {
-            let tname = golden::template_name(project, from);
-            let template = slice_for(
-                d,
-                adapter.as_ref(),
-                tname.clone(),
-                project,
-                Some(&r.options),
-                admin_url.clone(),
-                client_env,
-            );
-            let key = golden::key(
-                r.migrate.as_deref(),
-                r.seed.as_deref(),
-                &r.clone_inputs,
-                &plan.world_root,
-            );
-            let marker = d.paths.golden_dir(adapter.name()).join(&tname);
-            let glock = d.worlds.golden_lock(&format!("{}/{tname}", adapter.name()));
-            let _g = glock.lock().await;
-            // And across daemons sharing the server (other BINKY_HOMEs).
-            let _server_lock = adapter.lock_template(&template).await.map_err(named)?;
-            // The marker: the template's key, then the key its schema was
-            // migrated at (the building world's).
-            let marker_text = std::fs::read_to_string(&marker).unwrap_or_default();
-            let mut marker_lines = marker_text.lines();
-            let fresh = marker_lines.next().map(str::trim) == Some(key.as_str())
-                && adapter.exists(&template).await.unwrap_or(false);
-            let mut template_migrated = marker_lines.next().map(|l| l.trim().to_owned());
-            // The template's migrate/seed output lives with the template, not
-            // in the log of the world that happened to build it (gone with
-            // that world); every clone's log points at it.
-            let template_log = PathBuf::from(format!("{}.log", marker.display()));
-            if !fresh {
-                let _ = std::fs::remove_file(&marker);
-                adapter.teardown(&template).await.map_err(named)?;
-                let _ = std::fs::remove_file(&template_log);
-                if let Ok(mut f) = supervisor::logs::open_append(&template_log) {
-                    use std::io::Write;
-                    let _ = writeln!(
-                        f,
-                        "binky: building template {tname} (key {key}) for world {world}"
-                    );
-                }
-                let job = SliceJob {
-                    service,
-                    r,
-                    log: &template_log,
-                };
-                let built =
-                    provision_and_seed(adapter.as_ref(), &template, cx, &job, plan, "golden").await;
-                if let Err(e) = built {
-                    // Nothing half-made: a template that failed its migrate
-                    // or seed is dropped, so the next `up` builds it afresh.
-                    let _ = adapter.teardown(&template).await;
-                    return Err(e);
-                }
-                fault_point("golden:built");
-                if let Some(dir) = marker.parent() {
-                    let _ = std::fs::create_dir_all(dir);
-                }
-                template_migrated = world_key.clone();
-                std::fs::write(
-                    &marker,
-                    format!("{key}\n{}\n", template_migrated.as_deref().unwrap_or("")),
-                )
-                .map_err(internal)?;
-                d.event(world_event("golden_built", project, world).detail(tname.clone()));
-            }
-            match adapter.clone_slice(&template, &slice).await {
-                Ok(()) => {
-                    cloned = true;
-                    if let Ok(mut f) = supervisor::logs::open_append(&log) {
-                        use std::io::Write;
-                        let _ = writeln!(
-                            f,
-                            "binky: cloned from template {tname}; its migrate and seed output is in {}",
-                            template_log.display()
-                        );
-                    }
-                    // A template built from another commit may lack this
-                    // branch's migrations: run them on the clone.
-                    if let Some(key) = &world_key
-                        && template_migrated.as_deref() != Some(key.as_str())
-                    {
-                        let address = adapter.resolve(&slice).await.map_err(named)?;
-                        let job = SliceJob {
-                            service,
-                            r,
-                            log: &log,
-                        };
-                        catch_up(
-                            cx,
-                            &job,
-                            plan,
-                            &address,
-                            progress,
-                            "its golden template was migrated at another commit",
-                            true,
-                        )
-                        .await?;
-                    }
-                }
-                Err(e) => {
-                    let e = e.redacted(&slice);
-                    tracing::warn!(project, world, service, reason = %e.message, "clone_fallback");
-                    if let Ok(mut f) = supervisor::logs::open_append(&log) {
-                        use std::io::Write;
-                        let _ = writeln!(
-                            f,
-                            "binky: clone_fallback: {}; building this world by provision + migrate + seed",
-                            e.message
-                        );
-                    }
-                    let mut ev =
-                        world_event("clone_fallback", project, world).detail(e.message.clone());
-                    ev.service = Some(service.to_owned());
-                    ev.adapter = Some(adapter.name().to_owned());
-                    d.event(ev);
-                    let _ = adapter.teardown(&slice).await;
-                }
-            }
-        }
-        if !cloned {
-            let job = SliceJob {
-                service,
-                r,
-                log: &log,
-            };
-            provision_and_seed(adapter.as_ref(), &slice, cx, &job, plan, "slice").await?;
-        }
-        fault_point("slice:ready");
-        Ok(())
-    }
-    .await;
-    if let Err(e) = result {
+    if let Err(e) = p.fill().await {
         // Leave nothing half-made: drop the slice and its record.
         let _ = adapter.teardown(&slice).await;
         let _ = d.registry().delete_slice(adapter.name(), &slice_name);
@@ -314,7 +171,7 @@ pub(super) async fn provision(
             "live",
         )
         .map_err(internal)?;
-    if let Some(key) = &world_key {
+    if let Some(key) = &p.world_key {
         d.registry()
             .set_slice_migrated(adapter.name(), &slice_name, key)
             .map_err(internal)?;
@@ -323,10 +180,247 @@ pub(super) async fn provision(
     ev.service = Some(service.to_owned());
     ev.adapter = Some(adapter.name().to_owned());
     d.event(ev);
-    adapter
-        .resolve(&slice)
-        .await
-        .map_err(|e| adapter_error(service, &slice, e))
+    adapter.resolve(&slice).await.map_err(|e| p.named(e))
+}
+
+/// One [`provision`] under way: who it is for, the slice, and the key the
+/// world's branch is at.
+struct Provisioning<'a> {
+    cx: &'a WorldCtx<'a>,
+    job: SliceJob<'a>,
+    plan: &'a Plan,
+    progress: &'a ProgressTx,
+    adapter: &'a dyn adapters::Adapter,
+    slice: &'a Slice,
+    admin_url: Option<String>,
+    world_key: Option<String>,
+}
+
+/// A golden template ready to clone: its name, the log of its build, and
+/// the key its schema was migrated at.
+struct Template {
+    name: String,
+    slice: Slice,
+    log: PathBuf,
+    migrated: Option<String>,
+}
+
+impl Provisioning<'_> {
+    /// An adapter error naming the service, never the credentials.
+    fn named(&self, e: adapters::AdapterError) -> ApiError {
+        adapter_error(self.job.service, self.slice, e)
+    }
+
+    /// `up` after `down`, `reload`: the slice and its data are kept, nothing
+    /// re-provisioned or re-seeded; its schema catches up with the branch
+    /// when the branch moved.
+    async fn keep_live(&self, known: &crate::registry::SliceRow) -> Result<String, ApiError> {
+        let address = self
+            .adapter
+            .resolve(self.slice)
+            .await
+            .map_err(|e| self.named(e))?;
+        if let Some(key) = &self.world_key
+            && known.migrated_key.as_deref() != Some(key.as_str())
+        {
+            let why = if known.migrated_key.is_none() {
+                "it was never migrated by this binky"
+            } else {
+                "its branch moved since it was last migrated"
+            };
+            catch_up(
+                self.cx,
+                &self.job,
+                self.plan,
+                &address,
+                self.progress,
+                why,
+                false,
+            )
+            .await?;
+            self.cx
+                .d
+                .registry()
+                .set_slice_migrated(self.adapter.name(), &self.slice.name, key)
+                .map_err(internal)?;
+        }
+        Ok(address)
+    }
+
+    /// Fills the new slice: a clone of the golden template where the
+    /// adapter can clone (falling back when the copy fails for an
+    /// environmental reason), else provision + migrate + seed.
+    async fn fill(&self) -> Result<(), ApiError> {
+        let mut cloned = false;
+        if let Some(from) = &self.job.r.clone_from
+            && self.adapter.capabilities().clone
+        {
+            let template = self.golden(from).await?;
+            cloned = self.clone_from(&template).await?;
+        }
+        if !cloned {
+            provision_and_seed(
+                self.adapter,
+                self.slice,
+                self.cx,
+                &self.job,
+                self.plan,
+                "slice",
+            )
+            .await?;
+        }
+        fault_point("slice:ready");
+        Ok(())
+    }
+
+    /// The golden template `from`, built first when its key changed or it
+    /// is gone — once, under a lock in this daemon and one on the server
+    /// (other daemons sharing it). The marker holds the template's key,
+    /// then the key its schema was migrated at (the building world's).
+    async fn golden(&self, from: &str) -> Result<Template, ApiError> {
+        let WorldCtx {
+            d, project, world, ..
+        } = *self.cx;
+        let (adapter, r) = (self.adapter, self.job.r);
+        let tname = golden::template_name(project, from);
+        let template = slice_for(
+            d,
+            adapter,
+            tname.clone(),
+            project,
+            Some(&r.options),
+            self.admin_url.clone(),
+            self.cx.client_env,
+        );
+        let key = golden::key(
+            r.migrate.as_deref(),
+            r.seed.as_deref(),
+            &r.clone_inputs,
+            &self.plan.world_root,
+        );
+        let marker = d.paths.golden_dir(adapter.name()).join(&tname);
+        let glock = d.worlds.golden_lock(&format!("{}/{tname}", adapter.name()));
+        let _g = glock.lock().await;
+        let _server_lock = adapter
+            .lock_template(&template)
+            .await
+            .map_err(|e| self.named(e))?;
+        let marker_text = std::fs::read_to_string(&marker).unwrap_or_default();
+        let mut marker_lines = marker_text.lines();
+        let fresh = marker_lines.next().map(str::trim) == Some(key.as_str())
+            && adapter.exists(&template).await.unwrap_or(false);
+        let mut migrated = marker_lines.next().map(|l| l.trim().to_owned());
+        // The template's migrate/seed output lives with the template, not
+        // in the log of the world that happened to build it (gone with that
+        // world); every clone's log points at it.
+        let template_log = PathBuf::from(format!("{}.log", marker.display()));
+        if !fresh {
+            let _ = std::fs::remove_file(&marker);
+            adapter
+                .teardown(&template)
+                .await
+                .map_err(|e| self.named(e))?;
+            let _ = std::fs::remove_file(&template_log);
+            if let Ok(mut f) = supervisor::logs::open_append(&template_log) {
+                use std::io::Write;
+                let _ = writeln!(
+                    f,
+                    "binky: building template {tname} (key {key}) for world {world}"
+                );
+            }
+            let job = SliceJob {
+                log: &template_log,
+                ..self.job
+            };
+            let built =
+                provision_and_seed(adapter, &template, self.cx, &job, self.plan, "golden").await;
+            if let Err(e) = built {
+                // Nothing half-made: a template that failed its migrate or
+                // seed is dropped, so the next `up` builds it afresh.
+                let _ = adapter.teardown(&template).await;
+                return Err(e);
+            }
+            fault_point("golden:built");
+            if let Some(dir) = marker.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            migrated = self.world_key.clone();
+            std::fs::write(
+                &marker,
+                format!("{key}\n{}\n", migrated.as_deref().unwrap_or("")),
+            )
+            .map_err(internal)?;
+            d.event(world_event("golden_built", project, world).detail(tname.clone()));
+        }
+        Ok(Template {
+            name: tname,
+            slice: template,
+            log: template_log,
+            migrated,
+        })
+    }
+
+    /// Copies `template` into the slice; `false` (after `clone_fallback` is
+    /// logged, with the reason) when the copy failed and the slice is to be
+    /// built by provision + migrate + seed instead. A template migrated at
+    /// another commit than the world's branch is caught up on the clone.
+    async fn clone_from(&self, template: &Template) -> Result<bool, ApiError> {
+        let WorldCtx {
+            d, project, world, ..
+        } = *self.cx;
+        let (adapter, service, log) = (self.adapter, self.job.service, self.job.log);
+        match adapter.clone_slice(&template.slice, self.slice).await {
+            Ok(()) => {
+                if let Ok(mut f) = supervisor::logs::open_append(log) {
+                    use std::io::Write;
+                    let _ = writeln!(
+                        f,
+                        "binky: cloned from template {}; its migrate and seed output is in {}",
+                        template.name,
+                        template.log.display()
+                    );
+                }
+                if let Some(key) = &self.world_key
+                    && template.migrated.as_deref() != Some(key.as_str())
+                {
+                    let address = adapter
+                        .resolve(self.slice)
+                        .await
+                        .map_err(|e| self.named(e))?;
+                    catch_up(
+                        self.cx,
+                        &self.job,
+                        self.plan,
+                        &address,
+                        self.progress,
+                        "its golden template was migrated at another commit",
+                        true,
+                    )
+                    .await?;
+                }
+                Ok(true)
+            }
+            Err(e) => {
+                let e = e.redacted(self.slice);
+                tracing::warn!(project, world, service, reason = %e.message, "clone_fallback");
+                if let Ok(mut f) = supervisor::logs::open_append(log) {
+                    use std::io::Write;
+                    let _ = writeln!(
+                        f,
+                        "binky: clone_fallback: {}; building this world by provision + migrate + seed",
+                        e.message
+                    );
+                }
+                let mut ev =
+                    world_event("clone_fallback", project, world).detail(e.message.clone());
+                ev.service = Some(service.to_owned());
+                ev.adapter = Some(adapter.name().to_owned());
+                d.event(ev);
+                let _ = adapter.teardown(self.slice).await;
+                Ok(false)
+            }
+        }
+    }
 }
 
 /// For `up` of a world that is already running (which changes nothing): a
