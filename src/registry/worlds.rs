@@ -51,6 +51,8 @@ pub struct OrphanSlice {
     pub slice: String,
     /// `provisioning` or `teardown`.
     pub state: String,
+    /// The world it was made for, when that world is still recorded.
+    pub world_id: Option<i64>,
 }
 
 impl Registry {
@@ -310,7 +312,7 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT s.project, s.service, s.adapter, s.slice, s.state FROM slices s
+                "SELECT s.project, s.service, s.adapter, s.slice, s.state, s.world_id FROM slices s
                  WHERE s.state <> 'live' AND (s.world_id IS NULL
                    OR NOT EXISTS (SELECT 1 FROM worlds w WHERE w.id = s.world_id)
                    OR EXISTS (SELECT 1 FROM worlds w WHERE w.id = s.world_id AND w.intent IS NULL AND w.state <> 'starting'))",
@@ -324,6 +326,7 @@ impl Registry {
                     adapter: r.get(2)?,
                     slice: r.get(3)?,
                     state: r.get(4)?,
+                    world_id: r.get(5)?,
                 })
             })
             .map_err(|e| self.err(e))?;

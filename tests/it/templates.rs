@@ -719,6 +719,9 @@ fn a_teardown_that_fails_keeps_the_world_unless_forced_and_gc_sweeps_it_later() 
     let repo = Repo::new(&toml);
     let run = |args: &[&str]| Out(repo.cmd(&home, args).env("PATH", &path).output().unwrap());
     assert_eq!(run(&["up", "w"]).code(), 0);
+    assert_eq!(run(&["up", "v"]).code(), 0);
+    // World v's remove fails and v stays, its slice stuck in teardown.
+    assert_eq!(run(&["remove", "v"]).code(), 1);
     let folder = home.file("slices/sticky/sticky_w");
     assert!(folder.is_dir());
     // Without --force: refused, and status says why instead of "running".
@@ -743,6 +746,17 @@ fn a_teardown_that_fails_keeps_the_world_unless_forced_and_gc_sweeps_it_later() 
     assert_eq!(out.code(), 0, "{out}");
     assert!(!folder.exists(), "gc did not sweep the slice");
     assert!(!run(&["gc", "--dry-run"]).stdout().contains("sticky_w"));
+    // v's slice went too, and v no longer claims it.
+    assert!(!home.file("slices/sticky/sticky_v").exists());
+    let v = &repo.worlds(&home)["v"];
+    assert_ne!(v["services"][0]["state"], "provisioned", "{v}");
+    // `up` makes it again.
+    assert_eq!(run(&["up", "v"]).code(), 0);
+    assert!(home.file("slices/sticky/sticky_v").is_dir());
+    assert_eq!(
+        repo.worlds(&home)["v"]["services"][0]["state"],
+        "provisioned"
+    );
 }
 
 fn pg_toml(project: &str, admin_var: &str) -> String {

@@ -104,10 +104,16 @@ async fn teardown_orphan(
         client_env,
     );
     Ok(match adapter.teardown(&slice).await {
-        Ok(()) => d
-            .registry()
-            .delete_slice(&o.adapter, &o.slice)
-            .map_err(|e| e.to_string()),
+        Ok(()) => {
+            let reg = d.registry();
+            // A world still recorded no longer has this slice: its service
+            // must not go on saying `provisioned` (`up` makes it again).
+            if let Some(wid) = o.world_id {
+                let _ = reg.service_state(wid, &o.service, "stopped", None, false);
+            }
+            reg.delete_slice(&o.adapter, &o.slice)
+                .map_err(|e| e.to_string())
+        }
         Err(e) => Err(e.redacted(&slice).message),
     })
 }
