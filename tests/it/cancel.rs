@@ -39,11 +39,13 @@ fn assert_cancelled_cleanly(repo: &Repo, home: &Home, marker: &str) {
     assert!(home.events().iter().any(|e| e["event"] == "up_cancelled"));
 }
 
-#[test]
-fn ctrl_c_during_up_cancels_it_in_the_daemon_and_says_so() {
+/// Starts `up x` of a slow world, sends `binky` signal `sig` once its
+/// service runs, and returns what it printed, with the world (checked to be
+/// cancelled cleanly) and its home.
+fn signal_up(sig: &str) -> (Out, Repo, Home, String) {
     let home = Home::new();
-    let marker = format!("CANCELCLI{}", std::process::id());
-    let repo = slow_world("cancelcli", &marker);
+    let marker = format!("CANCEL{sig}{}", std::process::id());
+    let repo = slow_world(&format!("cancel{}", sig.to_lowercase()), &marker);
     home.ok(&["daemon", "start"]);
     let child = repo
         .cmd(&home, &["up", "x"])
@@ -56,9 +58,15 @@ fn ctrl_c_during_up_cancels_it_in_the_daemon_and_says_so() {
         "the service never started"
     );
     let _ = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args([&format!("-{sig}"), &child.id().to_string()])
         .status();
     let out = Out(child.wait_with_output().unwrap());
+    (out, repo, home, marker)
+}
+
+#[test]
+fn ctrl_c_during_up_cancels_it_in_the_daemon_and_says_so() {
+    let (out, repo, home, marker) = signal_up("INT");
     assert_eq!(out.code(), 130, "{out}");
     assert!(out.stderr().contains("cancelling `up x`"), "{out}");
     assert!(out.stderr().contains("was cancelled"), "{out}");
@@ -71,24 +79,7 @@ fn ctrl_c_during_up_cancels_it_in_the_daemon_and_says_so() {
 #[test]
 fn sigterm_or_sighup_to_up_cancels_it_too_with_the_signals_exit_status() {
     for (sig, code) in [("TERM", 143), ("HUP", 129)] {
-        let home = Home::new();
-        let marker = format!("CANCEL{sig}{}", std::process::id());
-        let repo = slow_world(&format!("cancel{}", sig.to_lowercase()), &marker);
-        home.ok(&["daemon", "start"]);
-        let child = repo
-            .cmd(&home, &["up", "x"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        assert!(
-            wait_until(Duration::from_secs(10), || !pids_with(&marker).is_empty()),
-            "the service never started"
-        );
-        let _ = std::process::Command::new("kill")
-            .args([&format!("-{sig}"), &child.id().to_string()])
-            .status();
-        let out = Out(child.wait_with_output().unwrap());
+        let (out, repo, home, marker) = signal_up(sig);
         assert_eq!(out.code(), code, "SIG{sig}: {out}");
         assert!(out.stderr().contains("was cancelled"), "SIG{sig}: {out}");
         assert_cancelled_cleanly(&repo, &home, &marker);

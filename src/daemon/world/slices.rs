@@ -117,15 +117,8 @@ pub(super) async fn provision(
         progress,
         adapter: adapter.as_ref(),
         // Where the branch's migrations are: a slice migrated at another
-        // key catches up (see golden::migrate_key).
-        world_key: r.migrate.as_deref().map(|m| {
-            golden::migrate_key(
-                m,
-                &r.clone_inputs,
-                &plan.world_root,
-                worktree::head_commit(&plan.world_root).as_deref(),
-            )
-        }),
+        // key catches up.
+        world_key: world_migrate_key(r, &plan.world_root),
         slice: &slice,
         admin_url,
     };
@@ -423,6 +416,18 @@ impl Provisioning<'_> {
     }
 }
 
+/// The key resource `r`'s schema should be migrated at in the worktree at
+/// `root` (see [`golden::migrate_key`]); `None` without a `migrate`.
+fn world_migrate_key(r: &config::Resource, root: &Path) -> Option<String> {
+    let m = r.migrate.as_deref()?;
+    Some(golden::migrate_key(
+        m,
+        &r.clone_inputs,
+        root,
+        worktree::head_commit(root).as_deref(),
+    ))
+}
+
 /// For `up` of a world that is already running (which changes nothing): a
 /// note per slice whose branch moved since its last `migrate`, saying that
 /// `reload` runs it — a running app is not migrated under it unasked.
@@ -432,16 +437,11 @@ pub(super) fn moved_migrations(d: &Daemon, loc: &Located, w: &WorldRow) -> Vec<S
         return Vec::new();
     };
     let slices = d.registry().slices_of(w.id).unwrap_or_default();
-    let commit = worktree::head_commit(&root);
     let mut notes = Vec::new();
     for (n, s) in &cfg.services {
-        let Some(m) = s
-            .resource()
-            .and_then(|r| r.migrate.as_deref().map(|m| (r, m)))
-        else {
+        let Some(key) = s.resource().and_then(|r| world_migrate_key(r, &root)) else {
             continue;
         };
-        let key = golden::migrate_key(m.1, &m.0.clone_inputs, &root, commit.as_deref());
         if slices
             .iter()
             .any(|sl| &sl.service == n && sl.migrated_key.as_deref().is_some_and(|k| k != key))

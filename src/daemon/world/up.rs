@@ -369,10 +369,7 @@ async fn make_plan(
         ..
     } = *cx;
     let main_root = loc.main_root();
-    let mut project_env = Vec::new();
-    if let Some(f) = &cfg.project.env_file {
-        project_env = read_env_file(&world_root, &main_root, f)?;
-    }
+    let project_env = project_env(cfg, &world_root, &main_root)?;
     if cfg.project.https
         && let Some(note) = ensure_https(d, project, name).await
     {
