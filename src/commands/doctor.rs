@@ -137,7 +137,7 @@ pub fn run(args: &JsonArgs) -> ExitCode {
                 {
                     for p in &report.projects {
                         for w in &p.worlds {
-                            if w.state == "running" {
+                            if w.state == crate::protocol::WorldState::Running {
                                 hosts.extend(w.services.iter().filter_map(|s| s.host.clone()));
                             }
                         }

@@ -3,7 +3,7 @@
 use super::{call, print_json};
 use crate::cli::StatusArgs;
 use crate::output::{DIM, ERROR, OK, WARN, paint};
-use crate::protocol::{Request, Response, StatusReport};
+use crate::protocol::{Request, Response, ServiceKind, ServiceState, StatusReport, WorldState};
 use std::process::ExitCode;
 
 /// Runs `binky status`.
@@ -44,11 +44,20 @@ pub fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
     }
 }
 
-fn state_style(state: &str) -> anstyle::Style {
+fn world_style(state: WorldState) -> anstyle::Style {
     match state {
-        "running" => OK,
-        "failed" => ERROR,
-        "stopped" => DIM,
+        WorldState::Running => OK,
+        WorldState::Failed => ERROR,
+        WorldState::Stopped => DIM,
+        _ => WARN,
+    }
+}
+
+fn service_style(state: ServiceState) -> anstyle::Style {
+    match state {
+        ServiceState::Running => OK,
+        ServiceState::Failed => ERROR,
+        ServiceState::Stopped => DIM,
         _ => WARN,
     }
 }
@@ -90,7 +99,7 @@ pub fn print_human(report: &StatusReport) {
                 "  {}{}  [{}]",
                 name,
                 " ".repeat(pad),
-                paint(state_style(&w.state), &w.state)
+                paint(world_style(w.state), w.state.as_str())
             );
             if let Some(e) = &w.error {
                 // First line only: the full reason is in `status --json` and the logs.
@@ -109,8 +118,11 @@ pub fn print_human(report: &StatusReport) {
                 for (n, port) in &s.ports {
                     line.push_str(&format!("  {n}:{port}"));
                 }
-                if s.kind == "resource" || s.state != "running" {
-                    line.push_str(&format!("  {}", paint(state_style(&s.state), &s.state)));
+                if s.kind == ServiceKind::Resource || s.state != ServiceState::Running {
+                    line.push_str(&format!(
+                        "  {}",
+                        paint(service_style(s.state), s.state.as_str())
+                    ));
                 }
                 if let Some(url) = &s.url {
                     line.push_str(&format!("  {url}"));

@@ -122,14 +122,14 @@ fn print_services(o: &WorldOutcome) {
         .unwrap_or(0);
     for s in &o.world.services {
         let mut line = format!("  {:<width$}", s.name);
-        if s.kind == "process" {
+        if s.kind == crate::protocol::ServiceKind::Process {
             if let Some(pid) = s.pid {
                 line.push_str(&format!("  pid {pid}"));
             }
             if let Some(port) = s.port {
                 line.push_str(&format!("  :{port}"));
             }
-            if s.state != "running" {
+            if s.state != crate::protocol::ServiceState::Running {
                 line.push_str(&format!("  {}", s.state));
             }
             if let Some(url) = &s.url {

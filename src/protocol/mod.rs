@@ -10,6 +10,9 @@
 //! decodable across versions: they are how a new CLI stops an old daemon.
 
 pub mod codec;
+pub mod states;
+
+pub use states::{ServiceKind, ServiceState, SliceState, UnknownState, WorldState};
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
@@ -509,8 +512,8 @@ pub struct WorldStatus {
     pub name: String,
     /// DNS-safe slug used in hostnames and paths.
     pub slug: String,
-    /// `running`, `stopped`, `failed`, `queued`, `suspended`, `starting`, …
-    pub state: String,
+    /// Where it is in its lifecycle.
+    pub state: WorldState,
     /// The worktree's path.
     pub path: String,
     /// Admission group, if given.
@@ -532,10 +535,10 @@ pub struct WorldStatus {
 pub struct ServiceStatus {
     /// Service name.
     pub name: String,
-    /// `process` or `resource`.
-    pub kind: String,
-    /// `running`, `starting`, `stopped`, `failed`, `provisioned`, …
-    pub state: String,
+    /// A process or a resource.
+    pub kind: ServiceKind,
+    /// Where it is.
+    pub state: ServiceState,
     /// Process id while running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,

@@ -29,6 +29,7 @@ mod counters;
 mod limits;
 mod pages;
 
+use crate::protocol::ServiceState;
 use crate::supervisor::health;
 use bytes::Bytes;
 pub use counters::{CounterShard, ProxyCounters};
@@ -58,8 +59,8 @@ pub struct Route {
     pub service: String,
     /// The service's current port.
     pub port: u16,
-    /// `running`, `starting`, `stopped`, `failed`, …
-    pub state: String,
+    /// Its service's state: whether requests go through, wait or get a page.
+    pub state: ServiceState,
     /// Its project asks for HTTPS: Caddy may get a certificate for the host
     /// (see [`TLS_ASK_PATH`]).
     pub https: bool,
@@ -98,20 +99,20 @@ impl Routes {
         t.insert(normalise_host(host), Arc::new(route));
     }
     /// Updates the state of every route of one service.
-    pub fn set_state(&self, project: &str, world: &str, service: &str, state: &str) {
+    pub fn set_state(&self, project: &str, world: &str, service: &str, state: ServiceState) {
         self.update_state(
             |r| r.project == project && r.world == world && r.service == service,
             state,
         );
     }
     /// Updates the state of every route of one world.
-    pub fn set_world_state(&self, project: &str, world: &str, state: &str) {
+    pub fn set_world_state(&self, project: &str, world: &str, state: ServiceState) {
         self.update_state(|r| r.project == project && r.world == world, state);
     }
-    fn update_state(&self, which: impl Fn(&Route) -> bool, state: &str) {
+    fn update_state(&self, which: impl Fn(&Route) -> bool, state: ServiceState) {
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
         for r in t.values_mut().filter(|r| which(r)) {
-            Arc::make_mut(r).state = state.to_owned();
+            Arc::make_mut(r).state = state;
         }
     }
     /// Waits until the route for `host` is running (polled: only a request
@@ -124,7 +125,7 @@ impl Routes {
     ) -> Option<Arc<Route>> {
         loop {
             let r = self.get(host)?;
-            if matches!(r.state.as_str(), "running" | "unhealthy") {
+            if r.state.serves() {
                 return Some(r);
             }
             if tokio::time::Instant::now() >= until {
@@ -705,7 +706,7 @@ impl Worker {
         };
         // A service that is (re)starting gets a moment to come up, so a
         // planned restart never fails a request that arrives during it.
-        let route = if matches!(route.state.as_str(), "starting" | "restarting") {
+        let route = if route.state.is_coming() {
             let until = tokio::time::Instant::now() + ride_through();
             match this.routes.wait_running(host_raw, until).await {
                 Some(r) => r,
@@ -717,7 +718,7 @@ impl Worker {
         } else {
             route
         };
-        if route.state != "running" && route.state != "unhealthy" {
+        if !route.state.serves() {
             counters.errors.fetch_add(1, Ordering::Relaxed);
             return pages::unavailable(&route);
         }
@@ -768,7 +769,7 @@ impl Worker {
                 // The supervisor began a restart while this request
                 // waited: that is a 503 with Retry-After, not a 502.
                 if let Some(now) = this.routes.get(host_raw)
-                    && !matches!(now.state.as_str(), "running" | "unhealthy")
+                    && !now.state.serves()
                 {
                     return pages::unavailable(&now);
                 }
@@ -1016,9 +1017,9 @@ fn tls_ask(routes: &Routes, query: Option<&str>) -> Response<Body> {
         .split('&')
         .find_map(|kv| kv.strip_prefix("domain="))
         .unwrap_or("");
-    let ours = routes
-        .get(domain)
-        .is_some_and(|r| r.https && !matches!(r.state.as_str(), "stopped" | "failed"));
+    let ours = routes.get(domain).is_some_and(|r| {
+        r.https && !matches!(r.state, ServiceState::Stopped | ServiceState::Failed)
+    });
     let status = if ours {
         StatusCode::OK
     } else {

@@ -1,6 +1,7 @@
 //! Error pages a person can act on.
 
 use super::{Body, Route, full};
+use crate::protocol::ServiceState;
 use hyper::{Response, StatusCode, header};
 
 fn escape(s: &str) -> String {
@@ -37,7 +38,7 @@ pub(super) fn not_found(host: &str, routes: &[(String, Route)]) -> Response<Body
                 escape(&r.project),
                 escape(&r.world),
                 escape(&r.service),
-                escape(&r.state)
+                escape(r.state.as_str())
             ));
         }
         body.push_str("</ul>");
@@ -47,13 +48,13 @@ pub(super) fn not_found(host: &str, routes: &[(String, Route)]) -> Response<Body
 
 /// 503 while starting (with Retry-After), 502 when stopped or failed.
 pub(super) fn unavailable(r: &Route) -> Response<Body> {
-    let starting = matches!(r.state.as_str(), "starting" | "restarting");
-    let status = if starting || r.state == "suspended" {
+    let starting = r.state.is_coming();
+    let status = if starting || r.state == ServiceState::Suspended {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::BAD_GATEWAY
     };
-    let hint = if r.state == "restarting" {
+    let hint = if r.state == ServiceState::Restarting {
         format!(
             "It exited and is being restarted after a backoff; <code>binky logs {} {}</code> shows why. This page retries shortly.",
             escape(&r.world),
@@ -69,7 +70,11 @@ pub(super) fn unavailable(r: &Route) -> Response<Body> {
             escape(&r.service)
         )
     };
-    let verb = if r.state == "failed" { "has" } else { "is" };
+    let verb = if r.state == ServiceState::Failed {
+        "has"
+    } else {
+        "is"
+    };
     let mut resp = page(
         status,
         &format!("{} {verb} {}", r.service, r.state),
@@ -78,7 +83,7 @@ pub(super) fn unavailable(r: &Route) -> Response<Body> {
             escape(&r.service),
             escape(&r.world),
             escape(&r.project),
-            escape(&r.state)
+            escape(r.state.as_str())
         ),
     );
     if starting {
@@ -97,7 +102,7 @@ pub(super) fn bad_gateway(r: &Route, e: &dyn std::fmt::Display) -> Response<Body
             "<p>Service <code>{}</code> of world <code>{}</code> is {} but its port {} did not answer: {}.</p><p>Does it listen on <code>$PORT</code>? <code>binky logs {} {}</code> shows its output.</p>",
             escape(&r.service),
             escape(&r.world),
-            escape(&r.state),
+            escape(r.state.as_str()),
             r.port,
             escape(&e.to_string()),
             escape(&r.world),

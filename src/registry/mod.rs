@@ -8,13 +8,38 @@
 mod schema;
 mod worlds;
 
-pub use worlds::{OrphanSlice, RouteRow, SliceRow, WorldRow};
+pub use worlds::{OrphanSlice, RecordedProcess, RouteRow, SliceRow, WorldBrief, WorldRow};
 
 use crate::protocol::{ProjectStatus, ServiceStatus, Settings, StatusReport, WorldStatus};
 use indexmap::IndexMap;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// The state enums are stored as their words (`as_str`), so the registry's
+/// text, the wire and the output agree.
+macro_rules! state_column {
+    ($($t:ty),+) => {$(
+        impl rusqlite::ToSql for $t {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(self.as_str().into())
+            }
+        }
+        impl rusqlite::types::FromSql for $t {
+            fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+                v.as_str()?
+                    .parse()
+                    .map_err(|e| rusqlite::types::FromSqlError::Other(Box::new(e)))
+            }
+        }
+    )+};
+}
+state_column!(
+    crate::protocol::WorldState,
+    crate::protocol::ServiceState,
+    crate::protocol::SliceState,
+    crate::protocol::ServiceKind
+);
 
 /// How long a statement waits for a lock held by another connection.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -372,10 +397,10 @@ impl Registry {
         self.conn
             .query_row(
                 "SELECT
-                   (SELECT COUNT(*) FROM services WHERE state = 'running'),
+                   (SELECT COUNT(*) FROM services WHERE state = ?1),
                    (SELECT COALESCE(SUM(restarts), 0) FROM services),
                    (SELECT COUNT(*) FROM port_reservations)",
-                [],
+                [crate::protocol::ServiceState::Running],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .map_err(|e| self.err(e))

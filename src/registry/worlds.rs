@@ -1,6 +1,7 @@
 //! Queries for worlds, their services and slices.
 
 use super::{Registry, RegistryError};
+use crate::protocol::{ServiceKind, ServiceState, SliceState, WorldState};
 use rusqlite::{OptionalExtension, params};
 
 /// A world's row.
@@ -16,8 +17,8 @@ pub struct WorldRow {
     pub slug: String,
     /// Worktree path.
     pub path: String,
-    /// State word.
-    pub state: String,
+    /// Where it is.
+    pub state: WorldState,
     /// Operation in flight.
     pub intent: Option<String>,
 }
@@ -31,8 +32,8 @@ pub struct SliceRow {
     pub adapter: String,
     /// Slice name.
     pub slice: String,
-    /// `provisioning`, `live` or `teardown`.
-    pub state: String,
+    /// Where it is.
+    pub state: SliceState,
     /// The key its schema was last migrated at (see
     /// `adapters::golden::migrate_key`); `None` before the first migrate.
     pub migrated_key: Option<String>,
@@ -49,8 +50,8 @@ pub struct OrphanSlice {
     pub adapter: String,
     /// Slice name.
     pub slice: String,
-    /// `provisioning` or `teardown`.
-    pub state: String,
+    /// `Provisioning` or `Teardown` (never `Live`).
+    pub state: SliceState,
     /// The world it was made for, when that world is still recorded.
     pub world_id: Option<i64>,
 }
@@ -101,7 +102,7 @@ impl Registry {
         name: &str,
         slug: &str,
         path: &str,
-        state: &str,
+        state: WorldState,
         intent: Option<&str>,
         group: Option<&str>,
     ) -> Result<i64, RegistryError> {
@@ -124,7 +125,7 @@ impl Registry {
     pub fn set_world_state(
         &self,
         id: i64,
-        state: &str,
+        state: WorldState,
         intent: Option<&str>,
         error: Option<&str>,
     ) -> Result<(), RegistryError> {
@@ -144,7 +145,7 @@ impl Registry {
     pub fn sync_services(
         &mut self,
         world_id: i64,
-        services: &[(String, &str)],
+        services: &[(String, ServiceKind)],
     ) -> Result<(), RegistryError> {
         let path = self.path.clone();
         let tx = self
@@ -171,9 +172,9 @@ impl Registry {
         for (seq, (name, kind)) in services.iter().enumerate() {
             tx.execute(
                 "INSERT INTO services(world_id, seq, name, kind, state, restarts, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, 'stopped', 0, unixepoch())
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0, unixepoch())
                  ON CONFLICT(world_id, name) DO UPDATE SET seq = excluded.seq, kind = excluded.kind",
-                params![world_id, seq as i64, name, kind],
+                params![world_id, seq as i64, name, kind, ServiceState::Stopped],
             )
             .map_err(|e| super::classify(&path, e))?;
         }
@@ -190,9 +191,9 @@ impl Registry {
     ) -> Result<(), RegistryError> {
         self.conn
             .execute(
-                "UPDATE services SET pid = ?3, pgid = ?3, start_time = ?4, state = 'starting', updated_at = unixepoch()
+                "UPDATE services SET pid = ?3, pgid = ?3, start_time = ?4, state = ?5, updated_at = unixepoch()
                  WHERE world_id = ?1 AND name = ?2",
-                params![world_id, name, pid, start_time.map(|t| t as i64)],
+                params![world_id, name, pid, start_time.map(|t| t as i64), ServiceState::Starting],
             )
             .map(|_| ())
             .map_err(|e| self.err(e))
@@ -203,7 +204,7 @@ impl Registry {
         &self,
         world_id: i64,
         name: &str,
-        state: &str,
+        state: ServiceState,
         exit: Option<&str>,
         has_process: bool,
     ) -> Result<(), RegistryError> {
@@ -254,7 +255,7 @@ impl Registry {
         service: &str,
         adapter: &str,
         slice: &str,
-        state: &str,
+        state: SliceState,
     ) -> Result<(), RegistryError> {
         self.conn
             .execute(
@@ -313,13 +314,13 @@ impl Registry {
             .conn
             .prepare_cached(
                 "SELECT s.project, s.service, s.adapter, s.slice, s.state, s.world_id FROM slices s
-                 WHERE s.state <> 'live' AND (s.world_id IS NULL
+                 WHERE s.state <> ?1 AND (s.world_id IS NULL
                    OR NOT EXISTS (SELECT 1 FROM worlds w WHERE w.id = s.world_id)
-                   OR EXISTS (SELECT 1 FROM worlds w WHERE w.id = s.world_id AND w.intent IS NULL AND w.state <> 'starting'))",
+                   OR EXISTS (SELECT 1 FROM worlds w WHERE w.id = s.world_id AND w.intent IS NULL AND w.state <> ?2))",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map(params![SliceState::Live, WorldState::Starting], |r| {
                 Ok(OrphanSlice {
                     project: r.get(0)?,
                     service: r.get(1)?,
@@ -399,8 +400,132 @@ impl Registry {
     }
 }
 
+/// A service process as recorded: with its pid and start time it is the
+/// identity `down` and re-adoption check before touching a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedProcess {
+    /// Service name.
+    pub name: String,
+    /// Its pid (which leads its own process group), while it runs.
+    pub pid: Option<u32>,
+    /// Its start time, clock ticks since boot.
+    pub start_time: Option<u64>,
+}
+
+impl RecordedProcess {
+    /// The pid, if that very process still runs: same pid *and* start time,
+    /// so a recycled pid is never taken for it (and never pid 0 or 1).
+    pub fn live_pid(&self) -> Option<u32> {
+        match (self.pid, self.start_time) {
+            (Some(pid), Some(start))
+                if pid > 1 && crate::platform::process_start_time(pid) == Some(start) =>
+            {
+                Some(pid)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A world with its project, as `reconcile` walks them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorldBrief {
+    /// Row id.
+    pub id: i64,
+    /// Project name.
+    pub project: String,
+    /// World name.
+    pub name: String,
+    /// Where it is.
+    pub state: WorldState,
+    /// The verb in flight when it was recorded, if any.
+    pub intent: Option<String>,
+}
+
+impl Registry {
+    /// Every world, with its project's name.
+    pub fn worlds(&self) -> Result<Vec<WorldBrief>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT w.id, p.name, w.name, w.state, w.intent FROM worlds w JOIN projects p ON p.id = w.project_id",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(WorldBrief {
+                    id: r.get(0)?,
+                    project: r.get(1)?,
+                    name: r.get(2)?,
+                    state: r.get(3)?,
+                    intent: r.get(4)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// `(project name, world name)` of a world id.
+    pub fn world_names(&self, world_id: i64) -> Result<Option<(String, String)>, RegistryError> {
+        self.conn
+            .query_row(
+                "SELECT p.name, w.name FROM worlds w JOIN projects p ON p.id = w.project_id WHERE w.id = ?1",
+                [world_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The processes recorded for a world's services.
+    pub fn world_processes(&self, world_id: i64) -> Result<Vec<RecordedProcess>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT name, pid, start_time FROM services WHERE world_id = ?1")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([world_id], |r| {
+                Ok(RecordedProcess {
+                    name: r.get(0)?,
+                    pid: r.get(1)?,
+                    start_time: r.get::<_, Option<i64>>(2)?.map(|t| t as u64),
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Marks every process service of a world stopped, forgetting its pid.
+    pub fn processes_stopped(&self, world_id: i64) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE services SET state = ?2, pid = NULL, pgid = NULL, start_time = NULL
+                 WHERE world_id = ?1 AND kind = ?3",
+                params![world_id, ServiceState::Stopped, ServiceKind::Process],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// A world's reserved ports: `((service, name), port)`, `name` empty for
+    /// the primary port.
+    pub fn world_ports(
+        &self,
+        world_id: i64,
+    ) -> Result<Vec<(crate::ports::PortKey, u16)>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT service, name, port FROM port_reservations WHERE world_id = ?1")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([world_id], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+}
+
 /// A route as recorded: `(host, project, world, service, port, state)`.
-pub type RouteRow = (String, String, String, String, u16, String);
+pub type RouteRow = (String, String, String, String, u16, ServiceState);
 
 impl Registry {
     /// Records the proxied hostname of a url service.

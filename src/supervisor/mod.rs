@@ -12,6 +12,7 @@ pub mod restart;
 
 use crate::config::Restart;
 use crate::platform;
+use crate::protocol::ServiceState;
 use health::ProbeSpec;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -123,15 +124,15 @@ impl State {
     pub fn exited_cleanly(&self) -> bool {
         matches!(self, State::Stopped { exit: Some(e) } if e == CLEAN_EXIT)
     }
-    /// The word `status` shows.
-    pub fn label(&self) -> &'static str {
+    /// The service state `status`, the registry and the proxy record.
+    pub fn label(&self) -> ServiceState {
         match self {
-            State::Starting { .. } => "starting",
-            State::Running { .. } => "running",
-            State::Unhealthy { .. } => "unhealthy",
-            State::Backoff { .. } => "restarting",
-            State::Stopped { .. } => "stopped",
-            State::Failed { .. } => "failed",
+            State::Starting { .. } => ServiceState::Starting,
+            State::Running { .. } => ServiceState::Running,
+            State::Unhealthy { .. } => ServiceState::Unhealthy,
+            State::Backoff { .. } => ServiceState::Restarting,
+            State::Stopped { .. } => ServiceState::Stopped,
+            State::Failed { .. } => ServiceState::Failed,
         }
     }
     /// The pid while a process exists.

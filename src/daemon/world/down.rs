@@ -8,14 +8,14 @@ pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome
     let lock = d.worlds.lock_for(&format!("{}/{}", loc.name, wref.name));
     let _guard = lock.lock().await;
     let w = find_world(d, &loc, &wref.name)?;
-    let noop = w.state == "stopped";
+    let noop = w.state == WorldState::Stopped;
     d.registry()
-        .set_world_state(w.id, &w.state, Some("down"), None)
+        .set_world_state(w.id, w.state, Some("down"), None)
         .map_err(internal)?;
     fault_point("down:intent");
     let left = stop_processes(d, &w).await;
     d.registry()
-        .set_world_state(w.id, "stopped", None, None)
+        .set_world_state(w.id, WorldState::Stopped, None, None)
         .map_err(internal)?;
     d.event(world_event("down", &loc.name, &w.name));
     outcome(d, &loc.name, w.id, noop, left)
@@ -36,13 +36,13 @@ pub(crate) async fn reload(
         .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
     // Intent first, so a crash mid-reload is reported as such.
     d.registry()
-        .set_world_state(w.id, &w.state, Some("reload"), None)
+        .set_world_state(w.id, w.state, Some("reload"), None)
         .map_err(internal)?;
     progress.say("stop", None, format!("stopping {}", w.name));
     stop_processes(d, &w).await;
     fault_point("reload:stopped");
     d.registry()
-        .set_world_state(w.id, "stopped", None, None)
+        .set_world_state(w.id, WorldState::Stopped, None, None)
         .map_err(internal)?;
     up_locked(
         d,

@@ -110,16 +110,18 @@ pub(super) async fn world_facts(
             let Some(a) = adapter_for(&r.adapter, &env) else {
                 continue;
             };
-            let admin = render_admin_url(&cfg, &w.name, &world_root, n, r, &facts, &env_fn)?;
-            let slice = slice_for(
-                d,
-                a.as_ref(),
-                a.slice_name(&loc.name, &w.slug),
-                &loc.name,
-                Some(&r.options),
-                admin,
-                &env,
-            );
+            // Rendered per service: an earlier resource's address is a
+            // fact the next one's admin_url may use.
+            let slice = SliceAt {
+                cfg: &cfg,
+                project: &loc.name,
+                world: &w.name,
+                world_root: &world_root,
+                facts: &facts,
+                env: &env_fn,
+                client_env: &env,
+            }
+            .slice(d, n, a.as_ref(), a.slice_name(&loc.name, &w.slug))?;
             let address = a
                 .resolve(&slice)
                 .await

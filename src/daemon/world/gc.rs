@@ -82,34 +82,38 @@ async fn teardown_orphan(
     };
     let root = d.registry().project_root(&o.project).ok().flatten();
     let cfg = root.and_then(|r| config::load(&Path::new(&r).join(config::FILE_NAME)).ok());
-    let resource = cfg
-        .as_ref()
-        .and_then(|c| c.services.get(&o.service))
-        .and_then(|s| s.resource());
-    let admin_url = match (resource, &cfg) {
-        (Some(r), Some(c)) => {
+    let slice = match &cfg {
+        Some(c) => {
             let penv = project_env(c, &c.root, &c.root).unwrap_or_default();
             let env_fn = lookup_env(&penv, client_env);
-            render_admin_url(c, "", &c.root, &o.service, r, &IndexMap::new(), &env_fn)?
+            SliceAt {
+                cfg: c,
+                project: &o.project,
+                world: "",
+                world_root: &c.root,
+                facts: &IndexMap::new(),
+                env: &env_fn,
+                client_env,
+            }
+            .slice(d, &o.service, adapter.as_ref(), o.slice.clone())?
         }
-        _ => None,
+        None => slice_for(
+            d,
+            adapter.as_ref(),
+            o.slice.clone(),
+            &o.project,
+            None,
+            None,
+            client_env,
+        ),
     };
-    let slice = slice_for(
-        d,
-        adapter.as_ref(),
-        o.slice.clone(),
-        &o.project,
-        resource.map(|r| &r.options),
-        admin_url,
-        client_env,
-    );
     Ok(match adapter.teardown(&slice).await {
         Ok(()) => {
             let reg = d.registry();
             // A world still recorded no longer has this slice: its service
             // must not go on saying `provisioned` (`up` makes it again).
             if let Some(wid) = o.world_id {
-                let _ = reg.service_state(wid, &o.service, "stopped", None, false);
+                let _ = reg.service_state(wid, &o.service, ServiceState::Stopped, None, false);
             }
             reg.delete_slice(&o.adapter, &o.slice)
                 .map_err(|e| e.to_string())

@@ -25,9 +25,10 @@ use crate::config::render::{Facts, ServiceFacts, render};
 use crate::config::{self, Config, Probe, ServiceKind};
 use crate::ports::{self, PortNote};
 use crate::protocol::{
-    ApiError, ClientEnv, UpRequest, WorldEnv, WorldOutcome, WorldRef, WorldStatus,
+    ApiError, ClientEnv, ServiceState, SliceState, UpRequest, WorldEnv, WorldOutcome, WorldRef,
+    WorldState, WorldStatus,
 };
-use crate::registry::WorldRow;
+use crate::registry::{RecordedProcess, WorldRow};
 use crate::slug::{env_key, world_slug};
 use crate::supervisor::{self, Handle, ServiceSpec, State, health};
 use crate::worktree;
@@ -208,12 +209,10 @@ fn outcome(
 
 fn world_status(d: &Daemon, project: &str, world_id: i64) -> Result<WorldStatus, ApiError> {
     let reg = d.registry();
-    let row_name: String = reg
-        .conn_ref()
-        .query_row("SELECT name FROM worlds WHERE id = ?1", [world_id], |r| {
-            r.get(0)
-        })
-        .map_err(internal)?;
+    let (_, row_name) = reg
+        .world_names(world_id)
+        .map_err(internal)?
+        .ok_or_else(|| ApiError::new("world vanished from the registry"))?;
     let mut report = reg.status(Some(project)).map_err(internal)?;
     drop(reg);
     fill_urls(d, &mut report);
@@ -227,12 +226,6 @@ fn world_status(d: &Daemon, project: &str, world_id: i64) -> Result<WorldStatus,
 
 /// A world's reserved ports by `(service, name)`.
 fn world_ports(d: &Daemon, world_id: i64) -> Result<IndexMap<ports::PortKey, u16>, ApiError> {
-    let reg = d.registry();
-    let mut stmt = reg
-        .conn_ref()
-        .prepare("SELECT service, name, port FROM port_reservations WHERE world_id = ?1")
-        .map_err(internal)?;
-    stmt.query_map([world_id], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
-        .and_then(|rows| rows.collect())
-        .map_err(internal)
+    let ports = d.registry().world_ports(world_id).map_err(internal)?;
+    Ok(ports.into_iter().collect())
 }

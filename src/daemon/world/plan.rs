@@ -229,7 +229,7 @@ pub(super) fn build_facts(
                     world: name.to_owned(),
                     service: n.clone(),
                     port,
-                    state: "starting".into(),
+                    state: ServiceState::Starting,
                     https: cfg.project.https,
                 },
             );
@@ -339,6 +339,57 @@ pub(super) fn facts_for<'a>(
 
 /// The environment every process of a world starts with: the caller's, the
 /// env files, then Binky's own variables (the whole port map).
+/// What every command of a world starts from, services and `verify`
+/// alike: the caller's shell (else the daemon's), then the project's
+/// `env_file`, then Binky's own names (`BINKY_HOME`, `BINKY_PROJECT`,
+/// `BINKY_WORLD`, `BINKY_WORKTREE`, and `BINKY_PORT_<SVC>[_<NAME>]` for every
+/// reserved port), each later source winning.
+pub(super) struct EnvBase<'a> {
+    pub(super) shell: &'a ClientEnv,
+    pub(super) project_env: &'a [(String, String)],
+    pub(super) home: &'a Path,
+    pub(super) project: &'a str,
+    pub(super) world: &'a str,
+    pub(super) world_root: &'a Path,
+    /// Where the ports come from.
+    pub(super) facts: &'a IndexMap<String, ServiceFacts>,
+}
+
+impl EnvBase<'_> {
+    /// The variables, in the order they were set.
+    pub(super) fn build(&self) -> IndexMap<String, String> {
+        let mut env: IndexMap<String, String> = if self.shell.0.is_empty() {
+            std::env::vars().collect()
+        } else {
+            self.shell.0.iter().cloned().collect()
+        };
+        for (k, v) in self.project_env {
+            env.insert(k.clone(), v.clone());
+        }
+        env.insert(
+            crate::paths::HOME_ENV.into(),
+            self.home.display().to_string(),
+        );
+        env.insert("BINKY_PROJECT".into(), self.project.to_owned());
+        env.insert("BINKY_WORLD".into(), self.world.to_owned());
+        env.insert(
+            "BINKY_WORKTREE".into(),
+            self.world_root.display().to_string(),
+        );
+        for (n, f) in self.facts {
+            if let Some(p) = f.port {
+                env.insert(crate::slug::port_var(n, ""), p.to_string());
+            }
+            for (pn, p) in &f.ports {
+                env.insert(crate::slug::port_var(n, pn), p.to_string());
+            }
+        }
+        env
+    }
+}
+
+/// One service's environment before its own `env_file` and `env`: the
+/// [`EnvBase`], `BINKY_SERVICE`, its `PORT`, and the project's `[env]`.
 pub(super) fn base_env(
     cfg: &Config,
     world: &str,
@@ -347,33 +398,17 @@ pub(super) fn base_env(
     facts: &IndexMap<String, ServiceFacts>,
     client_env: &ClientEnv,
 ) -> Result<Vec<(String, String)>, ApiError> {
-    let mut env: IndexMap<String, String> = if client_env.0.is_empty() {
-        std::env::vars().collect()
-    } else {
-        client_env.0.iter().cloned().collect()
-    };
-    for (k, v) in &plan.project_env {
-        env.insert(k.clone(), v.clone());
+    let mut env = EnvBase {
+        shell: client_env,
+        project_env: &plan.project_env,
+        home: &plan.home,
+        project: &cfg.project.name,
+        world,
+        world_root: &plan.world_root,
+        facts: &plan.facts,
     }
-    env.insert(
-        crate::paths::HOME_ENV.into(),
-        plan.home.display().to_string(),
-    );
-    env.insert("BINKY_PROJECT".into(), cfg.project.name.clone());
-    env.insert("BINKY_WORLD".into(), world.to_owned());
-    env.insert(
-        "BINKY_WORKTREE".into(),
-        plan.world_root.display().to_string(),
-    );
+    .build();
     env.insert("BINKY_SERVICE".into(), service.to_owned());
-    for (n, f) in &plan.facts {
-        if let Some(p) = f.port {
-            env.insert(crate::slug::port_var(n, ""), p.to_string());
-        }
-        for (pn, p) in &f.ports {
-            env.insert(crate::slug::port_var(n, pn), p.to_string());
-        }
-    }
     if let Some(p) = plan.facts.get(service).and_then(|f| f.port) {
         env.insert("PORT".into(), p.to_string());
     }

@@ -52,7 +52,7 @@ pub(super) fn recorder(
             supervisor::Event::GaveUp { reason } => {
                 let _ = d.registry().set_world_state(
                     world_id,
-                    "failed",
+                    WorldState::Failed,
                     None,
                     Some(&format!("{service}: {reason}")),
                 );
@@ -87,26 +87,15 @@ pub(super) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
         None => {
             // No live supervisor (the daemon restarted): stop what the
             // registry recorded, if it is still that very process.
-            let rows: Vec<(String, Option<u32>, Option<i64>)> = {
-                let reg = d.registry();
-                let mut stmt = match reg
-                    .conn_ref()
-                    .prepare("SELECT name, pid, start_time FROM services WHERE world_id = ?1")
-                {
-                    Ok(s) => s,
-                    Err(_) => return left,
-                };
-                stmt.query_map([w.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                    .and_then(|rows| rows.collect())
-                    .unwrap_or_default()
+            let Ok(rows) = d.registry().world_processes(w.id) else {
+                return left;
             };
             // Not our children any more: stop each recorded group that is
             // still that very process, waiting on its exit through a pidfd.
             let mut set = tokio::task::JoinSet::new();
-            for (n, pid, start) in rows {
-                if let (Some(pid), Some(start)) = (pid, start)
-                    && crate::platform::process_start_time(pid) == Some(start as u64)
-                {
+            for p in rows {
+                if let Some(pid) = p.live_pid() {
+                    let n = p.name;
                     set.spawn(async move {
                         supervisor::stop_pgid(
                             pid,
@@ -125,16 +114,10 @@ pub(super) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
         }
     }
     let reg = d.registry();
-    let _ = reg.conn_ref().execute(
-        "UPDATE services SET state = 'stopped', pid = NULL, pgid = NULL, start_time = NULL WHERE world_id = ?1 AND kind = 'process'",
-        [w.id],
-    );
-    if let Ok(project) = reg.conn_ref().query_row(
-        "SELECT p.name FROM projects p JOIN worlds w ON w.project_id = p.id WHERE w.id = ?1",
-        [w.id],
-        |r| r.get::<_, String>(0),
-    ) {
-        d.routes.set_world_state(&project, &w.name, "stopped");
+    let _ = reg.processes_stopped(w.id);
+    if let Ok(Some((project, _))) = reg.world_names(w.id) {
+        d.routes
+            .set_world_state(&project, &w.name, ServiceState::Stopped);
     }
     left
 }

@@ -12,35 +12,38 @@ use super::*;
 /// again per their restart policy. An `up` the crash interrupted is marked
 /// failed with the reason.
 pub(crate) async fn reconcile(d: &Arc<Daemon>) {
-    let worlds: Vec<(i64, String, String, String, Option<String>)> = {
-        let reg = d.registry();
-        let mut stmt = match reg.conn_ref().prepare(
-            "SELECT w.id, p.name, w.name, w.state, w.intent FROM worlds w JOIN projects p ON p.id = w.project_id",
-        ) {
-            Ok(s) => s,
-            Err(_) => return,
-        };
-        stmt.query_map([], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })
-        .and_then(|rows| rows.collect())
-        .unwrap_or_default()
+    let worlds = match d.registry().worlds() {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the worlds to re-adopt");
+            return;
+        }
     };
     reap_interrupted_verifies(d).await;
     stop_unknown(d).await;
-    for (id, project, name, state, intent) in worlds {
+    for crate::registry::WorldBrief {
+        id,
+        project,
+        name,
+        state,
+        intent,
+    } in worlds
+    {
         if let Some(op) = &intent {
             let reason = format!(
                 "`{op}` was interrupted by a daemon restart; run `binky {op} {name}` again"
             );
             let _ = d
                 .registry()
-                .set_world_state(id, "failed", None, Some(&reason));
+                .set_world_state(id, WorldState::Failed, None, Some(&reason));
             d.event(
                 world_event("interrupted", &project, &name).detail(format!("{op} interrupted")),
             );
         }
-        if !matches!(state.as_str(), "running" | "failed" | "starting") {
+        if !matches!(
+            state,
+            WorldState::Running | WorldState::Failed | WorldState::Starting
+        ) {
             continue;
         }
         if let Err(e) = adopt_world(
@@ -48,7 +51,7 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
             id,
             &project,
             &name,
-            intent.is_none() && state == "running",
+            intent.is_none() && state == WorldState::Running,
         )
         .await
         {
@@ -175,14 +178,7 @@ pub(super) async fn reap_interrupted_verifies(d: &Arc<Daemon>) {
             None,
             "interrupted by a daemon restart; run `binky verify` again",
         );
-        let names: Option<(String, String)> = reg
-            .conn_ref()
-            .query_row(
-                "SELECT p.name, w.name FROM worlds w JOIN projects p ON p.id = w.project_id WHERE w.id = ?1",
-                [world_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .ok();
+        let names = reg.world_names(world_id).ok().flatten();
         drop(reg);
         if let Some((project, world)) = names {
             d.event(world_event("verify_interrupted", &project, &world));
@@ -232,22 +228,33 @@ pub(super) async fn adopt_world(
         if let ServiceKind::Resource(r) = &s.kind
             && let Some(adapter) = adapter_for(&r.adapter, &no_env)
         {
-            // With the daemon's environment: the caller's is gone.
-            let admin = {
-                let env_fn = lookup_env(&plan.project_env, &no_env);
-                render_admin_url(&cfg, name, &world_root, n, r, &plan.facts, &env_fn)
-                    .ok()
-                    .flatten()
-            };
-            let slice = slice_for(
-                d,
-                adapter.as_ref(),
-                adapter.slice_name(project, &w.slug),
+            // With the daemon's environment: the caller's is gone. An
+            // admin_url that cannot render so leaves the address without
+            // its credentials rather than the world unadopted.
+            let env_fn = lookup_env(&plan.project_env, &no_env);
+            let name_ = adapter.slice_name(project, &w.slug);
+            let at = SliceAt {
+                cfg: &cfg,
                 project,
-                Some(&r.options),
-                admin,
-                &no_env,
-            );
+                world: name,
+                world_root: &world_root,
+                facts: &plan.facts,
+                env: &env_fn,
+                client_env: &no_env,
+            };
+            let slice = at
+                .slice(d, n, adapter.as_ref(), name_.clone())
+                .unwrap_or_else(|_| {
+                    slice_for(
+                        d,
+                        adapter.as_ref(),
+                        name_,
+                        project,
+                        Some(&r.options),
+                        None,
+                        &no_env,
+                    )
+                });
             if let Ok(address) = adapter.resolve(&slice).await {
                 let f = plan.facts.get_mut(n).expect("fact per service");
                 f.host = host_of(&address);
@@ -256,16 +263,13 @@ pub(super) async fn adopt_world(
         }
     }
     plan.slices_ready = true;
-    let recorded: HashMap<String, (Option<u32>, Option<i64>)> = {
-        let reg = d.registry();
-        let mut stmt = reg
-            .conn_ref()
-            .prepare("SELECT name, pid, start_time FROM services WHERE world_id = ?1")
-            .map_err(internal)?;
-        stmt.query_map([world_id], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))
-            .and_then(|rows| rows.collect())
-            .map_err(internal)?
-    };
+    let recorded: HashMap<String, RecordedProcess> = d
+        .registry()
+        .world_processes(world_id)
+        .map_err(internal)?
+        .into_iter()
+        .map(|p| (p.name.clone(), p))
+        .collect();
     let log_dir = d.paths.world_logs(project, &w.slug);
     let cx = WorldCtx {
         d,
@@ -304,17 +308,7 @@ pub(super) async fn adopt_world(
                 name.to_owned(),
                 sname.clone(),
             );
-            let alive = recorded
-                .get(sname)
-                .and_then(|(pid, start)| match (pid, start) {
-                    (Some(pid), Some(start))
-                        if *pid > 1
-                            && crate::platform::process_start_time(*pid) == Some(*start as u64) =>
-                    {
-                        Some(*pid)
-                    }
-                    _ => None,
-                });
+            let alive = recorded.get(sname).and_then(RecordedProcess::live_pid);
             let handle = match alive {
                 Some(pid) => {
                     d.event({
@@ -330,10 +324,15 @@ pub(super) async fn adopt_world(
                         "died while the daemon was away, and cannot be restarted: {}; run `binky up {name}` from a shell that has it",
                         e.message
                     );
-                    let _ =
-                        d.registry()
-                            .service_state(world_id, sname, "failed", Some(&reason), false);
-                    d.routes.set_state(project, name, sname, "stopped");
+                    let _ = d.registry().service_state(
+                        world_id,
+                        sname,
+                        ServiceState::Failed,
+                        Some(&reason),
+                        false,
+                    );
+                    d.routes
+                        .set_state(project, name, sname, ServiceState::Stopped);
                     continue;
                 }
                 None if restart_dead && p.restart.policy != config::RestartPolicy::No => {
@@ -350,11 +349,12 @@ pub(super) async fn adopt_world(
                     let _ = d.registry().service_state(
                         world_id,
                         sname,
-                        "stopped",
+                        ServiceState::Stopped,
                         Some("died while the daemon was away"),
                         false,
                     );
-                    d.routes.set_state(project, name, sname, "stopped");
+                    d.routes
+                        .set_state(project, name, sname, ServiceState::Stopped);
                     continue;
                 }
             };

@@ -75,39 +75,27 @@ pub(crate) async fn remove(
         config::load(&world_root.join(config::FILE_NAME)).unwrap_or_else(|_| loc.config.clone());
     let penv = project_env(&cfg, &world_root, &loc.main_root()).unwrap_or_default();
     let env_fn = lookup_env(&penv, &client_env);
+    let at = SliceAt {
+        cfg: &cfg,
+        project: &loc.name,
+        world: &w.name,
+        world_root: &world_root,
+        facts: &IndexMap::new(),
+        env: &env_fn,
+        client_env: &client_env,
+    };
     let mut teardowns = Vec::new();
     for s in d.registry().slices_of(w.id).map_err(internal)? {
         let Some(adapter) = adapter_for(&s.adapter, &client_env) else {
             continue;
         };
-        let resource = cfg.services.get(&s.service).and_then(|x| x.resource());
-        let admin_url = match resource {
-            Some(r) => render_admin_url(
-                &cfg,
-                &w.name,
-                &world_root,
-                &s.service,
-                r,
-                &IndexMap::new(),
-                &env_fn,
-            )?,
-            None => None,
-        };
-        let slice = slice_for(
-            d,
-            adapter.as_ref(),
-            s.slice.clone(),
-            &loc.name,
-            resource.map(|r| &r.options),
-            admin_url,
-            &client_env,
-        );
+        let slice = at.slice(d, &s.service, adapter.as_ref(), s.slice.clone())?;
         teardowns.push((s, adapter, slice));
     }
     let git = user_git(&client_env)?;
     let before = world_status(d, &loc.name, w.id)?;
     d.registry()
-        .set_world_state(w.id, &w.state, Some("remove"), None)
+        .set_world_state(w.id, w.state, Some("remove"), None)
         .map_err(internal)?;
     let mut notes = stop_processes(d, &w).await;
     notes.extend(left_in_place);
@@ -122,7 +110,7 @@ pub(crate) async fn remove(
                     &s.service,
                     &s.adapter,
                     &s.slice,
-                    "teardown",
+                    SliceState::Teardown,
                 )
                 .map_err(internal)?;
             if let Err(e) = adapter.teardown(&slice).await {
@@ -133,9 +121,12 @@ pub(crate) async fn remove(
                 );
                 if !force {
                     // Its processes are stopped: say so rather than "running".
-                    let _ = d
-                        .registry()
-                        .set_world_state(w.id, "failed", None, Some(&message));
+                    let _ = d.registry().set_world_state(
+                        w.id,
+                        WorldState::Failed,
+                        None,
+                        Some(&message),
+                    );
                     return Err(ApiError::new(message).hint(
                         "fix the cause and run `binky remove` again, or `binky remove --force` to remove the world and leave the slice to `binky gc`",
                     ));
@@ -199,7 +190,7 @@ pub(crate) async fn remove(
     d.routes.remove_world(&loc.name, &w.name);
     d.event(world_event("removed", &loc.name, &w.name));
     let mut world = before;
-    world.state = "removed".into();
+    world.state = WorldState::Removed;
     Ok(WorldOutcome {
         project: loc.name.clone(),
         world,

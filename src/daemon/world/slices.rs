@@ -3,6 +3,63 @@
 
 use super::*;
 
+/// What a world's slices are rendered from: the config (as on its branch)
+/// whose `admin_url`s name the servers, and the facts and environment their
+/// tokens resolve against. One place, so `up`, `env`, re-adoption, `remove`
+/// and `gc` name a slice and reach its server the same way.
+pub(super) struct SliceAt<'a> {
+    pub(super) cfg: &'a Config,
+    pub(super) project: &'a str,
+    pub(super) world: &'a str,
+    pub(super) world_root: &'a Path,
+    /// Other services' facts (`${db.port}` in an `admin_url`); empty where
+    /// no ports are known (teardown).
+    pub(super) facts: &'a IndexMap<String, ServiceFacts>,
+    pub(super) env: &'a (dyn Fn(&str) -> Option<String> + Sync),
+    pub(super) client_env: &'a ClientEnv,
+}
+
+impl SliceAt<'_> {
+    /// Slice `name` of resource `service` on `adapter`, with its rendered
+    /// `admin_url` (registered as a secret) and options; a service the
+    /// config no longer has gets neither.
+    ///
+    /// # Errors
+    /// The `admin_url` uses a `${env.NAME}` that is not set.
+    pub(super) fn slice(
+        &self,
+        d: &Daemon,
+        service: &str,
+        adapter: &dyn adapters::Adapter,
+        name: String,
+    ) -> Result<Slice, ApiError> {
+        let r = self.cfg.services.get(service).and_then(|s| s.resource());
+        let admin_url = match r {
+            Some(r) => render_admin_url(
+                self.cfg,
+                self.world,
+                self.world_root,
+                service,
+                r,
+                self.facts,
+                self.env,
+            )?,
+            None => None,
+        };
+        Ok(slice_for(
+            d,
+            adapter,
+            name,
+            self.project,
+            r.map(|r| &r.options),
+            admin_url,
+            self.client_env,
+        ))
+    }
+}
+
+/// A slice from its parts, for a server whose config is gone (`gc`) or
+/// through [`SliceAt::slice`].
 pub(super) fn slice_for(
     d: &Daemon,
     adapter: &dyn adapters::Adapter,
@@ -83,25 +140,17 @@ pub(super) async fn provision(
     let adapter =
         adapter_for(&r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
     let env_fn = lookup_env(&plan.project_env, client_env);
-    let admin_url = render_admin_url(
-        cfg,
-        world,
-        &plan.world_root,
-        service,
-        r,
-        &plan.facts,
-        &env_fn,
-    )?;
     let slice_name = adapter.slice_name(project, slug);
-    let slice = slice_for(
-        d,
-        adapter.as_ref(),
-        slice_name.clone(),
+    let slice = SliceAt {
+        cfg,
         project,
-        Some(&r.options),
-        admin_url.clone(),
+        world,
+        world_root: &plan.world_root,
+        facts: &plan.facts,
+        env: &env_fn,
         client_env,
-    );
+    }
+    .slice(d, service, adapter.as_ref(), slice_name.clone())?;
     let log = d
         .paths
         .world_logs(project, slug)
@@ -120,7 +169,6 @@ pub(super) async fn provision(
         // key catches up.
         world_key: world_migrate_key(r, &plan.world_root),
         slice: &slice,
-        admin_url,
     };
     let known = d
         .registry()
@@ -129,7 +177,7 @@ pub(super) async fn provision(
         .into_iter()
         .find(|s| s.service == service && s.slice == slice_name);
     let exists = adapter.exists(&slice).await.map_err(|e| p.named(e))?;
-    if let Some(k) = known.as_ref().filter(|k| k.state == "live")
+    if let Some(k) = known.as_ref().filter(|k| k.state == SliceState::Live)
         && exists
     {
         return p.keep_live(k).await;
@@ -142,7 +190,7 @@ pub(super) async fn provision(
             service,
             adapter.name(),
             &slice_name,
-            "provisioning",
+            SliceState::Provisioning,
         )
         .map_err(internal)?;
     if exists {
@@ -161,7 +209,7 @@ pub(super) async fn provision(
             service,
             adapter.name(),
             &slice_name,
-            "live",
+            SliceState::Live,
         )
         .map_err(internal)?;
     if let Some(key) = &p.world_key {
@@ -185,7 +233,6 @@ struct Provisioning<'a> {
     progress: &'a ProgressTx,
     adapter: &'a dyn adapters::Adapter,
     slice: &'a Slice,
-    admin_url: Option<String>,
     world_key: Option<String>,
 }
 
@@ -276,15 +323,11 @@ impl Provisioning<'_> {
         } = *self.cx;
         let (adapter, r) = (self.adapter, self.job.r);
         let tname = golden::template_name(project, from);
-        let template = slice_for(
-            d,
-            adapter,
-            tname.clone(),
-            project,
-            Some(&r.options),
-            self.admin_url.clone(),
-            self.cx.client_env,
-        );
+        // The world's slice on the same server, by the template's name.
+        let template = Slice {
+            name: tname.clone(),
+            ..self.slice.clone()
+        };
         let key = golden::key(
             r.migrate.as_deref(),
             r.seed.as_deref(),

@@ -51,7 +51,7 @@ pub(super) async fn up_locked(
         .find_world(project_id, name)
         .map_err(internal)?;
     if let Some(w) = &existing
-        && w.state == "running"
+        && w.state == WorldState::Running
         && let Some(rt) = d.worlds.runtime(w.id)
         && rt
             .handles
@@ -171,21 +171,21 @@ pub(super) async fn up_locked(
                 name,
                 &slug,
                 &ensured.path.display().to_string(),
-                "starting",
+                WorldState::Starting,
                 Some("up"),
                 group,
             )
             .map_err(internal)?;
-        let services: Vec<(String, &str)> = cfg
+        let services: Vec<(String, crate::protocol::ServiceKind)> = cfg
             .services
             .iter()
             .map(|(n, s)| {
                 (
                     n.clone(),
                     if s.process().is_some() {
-                        "process"
+                        crate::protocol::ServiceKind::Process
                     } else {
-                        "resource"
+                        crate::protocol::ServiceKind::Resource
                     },
                 )
             })
@@ -210,7 +210,7 @@ pub(super) async fn up_locked(
     match result {
         Ok(()) => {
             d.registry()
-                .set_world_state(world_id, "running", None, None)
+                .set_world_state(world_id, WorldState::Running, None, None)
                 .map_err(internal)?;
             d.event(world_event("up", project, name));
             outcome(d, project, world_id, false, notes)
@@ -227,7 +227,7 @@ pub(super) async fn up_locked(
             }
             let _ = d.registry().set_world_state(
                 world_id,
-                "stopped",
+                WorldState::Stopped,
                 None,
                 Some("`up` was cancelled by its caller"),
             );
@@ -235,9 +235,9 @@ pub(super) async fn up_locked(
             Err(cancelled_error(name))
         }
         Err(e) => {
-            let _ = d
-                .registry()
-                .set_world_state(world_id, "failed", None, Some(&e.message));
+            let _ =
+                d.registry()
+                    .set_world_state(world_id, WorldState::Failed, None, Some(&e.message));
             d.event(world_event("up_failed", project, name).detail(first_line(&e.message)));
             Err(e)
         }
@@ -403,7 +403,7 @@ async fn provision_slices(
             f.host = host_of(&address);
             f.url = Some(address);
             cx.d.registry()
-                .service_state(cx.world_id, n, "provisioned", None, false)
+                .service_state(cx.world_id, n, ServiceState::Provisioned, None, false)
                 .map_err(internal)?;
         }
     }
@@ -441,7 +441,7 @@ async fn start_processes(
             progress.say("start", Some(sname), format!("starting {sname}"));
             // Intent first: the row says `starting` before a process exists.
             d.registry()
-                .service_state(world_id, sname, "starting", None, false)
+                .service_state(world_id, sname, ServiceState::Starting, None, false)
                 .map_err(internal)?;
             let recorder = recorder(
                 d.clone(),
@@ -484,7 +484,8 @@ async fn start_processes(
                     // (its own port still answers), but not at its URL: the
                     // proxy must not serve a failed world as if it were up.
                     if matches!(other, State::Unhealthy { .. }) {
-                        d.routes.set_state(project, name, &sname, "failed");
+                        d.routes
+                            .set_state(project, name, &sname, ServiceState::Failed);
                     }
                 }
             }
@@ -498,7 +499,8 @@ async fn start_processes(
         // their proxy page must not promise a retry that never comes.
         for (sname, svc) in &cfg.services {
             if svc.process().is_some() && !handles.contains_key(sname) {
-                d.routes.set_state(project, name, sname, "stopped");
+                d.routes
+                    .set_state(project, name, sname, ServiceState::Stopped);
             }
         }
     }
@@ -537,7 +539,7 @@ fn start_failure(world: &str, service: &str, state: &State, log: &Path, plan: &P
         State::Unhealthy { reason, .. } => format!("not healthy: {reason}"),
         State::Failed { reason } => reason.clone(),
         State::Stopped { exit } => exit.clone().unwrap_or_else(|| "stopped".into()),
-        s => s.label().to_owned(),
+        s => s.label().to_string(),
     };
     let run = supervisor::logs::current_run(log);
     let mut msg = format!("service `{service}` failed to start: {reason}");

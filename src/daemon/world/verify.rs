@@ -128,26 +128,18 @@ fn verify_env(
     w: &WorldRow,
     wf: &WorldFacts,
 ) -> Result<IndexMap<String, String>, ApiError> {
-    let mut env: IndexMap<String, String> = if wf.env.0.is_empty() {
-        std::env::vars().collect()
-    } else {
-        wf.env.0.iter().cloned().collect()
-    };
-    for (k, v) in &wf.project_env {
-        env.insert(k.clone(), v.clone());
+    let mut env = EnvBase {
+        shell: &wf.env,
+        project_env: &wf.project_env,
+        home: d.paths.home(),
+        project: &loc.name,
+        world: &w.name,
+        world_root: &wf.world_root,
+        facts: &wf.facts,
     }
+    .build();
     for (svc, value) in &exposed_of(wf) {
         env.insert(format!("{}_URL", env_key(svc)), value.clone());
-    }
-    env.insert(
-        crate::paths::HOME_ENV.into(),
-        d.paths.home().display().to_string(),
-    );
-    env.insert("BINKY_PROJECT".into(), loc.name.clone());
-    env.insert("BINKY_WORLD".into(), w.name.clone());
-    env.insert("BINKY_WORKTREE".into(), wf.world_root.display().to_string());
-    for ((svc, name), port) in world_ports(d, w.id)? {
-        env.insert(crate::slug::port_var(&svc, &name), port.to_string());
     }
     for (k, v) in world_vars(wf, &w.name)? {
         env.insert(k, v);
