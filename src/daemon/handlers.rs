@@ -46,7 +46,7 @@ pub(super) async fn handle(
             .map_err(internal),
         Request::SetReserve { ram_pct, disk_gb } => {
             let s = settings::set_reserve(d, ram_pct, disk_gb)?;
-            d.event(super::Event::named("settings_changed").detail("reserve"));
+            d.event(super::events::Event::named("settings_changed").detail("reserve"));
             Ok(Response::Settings(s))
         }
         Request::SetPorts { proxy, https } => {
@@ -55,7 +55,7 @@ pub(super) async fn handle(
             let _ = d.proxy_port.send(s.proxy_port);
             // Answer once it listens there, so the next request finds it.
             super::wait_proxy_bound(d, s.proxy_port).await;
-            d.event(super::Event::named("settings_changed").detail("ports"));
+            d.event(super::events::Event::named("settings_changed").detail("ports"));
             Ok(Response::Settings(s))
         }
         Request::Metrics => metrics(d).map(Response::Metrics),

@@ -12,6 +12,10 @@ pub type ClientStream = std::os::unix::net::UnixStream;
 pub type Listener = tokio::net::UnixListener;
 /// The daemon's accepted stream type (async).
 pub type ServerStream = tokio::net::UnixStream;
+/// The read half of a [`ServerStream`] (`into_split`).
+pub type ServerReadHalf = tokio::net::unix::OwnedReadHalf;
+/// The write half of a [`ServerStream`].
+pub type ServerWriteHalf = tokio::net::unix::OwnedWriteHalf;
 
 /// Creates `dir` (and parents) with mode 0700; tightens an existing one.
 pub fn create_private_dir(dir: &Path) -> io::Result<()> {

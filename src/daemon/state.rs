@@ -1,0 +1,88 @@
+//! What every verb holds: the [`Daemon`] and the caller's [`ProgressTx`].
+//! Holds no verb.
+
+use super::events::{Event, EventLog};
+use super::world;
+use crate::paths::Paths;
+use crate::protocol::Progress;
+use crate::proxy::ProxyCounters;
+use crate::registry::Registry;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Shared daemon state.
+pub struct Daemon {
+    pub(crate) paths: Paths,
+    pub(crate) registry: Mutex<Registry>,
+    pub(crate) events: EventLog,
+    pub(crate) started: Instant,
+    pub(crate) shutdown: watch::Sender<bool>,
+    pub(crate) proxy: Arc<ProxyCounters>,
+    pub(crate) routes: Arc<crate::proxy::Routes>,
+    pub(crate) proxy_port: watch::Sender<u16>,
+    /// The port the proxy last tried to bind and whether it listens there.
+    pub(crate) proxy_bound: watch::Sender<Option<(u16, bool)>>,
+    pub(crate) caddy: crate::proxy::caddy::Caddy,
+    /// Caddy runs, so https projects get https URLs.
+    pub(crate) https_live: std::sync::atomic::AtomicBool,
+    pub(crate) cpu_sample: Mutex<Option<(Instant, u64)>>,
+    pub(crate) worlds: world::Worlds,
+}
+
+/// Where a long operation reports what it is doing (frames go to the caller
+/// as they happen) and learns whether its caller cancelled it. A caller
+/// that merely went away does not stop the operation; one that sends
+/// `cancel` does.
+#[derive(Clone)]
+pub(crate) struct ProgressTx {
+    pub(super) tx: tokio::sync::mpsc::UnboundedSender<Progress>,
+    pub(super) cancel: watch::Receiver<bool>,
+}
+
+impl ProgressTx {
+    /// Reports one step.
+    pub(crate) fn say(&self, step: &str, service: Option<&str>, message: String) {
+        let _ = self.tx.send(Progress {
+            step: step.to_owned(),
+            service: service.map(str::to_owned),
+            message,
+        });
+    }
+
+    /// Whether the caller asked to cancel.
+    pub(crate) fn cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    /// Resolves when the caller asks to cancel (never, if it does not).
+    pub(crate) async fn until_cancelled(&self) {
+        let mut rx = self.cancel.clone();
+        if rx.wait_for(|c| *c).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Waits (at most 2 s) until the proxy has tried to bind `port`.
+pub(crate) async fn wait_proxy_bound(d: &Daemon, port: u16) {
+    let mut rx = d.proxy_bound.subscribe();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(2),
+        rx.wait_for(|b| matches!(b, Some((p, _)) if *p == port)),
+    )
+    .await;
+}
+
+impl Daemon {
+    /// Locks the registry. A poisoned lock is recovered: the registry's own
+    /// transactions keep it consistent.
+    pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends to the event log.
+    pub(crate) fn event(&self, ev: Event) {
+        self.events.emit(ev);
+    }
+}
