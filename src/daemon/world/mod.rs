@@ -9,7 +9,9 @@
 //! |---|---|
 //! | [`locate`] | the project a request names, a world's row, allowed names and paths |
 //! | [`plan`] | dependency levels, facts for tokens, every process's environment, process specs |
-//! | [`slices`] | provision, migrate/seed, golden templates, catching up with the branch |
+//! | [`slices`] | provision, migrate/seed, catching up with the branch |
+//! | [`templates`] | golden templates: build once, clone per world, fall back |
+//! | [`start`] | starting processes by dependency level behind their probes |
 //! | [`processes`] | stopping a world's processes, recording the supervisor's reports |
 //! | [`routes`] | URLs, the HTTPS front (Caddy) |
 //! | [`reconcile`] | after a daemon restart: adopt, stop what no world owns |
@@ -47,6 +49,8 @@ mod reconcile;
 mod remove;
 mod routes;
 mod slices;
+mod start;
+mod templates;
 mod up;
 mod verify;
 
@@ -62,6 +66,7 @@ pub(crate) use remove::remove;
 pub(crate) use routes::fill_urls;
 use routes::*;
 use slices::*;
+use start::*;
 pub(crate) use up::up;
 use up::*;
 pub(crate) use verify::verify;

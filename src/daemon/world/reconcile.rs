@@ -204,73 +204,10 @@ pub(super) async fn adopt_world(
     let w = find_world(d, &loc, name)?;
     let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
     let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
-    let allocated = world_ports(d, world_id)?;
     if cfg.project.https {
         let _ = ensure_https(d, project, name).await;
     }
-    let facts = build_facts(d, &cfg, project, name, &w.slug, world_id, &allocated)?;
-    let main_root = loc.main_root();
-    let project_env = match &cfg.project.env_file {
-        Some(f) => read_env_file(&world_root, &main_root, f).unwrap_or_default(),
-        None => Vec::new(),
-    };
-    let mut plan = Plan {
-        facts,
-        world_root: world_root.clone(),
-        project_env,
-        home: d.paths.home().to_path_buf(),
-        strict: true,
-        slices_ready: false,
-        config_note: None,
-    };
     let no_env = ClientEnv::default();
-    for (n, s) in &cfg.services {
-        if let ServiceKind::Resource(r) = &s.kind
-            && let Some(adapter) = adapter_for(&r.adapter, &no_env)
-        {
-            // With the daemon's environment: the caller's is gone. An
-            // admin_url that cannot render so leaves the address without
-            // its credentials rather than the world unadopted.
-            let env_fn = lookup_env(&plan.project_env, &no_env);
-            let name_ = adapter.slice_name(project, &w.slug);
-            let at = SliceAt {
-                cfg: &cfg,
-                project,
-                world: name,
-                world_root: &world_root,
-                facts: &plan.facts,
-                env: &env_fn,
-                client_env: &no_env,
-            };
-            let slice = at
-                .slice(d, n, adapter.as_ref(), name_.clone())
-                .unwrap_or_else(|_| {
-                    slice_for(
-                        d,
-                        adapter.as_ref(),
-                        name_,
-                        project,
-                        Some(&r.options),
-                        None,
-                        &no_env,
-                    )
-                });
-            if let Ok(address) = adapter.resolve(&slice).await {
-                let f = plan.facts.get_mut(n).expect("fact per service");
-                f.host = host_of(&address);
-                f.url = Some(address);
-            }
-        }
-    }
-    plan.slices_ready = true;
-    let recorded: HashMap<String, RecordedProcess> = d
-        .registry()
-        .world_processes(world_id)
-        .map_err(internal)?
-        .into_iter()
-        .map(|p| (p.name.clone(), p))
-        .collect();
-    let log_dir = d.paths.world_logs(project, &w.slug);
     let cx = WorldCtx {
         d,
         cfg: &cfg,
@@ -280,85 +217,23 @@ pub(super) async fn adopt_world(
         world_id,
         client_env: &no_env,
     };
+    let mut plan = adoption_plan(&cx, &loc, world_root).await?;
+    let recorded: HashMap<String, RecordedProcess> = d
+        .registry()
+        .world_processes(world_id)
+        .map_err(internal)?
+        .into_iter()
+        .map(|p| (p.name.clone(), p))
+        .collect();
     let lv = levels(&cfg);
     let mut handles = IndexMap::new();
-    for level in &lv {
-        for sname in level {
-            let Some(p) = cfg.services[sname].process() else {
-                continue;
-            };
-            // The shell the world was built from is gone with the old
-            // daemon: a `${env.NAME}` only it had cannot be rendered now. A
-            // process that runs keeps running, but is not restarted with a
-            // half-rendered command; one that died is reported.
-            let (spec, unrenderable) = match process_spec(&cx, sname, p, &plan, &log_dir) {
-                Ok(spec) => (spec, None),
-                Err(e) => {
-                    plan.strict = false;
-                    let mut spec = process_spec(&cx, sname, p, &plan, &log_dir)?;
-                    plan.strict = true;
-                    spec.restart.policy = config::RestartPolicy::No;
-                    (spec, Some(e))
-                }
-            };
-            let rec = recorder(
-                d.clone(),
-                world_id,
-                project.to_owned(),
-                name.to_owned(),
-                sname.clone(),
-            );
-            let alive = recorded.get(sname).and_then(RecordedProcess::live_pid);
-            let handle = match alive {
-                Some(pid) => {
-                    d.event({
-                        let mut e =
-                            world_event("adopted", project, name).detail(format!("pid {pid}"));
-                        e.service = Some(sname.clone());
-                        e
-                    });
-                    supervisor::adopt(spec, pid, rec)
-                }
-                None if let Some(e) = &unrenderable => {
-                    let reason = format!(
-                        "died while the daemon was away, and cannot be restarted: {}; run `binky up {name}` from a shell that has it",
-                        e.message
-                    );
-                    let _ = d.registry().service_state(
-                        world_id,
-                        sname,
-                        ServiceState::Failed,
-                        Some(&reason),
-                        false,
-                    );
-                    d.routes
-                        .set_state(project, name, sname, ServiceState::Stopped);
-                    continue;
-                }
-                None if restart_dead && p.restart.policy != config::RestartPolicy::No => {
-                    d.event({
-                        let mut e = world_event("restarting", project, name)
-                            .detail("its process died while the daemon was away");
-                        e.service = Some(sname.clone());
-                        e
-                    });
-                    let _ = d.registry().service_restarted(world_id, sname);
-                    supervisor::spawn(spec, rec)
-                }
-                None => {
-                    let _ = d.registry().service_state(
-                        world_id,
-                        sname,
-                        ServiceState::Stopped,
-                        Some("died while the daemon was away"),
-                        false,
-                    );
-                    d.routes
-                        .set_state(project, name, sname, ServiceState::Stopped);
-                    continue;
-                }
-            };
-            handles.insert(sname.clone(), Arc::new(handle));
+    for sname in lv.iter().flatten() {
+        let Some(p) = cfg.services[sname].process() else {
+            continue;
+        };
+        let alive = recorded.get(sname).and_then(RecordedProcess::live_pid);
+        if let Some(h) = adopt_service(&cx, sname, p, &mut plan, alive, restart_dead)? {
+            handles.insert(sname.clone(), Arc::new(h));
         }
     }
     d.worlds.put_runtime(
@@ -369,4 +244,164 @@ pub(super) async fn adopt_world(
         },
     );
     Ok(())
+}
+
+/// The plan a re-adopted world's processes are (re)specified from: its
+/// reserved ports, its project `env_file`, and each slice's address
+/// resolved with the daemon's environment (the caller's is gone with the
+/// old daemon). An `admin_url` that cannot render so leaves the address
+/// without its credentials rather than the world unadopted.
+async fn adoption_plan(
+    cx: &WorldCtx<'_>,
+    loc: &Located,
+    world_root: PathBuf,
+) -> Result<Plan, ApiError> {
+    let WorldCtx {
+        d,
+        cfg,
+        project,
+        world: name,
+        slug,
+        world_id,
+        client_env: no_env,
+    } = *cx;
+    let allocated = world_ports(d, world_id)?;
+    let facts = build_facts(d, cfg, project, name, slug, world_id, &allocated)?;
+    let project_env = match &cfg.project.env_file {
+        Some(f) => read_env_file(&world_root, &loc.main_root(), f).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let mut plan = Plan {
+        facts,
+        world_root,
+        project_env,
+        home: d.paths.home().to_path_buf(),
+        strict: true,
+        slices_ready: false,
+        config_note: None,
+    };
+    for (n, s) in &cfg.services {
+        let ServiceKind::Resource(r) = &s.kind else {
+            continue;
+        };
+        let Some(adapter) = adapter_for(&r.adapter, no_env) else {
+            continue;
+        };
+        let env_fn = lookup_env(&plan.project_env, no_env);
+        let slice_name = adapter.slice_name(project, slug);
+        let at = SliceAt {
+            cfg,
+            project,
+            world: name,
+            world_root: &plan.world_root,
+            facts: &plan.facts,
+            env: &env_fn,
+            client_env: no_env,
+        };
+        let slice = at
+            .slice(d, n, adapter.as_ref(), slice_name.clone())
+            .unwrap_or_else(|_| {
+                slice_for(
+                    d,
+                    adapter.as_ref(),
+                    slice_name,
+                    project,
+                    Some(&r.options),
+                    None,
+                    no_env,
+                )
+            });
+        if let Ok(address) = adapter.resolve(&slice).await {
+            let f = plan.facts.get_mut(n).expect("fact per service");
+            f.host = host_of(&address);
+            f.url = Some(address);
+        }
+    }
+    plan.slices_ready = true;
+    Ok(plan)
+}
+
+/// Takes one process service back under supervision: the process itself
+/// when `alive` (its recorded pid, still that very process); else it is
+/// restarted per its restart policy when `restart_dead`, or recorded as
+/// stopped (or failed, when its command cannot be rendered now). `None`:
+/// nothing is supervised for it.
+///
+/// The shell the world was built from is gone with the old daemon: a
+/// `${env.NAME}` only it had cannot be rendered now. A process that runs
+/// keeps running, but is not restarted with a half-rendered command.
+fn adopt_service(
+    cx: &WorldCtx<'_>,
+    sname: &str,
+    p: &config::Process,
+    plan: &mut Plan,
+    alive: Option<u32>,
+    restart_dead: bool,
+) -> Result<Option<Handle>, ApiError> {
+    let WorldCtx {
+        d,
+        project,
+        world: name,
+        slug,
+        world_id,
+        ..
+    } = *cx;
+    let log_dir = d.paths.world_logs(project, slug);
+    let (spec, unrenderable) = match process_spec(cx, sname, p, plan, &log_dir) {
+        Ok(spec) => (spec, None),
+        Err(e) => {
+            plan.strict = false;
+            let mut spec = process_spec(cx, sname, p, plan, &log_dir)?;
+            plan.strict = true;
+            spec.restart.policy = config::RestartPolicy::No;
+            (spec, Some(e))
+        }
+    };
+    let rec = recorder(
+        d.clone(),
+        world_id,
+        project.to_owned(),
+        name.to_owned(),
+        sname.to_owned(),
+    );
+    let event = |what: &str, detail: String| {
+        let mut e = world_event(what, project, name).detail(detail);
+        e.service = Some(sname.to_owned());
+        d.event(e);
+    };
+    let gone = |state: ServiceState, why: &str| {
+        let _ = d
+            .registry()
+            .service_state(world_id, sname, state, Some(why), false);
+        d.routes
+            .set_state(project, name, sname, ServiceState::Stopped);
+    };
+    Ok(match alive {
+        Some(pid) => {
+            event("adopted", format!("pid {pid}"));
+            Some(supervisor::adopt(spec, pid, rec))
+        }
+        None if let Some(e) = &unrenderable => {
+            gone(
+                ServiceState::Failed,
+                &format!(
+                    "died while the daemon was away, and cannot be restarted: {}; run `binky up {name}` from a shell that has it",
+                    e.message
+                ),
+            );
+            None
+        }
+        None if restart_dead && p.restart.policy != config::RestartPolicy::No => {
+            event(
+                "restarting",
+                "its process died while the daemon was away".into(),
+            );
+            let _ = d.registry().service_restarted(world_id, sname);
+            Some(supervisor::spawn(spec, rec))
+        }
+        None => {
+            gone(ServiceState::Stopped, "died while the daemon was away");
+            None
+        }
+    })
 }

@@ -14,84 +14,23 @@ pub(crate) async fn remove(
     let lock = d.worlds.lock_for(&format!("{}/{}", loc.name, wref.name));
     let _guard = lock.lock().await;
     let w = find_world(d, &loc, &wref.name)?;
-    let path = PathBuf::from(&w.path);
-    let root = match &loc.config.project.worktree_root {
-        Some(r) => config::resolve_against(&loc.main_root(), r),
-        None => worktree::default_root(&loc.main),
+    let rm = Removal {
+        d,
+        path: PathBuf::from(&w.path),
+        root: match &loc.config.project.worktree_root {
+            Some(r) => config::resolve_against(&loc.main_root(), r),
+            None => worktree::default_root(&loc.main),
+        },
+        loc: &loc,
+        w: &w,
+        force,
     };
-    // Binky deletes only a registered git worktree inside the project's
-    // worktree root (git itself refuses anything else), and only log folders
-    // whose names are its own: a tampered or odd registry row never makes it
-    // delete elsewhere. `--force` overrides uncommitted changes, nothing else.
-    let ours = path.exists() && inside(&path, &root) && worktree::is_registered(&loc.main, &path);
-    let mut left_in_place = None;
-    if path.exists() && !ours {
-        let why = format!(
-            "the worktree {} is not one binky made (outside {}, or not a registered git worktree of the project)",
-            path.display(),
-            root.display()
-        );
-        if !force {
-            return Err(ApiError::new(format!("{why}; binky will not delete it")).hint(format!(
-                "remove it with `git worktree remove`, or run `binky remove {} --force` to remove the world and leave the folder",
-                w.name
-            )));
-        }
-        left_in_place = Some(format!("{why}: left in place"));
-    }
-    if !force && ours {
-        let p2 = path.clone();
-        let git = user_git(&client_env)?;
-        let changes = tokio::task::spawn_blocking(move || worktree::changes(&git, &p2))
-            .await
-            .map_err(internal)?
-            .map_err(internal)?;
-        if !changes.is_empty() {
-            let shown: Vec<String> = changes.iter().take(20).map(|c| format!("  {c}")).collect();
-            let more = if changes.len() > 20 {
-                format!("\n  … and {} more", changes.len() - 20)
-            } else {
-                String::new()
-            };
-            return Err(ApiError::new(format!(
-                "the worktree {} has uncommitted or untracked changes:\n{}{more}",
-                path.display(),
-                shown.join("\n")
-            ))
-            .hint(format!(
-                "commit or stash them, or run `binky remove {} --force` to discard them",
-                w.name
-            )));
-        }
-    }
+    let (ours, left_in_place) = rm.check(&client_env).await?;
     // Everything the teardown needs is rendered before anything is done,
     // with the environment the world was built with: a missing variable
     // fails here, leaving the world as it was.
     let client_env = d.worlds.env_for(w.id, &client_env);
-    // The world's own config names the server (its admin_url); fall back to
-    // the main checkout's when the worktree is gone.
-    let world_root = join_subdir(&path, &loc.subdir);
-    let cfg =
-        config::load(&world_root.join(config::FILE_NAME)).unwrap_or_else(|_| loc.config.clone());
-    let penv = project_env(&cfg, &world_root, &loc.main_root()).unwrap_or_default();
-    let env_fn = lookup_env(&penv, &client_env);
-    let at = SliceAt {
-        cfg: &cfg,
-        project: &loc.name,
-        world: &w.name,
-        world_root: &world_root,
-        facts: &IndexMap::new(),
-        env: &env_fn,
-        client_env: &client_env,
-    };
-    let mut teardowns = Vec::new();
-    for s in d.registry().slices_of(w.id).map_err(internal)? {
-        let Some(adapter) = adapter_for(&s.adapter, &client_env) else {
-            continue;
-        };
-        let slice = at.slice(d, &s.service, adapter.as_ref(), s.slice.clone())?;
-        teardowns.push((s, adapter, slice));
-    }
+    let teardowns = rm.teardowns(&client_env)?;
     let git = user_git(&client_env)?;
     let before = world_status(d, &loc.name, w.id)?;
     d.registry()
@@ -100,88 +39,8 @@ pub(crate) async fn remove(
     let mut notes = stop_processes(d, &w).await;
     notes.extend(left_in_place);
     fault_point("remove:stopped");
-    // Tear down slices.
-    for (s, adapter, slice) in teardowns {
-        {
-            d.registry()
-                .set_slice(
-                    Some(w.id),
-                    &loc.name,
-                    &s.service,
-                    &s.adapter,
-                    &s.slice,
-                    SliceState::Teardown,
-                )
-                .map_err(internal)?;
-            if let Err(e) = adapter.teardown(&slice).await {
-                let message = format!(
-                    "teardown of {} failed: {}",
-                    s.slice,
-                    e.redacted(&slice).message
-                );
-                if !force {
-                    // Its processes are stopped: say so rather than "running".
-                    let _ = d.registry().set_world_state(
-                        w.id,
-                        WorldState::Failed,
-                        None,
-                        Some(&message),
-                    );
-                    return Err(ApiError::new(message).hint(
-                        "fix the cause and run `binky remove` again, or `binky remove --force` to remove the world and leave the slice to `binky gc`",
-                    ));
-                }
-                // --force: the world goes; the slice stays recorded as
-                // pending teardown, which `binky gc` sweeps.
-                notes.push(format!("{message}; `binky gc` retries it"));
-                let mut ev = world_event("teardown_deferred", &loc.name, &w.name)
-                    .detail(first_line(&message));
-                ev.service = Some(s.service.clone());
-                ev.adapter = Some(s.adapter.clone());
-                d.event(ev);
-                continue;
-            }
-            d.registry()
-                .delete_slice(&s.adapter, &s.slice)
-                .map_err(internal)?;
-        }
-    }
-    let main = loc.main.clone();
-    let p2 = path.clone();
-    let repo_lock = d.worlds.repo_lock(&loc.main);
-    let _repo_guard = repo_lock.lock().await;
-    fault_point("remove:torn_down");
-    if ours || !path.exists() {
-        // A missing folder: git drops the registration, if any.
-        let removed = tokio::task::spawn_blocking(move || worktree::remove(&git, &main, &p2))
-            .await
-            .map_err(internal)?;
-        match removed {
-            Ok(()) => {}
-            Err(_) if !path.exists() => {}
-            Err(e) => {
-                return Err(ApiError::new(format!(
-                    "cannot remove the worktree {}: {e}",
-                    path.display()
-                )));
-            }
-        }
-    }
-    if loc.config.project.worktree_root.is_none() {
-        // The last world gone leaves no empty `<repo>.worktrees/` behind
-        // (remove_dir removes only an empty folder).
-        let _ = std::fs::remove_dir(&root);
-    }
-    // The log folder is named by Binky's own slug of the world's name, never
-    // by whatever the registry row holds.
-    if w.slug == crate::slug::world_slug(&w.name) {
-        let _ = std::fs::remove_dir_all(d.paths.world_logs(&loc.name, &w.slug));
-    } else {
-        tracing::warn!(
-            world = w.name,
-            "the registry's slug for this world is not its own; its logs are left"
-        );
-    }
+    rm.tear_down(teardowns, &mut notes).await?;
+    rm.delete_files(git, ours).await?;
     {
         let reg = d.registry();
         let _ = ports::release(reg.conn_ref(), w.id);
@@ -197,4 +56,206 @@ pub(crate) async fn remove(
         noop: false,
         notes,
     })
+}
+
+/// One `remove` under way: the world, its worktree and the root Binky makes
+/// worktrees in.
+struct Removal<'a> {
+    d: &'a Daemon,
+    loc: &'a Located,
+    w: &'a WorldRow,
+    path: PathBuf,
+    root: PathBuf,
+    force: bool,
+}
+
+/// A slice to tear down: its row, its adapter and the slice as rendered.
+type Teardown = (crate::registry::SliceRow, Arc<dyn adapters::Adapter>, Slice);
+
+impl Removal<'_> {
+    /// Whether the worktree is Binky's to delete, and the note to give when
+    /// `--force` removes the world but leaves a folder that is not.
+    ///
+    /// Binky deletes only a registered git worktree inside the project's
+    /// worktree root (git itself refuses anything else), and only log
+    /// folders whose names are its own: a tampered or odd registry row never
+    /// makes it delete elsewhere. `--force` overrides uncommitted changes,
+    /// nothing else.
+    ///
+    /// # Errors
+    /// Without `--force`: the folder is not Binky's, or it holds uncommitted
+    /// or untracked changes (listed, 20 at most).
+    async fn check(&self, client_env: &ClientEnv) -> Result<(bool, Option<String>), ApiError> {
+        let (path, root, w) = (&self.path, &self.root, self.w);
+        let ours =
+            path.exists() && inside(path, root) && worktree::is_registered(&self.loc.main, path);
+        let mut left_in_place = None;
+        if path.exists() && !ours {
+            let why = format!(
+                "the worktree {} is not one binky made (outside {}, or not a registered git worktree of the project)",
+                path.display(),
+                root.display()
+            );
+            if !self.force {
+                return Err(ApiError::new(format!("{why}; binky will not delete it")).hint(format!(
+                    "remove it with `git worktree remove`, or run `binky remove {} --force` to remove the world and leave the folder",
+                    w.name
+                )));
+            }
+            left_in_place = Some(format!("{why}: left in place"));
+        }
+        if self.force || !ours {
+            return Ok((ours, left_in_place));
+        }
+        let p2 = path.clone();
+        let git = user_git(client_env)?;
+        let changes = tokio::task::spawn_blocking(move || worktree::changes(&git, &p2))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+        if changes.is_empty() {
+            return Ok((ours, left_in_place));
+        }
+        let shown: Vec<String> = changes.iter().take(20).map(|c| format!("  {c}")).collect();
+        let more = if changes.len() > 20 {
+            format!("\n  … and {} more", changes.len() - 20)
+        } else {
+            String::new()
+        };
+        Err(ApiError::new(format!(
+            "the worktree {} has uncommitted or untracked changes:\n{}{more}",
+            path.display(),
+            shown.join("\n")
+        ))
+        .hint(format!(
+            "commit or stash them, or run `binky remove {} --force` to discard them",
+            w.name
+        )))
+    }
+
+    /// Every slice of the world, rendered for teardown from the world's own
+    /// config (it names the servers), else the main checkout's when the
+    /// worktree is gone.
+    fn teardowns(&self, client_env: &ClientEnv) -> Result<Vec<Teardown>, ApiError> {
+        let (d, loc, w) = (self.d, self.loc, self.w);
+        let world_root = join_subdir(&self.path, &loc.subdir);
+        let cfg = config::load(&world_root.join(config::FILE_NAME))
+            .unwrap_or_else(|_| loc.config.clone());
+        let penv = project_env(&cfg, &world_root, &loc.main_root()).unwrap_or_default();
+        let env_fn = lookup_env(&penv, client_env);
+        let at = SliceAt {
+            cfg: &cfg,
+            project: &loc.name,
+            world: &w.name,
+            world_root: &world_root,
+            facts: &IndexMap::new(),
+            env: &env_fn,
+            client_env,
+        };
+        let mut teardowns = Vec::new();
+        for s in d.registry().slices_of(w.id).map_err(internal)? {
+            let Some(adapter) = adapter_for(&s.adapter, client_env) else {
+                continue;
+            };
+            let slice = at.slice(d, &s.service, adapter.as_ref(), s.slice.clone())?;
+            teardowns.push((s, adapter, slice));
+        }
+        Ok(teardowns)
+    }
+
+    /// Tears down each slice, recorded `teardown` first so a crash leaves
+    /// what `gc` sweeps.
+    ///
+    /// # Errors
+    /// A teardown failed, without `--force` (the world is then `failed`;
+    /// its processes are already stopped). With `--force` the failure is a
+    /// note and the slice stays recorded for `gc`.
+    async fn tear_down(
+        &self,
+        teardowns: Vec<Teardown>,
+        notes: &mut Vec<String>,
+    ) -> Result<(), ApiError> {
+        let (d, loc, w) = (self.d, self.loc, self.w);
+        for (s, adapter, slice) in teardowns {
+            d.registry()
+                .set_slice(
+                    Some(w.id),
+                    &loc.name,
+                    &s.service,
+                    &s.adapter,
+                    &s.slice,
+                    SliceState::Teardown,
+                )
+                .map_err(internal)?;
+            let Err(e) = adapter.teardown(&slice).await else {
+                d.registry()
+                    .delete_slice(&s.adapter, &s.slice)
+                    .map_err(internal)?;
+                continue;
+            };
+            let message = format!(
+                "teardown of {} failed: {}",
+                s.slice,
+                e.redacted(&slice).message
+            );
+            if !self.force {
+                // Its processes are stopped: say so rather than "running".
+                let _ =
+                    d.registry()
+                        .set_world_state(w.id, WorldState::Failed, None, Some(&message));
+                return Err(ApiError::new(message).hint(
+                    "fix the cause and run `binky remove` again, or `binky remove --force` to remove the world and leave the slice to `binky gc`",
+                ));
+            }
+            notes.push(format!("{message}; `binky gc` retries it"));
+            let mut ev =
+                world_event("teardown_deferred", &loc.name, &w.name).detail(first_line(&message));
+            ev.service = Some(s.service.clone());
+            ev.adapter = Some(s.adapter.clone());
+            d.event(ev);
+        }
+        Ok(())
+    }
+
+    /// Deletes the worktree (when it is Binky's, or drops git's
+    /// registration of a missing one), the emptied default root, and the
+    /// world's log folder.
+    async fn delete_files(&self, git: worktree::Git, ours: bool) -> Result<(), ApiError> {
+        let (d, loc, w, path) = (self.d, self.loc, self.w, &self.path);
+        let (main, p2) = (loc.main.clone(), path.clone());
+        let repo_lock = d.worlds.repo_lock(&loc.main);
+        let _repo_guard = repo_lock.lock().await;
+        fault_point("remove:torn_down");
+        if ours || !path.exists() {
+            let removed = tokio::task::spawn_blocking(move || worktree::remove(&git, &main, &p2))
+                .await
+                .map_err(internal)?;
+            match removed {
+                Ok(()) => {}
+                Err(_) if !path.exists() => {}
+                Err(e) => {
+                    return Err(ApiError::new(format!(
+                        "cannot remove the worktree {}: {e}",
+                        path.display()
+                    )));
+                }
+            }
+        }
+        if loc.config.project.worktree_root.is_none() {
+            // The last world gone leaves no empty `<repo>.worktrees/` behind
+            // (remove_dir removes only an empty folder).
+            let _ = std::fs::remove_dir(&self.root);
+        }
+        // The log folder is named by Binky's own slug of the world's name,
+        // never by whatever the registry row holds.
+        if w.slug == crate::slug::world_slug(&w.name) {
+            let _ = std::fs::remove_dir_all(d.paths.world_logs(&loc.name, &w.slug));
+        } else {
+            tracing::warn!(
+                world = w.name,
+                "the registry's slug for this world is not its own; its logs are left"
+            );
+        }
+        Ok(())
+    }
 }

@@ -28,42 +28,19 @@ pub(super) async fn up_locked(
 ) -> Result<WorldOutcome, ApiError> {
     let project = loc.name.as_str();
     let slug = world_slug(name);
-    let root = loc.main_root().display().to_string();
-    if let Some(known) = d.registry().project_root(project).map_err(internal)?
-        && known != root
-        && Path::new(&known).join(config::FILE_NAME).is_file()
-    {
-        // Two checkouts claiming one project name would share worlds,
-        // hostnames and slices.
-        return Err(ApiError::new(format!(
-            "project `{project}` is already registered at {known}, and {root} uses the same name"
-        ))
-        .hint(
-            "give this project its own [project] name, or remove the other project's worlds first",
-        ));
-    }
-    let project_id = d
-        .registry()
-        .upsert_project(project, &root)
-        .map_err(internal)?;
+    let project_id = register_project(d, loc)?;
     let existing = d
         .registry()
         .find_world(project_id, name)
         .map_err(internal)?;
     if let Some(w) = &existing
-        && w.state == WorldState::Running
-        && let Some(rt) = d.worlds.runtime(w.id)
-        && rt
-            .handles
-            .values()
-            .all(|h| matches!(*h.state.borrow(), State::Running { .. }))
-        && Path::new(&w.path).exists()
+        && fully_running(d, w)
     {
         return outcome(d, project, w.id, true, moved_migrations(d, loc, w));
     }
-    // An unset `${env.NAME}` fails here too, before anything is made.
+    // An unset `${env.NAME}` and an unknown adapter fail here, before a
+    // worktree or a port is made.
     preflight_env(d, loc, existing.as_ref(), client_env)?;
-    // Unknown adapters fail here, before a worktree or a port is made.
     for (n, s) in &loc.config.services {
         if let Some(r) = s.resource()
             && adapter_for(&r.adapter, client_env).is_none()
@@ -79,49 +56,7 @@ pub(super) async fn up_locked(
     }
 
     check_cancelled(progress, name)?;
-    progress.say("worktree", None, format!("worktree for {name}"));
-    let root = match &loc.config.project.worktree_root {
-        Some(r) => config::resolve_against(&loc.main_root(), r),
-        None => worktree::default_root(&loc.main),
-    };
-    let git = user_git(client_env)?;
-    check_path(&root.join(&loc.subdir))?;
-    let (main, branch, slug2) = (loc.main.clone(), name.to_owned(), slug.clone());
-    let repo_lock = d.worlds.repo_lock(&loc.main);
-    let repo_guard = repo_lock.lock().await;
-    let ensured = tokio::task::spawn_blocking(move || {
-        worktree::ensure(&git, &main, &branch, &slug2, &root)
-    })
-    .await
-    .map_err(internal)?
-    .map_err(|e| {
-        // A folder another world of this project uses: say whose it is
-        // (two names can share a slug-shaped folder name).
-        if let worktree::WorktreeError::PathTaken(p) = &e
-            && let Some(other) = d
-                .registry()
-                .world_with_path(project_id, &p.display().to_string())
-                .ok()
-                .flatten()
-        {
-            return ApiError::new(format!(
-                "{} is the worktree of world `{other}`, whose folder name `{name}` would take",
-                p.display()
-            ))
-            .hint(format!(
-                "pick another name; `binky status .` lists this project's worlds (`{other}` is one)"
-            ));
-        }
-        let hint = match &e {
-            worktree::WorktreeError::CheckedOutElsewhere { .. } => {
-                "switch that checkout to another branch, or run `binky up` with a different name"
-            }
-            worktree::WorktreeError::InvalidBranch(_) => "use a valid git branch name",
-            _ => "check the repository with `git worktree list` and `git status`",
-        };
-        ApiError::new(e.to_string()).hint(hint)
-    })?;
-    drop(repo_guard);
+    let ensured = make_worktree(d, loc, project_id, name, client_env, progress).await?;
     fault_point("up:worktree");
     // Cancelled now, the worktree stays (the next `up` reuses it), and no
     // world has been recorded yet.
@@ -137,63 +72,10 @@ pub(super) async fn up_locked(
     }
     let world_root = join_subdir(&ensured.path, &loc.subdir);
     check_path(&world_root)?;
-    let cfg_path = world_root.join(config::FILE_NAME);
-    let cfg = config::load(&cfg_path).map_err(invalid_config)?;
-    // The world runs its own branch's binky.toml; edits the user has not
-    // committed in the checkout they ran `up` from are not in it.
-    let here = loc.config.root.join(config::FILE_NAME);
-    if here != cfg_path
-        && std::fs::read(&here).ok() != std::fs::read(&cfg_path).ok()
-        && worktree::has_uncommitted_changes(&here)
-    {
-        let msg = format!(
-            "{} has uncommitted changes this world does not see: it runs {} as on branch `{name}`; commit them there (or edit the world's copy), then `binky reload {name}`",
-            here.display(),
-            cfg_path.display()
-        );
-        notes.push(msg);
-    }
-    if cfg.project.name != project {
-        return Err(ApiError::new(format!(
-            "{} names project `{}`, but this project is `{project}`",
-            cfg_path.display(),
-            cfg.project.name
-        ))
-        .hint("a branch must keep the project's name"));
-    }
+    let cfg = world_config(loc, &world_root, name, &mut notes)?;
 
     // Record the intent before acting, so a crash can be reconciled.
-    let world_id = {
-        let mut reg = d.registry();
-        let id = reg
-            .upsert_world(
-                project_id,
-                name,
-                &slug,
-                &ensured.path.display().to_string(),
-                WorldState::Starting,
-                Some("up"),
-                group,
-            )
-            .map_err(internal)?;
-        let services: Vec<(String, crate::protocol::ServiceKind)> = cfg
-            .services
-            .iter()
-            .map(|(n, s)| {
-                (
-                    n.clone(),
-                    if s.process().is_some() {
-                        crate::protocol::ServiceKind::Process
-                    } else {
-                        crate::protocol::ServiceKind::Resource
-                    },
-                )
-            })
-            .collect();
-        reg.sync_services(id, &services).map_err(internal)?;
-        reg.reset_restarts(id).map_err(internal)?;
-        id
-    };
+    let world_id = record_world(d, project_id, name, &slug, &ensured.path, group, &cfg)?;
     d.worlds.remember_env(world_id, client_env);
     d.event(world_event("up_started", project, name));
 
@@ -207,6 +89,196 @@ pub(super) async fn up_locked(
         client_env,
     };
     let result = bring_up(&cx, loc, world_root, progress, &mut notes).await;
+    settle_up(&cx, project_id, result, progress, notes).await
+}
+
+/// Registers the project by name and main checkout, returning its id.
+///
+/// # Errors
+/// Another checkout with a `binky.toml` already claims the name: two would
+/// share worlds, hostnames and slices.
+fn register_project(d: &Daemon, loc: &Located) -> Result<i64, ApiError> {
+    let project = loc.name.as_str();
+    let root = loc.main_root().display().to_string();
+    if let Some(known) = d.registry().project_root(project).map_err(internal)?
+        && known != root
+        && Path::new(&known).join(config::FILE_NAME).is_file()
+    {
+        return Err(ApiError::new(format!(
+            "project `{project}` is already registered at {known}, and {root} uses the same name"
+        ))
+        .hint(
+            "give this project its own [project] name, or remove the other project's worlds first",
+        ));
+    }
+    d.registry()
+        .upsert_project(project, &root)
+        .map_err(internal)
+}
+
+/// Whether `up` has nothing to do: recorded running, every supervised
+/// process running, its worktree in place.
+fn fully_running(d: &Daemon, w: &WorldRow) -> bool {
+    w.state == WorldState::Running
+        && d.worlds.runtime(w.id).is_some_and(|rt| {
+            rt.handles
+                .values()
+                .all(|h| matches!(*h.state.borrow(), State::Running { .. }))
+        })
+        && Path::new(&w.path).exists()
+}
+
+/// Creates or reuses the world's git worktree with the user's own `git`,
+/// under the repository's lock (git's index and refs are not safe against
+/// concurrent `worktree add`).
+async fn make_worktree(
+    d: &Daemon,
+    loc: &Located,
+    project_id: i64,
+    name: &str,
+    client_env: &ClientEnv,
+    progress: &ProgressTx,
+) -> Result<worktree::Ensured, ApiError> {
+    progress.say("worktree", None, format!("worktree for {name}"));
+    let root = match &loc.config.project.worktree_root {
+        Some(r) => config::resolve_against(&loc.main_root(), r),
+        None => worktree::default_root(&loc.main),
+    };
+    let git = user_git(client_env)?;
+    check_path(&root.join(&loc.subdir))?;
+    let (main, branch, slug) = (loc.main.clone(), name.to_owned(), world_slug(name));
+    let repo_lock = d.worlds.repo_lock(&loc.main);
+    let _repo_guard = repo_lock.lock().await;
+    tokio::task::spawn_blocking(move || worktree::ensure(&git, &main, &branch, &slug, &root))
+        .await
+        .map_err(internal)?
+        .map_err(|e| worktree_error(d, project_id, name, e))
+}
+
+/// A worktree failure as the user should read it, naming the world whose
+/// folder it is when that is the cause (two names can share a slug-shaped
+/// folder name).
+fn worktree_error(d: &Daemon, project_id: i64, name: &str, e: worktree::WorktreeError) -> ApiError {
+    if let worktree::WorktreeError::PathTaken(p) = &e
+        && let Some(other) = d
+            .registry()
+            .world_with_path(project_id, &p.display().to_string())
+            .ok()
+            .flatten()
+    {
+        return ApiError::new(format!(
+            "{} is the worktree of world `{other}`, whose folder name `{name}` would take",
+            p.display()
+        ))
+        .hint(format!(
+            "pick another name; `binky status .` lists this project's worlds (`{other}` is one)"
+        ));
+    }
+    let hint = match &e {
+        worktree::WorktreeError::CheckedOutElsewhere { .. } => {
+            "switch that checkout to another branch, or run `binky up` with a different name"
+        }
+        worktree::WorktreeError::InvalidBranch(_) => "use a valid git branch name",
+        _ => "check the repository with `git worktree list` and `git status`",
+    };
+    ApiError::new(e.to_string()).hint(hint)
+}
+
+/// The world's own `binky.toml` (its branch's), noting edits the user has
+/// not committed in the checkout they ran `up` from: the world does not
+/// see them.
+///
+/// # Errors
+/// The file is invalid, or names another project.
+fn world_config(
+    loc: &Located,
+    world_root: &Path,
+    name: &str,
+    notes: &mut Vec<String>,
+) -> Result<Config, ApiError> {
+    let project = loc.name.as_str();
+    let cfg_path = world_root.join(config::FILE_NAME);
+    let cfg = config::load(&cfg_path).map_err(invalid_config)?;
+    let here = loc.config.root.join(config::FILE_NAME);
+    if here != cfg_path
+        && std::fs::read(&here).ok() != std::fs::read(&cfg_path).ok()
+        && worktree::has_uncommitted_changes(&here)
+    {
+        notes.push(format!(
+            "{} has uncommitted changes this world does not see: it runs {} as on branch `{name}`; commit them there (or edit the world's copy), then `binky reload {name}`",
+            here.display(),
+            cfg_path.display()
+        ));
+    }
+    if cfg.project.name != project {
+        return Err(ApiError::new(format!(
+            "{} names project `{}`, but this project is `{project}`",
+            cfg_path.display(),
+            cfg.project.name
+        ))
+        .hint("a branch must keep the project's name"));
+    }
+    Ok(cfg)
+}
+
+/// Records the world as `starting` with `up` in flight, and its services as
+/// the config lists them (counters reset), returning its id.
+fn record_world(
+    d: &Daemon,
+    project_id: i64,
+    name: &str,
+    slug: &str,
+    path: &Path,
+    group: Option<&str>,
+    cfg: &Config,
+) -> Result<i64, ApiError> {
+    use crate::protocol::ServiceKind as Kind;
+    let mut reg = d.registry();
+    let id = reg
+        .upsert_world(
+            project_id,
+            name,
+            slug,
+            &path.display().to_string(),
+            WorldState::Starting,
+            Some("up"),
+            group,
+        )
+        .map_err(internal)?;
+    let services: Vec<(String, Kind)> = cfg
+        .services
+        .iter()
+        .map(|(n, s)| {
+            let kind = if s.process().is_some() {
+                Kind::Process
+            } else {
+                Kind::Resource
+            };
+            (n.clone(), kind)
+        })
+        .collect();
+    reg.sync_services(id, &services).map_err(internal)?;
+    reg.reset_restarts(id).map_err(internal)?;
+    Ok(id)
+}
+
+/// Records how `bring_up` ended: `running`; `stopped` when the caller
+/// cancelled (what it started is stopped, what it made is kept, as `down`
+/// would: nothing is left half-made); else `failed` with the reason.
+async fn settle_up(
+    cx: &WorldCtx<'_>,
+    project_id: i64,
+    result: Result<(), ApiError>,
+    progress: &ProgressTx,
+    notes: Vec<String>,
+) -> Result<WorldOutcome, ApiError> {
+    let WorldCtx {
+        d,
+        project,
+        world: name,
+        world_id,
+        ..
+    } = *cx;
     match result {
         Ok(()) => {
             d.registry()
@@ -216,8 +288,6 @@ pub(super) async fn up_locked(
             outcome(d, project, world_id, false, notes)
         }
         Err(_) if progress.cancelled() => {
-            // Stop what it started; keep what it made (worktree, ports,
-            // complete slices), as `down` would: nothing is left half-made.
             let row = d
                 .registry()
                 .find_world(project_id, name)
@@ -409,152 +479,4 @@ async fn provision_slices(
     }
     plan.slices_ready = true;
     Ok(())
-}
-
-/// Processes, level by level; independent ones start together, and a level
-/// starts once the one before is ready. The first failure (or a cancel)
-/// stops the climb; services already started stay up for inspection.
-async fn start_processes(
-    cx: &WorldCtx<'_>,
-    plan: &Plan,
-    progress: &ProgressTx,
-) -> Result<(), ApiError> {
-    let WorldCtx {
-        d,
-        cfg,
-        project,
-        world: name,
-        slug,
-        world_id,
-        ..
-    } = *cx;
-    let lv = levels(cfg);
-    let mut handles: IndexMap<String, Arc<Handle>> = IndexMap::new();
-    let log_dir = d.paths.world_logs(project, slug);
-    let mut failure: Option<ApiError> = None;
-    'levels: for level in &lv {
-        let mut started = Vec::new();
-        for sname in level {
-            let svc = &cfg.services[sname];
-            let Some(p) = svc.process() else { continue };
-            let spec = process_spec(cx, sname, p, plan, &log_dir)?;
-            progress.say("start", Some(sname), format!("starting {sname}"));
-            // Intent first: the row says `starting` before a process exists.
-            d.registry()
-                .service_state(world_id, sname, ServiceState::Starting, None, false)
-                .map_err(internal)?;
-            let recorder = recorder(
-                d.clone(),
-                world_id,
-                project.to_owned(),
-                name.to_owned(),
-                sname.clone(),
-            );
-            let log = spec.log.clone();
-            let h = Arc::new(supervisor::spawn(spec, recorder));
-            handles.insert(sname.clone(), h.clone());
-            started.push((sname.clone(), h, log));
-        }
-        fault_point("up:started");
-        for (sname, h, log) in started {
-            // A cancel does not wait for a slow health probe.
-            let settled = tokio::select! {
-                s = settled(&h) => s,
-                _ = progress.until_cancelled() => {
-                    failure.get_or_insert(cancelled_error(name));
-                    break 'levels;
-                }
-            };
-            match settled {
-                State::Running { pid } => {
-                    let port = plan.facts[&sname]
-                        .port
-                        .map(|p| format!("  :{p}"))
-                        .unwrap_or_default();
-                    progress.say("ready", Some(&sname), format!("{sname}  pid {pid}{port}"));
-                }
-                // A probe-less one-shot that did its work inside the grace
-                // period (see supervisor::NO_PROBE_GRACE).
-                s if s.exited_cleanly() => {
-                    progress.say("ready", Some(&sname), format!("{sname}  finished (exit 0)"));
-                }
-                other => {
-                    failure.get_or_insert(start_failure(name, &sname, &other, &log, plan));
-                    // One whose probe never passed stays up for inspection
-                    // (its own port still answers), but not at its URL: the
-                    // proxy must not serve a failed world as if it were up.
-                    if matches!(other, State::Unhealthy { .. }) {
-                        d.routes
-                            .set_state(project, name, &sname, ServiceState::Failed);
-                    }
-                }
-            }
-        }
-        if failure.is_some() {
-            break 'levels;
-        }
-    }
-    if failure.is_some() {
-        // Services a failure kept from starting are stopped, not starting:
-        // their proxy page must not promise a retry that never comes.
-        for (sname, svc) in &cfg.services {
-            if svc.process().is_some() && !handles.contains_key(sname) {
-                d.routes
-                    .set_state(project, name, sname, ServiceState::Stopped);
-            }
-        }
-    }
-    d.worlds.put_runtime(
-        world_id,
-        Runtime {
-            handles,
-            levels: lv,
-        },
-    );
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
-
-/// The supervisor's first settled state for a service just started
-/// (running, or given up on).
-async fn settled(h: &Handle) -> State {
-    let mut watch = h.state.clone();
-    loop {
-        let s = watch.borrow_and_update().clone();
-        if s.is_settled() {
-            return s;
-        }
-        if watch.changed().await.is_err() {
-            return watch.borrow().clone();
-        }
-    }
-}
-
-/// The error for a service that did not start: why, then this run's output
-/// only (its first lines often say the cause, its last where it stopped).
-fn start_failure(world: &str, service: &str, state: &State, log: &Path, plan: &Plan) -> ApiError {
-    let reason = match state {
-        State::Unhealthy { reason, .. } => format!("not healthy: {reason}"),
-        State::Failed { reason } => reason.clone(),
-        State::Stopped { exit } => exit.clone().unwrap_or_else(|| "stopped".into()),
-        s => s.label().to_string(),
-    };
-    let run = supervisor::logs::current_run(log);
-    let mut msg = format!("service `{service}` failed to start: {reason}");
-    if !run.is_empty() {
-        msg.push_str(&format!(
-            "\noutput of this run ({} line(s), in {}):\n{}",
-            run.len(),
-            log.display(),
-            supervisor::logs::quote_head_tail(&run, FAILURE_HEAD_LINES, FAILURE_LOG_LINES)
-        ));
-    }
-    ApiError::new(msg.trim_end().to_owned()).hint(with_config_note(
-        format!(
-            "`binky logs {world} {service}` shows its output; services already started stay up for inspection"
-        ),
-        plan,
-    ))
 }

@@ -31,16 +31,7 @@ pub(crate) async fn verify(
     let client_env = wf.env.clone();
     let commit = worktree::head_commit(Path::new(&w.path));
     // A result is for a commit only when nothing else was in the worktree.
-    let uncommitted: Vec<String> = {
-        let (git, p) = (user_git(&client_env)?, PathBuf::from(&w.path));
-        tokio::task::spawn_blocking(move || worktree::changes(&git, &p))
-            .await
-            .map_err(internal)?
-            .unwrap_or_default()
-            .into_iter()
-            .take(20)
-            .collect()
-    };
+    let uncommitted = uncommitted(&client_env, &w.path).await?;
     let started = std::time::Instant::now();
     let mut checks = Vec::new();
     let mut all_ok = true;
@@ -95,6 +86,21 @@ pub(crate) async fn verify(
         uncommitted,
         duration_ms,
     })
+}
+
+/// The worktree's uncommitted and untracked changes, 20 at most, by the
+/// user's own `git`.
+async fn uncommitted(client_env: &ClientEnv, path: &str) -> Result<Vec<String>, ApiError> {
+    let (git, p) = (user_git(client_env)?, PathBuf::from(path));
+    Ok(
+        tokio::task::spawn_blocking(move || worktree::changes(&git, &p))
+            .await
+            .map_err(internal)?
+            .unwrap_or_default()
+            .into_iter()
+            .take(20)
+            .collect(),
+    )
 }
 
 /// `[agents] verify`, each command with its rendering (no `self`).

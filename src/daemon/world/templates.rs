@@ -1,0 +1,160 @@
+//! Golden templates: a slice built once per project (migrated and seeded),
+//! then cloned for each world where the adapter can clone.
+
+use super::*;
+
+/// A golden template ready to clone: its name, the log of its build, and
+/// the key its schema was migrated at.
+pub(super) struct Template {
+    pub(super) name: String,
+    pub(super) slice: Slice,
+    pub(super) log: PathBuf,
+    pub(super) migrated: Option<String>,
+}
+
+impl Provisioning<'_> {
+    /// The golden template `from`, built first when its key changed or it
+    /// is gone — once, under a lock in this daemon and one on the server
+    /// (other daemons sharing it). The marker holds the template's key,
+    /// then the key its schema was migrated at (the building world's).
+    pub(super) async fn golden(&self, from: &str) -> Result<Template, ApiError> {
+        let WorldCtx {
+            d, project, world, ..
+        } = *self.cx;
+        let (adapter, r) = (self.adapter, self.job.r);
+        let tname = golden::template_name(project, from);
+        // The world's slice on the same server, by the template's name.
+        let template = Slice {
+            name: tname.clone(),
+            ..self.slice.clone()
+        };
+        let key = golden::key(
+            r.migrate.as_deref(),
+            r.seed.as_deref(),
+            &r.clone_inputs,
+            &self.plan.world_root,
+        );
+        let marker = d.paths.golden_dir(adapter.name()).join(&tname);
+        let glock = d.worlds.golden_lock(&format!("{}/{tname}", adapter.name()));
+        let _g = glock.lock().await;
+        let _server_lock = adapter
+            .lock_template(&template)
+            .await
+            .map_err(|e| self.named(e))?;
+        let marker_text = std::fs::read_to_string(&marker).unwrap_or_default();
+        let mut marker_lines = marker_text.lines();
+        let fresh = marker_lines.next().map(str::trim) == Some(key.as_str())
+            && adapter.exists(&template).await.unwrap_or(false);
+        let mut migrated = marker_lines.next().map(|l| l.trim().to_owned());
+        // The template's migrate/seed output lives with the template, not
+        // in the log of the world that happened to build it (gone with that
+        // world); every clone's log points at it.
+        let template_log = PathBuf::from(format!("{}.log", marker.display()));
+        if !fresh {
+            let _ = std::fs::remove_file(&marker);
+            adapter
+                .teardown(&template)
+                .await
+                .map_err(|e| self.named(e))?;
+            let _ = std::fs::remove_file(&template_log);
+            if let Ok(mut f) = supervisor::logs::open_append(&template_log) {
+                use std::io::Write;
+                let _ = writeln!(
+                    f,
+                    "binky: building template {tname} (key {key}) for world {world}"
+                );
+            }
+            let job = SliceJob {
+                log: &template_log,
+                ..self.job
+            };
+            let built =
+                provision_and_seed(adapter, &template, self.cx, &job, self.plan, "golden").await;
+            if let Err(e) = built {
+                // Nothing half-made: a template that failed its migrate or
+                // seed is dropped, so the next `up` builds it afresh.
+                let _ = adapter.teardown(&template).await;
+                return Err(e);
+            }
+            fault_point("golden:built");
+            if let Some(dir) = marker.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            migrated = self.world_key.clone();
+            std::fs::write(
+                &marker,
+                format!("{key}\n{}\n", migrated.as_deref().unwrap_or("")),
+            )
+            .map_err(internal)?;
+            d.event(world_event("golden_built", project, world).detail(tname.clone()));
+        }
+        Ok(Template {
+            name: tname,
+            slice: template,
+            log: template_log,
+            migrated,
+        })
+    }
+
+    /// Copies `template` into the slice; `false` (after `clone_fallback` is
+    /// logged, with the reason) when the copy failed and the slice is to be
+    /// built by provision + migrate + seed instead. A template migrated at
+    /// another commit than the world's branch is caught up on the clone.
+    pub(super) async fn clone_from(&self, template: &Template) -> Result<bool, ApiError> {
+        let WorldCtx {
+            d, project, world, ..
+        } = *self.cx;
+        let (adapter, service, log) = (self.adapter, self.job.service, self.job.log);
+        match adapter.clone_slice(&template.slice, self.slice).await {
+            Ok(()) => {
+                if let Ok(mut f) = supervisor::logs::open_append(log) {
+                    use std::io::Write;
+                    let _ = writeln!(
+                        f,
+                        "binky: cloned from template {}; its migrate and seed output is in {}",
+                        template.name,
+                        template.log.display()
+                    );
+                }
+                if let Some(key) = &self.world_key
+                    && template.migrated.as_deref() != Some(key.as_str())
+                {
+                    let address = adapter
+                        .resolve(self.slice)
+                        .await
+                        .map_err(|e| self.named(e))?;
+                    catch_up(
+                        self.cx,
+                        &self.job,
+                        self.plan,
+                        &address,
+                        self.progress,
+                        "its golden template was migrated at another commit",
+                        true,
+                    )
+                    .await?;
+                }
+                Ok(true)
+            }
+            Err(e) => {
+                let e = e.redacted(self.slice);
+                tracing::warn!(project, world, service, reason = %e.message, "clone_fallback");
+                if let Ok(mut f) = supervisor::logs::open_append(log) {
+                    use std::io::Write;
+                    let _ = writeln!(
+                        f,
+                        "binky: clone_fallback: {}; building this world by provision + migrate + seed",
+                        e.message
+                    );
+                }
+                let mut ev =
+                    world_event("clone_fallback", project, world).detail(e.message.clone());
+                ev.service = Some(service.to_owned());
+                ev.adapter = Some(adapter.name().to_owned());
+                d.event(ev);
+                let _ = adapter.teardown(self.slice).await;
+                Ok(false)
+            }
+        }
+    }
+}
