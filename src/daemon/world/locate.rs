@@ -139,3 +139,56 @@ pub(super) fn find_world(d: &Daemon, loc: &Located, name: &str) -> Result<WorldR
                 .hint("`binky status` lists the worlds")
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inside_compares_real_paths() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        std::fs::create_dir_all(r.join("wt/a")).unwrap();
+        std::fs::create_dir_all(r.join("wt-evil")).unwrap();
+        let wt = r.join("wt");
+        assert!(inside(&wt.join("a"), &wt));
+        // The root itself, a sibling that merely starts like it, and a
+        // `..` escape are not inside.
+        assert!(!inside(&wt, &wt));
+        assert!(!inside(&r.join("wt-evil"), &wt));
+        assert!(!inside(&wt.join("a/../../wt-evil"), &wt));
+        // A symlink inside the root that points out of it is outside.
+        std::os::unix::fs::symlink(r.join("wt-evil"), wt.join("link")).unwrap();
+        assert!(!inside(&wt.join("link"), &wt));
+        // A path that does not exist cannot be shown to be inside.
+        assert!(!inside(&wt.join("missing"), &wt));
+    }
+
+    #[test]
+    fn paths_a_shell_would_read_are_refused() {
+        assert!(check_path(Path::new("/home/u/my repo.worktrees/feat")).is_ok());
+        for bad in [
+            "/tmp/a;rm",
+            "/tmp/$(x)",
+            "/tmp/a`b`",
+            "/tmp/a\nb",
+            "/tmp/a'b",
+        ] {
+            let e = check_path(Path::new(bad)).unwrap_err();
+            assert!(e.message.contains("worktree path"), "{bad}: {}", e.message);
+            assert!(e.hint.is_some());
+        }
+    }
+
+    #[test]
+    fn join_subdir_keeps_the_project_folder_inside_the_worktree() {
+        assert_eq!(
+            join_subdir(Path::new("/wt/feat"), Path::new("apps/web")),
+            PathBuf::from("/wt/feat/apps/web")
+        );
+        assert_eq!(
+            join_subdir(Path::new("/wt/feat"), Path::new("")),
+            PathBuf::from("/wt/feat")
+        );
+    }
+}

@@ -533,3 +533,128 @@ pub(super) fn process_spec(
         log_writer: crate::platform::self_exe().ok(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(toml: &str) -> (tempfile::TempDir, Config) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(config::FILE_NAME);
+        std::fs::write(&path, toml).unwrap();
+        let cfg = config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        (dir, cfg)
+    }
+
+    #[test]
+    fn levels_put_every_dependency_first_and_independent_services_together() {
+        let (_d, cfg) = config(
+            r#"
+[project]
+name = "shop"
+[services.web]
+cmd = "true"
+depends_on = ["api", "cache"]
+[services.worker]
+cmd = "true"
+depends_on = ["db"]
+[services.api]
+cmd = "true"
+depends_on = ["db"]
+[services.db]
+adapter = "sqlite"
+[services.cache]
+cmd = "true"
+"#,
+        );
+        let lv = levels(&cfg);
+        assert_eq!(
+            lv,
+            vec![
+                vec!["db".to_owned(), "cache".to_owned()],
+                vec!["worker".to_owned(), "api".to_owned()],
+                vec!["web".to_owned()],
+            ]
+        );
+    }
+
+    #[test]
+    fn a_project_without_dependencies_is_one_level() {
+        let (_d, cfg) = config(
+            "[project]\nname = \"p\"\n[services.a]\ncmd = \"true\"\n[services.b]\ncmd = \"true\"\n",
+        );
+        assert_eq!(levels(&cfg), vec![vec!["a".to_owned(), "b".to_owned()]]);
+    }
+
+    #[test]
+    fn lookup_env_prefers_the_env_file_then_the_callers_shell() {
+        let project = vec![
+            ("A".to_owned(), "first".to_owned()),
+            ("A".to_owned(), "from-file".to_owned()),
+        ];
+        let client = ClientEnv(vec![
+            ("A".to_owned(), "from-shell".to_owned()),
+            ("B".to_owned(), "shell-only".to_owned()),
+        ]);
+        let get = lookup_env(&project, &client);
+        // The file's last line wins, as a shell sourcing it would.
+        assert_eq!(get("A").as_deref(), Some("from-file"));
+        assert_eq!(get("B").as_deref(), Some("shell-only"));
+        assert_eq!(get("BINKY_TEST_SURELY_UNSET_VARIABLE"), None);
+    }
+
+    #[test]
+    fn env_base_layers_shell_then_env_file_then_binkys_names() {
+        let shell = ClientEnv(vec![
+            ("KEEP".to_owned(), "shell".to_owned()),
+            ("OVER".to_owned(), "shell".to_owned()),
+            ("BINKY_WORLD".to_owned(), "spoofed".to_owned()),
+        ]);
+        let project_env = vec![("OVER".to_owned(), "file".to_owned())];
+        let mut facts = IndexMap::new();
+        facts.insert(
+            "api".to_owned(),
+            ServiceFacts {
+                port: Some(41000),
+                ports: [("debug".to_owned(), 41001)].into_iter().collect(),
+                ..Default::default()
+            },
+        );
+        facts.insert("db".to_owned(), ServiceFacts::default());
+        let env = EnvBase {
+            shell: &shell,
+            project_env: &project_env,
+            home: Path::new("/h"),
+            project: "shop",
+            world: "feat/a",
+            world_root: Path::new("/w"),
+            facts: &facts,
+        }
+        .build();
+        assert_eq!(env["KEEP"], "shell");
+        assert_eq!(env["OVER"], "file");
+        // Binky's own names are never the shell's.
+        assert_eq!(env["BINKY_WORLD"], "feat/a");
+        assert_eq!(env["BINKY_PROJECT"], "shop");
+        assert_eq!(env["BINKY_WORKTREE"], "/w");
+        assert_eq!(env[crate::paths::HOME_ENV], "/h");
+        assert_eq!(env["BINKY_PORT_API"], "41000");
+        assert_eq!(env["BINKY_PORT_API_DEBUG"], "41001");
+        assert!(!env.keys().any(|k| k.starts_with("BINKY_PORT_DB")));
+    }
+
+    #[test]
+    fn config_differs_only_between_two_checkouts_that_disagree() {
+        let (main, world) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let write = |d: &tempfile::TempDir, s: &str| {
+            std::fs::write(d.path().join(config::FILE_NAME), s).unwrap()
+        };
+        write(&main, "[project]\nname = \"p\"\n");
+        write(&world, "[project]\nname = \"p\"\n");
+        assert_eq!(config_differs(world.path(), main.path(), "feat"), None);
+        assert_eq!(config_differs(main.path(), main.path(), "feat"), None);
+        write(&world, "[project]\nname = \"p\"\n# changed\n");
+        let note = config_differs(world.path(), main.path(), "feat").unwrap();
+        assert!(note.contains("feat"), "{note}");
+    }
+}

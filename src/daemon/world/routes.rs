@@ -8,21 +8,34 @@ use super::*;
 /// always works.
 pub(super) fn proxy_url(d: &Daemon, label: &str, slug: &str, domain: &str, https: bool) -> String {
     let s = d.registry().settings().ok();
-    url_of(s.as_ref(), d, &format!("{label}.{slug}.{domain}"), https)
+    url_of(
+        s.as_ref(),
+        https_live(d),
+        &format!("{label}.{slug}.{domain}"),
+        https,
+    )
 }
 
+/// Whether Caddy runs, so https projects get https URLs.
+fn https_live(d: &Daemon) -> bool {
+    d.https_live.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The URL of `host` through the front it is served on: Caddy's HTTPS port
+/// when the project asks for `https` and Caddy runs, else the proxy's
+/// port; the port is left out when it is the scheme's default (or unknown,
+/// 0). Without settings the defaults (80, 443) are assumed.
 pub(super) fn url_of(
     s: Option<&crate::protocol::Settings>,
-    d: &Daemon,
+    https_live: bool,
     host: &str,
     https: bool,
 ) -> String {
-    let (scheme, port, default) =
-        if https && d.https_live.load(std::sync::atomic::Ordering::Relaxed) {
-            ("https", s.map(|s| s.https_port).unwrap_or(443), 443)
-        } else {
-            ("http", s.map(|s| s.proxy_port).unwrap_or(80), 80)
-        };
+    let (scheme, port, default) = if https && https_live {
+        ("https", s.map(|s| s.https_port).unwrap_or(443), 443)
+    } else {
+        ("http", s.map(|s| s.proxy_port).unwrap_or(80), 80)
+    };
     if port == default || port == 0 {
         format!("{scheme}://{host}")
     } else {
@@ -49,7 +62,7 @@ pub(crate) fn fill_urls(d: &Daemon, report: &mut crate::protocol::StatusReport) 
                 .is_ok_and(|c| c.project.https);
         for svc in p.worlds.iter_mut().flat_map(|w| w.services.iter_mut()) {
             if let Some(h) = &svc.host {
-                svc.url = Some(url_of(s.as_ref(), d, h, https));
+                svc.url = Some(url_of(s.as_ref(), https_live(d), h, https));
             }
         }
     }
@@ -87,6 +100,8 @@ pub(super) async fn ensure_https(d: &Daemon, project: &str, world: &str) -> Opti
     }
 }
 
+/// The host of a URL-shaped address (`scheme://[user@]host[:port]/…`), IPv6
+/// brackets removed; `None` when there is none.
 pub(super) fn host_of(address: &str) -> Option<String> {
     let rest = address.split_once("://")?.1;
     let authority = rest.split('/').next()?;
@@ -96,4 +111,70 @@ pub(super) fn host_of(address: &str) -> Option<String> {
         None => hostport.split(':').next()?,
     };
     (!host.is_empty()).then(|| host.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(proxy_port: u16, https_port: u16) -> crate::protocol::Settings {
+        crate::protocol::Settings {
+            proxy_port,
+            https_port,
+            ..crate::registry::default_settings()
+        }
+    }
+
+    #[test]
+    fn urls_carry_the_port_unless_it_is_the_schemes_default() {
+        let host = "web.feat-a.shop.localhost";
+        let s = settings(8080, 8443);
+        assert_eq!(
+            url_of(Some(&s), false, host, false),
+            "http://web.feat-a.shop.localhost:8080"
+        );
+        assert_eq!(
+            url_of(Some(&settings(80, 443)), true, host, true),
+            "https://web.feat-a.shop.localhost"
+        );
+        assert_eq!(
+            url_of(Some(&s), true, host, true),
+            "https://web.feat-a.shop.localhost:8443"
+        );
+        // Port 0 (not yet bound) and no settings at all print no port.
+        assert_eq!(
+            url_of(Some(&settings(0, 0)), false, host, false),
+            "http://web.feat-a.shop.localhost"
+        );
+        assert_eq!(
+            url_of(None, false, host, false),
+            "http://web.feat-a.shop.localhost"
+        );
+    }
+
+    #[test]
+    fn https_needs_both_the_project_and_a_running_caddy() {
+        let s = settings(8080, 8443);
+        // Asked for, Caddy down: http through the proxy, so the URL works.
+        assert_eq!(url_of(Some(&s), false, "h", true), "http://h:8080");
+        // Caddy up, project did not ask: http.
+        assert_eq!(url_of(Some(&s), true, "h", false), "http://h:8080");
+    }
+
+    #[test]
+    fn host_of_reads_every_address_shape() {
+        for (address, host) in [
+            ("postgres://u:p@db.local:5432/x", Some("db.local")),
+            ("redis://127.0.0.1:6379/0", Some("127.0.0.1")),
+            ("http://[::1]:9000/bucket", Some("::1")),
+            ("amqp://guest:guest@localhost/%2F", Some("localhost")),
+            ("mysql://root@host", Some("host")),
+            // A password holding `@` and `:`: the last `@` ends the userinfo.
+            ("postgres://u:p@ss:w@h:1/d", Some("h")),
+            ("no-scheme:5432", None),
+            ("http:///path", None),
+        ] {
+            assert_eq!(host_of(address).as_deref(), host, "{address}");
+        }
+    }
 }
