@@ -5,19 +5,19 @@
 //! socket, child, timer or signal wakes it: there is no polling loop. Stopping
 //! the daemon never stops the service processes it supervises.
 //!
-//! A request's path: [`server`] reads its frame → [`handlers`] matches it to
-//! a verb → the verb's own file under [`world`] (or [`settings`]) composes
+//! A request's path: `server` reads its frame → `handlers` matches it to
+//! a verb → the verb's own file under `world` (or `settings`) composes
 //! the stages it needs, reporting through the caller's `ProgressTx`.
 //!
 //! | module | holds |
 //! |---|---|
-//! | [`server`] | the lock, the socket, the handshake and frame loop, start-up and shutdown |
-//! | [`state`] | [`Daemon`] (what every verb holds) and `ProgressTx` |
-//! | [`handlers`] | one match: request → verb |
-//! | [`errors`] | registry and adapter errors as API errors, always redacted |
-//! | [`events`] | the append-only `events.log` |
-//! | [`settings`] | `reserve`, `port`, `config` |
-//! | [`world`] | every verb on a world, and the stages of `up` |
+//! | `server` | the lock, the socket, the handshake and frame loop, start-up and shutdown |
+//! | `state` | [`Daemon`] (what every verb holds) and `ProgressTx` |
+//! | `handlers` | one match: request → verb |
+//! | `errors` | registry and adapter errors as API errors, always redacted |
+//! | `events` | the append-only `events.log` |
+//! | `settings` | `reserve`, `port`, `config` |
+//! | `world` | every verb on a world, and the stages of `up` |
 
 mod errors;
 pub mod events;
