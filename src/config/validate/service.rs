@@ -1,0 +1,459 @@
+//! Services: processes (command, health probe, restart policy, watch) and
+//! resources (adapter, options, data commands), and the `[agents]` table.
+
+use super::*;
+
+pub(super) fn build_service(cx: &mut Cx<'_>, name: &str, rs: &RawService) -> Option<Service> {
+    let base = keypath!["services", name];
+    if !is_service_name(name) || RESERVED_NAMES.contains(&name) {
+        let (why, hint) = if RESERVED_NAMES.contains(&name) {
+            (
+                format!("service name `{name}` is reserved (it is a token prefix)"),
+                "`self`, `env`, `worktree` and `project` start tokens such as ${env.HOME}; rename the service".to_owned(),
+            )
+        } else {
+            let mut try_ = crate::slug::dns_label_hint(name);
+            if !try_.starts_with(|c: char| c.is_ascii_lowercase()) {
+                try_.insert_str(0, "svc-");
+            }
+            (
+                format!(
+                    "service name `{name}` must start with a lowercase letter and use only a-z, 0-9, `-`, `_` (at most 63)"
+                ),
+                format!("try [services.{try_}]"),
+            )
+        };
+        cx.error("invalid-name", &base, why, Some(hint));
+    }
+    let present = rs.present_keys();
+    match (&rs.cmd, &rs.adapter) {
+        (Some(_), Some(_)) => {
+            cx.error(
+                "cmd-and-adapter",
+                &keypath!["services", name, "adapter"],
+                format!("service `{name}` has both `cmd` and `adapter`: a service is a process or a resource, never both"),
+                Some("split it into two services, e.g. a resource `db` and a process that depends on it".to_owned()),
+            );
+            None
+        }
+        (None, None) => {
+            cx.error(
+                "cmd-or-adapter",
+                &base,
+                format!("service `{name}` has neither `cmd` nor `adapter`"),
+                Some("add `cmd = \"…\"` for a process, or `adapter = \"postgres\"` (etc.) for a resource".to_owned()),
+            );
+            None
+        }
+        (Some(cmd), None) => {
+            for k in present.iter().filter(|k| raw::RESOURCE_KEYS.contains(k)) {
+                cx.error(
+                    "resource-key-on-process",
+                    &keypath!["services", name, *k],
+                    format!("`{k}` is only valid on a resource (a service with `adapter`), and `{name}` is a process"),
+                    Some("move it to the resource service it belongs to".to_owned()),
+                );
+            }
+            // Best effort even when invalid: cross-service checks still see
+            // this service, and `finish` withholds the model on any error.
+            Some(Service {
+                name: name.to_owned(),
+                kind: ServiceKind::Process(build_process(cx, name, cmd, rs)),
+            })
+        }
+        (None, Some(adapter)) => {
+            for k in present.iter().filter(|k| raw::PROCESS_KEYS.contains(k)) {
+                cx.error(
+                    "process-key-on-resource",
+                    &keypath!["services", name, *k],
+                    format!("`{k}` is only valid on a process (a service with `cmd`), and `{name}` is a resource"),
+                    Some("resources are provisioned, not run; put it on the process that uses this resource".to_owned()),
+                );
+            }
+            Some(Service {
+                name: name.to_owned(),
+                kind: ServiceKind::Resource(build_resource(cx, name, adapter, rs)),
+            })
+        }
+    }
+}
+
+pub(super) fn build_process(cx: &mut Cx<'_>, name: &str, cmd: &str, rs: &RawService) -> Process {
+    if cmd.trim().is_empty() {
+        cx.error(
+            "empty-cmd",
+            &keypath!["services", name, "cmd"],
+            format!("service `{name}` has an empty `cmd`"),
+            None,
+        );
+    }
+    if let Some(url) = &rs.url
+        && !is_dns_label(url)
+    {
+        cx.error(
+            "invalid-name",
+            &keypath!["services", name, "url"],
+            format!("url label `{url}` must be a lowercase DNS label (a-z, 0-9, `-`)"),
+            Some(format!(
+                "it becomes `<label>.<world>.<domain>`; try `{}`",
+                crate::slug::dns_label_hint(url)
+            )),
+        );
+    }
+    let ports = rs.ports.clone().unwrap_or_default();
+    let mut seen = BTreeSet::new();
+    for (i, p) in ports.iter().enumerate() {
+        let path = keypath!["services", name, "ports", i];
+        if !is_service_name(p) {
+            cx.error(
+                "invalid-name",
+                &path,
+                format!(
+                    "port name `{p}` must start with a lowercase letter and use a-z, 0-9, `-`, `_`"
+                ),
+                None,
+            );
+        } else if !seen.insert(p.as_str()) {
+            cx.error(
+                "duplicate-port",
+                &path,
+                format!("port `{p}` is declared twice"),
+                None,
+            );
+        }
+    }
+    let env = build_env(cx, &keypath!["services", name, "env"], rs.env.as_ref());
+    let depends_on = rs.depends_on.clone().unwrap_or_default();
+    let health = rs.health.as_ref().and_then(|h| build_health(cx, name, h));
+    let restart = match &rs.restart {
+        None => Some(Restart::default()),
+        Some(r) => build_restart(cx, name, r),
+    };
+    let stop_signal = match &rs.stop_signal {
+        None => Some(StopSignal::default()),
+        Some(s) => {
+            let v = StopSignal::parse(s);
+            if v.is_none() {
+                cx.error(
+                    "invalid-signal",
+                    &keypath!["services", name, "stop_signal"],
+                    format!("`{s}` is not a stop signal Binky knows"),
+                    Some(format!("use one of {}", StopSignal::KNOWN.join(", "))),
+                );
+            }
+            v
+        }
+    };
+    let stop_timeout = match &rs.stop_timeout {
+        None => Some(DEFAULT_STOP_TIMEOUT),
+        Some(d) => parse_duration(cx, &keypath!["services", name, "stop_timeout"], d),
+    };
+    let watch = rs.watch.clone().unwrap_or_default();
+    check_globs(cx, &keypath!["services", name, "watch"], &watch, true);
+    Process {
+        cmd: cmd.to_owned(),
+        cwd: rs.cwd.clone(),
+        url: rs.url.clone(),
+        ports,
+        depends_on,
+        env,
+        env_file: rs.env_file.clone(),
+        health,
+        restart: restart.unwrap_or_default(),
+        watch,
+        stop_signal: stop_signal.unwrap_or_default(),
+        stop_timeout: stop_timeout.unwrap_or(DEFAULT_STOP_TIMEOUT),
+    }
+}
+
+pub(super) fn build_health(cx: &mut Cx<'_>, name: &str, h: &RawHealth) -> Option<Health> {
+    let base = keypath!["services", name, "health"];
+    match h {
+        RawHealth::Url(u) => Some(Health {
+            probe: Probe::Http(u.clone()),
+            timeout: DEFAULT_HEALTH_TIMEOUT,
+            interval: DEFAULT_HEALTH_INTERVAL,
+        }),
+        RawHealth::Table(t) => {
+            let kinds: Vec<(&str, &String)> = [("http", &t.http), ("tcp", &t.tcp), ("cmd", &t.cmd)]
+                .into_iter()
+                .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+                .collect();
+            let probe = match kinds.as_slice() {
+                [("http", v)] => Some(Probe::Http((*v).clone())),
+                [("tcp", v)] => Some(Probe::Tcp((*v).clone())),
+                [(_, v)] => Some(Probe::Cmd((*v).clone())),
+                [] => {
+                    cx.error(
+                        "invalid-health",
+                        &base,
+                        format!("health of `{name}` names no probe"),
+                        Some("set exactly one of `http`, `tcp` or `cmd`".to_owned()),
+                    );
+                    None
+                }
+                _ => {
+                    let names: Vec<&str> = kinds.iter().map(|(k, _)| *k).collect();
+                    cx.error(
+                        "invalid-health",
+                        &base,
+                        format!(
+                            "health of `{name}` names {} probes ({}); a health check is one probe",
+                            names.len(),
+                            names.join(", ")
+                        ),
+                        Some("keep exactly one of `http`, `tcp` or `cmd`".to_owned()),
+                    );
+                    None
+                }
+            };
+            let timeout = match &t.timeout {
+                None => Some(DEFAULT_HEALTH_TIMEOUT),
+                Some(d) => parse_duration(cx, &keypath!["services", name, "health", "timeout"], d),
+            };
+            let interval = match &t.interval {
+                None => Some(DEFAULT_HEALTH_INTERVAL),
+                Some(d) => parse_duration(cx, &keypath!["services", name, "health", "interval"], d),
+            };
+            if interval.is_some_and(|i| i.is_zero()) {
+                cx.error(
+                    "invalid-duration",
+                    &keypath!["services", name, "health", "interval"],
+                    format!("health interval of `{name}` must be greater than zero"),
+                    Some(format!(
+                        "the default is {}",
+                        humantime::format_duration(DEFAULT_HEALTH_INTERVAL)
+                    )),
+                );
+                return None;
+            }
+            Some(Health {
+                probe: probe?,
+                timeout: timeout?,
+                interval: interval?,
+            })
+        }
+    }
+}
+
+pub(super) fn build_restart(cx: &mut Cx<'_>, name: &str, r: &RawRestart) -> Option<Restart> {
+    let policy_err = |cx: &mut Cx<'_>, path: &[Step], p: &str| {
+        cx.error(
+            "invalid-restart",
+            path,
+            format!("`{p}` is not a restart policy"),
+            Some(r#"use "no", "on-failure" or "always""#.to_owned()),
+        );
+    };
+    match r {
+        RawRestart::Policy(p) => match RestartPolicy::parse(p) {
+            Some(policy) => Some(Restart {
+                policy,
+                ..Restart::default()
+            }),
+            None => {
+                policy_err(cx, &keypath!["services", name, "restart"], p);
+                None
+            }
+        },
+        RawRestart::Table(t) => {
+            let d = Restart::default();
+            let policy = match &t.policy {
+                None => Some(d.policy),
+                Some(p) => {
+                    let v = RestartPolicy::parse(p);
+                    if v.is_none() {
+                        policy_err(cx, &keypath!["services", name, "restart", "policy"], p);
+                    }
+                    v
+                }
+            };
+            let mut dur = |key: &'static str, v: &Option<raw::DurationText>, def: Duration| match v
+            {
+                None => Some(def),
+                Some(x) => parse_duration(cx, &keypath!["services", name, "restart", key], x),
+            };
+            let backoff = dur("backoff", &t.backoff, d.backoff);
+            let max_backoff = dur("max_backoff", &t.max_backoff, d.max_backoff);
+            let failure_window = dur("failure_window", &t.failure_window, d.failure_window);
+            let max_failures = match t.max_failures {
+                None => Some(d.max_failures),
+                Some(n) if (1..=1_000_000).contains(&n) => Some(n as u32),
+                Some(n) => {
+                    cx.error(
+                        "invalid-restart",
+                        &keypath!["services", name, "restart", "max_failures"],
+                        format!("max_failures = {n} must be at least 1"),
+                        None,
+                    );
+                    None
+                }
+            };
+            Some(Restart {
+                policy: policy?,
+                backoff: backoff?,
+                max_backoff: max_backoff?,
+                max_failures: max_failures?,
+                failure_window: failure_window?,
+            })
+        }
+    }
+}
+
+/// The options Binky's own adapters read: a typo here would otherwise only
+/// show as a silent fallback at `up`.
+pub(super) fn check_adapter_options(
+    cx: &mut Cx<'_>,
+    name: &str,
+    adapter: &str,
+    options: Option<&toml::Table>,
+) {
+    let Some(options) = options else { return };
+    let strategies: &[&str] =
+        crate::adapters::catalog::find(adapter).map_or(&[], |e| e.clone_strategies);
+    if let Some(v) = options.get("clone_strategy")
+        && !strategies.is_empty()
+        && !v.as_str().is_some_and(|s| strategies.contains(&s))
+    {
+        cx.error(
+            "invalid-option",
+            &keypath!["services", name, "options", "clone_strategy"],
+            format!(
+                "clone_strategy for the {adapter} adapter must be one of {}",
+                strategies.join(", ")
+            ),
+            Some(format!("e.g. clone_strategy = \"{}\"", strategies[0])),
+        );
+    }
+    if let Some(v) = options.get("timeout")
+        && v.as_str()
+            .is_none_or(|s| humantime::parse_duration(s.trim()).is_err())
+    {
+        cx.error(
+            "invalid-duration",
+            &keypath!["services", name, "options", "timeout"],
+            "options.timeout must be a duration such as \"30s\" or \"5m\"".to_owned(),
+            None,
+        );
+    }
+}
+
+pub(super) fn build_resource(
+    cx: &mut Cx<'_>,
+    name: &str,
+    adapter: &str,
+    rs: &RawService,
+) -> Resource {
+    if !is_service_name(adapter) {
+        cx.error(
+            "invalid-name",
+            &keypath!["services", name, "adapter"],
+            format!("adapter name `{adapter}` is not valid (lowercase letters, digits, `-`, `_`)"),
+            None,
+        );
+    }
+    if let Some(c) = &rs.clone_from
+        && !is_service_name(c)
+    {
+        cx.error(
+            "invalid-name",
+            &keypath!["services", name, "clone_from"],
+            format!("clone_from `{c}` must be a short lowercase name (it is part of the template's name)"),
+            Some("e.g. clone_from = \"golden\"".to_owned()),
+        );
+    }
+    for (key, v) in [("migrate", &rs.migrate), ("seed", &rs.seed)] {
+        if v.as_ref().is_some_and(|s| s.trim().is_empty()) {
+            cx.error(
+                "empty-cmd",
+                &keypath!["services", name, key],
+                format!("`{key}` of `{name}` is empty"),
+                Some("remove the key, or give it a command".to_owned()),
+            );
+        }
+    }
+    let clone_inputs = rs.clone_inputs.clone().unwrap_or_default();
+    if !clone_inputs.is_empty() && rs.clone_from.is_none() {
+        cx.warn(
+            "clone-inputs-without-clone-from",
+            &keypath!["services", name, "clone_inputs"],
+            format!("`{name}` lists clone_inputs but has no clone_from, so they have no effect"),
+            Some("add clone_from = \"golden\" or remove clone_inputs".to_owned()),
+        );
+    }
+    if clone_inputs.is_empty() && rs.clone_from.is_some() && rs.migrate.is_some() {
+        cx.warn(
+            "clone-from-without-inputs",
+            &keypath!["services", name, "clone_from"],
+            format!(
+                "`{name}` clones a golden template but lists no clone_inputs: a new migration does not rebuild the template, so every clone from another commit runs migrate again to catch up"
+            ),
+            Some(
+                "list the migration files, e.g. clone_inputs = [\"**/migrations/**\"] (Django), [\"db/migrate/**\"] (Rails), [\"prisma/migrations/**\"], [\"alembic/versions/**\"]"
+                    .to_owned(),
+            ),
+        );
+    }
+    check_globs(
+        cx,
+        &keypath!["services", name, "clone_inputs"],
+        &clone_inputs,
+        false,
+    );
+    check_adapter_options(cx, name, adapter, rs.options.as_ref());
+    Resource {
+        adapter: adapter.to_owned(),
+        admin_url: rs.admin_url.clone(),
+        migrate: rs.migrate.clone(),
+        seed: rs.seed.clone(),
+        clone_from: rs.clone_from.clone(),
+        clone_inputs,
+        options: rs.options.clone().unwrap_or_default(),
+    }
+}
+
+pub(super) fn build_agents(
+    cx: &mut Cx<'_>,
+    a: Option<&raw::RawAgents>,
+    services: &IndexMap<String, RawService>,
+) -> Agents {
+    let Some(a) = a else {
+        return Agents::default();
+    };
+    if let Some(expose) = &a.expose {
+        for (i, s) in expose.iter().enumerate() {
+            if !services.contains_key(s) {
+                let hint = suggest(s, services.keys().map(|k| k.as_str()))
+                    .map(|m| format!("did you mean `{m}`?"))
+                    .or_else(|| {
+                        Some(if services.is_empty() {
+                            "there are no services; remove it".to_owned()
+                        } else {
+                            let names: Vec<&str> = services.keys().map(|k| k.as_str()).collect();
+                            format!("services are: {}", names.join(", "))
+                        })
+                    });
+                cx.error(
+                    "unknown-service",
+                    &keypath!["agents", "expose", i],
+                    format!("agents.expose names `{s}`, which is not a service"),
+                    hint,
+                );
+            }
+        }
+    }
+    for (i, v) in a.verify.iter().flatten().enumerate() {
+        if v.trim().is_empty() {
+            cx.error(
+                "empty-cmd",
+                &keypath!["agents", "verify", i],
+                "an agents.verify command is empty".to_owned(),
+                None,
+            );
+        }
+    }
+    Agents {
+        expose: a.expose.clone(),
+        verify: a.verify.clone().unwrap_or_default(),
+    }
+}

@@ -1,0 +1,358 @@
+//! `${...}` tokens: each names a service, field and port that exist, and a
+//! service's tokens name only what it depends on.
+
+use super::*;
+
+/// Every string field of a service that may carry tokens, with its key path.
+pub(super) fn token_fields<'a>(name: &'a str, svc: &'a Service) -> Vec<(Vec<Step>, &'a str)> {
+    let mut out: Vec<(Vec<Step>, &str)> = Vec::new();
+    match &svc.kind {
+        ServiceKind::Process(p) => {
+            out.push((keypath!["services", name, "cmd"].to_vec(), &p.cmd));
+            if let Some(c) = &p.cwd {
+                out.push((keypath!["services", name, "cwd"].to_vec(), c));
+            }
+            for (k, v) in &p.env {
+                out.push((keypath!["services", name, "env", k.as_str()].to_vec(), v));
+            }
+            if let Some(h) = &p.health {
+                let (key, v) = health_key(h);
+                let path = match key {
+                    None => keypath!["services", name, "health"].to_vec(),
+                    Some(k) => keypath!["services", name, "health", k].to_vec(),
+                };
+                out.push((path, v));
+            }
+        }
+        ServiceKind::Resource(r) => {
+            for (k, v) in [
+                ("admin_url", &r.admin_url),
+                ("migrate", &r.migrate),
+                ("seed", &r.seed),
+            ] {
+                if let Some(v) = v {
+                    out.push((keypath!["services", name, k].to_vec(), v));
+                }
+            }
+        }
+    }
+    out
+}
+
+pub(super) fn health_key(h: &Health) -> (Option<&'static str>, &str) {
+    match &h.probe {
+        Probe::Http(v) => (Some("http"), v),
+        Probe::Tcp(v) => (Some("tcp"), v),
+        Probe::Cmd(v) => (Some("cmd"), v),
+    }
+}
+
+pub(super) fn check_tokens(
+    cx: &mut Cx<'_>,
+    range: Option<PortRange>,
+    services: &IndexMap<String, Service>,
+    declared: &BTreeSet<&str>,
+) {
+    for (name, svc) in services {
+        for (path, text) in token_fields(name, svc) {
+            for occ in occurrences(text) {
+                let at = At {
+                    value: text,
+                    start: occ.start,
+                    end: occ.end,
+                };
+                check_token(
+                    cx,
+                    services,
+                    declared,
+                    Some((name, svc)),
+                    &path,
+                    at,
+                    occ.body,
+                );
+            }
+            if let Some(range) = range
+                && matches!(path.get(2), Some(Step::Key(k)) if k == "cmd")
+            {
+                check_literal_ports(cx, range, name, svc.has_port(), &path, text);
+            }
+        }
+        if let Some(p) = svc.process()
+            && let Some(h) = &p.health
+        {
+            check_health_target(cx, name, svc, h);
+        }
+    }
+}
+
+/// Tokens in `[agents] verify` and the project's `[env]`: they render with
+/// no `self`, against the same services.
+pub(super) fn check_unowned_tokens(
+    cx: &mut Cx<'_>,
+    agents: &Agents,
+    env: &IndexMap<String, String>,
+    services: &IndexMap<String, Service>,
+    declared: &BTreeSet<&str>,
+) {
+    let verify = agents
+        .verify
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (keypath!["agents", "verify", i].to_vec(), t));
+    let env = env
+        .iter()
+        .map(|(k, t)| (keypath!["env", k.as_str()].to_vec(), t));
+    for (path, text) in verify.chain(env) {
+        for occ in occurrences(text) {
+            let at = At {
+                value: text,
+                start: occ.start,
+                end: occ.end,
+            };
+            check_token(cx, services, declared, None, &path, at, occ.body);
+        }
+    }
+}
+
+/// One `${…}` in a string of service `owner` (`None`: in `[agents]`).
+pub(super) fn check_token(
+    cx: &mut Cx<'_>,
+    services: &IndexMap<String, Service>,
+    declared: &BTreeSet<&str>,
+    owner: Option<(&str, &Service)>,
+    path: &[Step],
+    at: At<'_>,
+    body: &str,
+) {
+    let raw = at.text();
+    let place = key_string(path);
+    let user = owner.map_or(place.as_str(), |(n, _)| n);
+    match classify(body) {
+        Some(Token::SelfField(f)) => match owner {
+            Some((name, svc)) => check_field(cx, name, name, svc, f, path, at, true),
+            None => cx.push_at(
+                Severity::Warning,
+                "self-outside-service",
+                path,
+                Some(at),
+                format!(
+                    "`{raw}` is in {place}, where there is no `self`, so it is left as written"
+                ),
+                Some("name the service instead, e.g. `${api.url}`".to_owned()),
+            ),
+        },
+        Some(Token::Service(target, f)) => match services.get(target) {
+            Some(t) => {
+                check_field(cx, user, target, t, f, path, at, false);
+                if let Some((name, svc)) = owner
+                    && t.resource().is_some()
+                    && target != name
+                    && svc.process().is_some()
+                    && !depends_transitively(services, name, target)
+                {
+                    cx.push_at(
+                        Severity::Warning,
+                        "resource-not-depended",
+                        path,
+                        Some(at),
+                        format!("`{name}` uses `{raw}` but does not depend on `{target}`, so it may start before the slice exists"),
+                        Some(format!("add \"{target}\" to services.{name}.depends_on")),
+                    );
+                }
+            }
+            // Declared but invalid (its own error says why): nothing to add.
+            None if declared.contains(target) => {}
+            None => {
+                let hint = suggest(target, declared.iter().copied())
+                    .map(|m| format!("did you mean `${{{}}}`?", body.replacen(target, m, 1)))
+                    .or_else(|| Some("it is left as written when rendered".to_owned()));
+                cx.push_at(
+                    Severity::Warning,
+                    "unknown-service-token",
+                    path,
+                    Some(at),
+                    format!("`{raw}` names `{target}`, which is not a service"),
+                    hint,
+                );
+            }
+        },
+        Some(Token::Env(var)) if !(cx.env_is_set)(var) => cx.push_at(
+            Severity::Warning,
+            "unset-env",
+            path,
+            Some(at),
+            format!(
+                "`{raw}` is not set in this shell nor in an env_file, so `binky up` from here fails"
+            ),
+            Some(format!(
+                "export {var} in the shell you run binky from, or put it in env_file"
+            )),
+        ),
+        Some(_) => {}
+        None => check_unowned_token(cx, declared, path, at, body),
+    }
+}
+
+/// Fields a service token may ask for, as written after `SVC.`.
+pub(super) const SERVICE_FIELDS: &[&str] = &["port", "ports.NAME", "url", "local_url", "host"];
+
+/// A `${HEAD.REST}` that `classify` rejects but whose head is Binky's (`self`,
+/// `env`, `worktree`, `project`, or a service): almost surely a typo, which
+/// would otherwise be left in the rendered text unnoticed.
+pub(super) fn check_unowned_token(
+    cx: &mut Cx<'_>,
+    declared: &BTreeSet<&str>,
+    path: &[Step],
+    at: At<'_>,
+    body: &str,
+) {
+    let raw = at.text();
+    let Some((head, rest)) = body.split_once('.') else {
+        return;
+    };
+    let (known, hint): (&[&str], Option<String>) = match head {
+        "env" => (
+            &[],
+            Some("an environment variable name uses letters, digits and `_`, not starting with a digit".to_owned()),
+        ),
+        "worktree" => (&["name", "path"], None),
+        "project" => (&["name"], None),
+        "self" => (SERVICE_FIELDS, None),
+        h if declared.contains(h) => (SERVICE_FIELDS, None),
+        _ => return,
+    };
+    let hint = hint.or_else(|| {
+        if let Some(port) = rest.strip_prefix("ports.") {
+            return Some(format!(
+                "`{port}` cannot be a port name: port names use letters, digits, `-` and `_`"
+            ));
+        }
+        let candidates = known.iter().map(|k| k.trim_end_matches(".NAME"));
+        Some(match suggest(rest, candidates) {
+            Some("ports") => {
+                format!("did you mean `${{{head}.ports.NAME}}` (NAME a declared port)?")
+            }
+            Some(m) => format!("did you mean `${{{head}.{m}}}`?"),
+            None => format!(
+                "`{head}` has: {}",
+                known
+                    .iter()
+                    .map(|k| format!("{head}.{k}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+    });
+    cx.push_at(
+        Severity::Warning,
+        "unknown-token",
+        path,
+        Some(at),
+        format!("`{raw}` is not a token Binky knows, so it is left as written"),
+        hint,
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn check_field(
+    cx: &mut Cx<'_>,
+    user: &str,
+    target: &str,
+    t: &Service,
+    f: Field<'_>,
+    path: &[Step],
+    at: At<'_>,
+    is_self: bool,
+) {
+    let raw = at.text();
+    let who = if is_self {
+        format!("`{user}`")
+    } else {
+        format!("service `{target}`")
+    };
+    match f {
+        Field::Ports(port) => {
+            if t.resource().is_some() || !t.port_names().iter().any(|p| p == port) {
+                let declared = t.port_names();
+                let hint = if declared.is_empty() {
+                    format!("add ports = [\"{port}\"] to services.{target}")
+                } else {
+                    format!("declared ports of `{target}`: {}", declared.join(", "))
+                };
+                cx.push_at(
+                    Severity::Error,
+                    "unknown-port",
+                    path,
+                    Some(at),
+                    format!("`{raw}`: {who} declares no port named `{port}`"),
+                    Some(hint),
+                );
+            }
+        }
+        Field::Port | Field::LocalUrl => {
+            if t.resource().is_some() {
+                cx.push_at(
+                    Severity::Warning,
+                    "resource-has-no-port",
+                    path,
+                    Some(at),
+                    format!("`{raw}`: `{target}` is a resource; it has an address, not a port"),
+                    Some(format!("use `${{{target}.url}}`")),
+                );
+            } else if !t.has_port() {
+                let code = if is_self {
+                    "self-port-without-port"
+                } else {
+                    "service-without-port"
+                };
+                cx.push_at(
+                    Severity::Warning,
+                    code,
+                    path,
+                    Some(at),
+                    format!("`{raw}`: {who} has no port (it declares neither `url` nor `ports`), so the token is left as written"),
+                    Some(format!("add url = \"{target}\" or ports = [\"http\"] to services.{target}")),
+                );
+            }
+        }
+        Field::Url | Field::Host => {
+            if t.process().is_some() && !t.has_port() {
+                let code = if is_self {
+                    "self-port-without-port"
+                } else {
+                    "service-without-port"
+                };
+                cx.push_at(
+                    Severity::Warning,
+                    code,
+                    path,
+                    Some(at),
+                    format!("`{raw}`: {who} has no url or port, so the token is left as written"),
+                    Some(format!("add url = \"{target}\" to services.{target}")),
+                );
+            }
+        }
+    }
+}
+
+/// Whether `from` reaches `to` through depends_on edges.
+pub(super) fn depends_transitively(
+    services: &IndexMap<String, Service>,
+    from: &str,
+    to: &str,
+) -> bool {
+    let mut stack = vec![from];
+    let mut seen = BTreeSet::new();
+    while let Some(s) = stack.pop() {
+        if !seen.insert(s) {
+            continue;
+        }
+        for d in services.get(s).map(|x| x.depends_on()).unwrap_or(&[]) {
+            if d == to {
+                return true;
+            }
+            stack.push(d);
+        }
+    }
+    false
+}
