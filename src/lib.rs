@@ -17,6 +17,7 @@ pub mod commands;
 pub mod config;
 pub mod daemon;
 pub mod faults;
+pub mod http;
 pub mod mcp;
 pub mod output;
 pub mod paths;

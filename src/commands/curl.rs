@@ -1,14 +1,14 @@
 //! `binky curl <world> <service> [path]`: one HTTP request through the proxy
 //! with the Host header filled in.
 //!
-//! A small blocking HTTP/1.1 client is enough here: one request, the answer
-//! read to its end (`Connection: close`), chunked bodies decoded.
+//! The request goes through [`crate::http`] (hyper): bounded waits for the
+//! connection, the answer and each part of the body, chunked bodies decoded
+//! as they stream, `100 Continue` skipped.
 
 use super::fail;
 use crate::cli::CurlArgs;
 use crate::protocol::{Request, Response};
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Exit code for `-f` on an HTTP error, as curl uses.
@@ -40,39 +40,68 @@ pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return fail(&crate::protocol::ApiError::new(format!(
+                "cannot start: {e}"
+            )));
+        }
+    };
+    rt.block_on(exchange(args, &target, request))
+}
+
+/// How long `binky curl` waits for a connection, and then for the answer
+/// and each part of its body.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Sends the request through [`crate::http`] and streams the answer to
+/// standard output.
+async fn exchange(
+    args: &CurlArgs,
+    target: &crate::protocol::ServiceTarget,
+    request: Prepared,
+) -> ExitCode {
     let Prepared {
         method,
         path,
         headers: extra,
         body,
     } = request;
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", target.host);
     let has = |name: &str| extra.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    let mut headers: Vec<(&str, &str)> = Vec::new();
     if !has("user-agent") {
-        head.push_str(concat!(
-            "User-Agent: binky/",
-            env!("CARGO_PKG_VERSION"),
-            "\r\n"
-        ));
+        headers.push(("User-Agent", concat!("binky/", env!("CARGO_PKG_VERSION"))));
     }
     if !has("accept") {
-        head.push_str("Accept: */*\r\n");
+        headers.push(("Accept", "*/*"));
     }
-    for (name, value) in &extra {
-        head.push_str(&format!("{name}: {value}\r\n"));
+    if args.data.is_some() && !has("content-type") {
+        headers.push(("Content-Type", "application/x-www-form-urlencoded"));
     }
-    if args.data.is_some() {
-        if !has("content-type") {
-            head.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
-        }
-        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    head.push_str("Connection: close\r\n\r\n");
-    let mut conn = match TcpStream::connect(("127.0.0.1", target.port))
-        .or_else(|_| TcpStream::connect(("::1", target.port)))
-    {
-        Ok(c) => c,
-        Err(e) => {
+    headers.extend(extra.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    let url = crate::http::Url {
+        host: "localhost".into(),
+        port: target.port,
+        authority: target.host.clone(),
+        path_and_query: path,
+    };
+    let client = crate::http::Client {
+        connect_timeout: CONNECT_TIMEOUT,
+        read_timeout: READ_TIMEOUT,
+        ..crate::http::Client::default()
+    };
+    let req = match crate::http::request(&method, &url, &headers, body.into()) {
+        Ok(r) => r,
+        Err(e) => return fail(&crate::protocol::ApiError::new(e.message)),
+    };
+    let resp = match client.send("localhost", target.port, req).await {
+        Ok(r) => r,
+        Err(e) if e.kind == crate::http::HttpErrorKind::Connect => {
             let what = if target.via_proxy {
                 "the proxy"
             } else {
@@ -88,70 +117,62 @@ pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
                 ),
             );
         }
+        Err(e) => return fail(&crate::protocol::ApiError::new(e.message)),
     };
-    if conn
-        .write_all(head.as_bytes())
-        .and_then(|_| conn.write_all(&body))
-        .is_err()
-    {
-        return fail(&crate::protocol::ApiError::new(
-            "the connection closed while sending",
-        ));
-    }
-    let mut r = BufReader::new(conn);
-    let mut status_line = String::new();
-    if r.read_line(&mut status_line).unwrap_or(0) == 0 {
-        return fail(&crate::protocol::ApiError::new("no response"));
-    }
-    let status: u16 = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let mut headers = Vec::new();
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" || line == "\n" {
-            break;
-        }
-        headers.push(line.trim_end().to_owned());
-    }
-    let chunked = headers.iter().any(|h| {
-        let l = h.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    if args.fail && status >= 400 {
+    let status = resp.status();
+    if args.fail && status.as_u16() >= 400 {
         // As curl's -f: nothing of the response, the status on stderr.
-        eprintln!("binky curl: HTTP {status}");
+        eprintln!("binky curl: HTTP {}", status.as_u16());
         return ExitCode::from(HTTP_ERROR_EXIT);
     }
     let mut out = std::io::stdout().lock();
+    let mut written = Ok(());
     if args.include {
-        let _ = write!(out, "{}", status_line.trim_end());
-        let _ = out.write_all(b"\r\n");
-        for h in &headers {
-            let _ = write!(out, "{h}\r\n");
+        let mut head = format!(
+            "{:?} {} {}\r\n",
+            resp.version(),
+            status.as_u16(),
+            status.canonical_reason().unwrap_or("")
+        );
+        for (name, value) in resp.headers() {
+            head.push_str(&format!(
+                "{name}: {}\r\n",
+                String::from_utf8_lossy(value.as_bytes())
+            ));
         }
-        let _ = out.write_all(b"\r\n");
+        head.push_str("\r\n");
+        written = out.write_all(head.as_bytes());
     }
-    let result = if chunked {
-        copy_chunked(&mut r, &mut out)
-    } else {
-        std::io::copy(&mut r, &mut out).map(|_| ())
-    };
+    let mut body = resp.into_body();
+    let mut read_error = None;
+    while written.is_ok() {
+        match client.next_frame(&mut body).await {
+            Ok(Some(chunk)) => written = out.write_all(&chunk),
+            Ok(None) => break,
+            Err(e) => {
+                read_error = Some(e);
+                break;
+            }
+        }
+    }
     let flushed = out.flush();
     // Standard output closed early (`| head`): the reader has what it
     // wanted; say nothing and exit as curl does on a write error.
-    if [result.as_ref().err(), flushed.as_ref().err()]
+    if [written.as_ref().err(), flushed.as_ref().err()]
         .iter()
         .flatten()
         .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
     {
         return ExitCode::from(WRITE_ERROR_EXIT);
     }
-    if let Err(e) = result {
+    if let Some(e) = read_error {
         return fail(&crate::protocol::ApiError::new(format!(
             "reading the response: {e}"
+        )));
+    }
+    if let Err(e) = written.and(flushed) {
+        return fail(&crate::protocol::ApiError::new(format!(
+            "writing the response: {e}"
         )));
     }
     ExitCode::SUCCESS
@@ -261,27 +282,6 @@ fn encode_target(path: &str) -> String {
     out
 }
 
-/// Decodes a chunked body (RFC 9112 §7.1) from `r` into `out`.
-fn copy_chunked(r: &mut impl BufRead, out: &mut impl Write) -> std::io::Result<()> {
-    loop {
-        let mut size_line = String::new();
-        if r.read_line(&mut size_line)? == 0 {
-            return Ok(());
-        }
-        let size_hex = size_line.trim().split(';').next().unwrap_or("0");
-        let size = usize::from_str_radix(size_hex, 16)
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "bad chunk size"))?;
-        if size == 0 {
-            return Ok(());
-        }
-        let mut chunk = vec![0u8; size];
-        r.read_exact(&mut chunk)?;
-        out.write_all(&chunk)?;
-        let mut crlf = [0u8; 2];
-        r.read_exact(&mut crlf)?;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
@@ -290,16 +290,5 @@ mod tests {
         assert_eq!(super::encode_target("/x/%41?k=v&w"), "/x/%41?k=v&w");
         assert_eq!(super::encode_target("/é"), "/%C3%A9");
         assert_eq!(super::encode_target("/\"q\""), "/%22q%22");
-    }
-
-    #[test]
-    fn chunked_bodies_decode() {
-        let mut out = Vec::new();
-        super::copy_chunked(
-            &mut &b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\n"[..],
-            &mut out,
-        )
-        .unwrap();
-        assert_eq!(out, b"hello, world");
     }
 }

@@ -30,7 +30,6 @@ mod limits;
 mod pages;
 
 use crate::protocol::ServiceState;
-use crate::supervisor::health;
 use bytes::Bytes;
 pub use counters::{CounterShard, ProxyCounters};
 use http_body_util::BodyExt;
@@ -568,7 +567,7 @@ impl Worker {
         // path.
         let mut until: Option<tokio::time::Instant> = None;
         let stream = loop {
-            match health::dial("localhost", port, Duration::from_secs(5)).await {
+            match crate::http::dial("localhost", port, Duration::from_secs(5)).await {
                 Ok(s) => break s,
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused && ride.is_some() => {
                     let deadline = *until.get_or_insert_with(|| {

@@ -1,13 +1,11 @@
 //! Health probes: HTTP (2xx/3xx), TCP connect, or a command exiting 0.
 //!
-//! The dial logic is shared with the proxy: `localhost` means "try 127.0.0.1,
-//! then ::1", so services bound to either (or both) are reached.
+//! HTTP probes go through [`crate::http`], whose dial the proxy shares:
+//! `localhost` means "try 127.0.0.1, then ::1", so services bound to either
+//! (or both) are reached.
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// A rendered probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,8 +47,8 @@ impl ProbeSpec {
     }
 }
 
-/// Parses `http://host:port/path` (or `host:port` for TCP). A value starting
-/// with `/` is a path on `own_port`.
+/// Parses `http://host:port/path` (see [`crate::http::parse_url`]). A value
+/// starting with `/` is a path on `own_port`.
 pub fn parse_http(url: &str, own_port: Option<u16>) -> Result<ProbeSpec, String> {
     if url.starts_with('/') {
         let port = own_port.ok_or("a path probe needs the service to have a port")?;
@@ -60,116 +58,76 @@ pub fn parse_http(url: &str, own_port: Option<u16>) -> Result<ProbeSpec, String>
             path: url.to_owned(),
         });
     }
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("health URL `{url}` must start with http:// (or be a path like /healthz)")
-    })?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], rest[i..].to_owned()),
-        None => (rest, "/".to_owned()),
-    };
-    let (host, port) = split_host_port(authority, 80)?;
-    Ok(ProbeSpec::Http { host, port, path })
+    if !url.starts_with("http://") {
+        return Err(format!(
+            "health URL `{url}` must start with http:// (or be a path like /healthz)"
+        ));
+    }
+    let u = crate::http::parse_url(url).map_err(|e| e.message)?;
+    Ok(ProbeSpec::Http {
+        host: u.host,
+        port: u.port,
+        path: u.path_and_query,
+    })
 }
 
-/// Parses `host:port` for a TCP probe.
+/// Parses `host:port` for a TCP probe (`[::1]:9` for IPv6).
 pub fn parse_tcp(addr: &str) -> Result<ProbeSpec, String> {
-    let (host, port) = split_host_port(addr, 0)?;
-    if port == 0 {
-        return Err(format!("tcp probe `{addr}` needs a port"));
-    }
-    Ok(ProbeSpec::Tcp { host, port })
-}
-
-fn split_host_port(authority: &str, default: u16) -> Result<(String, u16), String> {
-    if let Some(rest) = authority.strip_prefix('[') {
-        let (h, p) = rest.split_once(']').ok_or("bad IPv6 literal")?;
-        let port = match p.strip_prefix(':') {
-            Some(p) => p
-                .parse()
-                .map_err(|_| format!("bad port in `{authority}`"))?,
-            None => default,
-        };
-        return Ok((h.to_owned(), port));
-    }
-    match authority.rsplit_once(':') {
-        Some((h, p)) => Ok((
-            h.to_owned(),
-            p.parse()
-                .map_err(|_| format!("bad port in `{authority}`"))?,
-        )),
-        None => Ok((authority.to_owned(), default)),
-    }
-}
-
-/// Connects to `host:port`. `localhost` (and the loopback literals) try IPv4
-/// then IPv6 loopback, so a service bound to only one of them is reached.
-pub async fn dial(host: &str, port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
-    let addrs: Vec<SocketAddr> = match host {
-        "localhost" | "" => vec![
-            (Ipv4Addr::LOCALHOST, port).into(),
-            (Ipv6Addr::LOCALHOST, port).into(),
-        ],
-        h => match h.parse::<std::net::IpAddr>() {
-            Ok(ip) => vec![SocketAddr::new(ip, port)],
-            Err(_) => tokio::net::lookup_host((h, port)).await?.collect(),
-        },
+    let bad = || format!("tcp probe `{addr}` needs host:port");
+    let (host, port) = match addr.strip_prefix('[') {
+        Some(rest) => rest.split_once("]:").ok_or_else(bad)?,
+        None => addr.rsplit_once(':').ok_or_else(bad)?,
     };
-    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
-    for a in addrs {
-        match tokio::time::timeout(timeout, TcpStream::connect(a)).await {
-            Ok(Ok(s)) => return Ok(s),
-            Ok(Err(e)) => last = e,
-            Err(_) => last = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"),
-        }
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("bad port in tcp probe `{addr}`"))?;
+    if port == 0 {
+        return Err(bad());
     }
-    Err(last)
+    Ok(ProbeSpec::Tcp {
+        host: host.to_owned(),
+        port,
+    })
 }
 
 /// One probe attempt. `Err` carries a short reason for the last failure.
 pub async fn attempt(probe: &ProbeSpec, timeout: Duration) -> Result<(), String> {
     match probe {
-        ProbeSpec::Tcp { host, port } => dial(host, *port, timeout)
+        ProbeSpec::Tcp { host, port } => crate::http::dial(host, *port, timeout)
             .await
             .map(|_| ())
-            .map_err(|e| format!("tcp {host}:{port}: {e}")),
+            .map_err(|e| format!("tcp {}: {e}", crate::http::host_header(host, *port))),
         ProbeSpec::Http { host, port, path } => {
-            let fut = async {
-                let mut s = dial(host, *port, timeout)
-                    .await
-                    .map_err(|e| format!("GET http://{host}:{port}{path}: {e}"))?;
-                let req = format!(
-                    "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: binky-health\r\nConnection: close\r\n\r\n"
-                );
-                s.write_all(req.as_bytes())
-                    .await
-                    .map_err(|e| format!("GET {path}: {e}"))?;
-                let mut buf = vec![0u8; 256];
-                let mut n = 0;
-                while n < 12 {
-                    let m = s
-                        .read(&mut buf[n..])
-                        .await
-                        .map_err(|e| format!("GET {path}: {e}"))?;
-                    if m == 0 {
-                        break;
-                    }
-                    n += m;
-                }
-                let head = String::from_utf8_lossy(&buf[..n]);
-                let code: u16 = head
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|c| c.parse().ok())
-                    .ok_or_else(|| format!("GET {path}: not an HTTP response"))?;
-                if (200..400).contains(&code) {
-                    Ok(())
-                } else {
-                    Err(format!("GET {path} answered {code}"))
-                }
+            let client = crate::http::Client {
+                connect_timeout: timeout,
+                read_timeout: timeout,
+                max_body: 0,
             };
-            tokio::time::timeout(timeout, fut)
+            let url = crate::http::Url {
+                host: host.clone(),
+                port: *port,
+                authority: crate::http::host_header(host, *port),
+                path_and_query: path.clone(),
+            };
+            let req = crate::http::request(
+                "GET",
+                &url,
+                &[("User-Agent", "binky-health")],
+                bytes::Bytes::new(),
+            )
+            .map_err(|e| e.message)?;
+            // The head is enough; dropping the answer closes the connection.
+            let code = client
+                .send(host, *port, req)
                 .await
-                .unwrap_or_else(|_| Err(format!("GET {path}: no answer within {timeout:?}")))
+                .map_err(|e| e.message)?
+                .status()
+                .as_u16();
+            if (200..400).contains(&code) {
+                Ok(())
+            } else {
+                Err(format!("GET {path} answered {code}"))
+            }
         }
         ProbeSpec::Cmd { cmd, cwd, env } => {
             let mut c = crate::platform::command("/bin/sh");
@@ -227,14 +185,39 @@ mod tests {
         assert!(parse_tcp("localhost").is_err());
     }
 
+    #[test]
+    fn tcp_probes_take_ipv6_literals() {
+        assert_eq!(
+            parse_tcp("[::1]:9").unwrap(),
+            ProbeSpec::Tcp {
+                host: "::1".into(),
+                port: 9
+            }
+        );
+        assert!(parse_tcp("[::1]").is_err());
+        assert!(parse_tcp("h:0").is_err());
+    }
+
     #[tokio::test]
-    async fn dial_reaches_ipv6_only_and_ipv4_only_servers() {
-        let v4 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let p4 = v4.local_addr().unwrap().port();
-        assert!(dial("localhost", p4, Duration::from_secs(1)).await.is_ok());
-        if let Ok(v6) = std::net::TcpListener::bind("[::1]:0") {
-            let p6 = v6.local_addr().unwrap().port();
-            assert!(dial("localhost", p6, Duration::from_secs(1)).await.is_ok());
-        }
+    async fn an_ipv6_probe_sends_a_bracketed_host() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(l) = tokio::net::TcpListener::bind("[::1]:0").await else {
+            eprintln!("skipped: no IPv6 loopback here");
+            return;
+        };
+        let port = l.local_addr().unwrap().port();
+        let seen = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = vec![0u8; 2048];
+            let n = s.read(&mut buf).await.unwrap();
+            s.write_all(b"HTTP/1.1 204 No Content\r\n\r\n")
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase()
+        });
+        let probe = parse_http(&format!("http://[::1]:{port}/healthz"), None).unwrap();
+        attempt(&probe, Duration::from_secs(2)).await.unwrap();
+        let req = seen.await.unwrap();
+        assert!(req.contains(&format!("host: [::1]:{port}\r\n")), "{req}");
     }
 }

@@ -1,0 +1,505 @@
+//! Binky's one HTTP/1.1 client, on hyper: health probes, `binky curl`, and
+//! the adapters that speak HTTP (RabbitMQ's management API, S3).
+//!
+//! Every exchange is bounded: the connect by [`Client::connect_timeout`],
+//! the response head and each body frame by [`Client::read_timeout`], a
+//! buffered body by [`Client::max_body`] (a server claiming a huge chunk
+//! never makes Binky allocate it: hyper decodes chunks as they stream).
+//! Interim `1xx` answers (`100 Continue`) are skipped by hyper. Errors name
+//! the method, host, port and path — never a header, so credentials sent as
+//! `Authorization` cannot reach a message.
+//!
+//! `localhost` dials 127.0.0.1 then ::1 (see [`dial`]), so a server bound
+//! to either loopback is reached. Plain `http` only: an `https` URL is an
+//! error that says so.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{HeaderMap, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// Why an exchange failed. The message is for people and carries no header
+/// value or URL credential.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct HttpError {
+    /// What failed, naming the method, host:port and path.
+    pub message: String,
+    /// Which stage failed.
+    pub kind: HttpErrorKind,
+}
+
+/// The stage an [`HttpError`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpErrorKind {
+    /// The URL is not one this client speaks.
+    BadUrl,
+    /// No connection (refused, unreachable, or past the connect timeout).
+    Connect,
+    /// Connected, but the answer (or a part of it) did not come in time.
+    Timeout,
+    /// The body is larger than the cap.
+    TooLarge,
+    /// The connection broke or the answer was not HTTP.
+    Protocol,
+}
+
+impl HttpError {
+    fn new(kind: HttpErrorKind, message: String) -> Self {
+        HttpError { message, kind }
+    }
+}
+
+/// A parsed `http://` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Url {
+    /// The host to dial, without IPv6 brackets.
+    pub host: String,
+    /// The port (80 when the URL has none).
+    pub port: u16,
+    /// The `Host` header value: brackets kept, `:port` when the URL has one.
+    pub authority: String,
+    /// Origin-form target: `/path?query` (`/` when the URL has no path).
+    pub path_and_query: String,
+}
+
+/// Parses an `http://host[:port][/path][?query]` URL (user info refused:
+/// credentials go in a header, never a URL Binky may print).
+///
+/// # Errors
+/// Not `http`, no host, a bad port, or user info.
+pub fn parse_url(url: &str) -> Result<Url, HttpError> {
+    let bad = |why: &str| HttpError::new(HttpErrorKind::BadUrl, format!("`{url}` {why}"));
+    let uri: hyper::Uri = url
+        .parse()
+        .map_err(|e| bad(&format!("is not a URL: {e}")))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(bad(
+                "is https, which this build does not speak (plain http only)",
+            ));
+        }
+        _ => return Err(bad("must start with http://")),
+    }
+    let authority = uri.authority().ok_or_else(|| bad("has no host"))?;
+    if authority.as_str().contains('@') {
+        return Err(bad("holds user info; pass credentials another way"));
+    }
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    if host.is_empty() {
+        return Err(bad("has no host"));
+    }
+    // hyper keeps an out-of-range port in the text and reports none:
+    // read it here, so `:99999` is an error rather than port 80.
+    let text = authority.as_str();
+    let port_text = match text.rfind(']') {
+        Some(i) => text[i + 1..].strip_prefix(':'),
+        None => text.rsplit_once(':').map(|(_, p)| p),
+    };
+    let port = match port_text {
+        None | Some("") => 80,
+        Some(p) => p.parse::<u16>().map_err(|_| bad("has a bad port"))?,
+    };
+    let path_and_query = match uri.path_and_query().map(|p| p.as_str()) {
+        None | Some("") => "/".to_owned(),
+        Some(p) if p.starts_with('?') => format!("/{p}"),
+        Some(p) => p.to_owned(),
+    };
+    Ok(Url {
+        host: host.to_owned(),
+        port,
+        authority: authority.as_str().to_owned(),
+        path_and_query,
+    })
+}
+
+/// The `Host` header for `host:port`: IPv6 literals in brackets.
+pub fn host_header(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Connects to `host:port` within `timeout` per address. `localhost` (and
+/// an empty host) try IPv4 then IPv6 loopback, so a service bound to only
+/// one of them is reached; a name is resolved.
+///
+/// # Errors
+/// The last address's error, or `TimedOut`.
+pub async fn dial(host: &str, port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
+    let addrs: Vec<SocketAddr> = match host {
+        "localhost" | "" => vec![
+            (Ipv4Addr::LOCALHOST, port).into(),
+            (Ipv6Addr::LOCALHOST, port).into(),
+        ],
+        h => match h.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => tokio::net::lookup_host((h, port)).await?.collect(),
+        },
+    };
+    let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+    for a in addrs {
+        match tokio::time::timeout(timeout, TcpStream::connect(a)).await {
+            Ok(Ok(s)) => return Ok(s),
+            Ok(Err(e)) => last = e,
+            Err(_) => last = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"),
+        }
+    }
+    Err(last)
+}
+
+/// A buffered answer.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// Its status.
+    pub status: StatusCode,
+    /// Its headers.
+    pub headers: HeaderMap,
+    /// Its whole body (at most [`Client::max_body`] bytes).
+    pub body: Bytes,
+}
+
+impl Fetched {
+    /// The body as JSON.
+    ///
+    /// # Errors
+    /// It is not JSON of that shape.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, HttpError> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            HttpError::new(
+                HttpErrorKind::Protocol,
+                format!("the answer is not the JSON expected: {e}"),
+            )
+        })
+    }
+
+    /// The body as text, lossily, for error messages (at most 300 chars).
+    pub fn text_head(&self) -> String {
+        String::from_utf8_lossy(&self.body)
+            .chars()
+            .take(300)
+            .collect()
+    }
+}
+
+/// The limits of one exchange. Cheap to copy.
+#[derive(Debug, Clone, Copy)]
+pub struct Client {
+    /// Longest wait for a connection, per address.
+    pub connect_timeout: Duration,
+    /// Longest wait for the response head, and for each body frame after it.
+    pub read_timeout: Duration,
+    /// Largest body [`Client::fetch`] buffers, bytes.
+    pub max_body: usize,
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Client {
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(30),
+            max_body: 16 * 1024 * 1024,
+        }
+    }
+}
+
+impl Client {
+    /// Sends `req` to `host:port` on a new connection (closed when the
+    /// response is dropped) and returns once the response head arrived; the
+    /// body streams (read it with [`Client::next_frame`]). `req` needs its
+    /// `Host` header set.
+    ///
+    /// # Errors
+    /// No connection, no head within the read timeout, or not HTTP.
+    pub async fn send(
+        &self,
+        host: &str,
+        port: u16,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Response<Incoming>, HttpError> {
+        let what = format!(
+            "{} http://{}{}",
+            req.method(),
+            host_header(host, port),
+            req.uri()
+        );
+        let stream = dial(host, port, self.connect_timeout)
+            .await
+            .map_err(|e| HttpError::new(HttpErrorKind::Connect, format!("{what}: {e}")))?;
+        let exchange = async {
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| HttpError::new(HttpErrorKind::Protocol, format!("{what}: {e}")))?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            sender
+                .send_request(req)
+                .await
+                .map_err(|e| HttpError::new(HttpErrorKind::Protocol, format!("{what}: {e}")))
+        };
+        tokio::time::timeout(self.read_timeout, exchange)
+            .await
+            .unwrap_or_else(|_| {
+                Err(HttpError::new(
+                    HttpErrorKind::Timeout,
+                    format!("{what}: no answer within {:?}", self.read_timeout),
+                ))
+            })
+    }
+
+    /// The next data frame of `body` (trailers skipped), `None` at its end.
+    ///
+    /// # Errors
+    /// No frame within the read timeout, or the connection broke.
+    pub async fn next_frame(&self, body: &mut Incoming) -> Result<Option<Bytes>, HttpError> {
+        loop {
+            let frame = tokio::time::timeout(self.read_timeout, body.frame())
+                .await
+                .map_err(|_| {
+                    HttpError::new(
+                        HttpErrorKind::Timeout,
+                        format!("the body stalled for {:?}", self.read_timeout),
+                    )
+                })?;
+            match frame {
+                None => return Ok(None),
+                Some(Err(e)) => {
+                    return Err(HttpError::new(
+                        HttpErrorKind::Protocol,
+                        format!("reading the body: {e}"),
+                    ));
+                }
+                Some(Ok(f)) => {
+                    if let Ok(data) = f.into_data() {
+                        return Ok(Some(data));
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Client::send`], then the whole body, at most [`Client::max_body`]
+    /// bytes.
+    ///
+    /// # Errors
+    /// As `send`, a stalled body, or one over the cap.
+    pub async fn fetch(
+        &self,
+        host: &str,
+        port: u16,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Fetched, HttpError> {
+        let resp = self.send(host, port, req).await?;
+        let (parts, mut body) = resp.into_parts();
+        let mut buf = bytes::BytesMut::new();
+        while let Some(chunk) = self.next_frame(&mut body).await? {
+            if buf.len() + chunk.len() > self.max_body {
+                return Err(HttpError::new(
+                    HttpErrorKind::TooLarge,
+                    format!("the answer is larger than {} bytes", self.max_body),
+                ));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(Fetched {
+            status: parts.status,
+            headers: parts.headers,
+            body: buf.freeze(),
+        })
+    }
+}
+
+/// A request for `url` with its `Host` header and `body` (empty: none).
+///
+/// # Errors
+/// The method is not one, or a header does not fit.
+pub fn request(
+    method: &str,
+    url: &Url,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<Request<Full<Bytes>>, HttpError> {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(&url.path_and_query)
+        .header(hyper::header::HOST, &url.authority);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    if !body.is_empty() {
+        b = b.header(hyper::header::CONTENT_LENGTH, body.len());
+    }
+    // The builder's error would quote the offending value: a header may be
+    // a credential, so the message names none.
+    b.body(Full::new(body)).map_err(|_| {
+        HttpError::new(
+            HttpErrorKind::BadUrl,
+            format!(
+                "{method} {}: a header or the method is not valid HTTP",
+                url.path_and_query
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn urls_parse_as_hyper_reads_them() {
+        let u = parse_url("http://[::1]:9/x?y").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("::1", 9));
+        assert_eq!(u.authority, "[::1]:9");
+        assert_eq!(u.path_and_query, "/x?y");
+        // A query with no path is not a bad port.
+        let u = parse_url("http://h:1?x").unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.port, u.path_and_query.as_str()),
+            ("h", 1, "/?x")
+        );
+        let u = parse_url("http://example.test").unwrap();
+        assert_eq!(
+            (u.port, u.authority.as_str(), u.path_and_query.as_str()),
+            (80, "example.test", "/")
+        );
+        for bad in [
+            "https://x",
+            "ftp://x",
+            "x:1",
+            "http://u:p@h/",
+            "http://h:99999/",
+        ] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+        assert!(
+            parse_url("http://u:secret@h/")
+                .unwrap_err()
+                .message
+                .contains("user info")
+        );
+        assert_eq!(host_header("::1", 9), "[::1]:9");
+        assert_eq!(host_header("localhost", 80), "localhost:80");
+    }
+
+    /// A one-shot server: answers the first connection with `answer` and
+    /// hands back what it was sent.
+    async fn serve_once(answer: &'static [u8]) -> (u16, tokio::task::JoinHandle<Vec<u8>>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let h = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut got = vec![0u8; 4096];
+            let n = s.read(&mut got).await.unwrap();
+            got.truncate(n);
+            let _ = s.write_all(answer).await;
+            let _ = s.shutdown().await;
+            // Keep the socket open a moment so a stall is a stall.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            got
+        });
+        (port, h)
+    }
+
+    fn get(port: u16) -> Request<Full<Bytes>> {
+        let url = parse_url(&format!("http://127.0.0.1:{port}/p")).unwrap();
+        request(
+            "GET",
+            &url,
+            &[("Authorization", "Basic c2VjcmV0")],
+            Bytes::new(),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn interim_answers_are_skipped_and_chunks_decoded() {
+        let (port, sent) = serve_once(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        )
+        .await;
+        let f = Client::default()
+            .fetch("127.0.0.1", port, get(port))
+            .await
+            .unwrap();
+        assert_eq!(f.status, 200);
+        assert_eq!(&f.body[..], b"hello");
+        let sent = String::from_utf8(sent.await.unwrap()).unwrap();
+        assert!(sent.starts_with("GET /p HTTP/1.1\r\n"), "{sent}");
+        assert!(
+            sent.to_ascii_lowercase()
+                .contains(&format!("host: 127.0.0.1:{port}")),
+            "{sent}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_huge_chunk_claim_is_capped_not_allocated() {
+        // Claims a 1 TiB chunk and sends 64 KiB of it.
+        let (port, _sent) = serve_once(Box::leak(
+            [
+                &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10000000000\r\n"[..],
+                &[b'x'; 65536][..],
+            ]
+            .concat()
+            .into_boxed_slice(),
+        ))
+        .await;
+        let c = Client {
+            max_body: 1024,
+            read_timeout: Duration::from_millis(200),
+            ..Client::default()
+        };
+        let e = c.fetch("127.0.0.1", port, get(port)).await.unwrap_err();
+        assert_eq!(e.kind, HttpErrorKind::TooLarge, "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_silent_server_times_out_and_errors_name_no_header() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let _keep = tokio::spawn(async move {
+            let _s = l.accept().await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        });
+        let c = Client {
+            read_timeout: Duration::from_millis(200),
+            ..Client::default()
+        };
+        let e = c.fetch("127.0.0.1", port, get(port)).await.unwrap_err();
+        assert_eq!(e.kind, HttpErrorKind::Timeout, "{e}");
+        assert!(e.message.contains(&format!("127.0.0.1:{port}/p")), "{e}");
+        assert!(!e.message.contains("c2VjcmV0"), "{e}");
+        // Nothing listening: a connect error naming host:port.
+        drop(_keep);
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead = free.local_addr().unwrap().port();
+        drop(free);
+        let e = c.fetch("127.0.0.1", dead, get(dead)).await.unwrap_err();
+        assert_eq!(e.kind, HttpErrorKind::Connect, "{e}");
+        assert!(e.message.contains(&format!("127.0.0.1:{dead}")), "{e}");
+    }
+
+    #[tokio::test]
+    async fn dial_reaches_ipv6_only_and_ipv4_only_servers() {
+        let v4 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p4 = v4.local_addr().unwrap().port();
+        assert!(dial("localhost", p4, Duration::from_secs(1)).await.is_ok());
+        if let Ok(v6) = std::net::TcpListener::bind("[::1]:0") {
+            let p6 = v6.local_addr().unwrap().port();
+            assert!(dial("localhost", p6, Duration::from_secs(1)).await.is_ok());
+        }
+    }
+}
