@@ -26,6 +26,7 @@ fn svc_facts() -> impl Strategy<Value = ServiceFacts> {
             url,
             local_url,
             host,
+            slice: IndexMap::new(),
         })
 }
 

@@ -1,5 +1,6 @@
 //! The one list of built-in adapters: each name and alias, how to make it,
-//! and the options `binky check` knows for it. `by_name`, `check` and the
+//! the options `binky check` knows for it, and the extra token fields
+//! (`${cache.prefix}`) it fills. `by_name`, `check` and the
 //! daemon's "no adapter" hint all read this table, so they cannot disagree
 //! about which names exist (they did: `postgresql` was served but not
 //! listed). Features select the drivers compiled in.
@@ -16,9 +17,79 @@ pub struct Entry {
     pub aliases: &'static [&'static str],
     /// Makes one.
     pub make: fn() -> Arc<dyn Adapter>,
-    /// The values `options.clone_strategy` may take (empty: the option is
-    /// not read).
-    pub clone_strategies: &'static [&'static str],
+    /// The `options` it reads; `binky check` refuses any other key.
+    pub options: &'static [OptionSpec],
+    /// Token fields beyond `url` and `host` its slices have (`prefix`,
+    /// `bucket`), as [`super::Adapter::fields`] fills them.
+    pub fields: &'static [&'static str],
+}
+
+/// One key of a resource's `options` table.
+#[derive(Debug, Clone, Copy)]
+pub struct OptionSpec {
+    /// The key.
+    pub name: &'static str,
+    /// The value it takes.
+    pub kind: OptionKind,
+    /// What it does, for `binky check`'s messages.
+    pub help: &'static str,
+}
+
+/// The value an option takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionKind {
+    /// `true` or `false`.
+    Bool,
+    /// Any string.
+    Text,
+    /// An `http://` URL.
+    HttpUrl,
+    /// A duration such as `"30s"`.
+    Duration,
+    /// One of these strings.
+    Choice(&'static [&'static str]),
+    /// An array of strings.
+    TextList,
+}
+
+impl OptionKind {
+    /// Whether `v` is a value of this kind; `Err` says what is expected.
+    pub fn check(self, v: &toml::Value) -> Result<(), String> {
+        let ok = match self {
+            OptionKind::Bool => v.is_bool(),
+            OptionKind::Text => v.is_str(),
+            OptionKind::HttpUrl => v
+                .as_str()
+                .is_some_and(|s| s.contains("${") || crate::http::parse_url(s).is_ok()),
+            OptionKind::Duration => v
+                .as_str()
+                .is_some_and(|s| humantime::parse_duration(s.trim()).is_ok()),
+            OptionKind::Choice(c) => v.as_str().is_some_and(|s| c.contains(&s)),
+            OptionKind::TextList => v
+                .as_array()
+                .is_some_and(|a| a.iter().all(toml::Value::is_str)),
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(match self {
+            OptionKind::Bool => "true or false".to_owned(),
+            OptionKind::Text => "a string".to_owned(),
+            OptionKind::HttpUrl => "an http:// URL".to_owned(),
+            OptionKind::Duration => "a duration such as \"30s\" or \"5m\"".to_owned(),
+            OptionKind::Choice(c) => format!("one of {}", c.join(", ")),
+            OptionKind::TextList => "an array of strings".to_owned(),
+        })
+    }
+}
+
+/// `options.clone_strategy` of an adapter that clones several ways.
+const fn clone_strategy(choices: &'static [&'static str]) -> OptionSpec {
+    OptionSpec {
+        name: "clone_strategy",
+        kind: OptionKind::Choice(choices),
+        help: "how clone_from copies the golden template",
+    }
 }
 
 impl Entry {
@@ -34,21 +105,36 @@ pub const ENTRIES: &[Entry] = &[
         name: "sqlite",
         aliases: &[],
         make: || Arc::new(super::sqlite::Sqlite),
-        clone_strategies: &[],
+        options: &[],
+        fields: &[],
     },
     #[cfg(feature = "postgres")]
     Entry {
         name: "postgres",
         aliases: &["postgresql"],
         make: || Arc::new(super::postgres::Postgres),
-        clone_strategies: &["auto", "wal_log", "file_copy"],
+        options: &[clone_strategy(&["auto", "wal_log", "file_copy"])],
+        fields: &[],
     },
     #[cfg(feature = "mysql")]
     Entry {
         name: "mysql",
         aliases: &["mariadb", "percona"],
         make: || Arc::new(super::mysql::Mysql),
-        clone_strategies: &["copy", "dump"],
+        options: &[clone_strategy(&["copy", "dump"])],
+        fields: &[],
+    },
+    #[cfg(feature = "redis")]
+    Entry {
+        name: "redis",
+        aliases: &["valkey"],
+        make: || Arc::new(super::redis::Redis),
+        options: &[OptionSpec {
+            name: "acl",
+            kind: OptionKind::Bool,
+            help: "a Redis ACL user per world, allowed only the world's keys",
+        }],
+        fields: &["prefix"],
     },
 ];
 
@@ -86,6 +172,8 @@ mod tests {
         #[cfg(feature = "postgres")]
         assert_eq!(find("postgresql").unwrap().name, "postgres");
         #[cfg(feature = "mysql")]
-        assert_eq!(find("mariadb").unwrap().clone_strategies, &["copy", "dump"]);
+        assert_eq!(find("mariadb").unwrap().options[0].name, "clone_strategy");
+        #[cfg(feature = "redis")]
+        assert_eq!(find("valkey").unwrap().fields, &["prefix"]);
     }
 }

@@ -13,6 +13,8 @@ pub mod golden;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -114,6 +116,12 @@ pub trait Adapter: Send + Sync {
             "the {} adapter cannot clone",
             self.name()
         )))
+    }
+    /// The slice's adapter-specific token fields (`prefix`, `bucket`), each
+    /// listed for the adapter in [`catalog`]; none by default.
+    fn fields(&self, slice: &Slice) -> Vec<(&'static str, String)> {
+        let _ = slice;
+        Vec::new()
     }
     /// Takes a lock on the server that serialises building `template` across
     /// daemons (two `BINKY_HOME`s on one server); held until the guard drops.

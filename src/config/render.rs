@@ -22,7 +22,14 @@ pub enum Field<'a> {
     LocalUrl,
     /// `.host`: the hostname of `.url`.
     Host,
+    /// A field only some adapters' slices have: `.prefix` (a key or topic
+    /// prefix), `.bucket` (see [`SLICE_FIELDS`]).
+    Slice(&'a str),
 }
+
+/// The adapter-specific fields a token may name (`${cache.prefix}`); which
+/// adapter fills which is in `adapters::catalog`.
+pub const SLICE_FIELDS: &[&str] = &["prefix", "bucket"];
 
 /// What a `${…}` body means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +150,7 @@ fn parse_field(rest: &str) -> Option<Field<'_>> {
         "url" => Some(Field::Url),
         "local_url" => Some(Field::LocalUrl),
         "host" => Some(Field::Host),
+        f if SLICE_FIELDS.contains(&f) => Some(Field::Slice(f)),
         _ => rest
             .strip_prefix("ports.")
             .filter(|n| is_ident(n))
@@ -180,6 +188,8 @@ pub struct ServiceFacts {
     pub local_url: Option<String>,
     /// `${SVC.host}`.
     pub host: Option<String>,
+    /// A resource's adapter-specific fields (`${SVC.prefix}`, `${SVC.bucket}`).
+    pub slice: IndexMap<String, String>,
 }
 
 /// Everything rendering may read about one world. Building it is the caller's
@@ -241,6 +251,7 @@ fn value(token: Token<'_>, self_name: Option<&str>, facts: &Facts<'_>) -> Option
             Field::Url => s.url.clone(),
             Field::LocalUrl => s.local_url.clone(),
             Field::Host => s.host.clone(),
+            Field::Slice(n) => s.slice.get(n).cloned(),
         }
     };
     match token {
@@ -280,6 +291,7 @@ mod tests {
                 url: Some("http://api.login-fix.acme.localhost".into()),
                 local_url: Some("http://localhost:20001".into()),
                 host: Some("api.login-fix.acme.localhost".into()),
+                slice: IndexMap::new(),
             },
         );
         m.insert(

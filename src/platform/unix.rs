@@ -424,6 +424,18 @@ pub fn uid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }
 
+/// `n` random bytes from the kernel (`/dev/urandom`), as lowercase hex:
+/// for passwords Binky makes (a Redis ACL user per world).
+///
+/// # Errors
+/// The device cannot be read.
+pub fn random_hex(n: usize) -> io::Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// This process's id.
 pub fn pid() -> u32 {
     std::process::id()

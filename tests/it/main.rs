@@ -17,6 +17,7 @@ mod mcp;
 mod processes;
 mod project;
 mod proxy;
+mod redis;
 mod secrets;
 mod templates;
 mod worktrees;

@@ -309,32 +309,53 @@ pub(super) fn check_adapter_options(
     options: Option<&toml::Table>,
 ) {
     let Some(options) = options else { return };
-    let strategies: &[&str] =
-        crate::adapters::catalog::find(adapter).map_or(&[], |e| e.clone_strategies);
-    if let Some(v) = options.get("clone_strategy")
-        && !strategies.is_empty()
-        && !v.as_str().is_some_and(|s| strategies.contains(&s))
-    {
-        cx.error(
-            "invalid-option",
-            &keypath!["services", name, "options", "clone_strategy"],
-            format!(
-                "clone_strategy for the {adapter} adapter must be one of {}",
-                strategies.join(", ")
-            ),
-            Some(format!("e.g. clone_strategy = \"{}\"", strategies[0])),
-        );
-    }
-    if let Some(v) = options.get("timeout")
-        && v.as_str()
-            .is_none_or(|s| humantime::parse_duration(s.trim()).is_err())
-    {
-        cx.error(
-            "invalid-duration",
-            &keypath!["services", name, "options", "timeout"],
-            "options.timeout must be a duration such as \"30s\" or \"5m\"".to_owned(),
-            None,
-        );
+    let Some(entry) = crate::adapters::catalog::find(adapter) else {
+        // An external adapter reads what it likes; Binky reads `timeout`.
+        if let Some(v) = options.get("timeout")
+            && let Err(want) = crate::adapters::catalog::OptionKind::Duration.check(v)
+        {
+            cx.error(
+                "invalid-duration",
+                &keypath!["services", name, "options", "timeout"],
+                format!("options.timeout must be {want}"),
+                None,
+            );
+        }
+        return;
+    };
+    for (key, v) in options {
+        let Some(spec) = entry.options.iter().find(|o| o.name == key) else {
+            let known: Vec<&str> = entry.options.iter().map(|o| o.name).collect();
+            let hint = match suggest(key, known.iter().copied()) {
+                Some(s) => Some(format!("did you mean `{s}`?")),
+                None if known.is_empty() => Some(format!("the {adapter} adapter reads no options")),
+                None => Some(format!("the {adapter} adapter reads {}", known.join(", "))),
+            };
+            cx.error(
+                "unknown-option",
+                &keypath!["services", name, "options", key.as_str()],
+                format!("the {adapter} adapter has no option `{key}`"),
+                hint,
+            );
+            continue;
+        };
+        if let Err(want) = spec.kind.check(v) {
+            let hint = match spec.kind {
+                crate::adapters::catalog::OptionKind::Choice(c) => {
+                    Some(format!("e.g. {key} = \"{}\"", c[0]))
+                }
+                _ => None,
+            };
+            cx.error(
+                "invalid-option",
+                &keypath!["services", name, "options", key.as_str()],
+                format!(
+                    "options.{key} for the {adapter} adapter ({}) must be {want}",
+                    spec.help
+                ),
+                hint,
+            );
+        }
     }
 }
 

@@ -315,6 +315,31 @@ pub(super) fn check_field(
                 );
             }
         }
+        Field::Slice(field) => {
+            let adapter = t.resource().map(|r| r.adapter.as_str());
+            let entry = adapter.and_then(crate::adapters::catalog::find);
+            let known = entry.map_or(&[][..], |e| e.fields);
+            // An external adapter may fill any field; a built-in one only
+            // those the catalog lists.
+            if known.contains(&field) || (adapter.is_some() && entry.is_none()) {
+                return;
+            }
+            let (msg, hint) = match adapter {
+                None => (
+                    format!("`{raw}`: {who} is a process; only a resource's slice has a `{field}`"),
+                    None,
+                ),
+                Some(a) => (
+                    format!("`{raw}`: the {a} adapter's slices have no `{field}`"),
+                    Some(if known.is_empty() {
+                        format!("use `${{{target}.url}}`")
+                    } else {
+                        format!("the {a} adapter's slices have {}", known.join(", "))
+                    }),
+                ),
+            };
+            cx.push_at(Severity::Error, "unknown-field", path, Some(at), msg, hint);
+        }
         Field::Url | Field::Host => {
             if t.process().is_some() && !t.has_port() {
                 let code = if is_self {

@@ -126,9 +126,8 @@ pub(super) async fn world_facts(
                 .resolve(&slice)
                 .await
                 .map_err(|e| adapter_error(n, &slice, e))?;
-            let f = facts.get_mut(n).expect("fact per service");
-            f.host = host_of(&address);
-            f.url = Some(address);
+            Resolved::new(address, a.as_ref(), &slice)
+                .apply(facts.get_mut(n).expect("fact per service"));
         }
     }
     Ok(WorldFacts {

@@ -91,7 +91,9 @@ pub(super) fn render_strict(
     if let Some(tok) = rendered.unresolved.iter().find(|t| {
         t.strip_prefix("${")
             .and_then(|b| b.split('.').next())
-            .is_some_and(|svc| facts.services.contains_key(svc))
+            .is_some_and(|svc| {
+                facts.services.contains_key(svc) || (svc == "self" && service.is_some())
+            })
     }) {
         return Err(
             ApiError::new(format!("{key} uses {tok}, which has no value now"))

@@ -312,9 +312,8 @@ async fn adoption_plan(
                 )
             });
         if let Ok(address) = adapter.resolve(&slice).await {
-            let f = plan.facts.get_mut(n).expect("fact per service");
-            f.host = host_of(&address);
-            f.url = Some(address);
+            Resolved::new(address, adapter.as_ref(), &slice)
+                .apply(plan.facts.get_mut(n).expect("fact per service"));
         }
     }
     plan.slices_ready = true;

@@ -58,6 +58,33 @@ impl SliceAt<'_> {
     }
 }
 
+/// What tokens read of a made slice: its address (`${SVC.url}`, and its
+/// host) and the adapter's own fields (`${SVC.prefix}`).
+#[derive(Clone)]
+pub(super) struct Resolved {
+    pub(super) address: String,
+    pub(super) fields: Vec<(&'static str, String)>,
+}
+
+impl Resolved {
+    /// `slice`'s address as `adapter` resolved it, with its fields.
+    pub(super) fn new(address: String, adapter: &dyn adapters::Adapter, slice: &Slice) -> Self {
+        Resolved {
+            address,
+            fields: adapter.fields(slice),
+        }
+    }
+
+    /// Writes it into the service's facts.
+    pub(super) fn apply(self, f: &mut ServiceFacts) {
+        f.host = host_of(&self.address);
+        f.url = Some(self.address);
+        for (k, v) in self.fields {
+            f.slice.insert(k.to_owned(), v);
+        }
+    }
+}
+
 /// A slice from its parts, for a server whose config is gone (`gc`) or
 /// through [`SliceAt::slice`].
 pub(super) fn slice_for(
@@ -115,7 +142,7 @@ pub(super) fn no_adapter(service: &str, name: &str) -> ApiError {
 }
 
 /// Makes (or keeps) service `service`'s slice for the world and returns its
-/// address: a live slice is kept with its data (its schema caught up with
+/// address and fields: a live slice is kept with its data (its schema caught up with
 /// the branch when the branch moved); otherwise the slice is recorded as
 /// `provisioning` first (a crash leaves a row `gc` can sweep), then cloned
 /// from the golden template where the adapter can, else provisioned,
@@ -127,7 +154,7 @@ pub(super) async fn provision(
     r: &config::Resource,
     plan: &Plan,
     progress: &ProgressTx,
-) -> Result<String, ApiError> {
+) -> Result<Resolved, ApiError> {
     let WorldCtx {
         d,
         cfg,
@@ -180,7 +207,8 @@ pub(super) async fn provision(
     if let Some(k) = known.as_ref().filter(|k| k.state == SliceState::Live)
         && exists
     {
-        return p.keep_live(k).await;
+        let address = p.keep_live(k).await?;
+        return Ok(Resolved::new(address, adapter.as_ref(), &slice));
     }
     // Intent first: a crash from here leaves a row `gc` can sweep.
     p.record(SliceState::Provisioning)?;
@@ -203,7 +231,8 @@ pub(super) async fn provision(
     ev.service = Some(service.to_owned());
     ev.adapter = Some(adapter.name().to_owned());
     d.event(ev);
-    adapter.resolve(&slice).await.map_err(|e| p.named(e))
+    let address = adapter.resolve(&slice).await.map_err(|e| p.named(e))?;
+    Ok(Resolved::new(address, adapter.as_ref(), &slice))
 }
 
 /// One [`provision`] under way: who it is for, the slice, and the key the
@@ -265,7 +294,7 @@ impl Provisioning<'_> {
                 self.cx,
                 &self.job,
                 self.plan,
-                &address,
+                &Resolved::new(address.clone(), self.adapter, self.slice),
                 self.progress,
                 why,
                 false,
@@ -354,7 +383,7 @@ pub(super) async fn catch_up(
     cx: &WorldCtx<'_>,
     job: &SliceJob<'_>,
     plan: &Plan,
-    address: &str,
+    address: &Resolved,
     progress: &ProgressTx,
     why: &str,
     dropped: bool,
@@ -392,7 +421,8 @@ pub(super) async fn provision_and_seed(
     adapter.provision(slice).await.map_err(named)?;
     fault_point(&format!("{stage}:provisioned"));
     let addr = adapter.resolve(slice).await.map_err(named)?;
-    run_data_commands(cx, job, plan, &addr, true, true).await
+    let resolved = Resolved::new(addr, adapter, slice);
+    run_data_commands(cx, job, plan, &resolved, true, true).await
 }
 
 /// Runs `migrate` (and, `with_seed`, `seed`) against the slice at
@@ -402,7 +432,7 @@ pub(super) async fn run_data_commands(
     cx: &WorldCtx<'_>,
     job: &SliceJob<'_>,
     plan: &Plan,
-    address: &str,
+    resolved: &Resolved,
     with_seed: bool,
     dropped: bool,
 ) -> Result<(), ApiError> {
@@ -413,10 +443,10 @@ pub(super) async fn run_data_commands(
         ..
     } = *cx;
     let SliceJob { service, r, log } = *job;
+    let address = resolved.address.as_str();
     let mut facts = plan.facts.clone();
     if let Some(f) = facts.get_mut(service) {
-        f.url = Some(address.to_owned());
-        f.host = host_of(address);
+        resolved.clone().apply(f);
     }
     let env_fn = lookup_env(&plan.project_env, client_env);
     let fx = facts_for(cfg, world, &plan.world_root, &facts, &env_fn);

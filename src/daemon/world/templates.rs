@@ -127,7 +127,7 @@ impl Provisioning<'_> {
                         self.cx,
                         &self.job,
                         self.plan,
-                        &address,
+                        &Resolved::new(address, adapter, self.slice),
                         self.progress,
                         "its golden template was migrated at another commit",
                         true,

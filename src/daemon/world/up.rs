@@ -468,10 +468,8 @@ async fn provision_slices(
         if let ServiceKind::Resource(r) = &s.kind {
             check_cancelled(progress, cx.world)?;
             progress.say("provision", Some(n), format!("{} slice for {n}", r.adapter));
-            let address = provision(cx, n, r, plan, progress).await?;
-            let f = plan.facts.get_mut(n).expect("fact per service");
-            f.host = host_of(&address);
-            f.url = Some(address);
+            let resolved = provision(cx, n, r, plan, progress).await?;
+            resolved.apply(plan.facts.get_mut(n).expect("fact per service"));
             cx.d.registry()
                 .service_state(cx.world_id, n, ServiceState::Provisioned, None, false)
                 .map_err(internal)?;

@@ -1,0 +1,342 @@
+//! `redis` (also `valkey`): a key prefix per world on a Redis-protocol server
+//! the user runs.
+//!
+//! A world's slice is the prefix `<project>:<world-slug>:`. The trailing
+//! separator makes it exact: `shop:feat-a:` never matches the keys of
+//! `shop:feat-a-2:`. The address is the server URL with the prefix as its
+//! fragment (`redis://127.0.0.1:6379/0#shop:feat-a:`): clients ignore a
+//! fragment, where a query option would be refused by those that check
+//! them. Most clients take the prefix as an option, so it is also
+//! `${SVC.prefix}`.
+//!
+//! A slice exists while its marker key `binky:slice:<prefix>` does (Binky's
+//! own key, outside every world's prefix), so a world whose app wrote no
+//! key yet is still known as made. Teardown deletes the world's keys with
+//! `SCAN MATCH <prefix>*` and `UNLINK` in batches of [`BATCH`]: never
+//! `KEYS`, `FLUSHDB` or `FLUSHALL`, so other clients of the server wait at
+//! most one batch.
+//!
+//! With `options.acl = true` each world also gets an ACL user allowed only
+//! `~<prefix>*` (and channels `&<prefix>*`), with every `@dangerous` command
+//! denied but `INFO` (`FLUSHALL`, `FLUSHDB`, `KEYS`, `SWAPDB`, `CONFIG`,
+//! `DEBUG`, `MONITOR`…): isolation by permission, not only by name. Its
+//! password is random and kept in the marker, which that user cannot read.
+//!
+//! A key-value server has no server-side copy of a prefix, so
+//! `capabilities().clone` is false: `clone_from` builds each world by
+//! provision + migrate + seed.
+
+use super::{Adapter, AdapterError, Capabilities, Slice};
+use async_trait::async_trait;
+use redis::aio::MultiplexedConnection;
+use std::time::Duration;
+
+/// The server when a resource has no `admin_url`.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
+/// Keys asked for per `SCAN` and deleted per `UNLINK`.
+pub const BATCH: usize = 1000;
+/// Longest wait for a connection, and for each command's answer.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// Where a slice's marker lives.
+const MARKER: &str = "binky:slice:";
+
+/// The Redis adapter.
+pub struct Redis;
+
+fn server_url(slice: &Slice) -> &str {
+    slice.admin_url.as_deref().unwrap_or(DEFAULT_URL)
+}
+
+/// `host:port` of a URL, without its user info: where, for errors, never
+/// with a password.
+pub(crate) fn server_of(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if hostport.is_empty() {
+        "the server".to_owned()
+    } else {
+        hostport.to_owned()
+    }
+}
+
+fn marker(slice: &Slice) -> String {
+    format!("{MARKER}{}", slice.name)
+}
+
+/// The ACL user of a slice: `binky_<project>_<slug>`.
+fn acl_user(slice: &Slice) -> String {
+    format!(
+        "binky_{}",
+        slice.name.trim_end_matches(':').replace(':', "_")
+    )
+}
+
+fn wants_acl(slice: &Slice) -> bool {
+    slice
+        .options
+        .get("acl")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false)
+}
+
+/// `s` with the glob characters `SCAN MATCH` and ACL key patterns read
+/// escaped, so a prefix matches only itself.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn err(slice: &Slice, what: &str, e: impl std::fmt::Display) -> AdapterError {
+    AdapterError::new(format!(
+        "redis at {}: {what}: {e}",
+        server_of(server_url(slice))
+    ))
+    .redacted(slice)
+}
+
+/// A connection with the admin URL.
+async fn connect(slice: &Slice) -> Result<MultiplexedConnection, AdapterError> {
+    let url = server_url(slice);
+    let unreachable = |e: &dyn std::fmt::Display| {
+        let mut e = AdapterError::new(format!(
+            "redis: cannot connect to {} (admin_url): {e}; check that the server runs and that admin_url names it",
+            server_of(url)
+        ))
+        .redacted(slice);
+        e.environmental = true;
+        e
+    };
+    let client = redis::Client::open(url).map_err(|e| {
+        AdapterError::new(format!(
+            "redis: admin_url for {} is not a redis:// URL: {e}",
+            server_of(url)
+        ))
+        .redacted(slice)
+    })?;
+    match tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection()).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(unreachable(&e)),
+        Err(_) => Err(unreachable(&format!("no answer within {TIMEOUT:?}"))),
+    }
+}
+
+/// Runs one command within [`TIMEOUT`].
+async fn run<T: redis::FromRedisValue>(
+    slice: &Slice,
+    con: &mut MultiplexedConnection,
+    cmd: &redis::Cmd,
+    what: &str,
+) -> Result<T, AdapterError> {
+    match tokio::time::timeout(TIMEOUT, cmd.query_async::<T>(con)).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(err(slice, what, e)),
+        Err(_) => Err(err(slice, what, format!("no answer within {TIMEOUT:?}"))),
+    }
+}
+
+/// Deletes every key under the slice's prefix, a batch at a time; returns
+/// how many were deleted.
+async fn delete_keys(slice: &Slice, con: &mut MultiplexedConnection) -> Result<u64, AdapterError> {
+    let pattern = format!("{}*", glob_escape(&slice.name));
+    let mut cursor: u64 = 0;
+    let mut deleted = 0;
+    loop {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(BATCH);
+        let (next, keys): (u64, Vec<Vec<u8>>) =
+            run(slice, con, &scan, "listing the world's keys").await?;
+        if !keys.is_empty() {
+            let mut unlink = redis::cmd("UNLINK");
+            unlink.arg(&keys);
+            let n: u64 = run(slice, con, &unlink, "deleting the world's keys").await?;
+            deleted += n;
+        }
+        if next == 0 {
+            return Ok(deleted);
+        }
+        cursor = next;
+    }
+}
+
+/// The world's URL: the server URL with the prefix as fragment, and the
+/// ACL user's credentials in place of the admin's when it has one (else the
+/// admin URL's own, which a password-protected server needs).
+fn world_url(server: &str, user: Option<(&str, &str)>, prefix: &str) -> String {
+    let server = server.split('#').next().unwrap_or(server);
+    let Some((u, p)) = user else {
+        return format!("{server}#{prefix}");
+    };
+    let (scheme, rest) = server.split_once("://").unwrap_or(("redis", server));
+    let rest = match rest.split_once('@') {
+        Some((userinfo, host)) if !userinfo.contains('/') => host,
+        _ => rest,
+    };
+    format!("{scheme}://{u}:{p}@{rest}#{prefix}")
+}
+
+#[async_trait]
+impl Adapter for Redis {
+    fn name(&self) -> &str {
+        "redis"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { clone: false }
+    }
+
+    fn slice_name(&self, project: &str, world_slug: &str) -> String {
+        format!("{project}:{world_slug}:")
+    }
+
+    async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
+        let mut con = connect(slice).await?;
+        let acl = wants_acl(slice);
+        let password = if acl {
+            crate::platform::random_hex(24)
+                .map_err(|e| AdapterError::new(format!("redis: no random password: {e}")))?
+        } else {
+            String::new()
+        };
+        let mut set = redis::cmd("SET");
+        set.arg(marker(slice)).arg(&password).arg("NX");
+        let made: Option<String> = run(slice, &mut con, &set, "recording the slice").await?;
+        if made.is_none() {
+            return Err(AdapterError::new(format!(
+                "redis: the slice {} already exists (its marker {} is set)",
+                slice.name,
+                marker(slice)
+            )));
+        }
+        if acl {
+            crate::secrets::register(&password);
+            let prefix = glob_escape(&slice.name);
+            let mut setuser = redis::cmd("ACL");
+            setuser
+                .arg("SETUSER")
+                .arg(acl_user(slice))
+                .arg("reset")
+                .arg("on")
+                .arg(format!(">{password}"))
+                .arg(format!("~{prefix}*"))
+                .arg(format!("&{prefix}*"))
+                .arg("+@all")
+                .arg("-@dangerous")
+                .arg("+info");
+            if let Err(e) =
+                run::<()>(slice, &mut con, &setuser, "creating the world's ACL user").await
+            {
+                let mut del = redis::cmd("DEL");
+                del.arg(marker(slice));
+                let _ = run::<()>(slice, &mut con, &del, "forgetting the slice").await;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
+        let server = server_url(slice);
+        if !wants_acl(slice) {
+            return Ok(world_url(server, None, &slice.name));
+        }
+        let mut con = connect(slice).await?;
+        let mut get = redis::cmd("GET");
+        get.arg(marker(slice));
+        let password: Option<String> =
+            run(slice, &mut con, &get, "reading the slice's marker").await?;
+        match password.filter(|p| !p.is_empty()) {
+            Some(p) => {
+                crate::secrets::register(&p);
+                Ok(world_url(server, Some((&acl_user(slice), &p)), &slice.name))
+            }
+            None => Err(AdapterError::new(format!(
+                "redis: the slice {} has no ACL user (it was made without options.acl); run `binky remove` and `binky up` to make it again",
+                slice.name
+            ))),
+        }
+    }
+
+    async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
+        let mut con = connect(slice).await?;
+        // The user first: deleting it ends its connections, so nothing
+        // writes a key behind the scan.
+        let mut deluser = redis::cmd("ACL");
+        deluser.arg("DELUSER").arg(acl_user(slice));
+        let dropped = run::<u64>(slice, &mut con, &deluser, "deleting the world's ACL user").await;
+        if wants_acl(slice) {
+            dropped?;
+        }
+        delete_keys(slice, &mut con).await?;
+        let mut del = redis::cmd("DEL");
+        del.arg(marker(slice));
+        run::<u64>(slice, &mut con, &del, "deleting the slice's marker").await?;
+        Ok(())
+    }
+
+    async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError> {
+        let mut con = connect(slice).await?;
+        let mut exists = redis::cmd("EXISTS");
+        exists.arg(marker(slice));
+        let n: u64 = run(slice, &mut con, &exists, "looking for the slice").await?;
+        Ok(n == 1)
+    }
+
+    fn fields(&self, slice: &Slice) -> Vec<(&'static str, String)> {
+        vec![("prefix", slice.name.clone())]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_match_only_themselves() {
+        assert_eq!(Redis.slice_name("shop", "feat-a"), "shop:feat-a:");
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+
+    #[test]
+    fn world_urls_keep_the_server_and_swap_the_credentials() {
+        assert_eq!(
+            world_url("redis://127.0.0.1:6379/2", None, "shop:a:"),
+            "redis://127.0.0.1:6379/2#shop:a:"
+        );
+        assert_eq!(
+            world_url(
+                "redis://admin:s3cret@h:6380/0#old",
+                Some(("binky_shop_a", "pw")),
+                "shop:a:"
+            ),
+            "redis://binky_shop_a:pw@h:6380/0#shop:a:"
+        );
+        assert_eq!(
+            world_url("rediss://:pw@h/1", None, "p:w:"),
+            "rediss://:pw@h/1#p:w:"
+        );
+        assert_eq!(server_of("redis://admin:s3cret@h:6380/0"), "h:6380");
+        assert_eq!(acl_user(&slice("shop:feat-a:")), "binky_shop_feat-a");
+    }
+
+    fn slice(name: &str) -> Slice {
+        Slice {
+            name: name.to_owned(),
+            project: "shop".into(),
+            admin_url: None,
+            options: toml::Table::new(),
+            data_dir: std::env::temp_dir(),
+            search_path: None,
+        }
+    }
+}
