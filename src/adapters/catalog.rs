@@ -136,6 +136,24 @@ pub const ENTRIES: &[Entry] = &[
         }],
         fields: &["prefix"],
     },
+    Entry {
+        name: "rabbitmq",
+        aliases: &[],
+        make: || Arc::new(super::rabbitmq::RabbitMq),
+        options: &[
+            OptionSpec {
+                name: "management_url",
+                kind: OptionKind::HttpUrl,
+                help: "the management API, when it is not on port 15672 of admin_url's host",
+            },
+            OptionSpec {
+                name: "timeout",
+                kind: OptionKind::Duration,
+                help: "how long one management call may take",
+            },
+        ],
+        fields: &[],
+    },
 ];
 
 /// The built-in adapter `adapter = name` means, if any.

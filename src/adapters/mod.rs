@@ -13,6 +13,7 @@ pub mod golden;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod rabbitmq;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod sqlite;

@@ -17,6 +17,7 @@ mod mcp;
 mod processes;
 mod project;
 mod proxy;
+mod rabbitmq;
 mod redis;
 mod secrets;
 mod templates;

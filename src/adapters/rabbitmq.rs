@@ -1,0 +1,358 @@
+//! `rabbitmq`: a virtual host per world on a RabbitMQ server the user runs,
+//! made through its management HTTP API.
+//!
+//! The vhost is `<project>_<world-slug>`. `admin_url` is the AMQP URL of
+//! an account allowed to manage vhosts (default
+//! `amqp://guest:guest@127.0.0.1:5672/`, RabbitMQ's own default on
+//! loopback); the management API is at port 15672 of the same host, or at
+//! `options.management_url`. Provision is `PUT /api/vhosts/{vhost}` and
+//! `PUT /api/permissions/{vhost}/{user}` (all rights for the admin user);
+//! teardown `DELETE /api/vhosts/{vhost}`, which refuses to act on `/` or on
+//! any name that is not a world's. Every vhost in a path or URL is
+//! percent-encoded (`/` → `%2F`).
+//!
+//! Vhost creation is cluster-wide and can be slow; each call waits
+//! `options.timeout` (default 30 s) and an error says so.
+
+use super::{Adapter, AdapterError, Capabilities, Slice, fit_identifier};
+use crate::http::{Client, Fetched};
+use async_trait::async_trait;
+use bytes::Bytes;
+use std::time::Duration;
+
+/// The account and server when a resource has no `admin_url`.
+pub const DEFAULT_URL: &str = "amqp://guest:guest@127.0.0.1:5672/";
+/// The management API's port when `options.management_url` is not given.
+pub const MANAGEMENT_PORT: u16 = 15672;
+/// Default wait for one management call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// RabbitMQ's longest vhost name, bytes.
+pub const MAX_VHOST: usize = 255;
+
+/// The RabbitMQ adapter.
+pub struct RabbitMq;
+
+/// What an AMQP URL names: where and as whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Amqp {
+    scheme: String,
+    user: String,
+    password: String,
+    host: String,
+    port: u16,
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn encode(s: &str) -> String {
+    const SET: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(s, SET).to_string()
+}
+
+fn decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// Parses `amqp[s]://user:password@host[:port][/vhost]`.
+fn parse_amqp(url: &str) -> Result<Amqp, String> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .filter(|(s, _)| *s == "amqp" || *s == "amqps")
+        .ok_or("admin_url must be an amqp:// URL, e.g. amqp://guest:guest@127.0.0.1:5672/")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let (userinfo, hostport) = authority
+        .rsplit_once('@')
+        .unwrap_or(("guest:guest", authority));
+    let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+    let default_port = if scheme == "amqps" { 5671 } else { 5672 };
+    let (host, port) = match hostport.strip_prefix('[') {
+        Some(v6) => {
+            let (h, p) = v6.split_once(']').ok_or("admin_url has a bad IPv6 host")?;
+            (h, p.strip_prefix(':'))
+        }
+        None => match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        },
+    };
+    let port = match port {
+        None | Some("") => default_port,
+        Some(p) => p
+            .parse()
+            .map_err(|_| "admin_url has a bad port".to_owned())?,
+    };
+    if host.is_empty() {
+        return Err("admin_url has no host".into());
+    }
+    Ok(Amqp {
+        scheme: scheme.to_owned(),
+        user: decode(user),
+        password: decode(password),
+        host: host.to_owned(),
+        port,
+    })
+}
+
+/// One management call's parts: the server and the account.
+struct Api {
+    amqp: Amqp,
+    /// `host`, `port` of the management API.
+    host: String,
+    port: u16,
+    client: Client,
+}
+
+impl Api {
+    fn of(slice: &Slice) -> Result<Api, AdapterError> {
+        let url = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
+        let amqp = parse_amqp(url)
+            .map_err(|e| AdapterError::new(format!("rabbitmq: {e}")).redacted(slice))?;
+        crate::secrets::register(&amqp.password);
+        let (host, port) = match slice.options.get("management_url").and_then(|v| v.as_str()) {
+            Some(m) => {
+                let u = crate::http::parse_url(m).map_err(|e| {
+                    AdapterError::new(format!("rabbitmq: options.management_url: {e}"))
+                })?;
+                (u.host, u.port)
+            }
+            None => (amqp.host.clone(), MANAGEMENT_PORT),
+        };
+        let timeout = slice
+            .options
+            .get("timeout")
+            .and_then(|v| v.as_str())
+            .and_then(|s| humantime::parse_duration(s.trim()).ok())
+            .unwrap_or(DEFAULT_TIMEOUT);
+        Ok(Api {
+            amqp,
+            host,
+            port,
+            client: Client {
+                read_timeout: timeout,
+                max_body: 1024 * 1024,
+                ..Client::default()
+            },
+        })
+    }
+
+    fn server(&self) -> String {
+        crate::http::host_header(&self.host, self.port)
+    }
+
+    /// `method path` with the admin account; the answer, whatever its
+    /// status.
+    async fn call(&self, method: &str, path: &str, body: &str) -> Result<Fetched, AdapterError> {
+        use base64::Engine as _;
+        let auth = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD
+                .encode(format!("{}:{}", self.amqp.user, self.amqp.password))
+        );
+        let url = crate::http::Url {
+            host: self.host.clone(),
+            port: self.port,
+            authority: self.server(),
+            path_and_query: path.to_owned(),
+        };
+        let mut headers = vec![("Authorization", auth.as_str())];
+        if !body.is_empty() {
+            headers.push(("Content-Type", "application/json"));
+        }
+        let req = crate::http::request(method, &url, &headers, Bytes::from(body.to_owned()))
+            .map_err(|e| AdapterError::new(format!("rabbitmq: {e}")))?;
+        self.client
+            .fetch(&self.host, self.port, req)
+            .await
+            .map_err(|e| {
+                let mut err = AdapterError::new(match e.kind {
+                    crate::http::HttpErrorKind::Connect => format!(
+                        "rabbitmq: cannot reach the management API at {} ({e}); enable it with `rabbitmq-plugins enable rabbitmq_management`, or set options.management_url",
+                        self.server()
+                    ),
+                    crate::http::HttpErrorKind::Timeout => format!(
+                        "rabbitmq: the management API at {} did not answer {method} {path} within {:?}: vhost changes are cluster-wide and can be slow; raise options.timeout",
+                        self.server(),
+                        self.client.read_timeout
+                    ),
+                    _ => format!("rabbitmq: management API at {}: {e}", self.server()),
+                });
+                err.environmental = e.kind == crate::http::HttpErrorKind::Connect;
+                err
+            })
+    }
+
+    /// An answer that is not `ok` as an error naming the call.
+    fn refused(&self, what: &str, f: &Fetched) -> AdapterError {
+        let hint = match f.status.as_u16() {
+            401 => {
+                "; the admin_url account was refused (RabbitMQ lets `guest` in from loopback only)"
+            }
+            403 => "; the admin_url account needs the `administrator` tag to manage vhosts",
+            _ => "",
+        };
+        AdapterError::new(format!(
+            "rabbitmq at {}: {what} answered {}: {}{hint}",
+            self.server(),
+            f.status,
+            f.text_head().trim()
+        ))
+    }
+}
+
+/// Refuses a vhost name no world has: Binky acts only on its own.
+fn check_ours(slice: &Slice) -> Result<(), AdapterError> {
+    if slice.name.is_empty() || slice.name == "/" || !slice.name.contains('_') {
+        return Err(AdapterError::new(format!(
+            "rabbitmq: refusing to act on vhost `{}`: it is not one Binky names",
+            slice.name
+        )));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Adapter for RabbitMq {
+    fn name(&self) -> &str {
+        "rabbitmq"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { clone: false }
+    }
+
+    fn slice_name(&self, project: &str, world_slug: &str) -> String {
+        fit_identifier(&format!("{project}_{world_slug}"), MAX_VHOST)
+    }
+
+    async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
+        check_ours(slice)?;
+        let api = Api::of(slice)?;
+        let vhost = encode(&slice.name);
+        if self.exists(slice).await? {
+            return Err(AdapterError::new(format!(
+                "rabbitmq: the vhost {} already exists",
+                slice.name
+            )));
+        }
+        let body = r#"{"description":"a Binky world"}"#;
+        let f = api
+            .call("PUT", &format!("/api/vhosts/{vhost}"), body)
+            .await?;
+        if !f.status.is_success() {
+            return Err(api.refused(&format!("creating vhost {}", slice.name), &f));
+        }
+        let perms = r#"{"configure":".*","write":".*","read":".*"}"#;
+        let path = format!("/api/permissions/{vhost}/{}", encode(&api.amqp.user));
+        let f = api.call("PUT", &path, perms).await?;
+        if !f.status.is_success() {
+            let e = api.refused(&format!("granting {} on {}", api.amqp.user, slice.name), &f);
+            let _ = api
+                .call("DELETE", &format!("/api/vhosts/{vhost}"), "")
+                .await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
+        let api = Api::of(slice)?;
+        let a = &api.amqp;
+        let host = if a.host.contains(':') {
+            format!("[{}]", a.host)
+        } else {
+            a.host.clone()
+        };
+        Ok(format!(
+            "{}://{}:{}@{host}:{}/{}",
+            a.scheme,
+            encode(&a.user),
+            encode(&a.password),
+            a.port,
+            encode(&slice.name)
+        ))
+    }
+
+    async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
+        check_ours(slice)?;
+        let api = Api::of(slice)?;
+        let f = api
+            .call(
+                "DELETE",
+                &format!("/api/vhosts/{}", encode(&slice.name)),
+                "",
+            )
+            .await?;
+        match f.status.as_u16() {
+            200..=299 | 404 => Ok(()),
+            _ => Err(api.refused(&format!("deleting vhost {}", slice.name), &f)),
+        }
+    }
+
+    async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError> {
+        let api = Api::of(slice)?;
+        let f = api
+            .call("GET", &format!("/api/vhosts/{}", encode(&slice.name)), "")
+            .await?;
+        match f.status.as_u16() {
+            200 => Ok(true),
+            404 => Ok(false),
+            _ => Err(api.refused(&format!("looking up vhost {}", slice.name), &f)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vhosts_are_percent_encoded_everywhere() {
+        assert_eq!(encode("/"), "%2F");
+        assert_eq!(encode("shop_feat-a"), "shop_feat-a");
+        assert_eq!(encode("a b/c%"), "a%20b%2Fc%25");
+    }
+
+    #[test]
+    fn amqp_urls_parse_with_defaults() {
+        let a = parse_amqp("amqp://admin:p%40ss@rmq.local/").unwrap();
+        assert_eq!(
+            (
+                a.user.as_str(),
+                a.password.as_str(),
+                a.host.as_str(),
+                a.port
+            ),
+            ("admin", "p@ss", "rmq.local", 5672)
+        );
+        let a = parse_amqp("amqps://u:p@[::1]:5999/%2F").unwrap();
+        assert_eq!(
+            (a.host.as_str(), a.port, a.scheme.as_str()),
+            ("::1", 5999, "amqps")
+        );
+        let a = parse_amqp("amqp://127.0.0.1").unwrap();
+        assert_eq!((a.user.as_str(), a.password.as_str()), ("guest", "guest"));
+        assert!(parse_amqp("http://x").is_err());
+        assert!(parse_amqp("amqp://u:p@h:notaport/").is_err());
+    }
+
+    #[test]
+    fn only_binkys_own_vhosts_are_touched() {
+        let s = |name: &str| Slice {
+            name: name.into(),
+            project: "shop".into(),
+            admin_url: None,
+            options: toml::Table::new(),
+            data_dir: std::env::temp_dir(),
+            search_path: None,
+        };
+        assert!(check_ours(&s("/")).is_err());
+        assert!(check_ours(&s("")).is_err());
+        assert!(check_ours(&s("production")).is_err());
+        assert!(check_ours(&s("shop_feat-a")).is_ok());
+    }
+}

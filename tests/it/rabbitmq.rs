@@ -1,0 +1,219 @@
+//! The `rabbitmq` adapter against the RabbitMQ server on 127.0.0.1:5672
+//! with its management plugin on :15672, and a real AMQP client (pika).
+
+use crate::harness::*;
+use crate::project::*;
+
+fn rabbit_up() -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", 5672)).is_ok()
+        && std::net::TcpStream::connect(("127.0.0.1", 15672)).is_ok()
+}
+
+fn pika() -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", "import pika"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs a Python snippet with `args` as `sys.argv[1:]`; its stdout.
+fn python(script: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The management API as guest: `method path` → status.
+const API: &str = r#"
+import sys, urllib.request, base64
+method, path = sys.argv[1], sys.argv[2]
+req = urllib.request.Request("http://127.0.0.1:15672" + path, method=method)
+req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+try:
+    with urllib.request.urlopen(req, timeout=20) as r:
+        print(r.status); print(r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code)
+"#;
+
+fn api(method: &str, path: &str) -> (u16, String) {
+    let out = python(API, &[method, path]);
+    let (code, body) = out.split_once('\n').unwrap_or((&out, ""));
+    (code.trim().parse().unwrap(), body.to_owned())
+}
+
+fn vhosts() -> Vec<String> {
+    let (code, body) = api("GET", "/api/vhosts");
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Publishes `body` to queue `q` through `url` with pika, then prints how
+/// many messages `q` holds as seen through `other` (0 when it has no such
+/// queue).
+const ISOLATION: &str = r#"
+import sys, pika
+url, other, body = sys.argv[1], sys.argv[2], sys.argv[3]
+c = pika.BlockingConnection(pika.URLParameters(url))
+ch = c.channel()
+# Confirms: the publish returns once the broker has the message queued, so
+# the count below includes it.
+ch.confirm_delivery()
+ch.queue_declare("jobs", durable=False)
+ch.basic_publish("", "jobs", body.encode())
+mine = ch.queue_declare("jobs", passive=True).method.message_count
+c.close()
+c = pika.BlockingConnection(pika.URLParameters(other))
+ch = c.channel()
+try:
+    theirs = ch.queue_declare("jobs", passive=True).method.message_count
+except pika.exceptions.ChannelClosedByBroker:
+    theirs = 0
+print(mine, theirs)
+"#;
+
+/// Deletes this test's vhosts however it ends.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if !rabbit_up() {
+            return;
+        }
+        for v in vhosts() {
+            if v.starts_with(&format!("{}_", self.0)) {
+                let enc = v.replace('/', "%2F");
+                api("DELETE", &format!("/api/vhosts/{enc}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn rabbitmq_vhosts_isolate_worlds_and_teardown_deletes_only_theirs() {
+    if !rabbit_up() || !pika() {
+        skip("no RabbitMQ with its management API on 127.0.0.1:5672/15672, or no pika");
+        return;
+    }
+    let p = format!("rq{}", std::process::id() % 100000);
+    let _cleanup = Cleanup(p.clone());
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.queue]\nadapter = \"rabbitmq\"\nadmin_url = \"amqp://guest:guest@127.0.0.1:5672/\"\n",
+        project_header(&p, 2)
+    );
+    let repo = Repo::new(&toml);
+    // A vhost whose name merely starts like a world's is not that world's.
+    assert_eq!(api("PUT", &format!("/api/vhosts/{p}_feat-a-2")).0, 201);
+    let long = format!("feature/{}", "Very-Long-Branch-Name-".repeat(7));
+    let worlds = ["feat-a", "Feature/UPPER_case", long.as_str()];
+    let mut urls = Vec::new();
+    for w in worlds {
+        repo.ok(&home, &["up", w]);
+        let env = repo.ok(&home, &["env", w]).json();
+        let url = env["queue"].as_str().unwrap().to_owned();
+        assert!(
+            url.starts_with("amqp://guest:guest@127.0.0.1:5672/"),
+            "{url}"
+        );
+        let vhost = url.rsplit('/').next().unwrap().to_owned();
+        assert!(vhosts().contains(&vhost), "{vhost} not listed");
+        urls.push(url);
+    }
+    // A message published in one world is not in another's queue.
+    assert_eq!(python(ISOLATION, &[&urls[0], &urls[1], "hello"]), "1 0");
+    assert_eq!(python(ISOLATION, &[&urls[1], &urls[2], "x"]), "1 0");
+    // down keeps the vhost and its messages; up finds it again.
+    repo.ok(&home, &["down", "feat-a"]);
+    repo.ok(&home, &["up", "feat-a"]);
+    assert_eq!(python(ISOLATION, &[&urls[0], &urls[2], "again"]), "2 0");
+    for w in worlds {
+        repo.ok(&home, &["remove", w, "--force"]);
+    }
+    let left = vhosts();
+    assert!(left.contains(&"/".to_owned()), "{left:?}");
+    assert!(left.contains(&format!("{p}_feat-a-2")), "{left:?}");
+    for u in &urls {
+        let v = u.rsplit('/').next().unwrap();
+        assert!(!left.contains(&v.to_owned()), "{v} left behind");
+    }
+}
+
+#[test]
+fn rabbitmq_errors_name_the_server_and_what_to_do_never_the_password() {
+    // An account the server refuses (401), and a management API nobody
+    // serves (connect refused).
+    if !rabbit_up() {
+        skip("no RabbitMQ with its management API on 127.0.0.1:5672/15672");
+        return;
+    }
+    for (options, says) in [
+        ("", "the admin_url account was refused"),
+        (
+            "options = { management_url = \"http://127.0.0.1:1\" }\n",
+            "cannot reach the management API at 127.0.0.1:1",
+        ),
+    ] {
+        let home = Home::new();
+        let toml = format!(
+            "{}[services.queue]\nadapter = \"rabbitmq\"\nadmin_url = \"${{env.RMQ_URL}}\"\n{options}",
+            project_header("rqbad", 2)
+        );
+        let repo = Repo::new(&toml);
+        let out = Out(repo
+            .cmd(&home, &["up", "a"])
+            .env("RMQ_URL", "amqp://admin:Hunter2Secret@127.0.0.1:5672/")
+            .output()
+            .unwrap());
+        assert_eq!(out.code(), 1, "{out}");
+        assert!(out.stderr().contains(says), "{out}");
+        assert!(!out.to_string().contains("Hunter2Secret"), "{out}");
+    }
+}
+
+#[test]
+fn gc_sweeps_a_half_made_vhost() {
+    if !rabbit_up() {
+        skip("no RabbitMQ with its management API on 127.0.0.1:5672/15672");
+        return;
+    }
+    let p = format!("rqg{}", std::process::id() % 100000);
+    let _cleanup = Cleanup(p.clone());
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.queue]\nadapter = \"rabbitmq\"\n",
+        project_header(&p, 2)
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "live"]);
+    let ghost = format!("{p}_ghost");
+    assert_eq!(api("PUT", &format!("/api/vhosts/{ghost}")).0, 201);
+    rusqlite::Connection::open(home.file("registry.db"))
+        .unwrap()
+        .execute(
+            "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at)
+             VALUES (NULL, ?1, 'queue', 'rabbitmq', ?2, 'provisioning', 0)",
+            [&p, &ghost],
+        )
+        .unwrap();
+    let out = repo.ok(&home, &["gc"]);
+    assert!(out.stdout().contains("swept"), "{out}");
+    let left = vhosts();
+    assert!(!left.contains(&ghost), "{left:?}");
+    assert!(left.contains(&format!("{p}_live")), "{left:?}");
+    repo.ok(&home, &["remove", "live", "--force"]);
+}
