@@ -337,7 +337,9 @@ pub fn request(
     for (k, v) in headers {
         b = b.header(*k, *v);
     }
-    if !body.is_empty() {
+    // A body, or a method that carries one (an empty PUT still says
+    // `Content-Length: 0`: S3 answers 411 without it).
+    if !body.is_empty() || matches!(method, "PUT" | "POST" | "PATCH") {
         b = b.header(hyper::header::CONTENT_LENGTH, body.len());
     }
     // The builder's error would quote the offending value: a header may be

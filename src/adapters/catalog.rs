@@ -136,6 +136,18 @@ pub const ENTRIES: &[Entry] = &[
         }],
         fields: &["prefix"],
     },
+    #[cfg(feature = "s3")]
+    Entry {
+        name: "s3",
+        aliases: &["minio"],
+        make: || Arc::new(super::s3::S3),
+        options: &[OptionSpec {
+            name: "region",
+            kind: OptionKind::Text,
+            help: "the region requests are signed for",
+        }],
+        fields: &["bucket"],
+    },
     Entry {
         name: "rabbitmq",
         aliases: &[],

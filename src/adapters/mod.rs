@@ -16,6 +16,8 @@ pub mod postgres;
 pub mod rabbitmq;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "s3")]
+pub mod s3;
 pub mod sqlite;
 
 use async_trait::async_trait;

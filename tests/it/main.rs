@@ -19,6 +19,7 @@ mod project;
 mod proxy;
 mod rabbitmq;
 mod redis;
+mod s3;
 mod secrets;
 mod templates;
 mod worktrees;

@@ -1,0 +1,227 @@
+//! The `s3` adapter (and its `minio` name) against a real S3-protocol
+//! server: moto in server mode (PyPI), started by the test on a port of its
+//! own.
+
+use crate::harness::*;
+use crate::project::*;
+use std::time::Duration;
+
+/// A moto S3 server for one test, stopped when dropped.
+struct Moto {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Moto {
+    fn start() -> Option<Moto> {
+        let ok = std::process::Command::new("python3")
+            .args(["-c", "import moto.server, flask"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            return None;
+        }
+        let port = free_port();
+        let child = std::process::Command::new("python3")
+            .args([
+                "-m",
+                "moto.server",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let up = wait_until(Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        assert!(up, "moto did not listen on {port}");
+        Some(Moto { child, port })
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `method url [body]` with urllib (moto takes unsigned requests); the
+/// status, then the body.
+const HTTP: &str = r#"
+import sys, urllib.request
+method, url = sys.argv[1], sys.argv[2]
+data = sys.argv[3].encode() if len(sys.argv) > 3 else None
+req = urllib.request.Request(url, data=data, method=method)
+# Not urllib's form default: moto reads a form body as a browser upload.
+req.add_header("Content-Type", "application/xml" if "?" in url else "application/octet-stream")
+# moto wants an authorization header on object writes and checks no more.
+req.add_header("Authorization", "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0")
+try:
+    with urllib.request.urlopen(req, timeout=20) as r:
+        print(r.status); print(r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code); print(e.read().decode())
+"#;
+
+fn http(method: &str, url: &str, body: Option<&str>) -> (u16, String) {
+    let mut args = vec![method, url];
+    args.extend(body);
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(HTTP)
+        .args(&args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (code, rest) = text.split_once('\n').unwrap_or((&text, ""));
+    (code.trim().parse().unwrap_or(0), rest.to_owned())
+}
+
+#[test]
+fn s3_buckets_follow_the_rules_isolate_worlds_and_empty_every_version() {
+    let Some(moto) = Moto::start() else {
+        skip("no moto server (pip install 'moto[server]')");
+        return;
+    };
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.store]\nadapter = \"minio\"\nadmin_url = \"${{env.S3_URL}}\"\n[services.app]\ncmd = \"echo ${{store.bucket}} > bucket.txt; exec sleep 600\"\ndepends_on = [\"store\"]\n",
+        project_header("shop", 2)
+    );
+    let repo = Repo::new(&toml);
+    let admin = format!("http://AKIAEXAMPLE:Hunter2Secret@127.0.0.1:{}", moto.port);
+    let run = |args: &[&str]| {
+        let out = Out(repo
+            .cmd(&home, args)
+            .env("S3_URL", &admin)
+            .output()
+            .unwrap());
+        assert_eq!(out.code(), 0, "{args:?}: {out}");
+        assert!(!out.to_string().contains("Hunter2Secret"), "{out}");
+        out
+    };
+    // Case A3, a plain name, and a 150-character branch.
+    let long = format!("feature/{}", "Very-Long-Branch-Name-".repeat(7));
+    let worlds = ["feature/Login-Page", "feat-a", long.as_str()];
+    let mut buckets = Vec::new();
+    for w in worlds {
+        run(&["up", w]);
+        let url = run(&["env", w]).json()["store"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let bucket = url
+            .strip_prefix(&format!("{}/", moto.url()))
+            .unwrap_or_else(|| panic!("{url}"))
+            .to_owned();
+        assert!((3..=63).contains(&bucket.len()), "{bucket}");
+        assert!(
+            bucket
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+            "{bucket}"
+        );
+        assert!(
+            !bucket.starts_with('-') && !bucket.ends_with('-'),
+            "{bucket}"
+        );
+        // The server has it.
+        assert_eq!(http("HEAD", &url, None).0, 200, "{bucket}");
+        buckets.push(bucket);
+    }
+    assert!(
+        buckets[0].starts_with("shop-feature-login-page"),
+        "{buckets:?}"
+    );
+    // ${store.bucket} reached the process.
+    let wt = std::path::PathBuf::from(repo.worlds(&home)[worlds[1]]["path"].as_str().unwrap());
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::fs::read_to_string(wt.join("bucket.txt")).is_ok_and(|b| b.trim() == buckets[1])
+    }));
+    let obj = |b: &str, k: &str| format!("{}/{b}/{k}", moto.url());
+    // One world's object is not another's.
+    assert_eq!(http("PUT", &obj(&buckets[1], "a.txt"), Some("one")).0, 200);
+    assert_eq!(http("GET", &obj(&buckets[2], "a.txt"), None).0, 404);
+    // Versioning on: two versions and a delete marker, all of which go.
+    let versioning = "<VersioningConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Status>Enabled</Status></VersioningConfiguration>";
+    let b1 = format!("{}/{}", moto.url(), buckets[1]);
+    assert_eq!(
+        http("PUT", &format!("{b1}?versioning"), Some(versioning)).0,
+        200
+    );
+    for body in ["v1", "v2"] {
+        assert_eq!(http("PUT", &obj(&buckets[1], "v.txt"), Some(body)).0, 200);
+    }
+    assert_eq!(http("DELETE", &obj(&buckets[1], "v.txt"), None).0, 204);
+    // More objects than one page of a listing.
+    for i in 0..30 {
+        http("PUT", &obj(&buckets[1], &format!("bulk/{i}")), Some("x"));
+    }
+    let (_, versions) = http("GET", &format!("{b1}?versions"), None);
+    assert!(
+        versions.matches("<DeleteMarker>").count() == 1,
+        "{versions}"
+    );
+    let rm = run(&["remove", "feat-a", "--force"]);
+    assert!(!rm.stderr().contains("teardown"), "{rm}");
+    assert_eq!(http("HEAD", &b1, None).0, 404, "{} left behind", buckets[1]);
+    // The others stay.
+    for b in [&buckets[0], &buckets[2]] {
+        assert_eq!(
+            http("HEAD", &format!("{}/{b}", moto.url()), None).0,
+            200,
+            "{b}"
+        );
+    }
+    // gc sweeps a bucket a crash left half-made.
+    let ghost = format!("{}/shop-ghost", moto.url());
+    assert_eq!(http("PUT", &ghost, None).0, 200);
+    assert_eq!(http("PUT", &format!("{ghost}/k"), Some("x")).0, 200);
+    rusqlite::Connection::open(home.file("registry.db"))
+        .unwrap()
+        .execute(
+            "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at)
+             VALUES (NULL, 'shop', 'store', 's3', 'shop-ghost', 'provisioning', 0)",
+            [],
+        )
+        .unwrap();
+    assert!(run(&["gc"]).stdout().contains("swept"));
+    assert_eq!(http("HEAD", &ghost, None).0, 404);
+    run(&["remove", worlds[0], "--force"]);
+    run(&["remove", worlds[2], "--force"]);
+    let (_, list) = http("GET", &format!("{}/", moto.url()), None);
+    for b in &buckets {
+        assert!(
+            !list.contains(&format!("<Name>{b}</Name>")),
+            "{b} left: {list}"
+        );
+    }
+}
+
+#[test]
+fn a_dead_s3_endpoint_is_named_never_the_secret() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.store]\nadapter = \"s3\"\nadmin_url = \"${{env.S3_URL}}\"\n",
+        project_header("s3dead", 2)
+    );
+    let repo = Repo::new(&toml);
+    let out = Out(repo
+        .cmd(&home, &["up", "a"])
+        .env("S3_URL", "http://AKIAEXAMPLE:Hunter2Secret@127.0.0.1:1")
+        .output()
+        .unwrap());
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("127.0.0.1:1"), "{out}");
+    assert!(out.stderr().contains("cannot connect"), "{out}");
+    assert!(!out.to_string().contains("Hunter2Secret"), "{out}");
+}
