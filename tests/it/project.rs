@@ -207,3 +207,22 @@ pub fn pids_with(marker: &str) -> Vec<u32> {
     }
     out
 }
+
+/// Records a slice as a crash mid-provision leaves it: a `provisioning` row
+/// with no world, for `gc` to sweep.
+pub fn record_half_made_slice(
+    home: &Home,
+    project: &str,
+    service: &str,
+    adapter: &str,
+    slice: &str,
+) {
+    rusqlite::Connection::open(home.file("registry.db"))
+        .unwrap()
+        .execute(
+            "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at)
+             VALUES (NULL, ?1, ?2, ?3, ?4, 'provisioning', 0)",
+            [project, service, adapter, slice],
+        )
+        .unwrap();
+}

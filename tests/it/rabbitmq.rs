@@ -202,14 +202,7 @@ fn gc_sweeps_a_half_made_vhost() {
     repo.ok(&home, &["up", "live"]);
     let ghost = format!("{p}_ghost");
     assert_eq!(api("PUT", &format!("/api/vhosts/{ghost}")).0, 201);
-    rusqlite::Connection::open(home.file("registry.db"))
-        .unwrap()
-        .execute(
-            "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at)
-             VALUES (NULL, ?1, 'queue', 'rabbitmq', ?2, 'provisioning', 0)",
-            [&p, &ghost],
-        )
-        .unwrap();
+    record_half_made_slice(&home, &p, "queue", "rabbitmq", &ghost);
     let out = repo.ok(&home, &["gc"]);
     assert!(out.stdout().contains("swept"), "{out}");
     let left = vhosts();

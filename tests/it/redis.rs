@@ -299,14 +299,7 @@ fn gc_sweeps_a_half_made_redis_slice() {
     set(&format!("binky:slice:{ghost}"), "");
     set(&format!("{ghost}k1"), "1");
     set(&format!("{ghost}k2"), "2");
-    rusqlite::Connection::open(home.file("registry.db"))
-        .unwrap()
-        .execute(
-            "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at)
-             VALUES (NULL, ?1, 'cache', 'redis', ?2, 'provisioning', 0)",
-            [&p, &ghost],
-        )
-        .unwrap();
+    record_half_made_slice(&home, &p, "cache", "redis", &ghost);
     let out = repo.ok(&home, &["gc"]);
     assert!(out.stdout().contains("swept"), "{out}");
     assert_eq!(keys(&format!("{ghost}*")), Vec::<String>::new());

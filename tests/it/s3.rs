@@ -186,14 +186,7 @@ fn s3_buckets_follow_the_rules_isolate_worlds_and_empty_every_version() {
     let ghost = format!("{}/shop-ghost", moto.url());
     assert_eq!(http("PUT", &ghost, None).0, 200);
     assert_eq!(http("PUT", &format!("{ghost}/k"), Some("x")).0, 200);
-    rusqlite::Connection::open(home.file("registry.db"))
-        .unwrap()
-        .execute(
-            "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at)
-             VALUES (NULL, 'shop', 'store', 's3', 'shop-ghost', 'provisioning', 0)",
-            [],
-        )
-        .unwrap();
+    record_half_made_slice(&home, "shop", "store", "s3", "shop-ghost");
     assert!(run(&["gc"]).stdout().contains("swept"));
     assert_eq!(http("HEAD", &ghost, None).0, 404);
     run(&["remove", worlds[0], "--force"]);
