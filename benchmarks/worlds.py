@@ -25,6 +25,15 @@ What is compared, world by world (1..N), in one run:
 Time to ready for N = the sum of the first N worlds' times. The marginal
 cost of the Nth world is its own time and RAM increment.
 
+Adapters (`--adapters` runs only this part): for every adapter whose server
+is here (sqlite; postgres, mysql, redis, rabbitmq on their usual ports; s3
+against a moto server the script starts), the median `binky up` and
+`binky remove` of a world whose only service is that resource. The sqlite
+row is the floor (worktree, ports, registry): the difference is the slice.
+For redis also: `binky remove` of a world holding 10k / 100k / 1M keys, with
+another client sending GETs to the same server the whole time; its p99 and
+max latency say whether teardown stalls the server for other worlds.
+
 Two more measurements decide the clone strategies:
   - PostgreSQL: CREATE DATABASE ... STRATEGY WAL_LOG versus FILE_COPY, for
     templates of several sizes (median of --clones), which sets
@@ -37,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import socket
@@ -376,6 +386,207 @@ def benchmark(args: argparse.Namespace, binary: Path, root: Path) -> dict:
     return res
 
 
+# --------------------------------------------------------------------------
+# Adapters: provision + teardown per adapter; Redis teardown under load
+# --------------------------------------------------------------------------
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Resp:
+    """A minimal RESP client (stdlib only): enough to fill and probe Redis."""
+
+    def __init__(self, port: int = 6379):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.buf = b""
+
+    @staticmethod
+    def encode(*args: str) -> bytes:
+        out = [f"*{len(args)}\r\n".encode()]
+        for a in args:
+            b = a.encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        return b"".join(out)
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise BenchError("redis closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def reply(self) -> bytes:
+        line = self._line()
+        if line[:1] == b"$" and line != b"$-1":
+            n = int(line[1:])
+            while len(self.buf) < n + 2:
+                self.buf += self.sock.recv(65536)
+            data, self.buf = self.buf[:n], self.buf[n + 2:]
+            return data
+        if line[:1] == b"-":
+            raise BenchError(f"redis: {line.decode()}")
+        return line
+
+    def call(self, *args: str) -> bytes:
+        self.sock.sendall(self.encode(*args))
+        return self.reply()
+
+    def fill(self, prefix: str, n: int, batch: int = 10_000) -> None:
+        for start in range(0, n, batch):
+            count = min(batch, n - start)
+            self.sock.sendall(b"".join(self.encode("SET", f"{prefix}k{i}", "v" * 16)
+                                       for i in range(start, start + count)))
+            for _ in range(count):
+                self.reply()
+
+
+def probe_latencies(stop: "threading.Event", out: list[float]) -> None:
+    c = Resp()
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        c.call("GET", "binky-bench-probe")
+        out.append((time.perf_counter() - t0) * 1000)
+
+
+def pct(samples: list[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(math.ceil(q * len(s))) - 1)]
+
+
+class Moto:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                                      "-p", str(self.port)], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if port_open(self.port):
+                return
+            time.sleep(0.2)
+        raise BenchError("moto did not start")
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def adapter_rows(binary: Path, root: Path, runs: int, tag: str) -> list[dict]:
+    cases: list[tuple[str, str, dict[str, str]]] = [("sqlite", 'adapter = "sqlite"\n', {})]
+    if port_open(5432):
+        cases.append(("postgres", 'adapter = "postgres"\nadmin_url = "${env.BENCH_PG_ADMIN}"\n',
+                      {"BENCH_PG_ADMIN": PG_ADMIN}))
+    if mysql_available():
+        cases.append(("mysql", 'adapter = "mysql"\nadmin_url = "${env.BENCH_MYSQL_ADMIN}"\n',
+                      {"BENCH_MYSQL_ADMIN": MYSQL_ADMIN}))
+    if port_open(6379):
+        cases.append(("redis", 'adapter = "redis"\n', {}))
+    if port_open(15672):
+        cases.append(("rabbitmq", 'adapter = "rabbitmq"\n', {}))
+    moto = None
+    try:
+        import moto as _moto  # noqa: F401
+        moto = Moto()
+        cases.append(("s3", 'adapter = "s3"\nadmin_url = "${env.BENCH_S3}"\n',
+                      {"BENCH_S3": f"http://bench:bench@127.0.0.1:{moto.port}"}))
+    except (ImportError, BenchError) as e:
+        log(f"s3 row skipped: {e}")
+    rows = []
+    try:
+        for name, toml, env in cases:
+            b = BinkyWorlds(binary, root, f"ab{name}{tag}", toml, env)
+            ups, removes = [], []
+            try:
+                b.start()
+                for i in range(runs):
+                    w = f"w{i}"
+                    t0 = time.perf_counter()
+                    b.run("up", w)
+                    t1 = time.perf_counter()
+                    b.run("remove", w, "--force")
+                    t2 = time.perf_counter()
+                    ups.append(t1 - t0)
+                    removes.append(t2 - t1)
+            finally:
+                b.remove_all()
+            row = {"adapter": name, "up_s": statistics.median(ups),
+                   "remove_s": statistics.median(removes), "runs": runs}
+            log(f"{name}: up {row['up_s'] * 1000:.0f} ms, remove {row['remove_s'] * 1000:.0f} ms")
+            rows.append(row)
+    finally:
+        if moto:
+            moto.stop()
+    return rows
+
+
+def redis_teardown(binary: Path, root: Path, sizes: list[int], tag: str) -> list[dict]:
+    import threading
+    project = f"rt{tag}"
+    b = BinkyWorlds(binary, root, project, 'adapter = "redis"\n', {})
+    rows = []
+    try:
+        b.start()
+        for n in sizes:
+            w = f"k{n}"
+            b.run("up", w)
+            prefix = f"{project}:{w}:"
+            t0 = time.perf_counter()
+            Resp().fill(prefix, n)
+            fill_s = time.perf_counter() - t0
+            # Other clients' latency with the server idle, then during teardown.
+            idle: list[float] = []
+            stop = threading.Event()
+            th = threading.Thread(target=probe_latencies, args=(stop, idle))
+            th.start()
+            time.sleep(2)
+            stop.set()
+            th.join()
+            during: list[float] = []
+            stop = threading.Event()
+            th = threading.Thread(target=probe_latencies, args=(stop, during))
+            th.start()
+            t0 = time.perf_counter()
+            b.run("remove", w, "--force")
+            took = time.perf_counter() - t0
+            stop.set()
+            th.join()
+            left = int(Resp().call("EVAL", f"return #redis.call('keys', '{prefix}*')", "0"))
+            row = {"keys": n, "fill_s": fill_s, "teardown_s": took, "left": left,
+                   "idle_p99_ms": pct(idle, 0.99), "p50_ms": pct(during, 0.5),
+                   "p99_ms": pct(during, 0.99), "max_ms": max(during, default=float("nan")),
+                   "probes": len(during)}
+            log(f"redis {n:,} keys: teardown {took:.2f} s; other clients p99 "
+                f"{row['p99_ms']:.2f} ms (idle {row['idle_p99_ms']:.2f} ms), max {row['max_ms']:.1f} ms")
+            rows.append(row)
+    finally:
+        b.remove_all()
+    return rows
+
+
+def print_adapters(res: dict) -> None:
+    if res.get("adapters"):
+        print("\nAdapters: median `binky up` and `binky remove` of a one-resource world "
+              f"({res['adapters'][0]['runs']} runs each; sqlite is the floor)\n")
+        print("| adapter | up | remove |")
+        print("|---|---:|---:|")
+        for r in res["adapters"]:
+            print(f"| {r['adapter']} | {r['up_s'] * 1000:.0f} ms | {r['remove_s'] * 1000:.0f} ms |")
+    if res.get("redis_teardown"):
+        print("\nRedis teardown (SCAN + UNLINK, 1,000 a batch) while another client sends GETs:\n")
+        print("| keys | teardown | other client p50 | p99 | max | p99 idle |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for r in res["redis_teardown"]:
+            print(f"| {r['keys']:,} | {r['teardown_s']:.2f} s | {r['p50_ms']:.2f} ms | "
+                  f"{r['p99_ms']:.2f} ms | {r['max_ms']:.1f} ms | {r['idle_p99_ms']:.2f} ms |")
+
+
 def summarise(res: dict) -> dict:
     def cum(rows: list[dict], n: int) -> float:
         return sum(r["seconds"] for r in rows[:n])
@@ -442,7 +653,31 @@ def main() -> int:
     ap.add_argument("--binary", help="the binky binary to measure")
     ap.add_argument("--build", action="store_true", help="force cargo build --release")
     ap.add_argument("--json", action="store_true", help="JSON on stdout")
+    ap.add_argument("--adapters", action="store_true",
+                    help="only the adapter rows and the Redis teardown")
+    ap.add_argument("--adapter-runs", type=int, default=5, help="samples per adapter row")
+    ap.add_argument("--redis-keys", default="10000,100000,1000000",
+                    help="world sizes for the Redis teardown (comma-separated)")
     args = ap.parse_args()
+    if args.adapters:
+        try:
+            binary = ensure_binary(args.binary, args.build)
+            tag = str(os.getpid())
+            with tempfile.TemporaryDirectory(prefix="binky-adapters-") as tmp:
+                res = {"adapters": adapter_rows(binary, Path(tmp), args.adapter_runs, tag),
+                       "loadavg": loadavg()}
+                if port_open(6379):
+                    sizes = [int(x) for x in args.redis_keys.split(",") if x]
+                    res["redis_teardown"] = redis_teardown(binary, Path(tmp), sizes, tag)
+        except (BenchError, subprocess.CalledProcessError) as e:
+            log(f"error: {e}")
+            return 1
+        if args.json:
+            json.dump(res, sys.stdout, indent=2)
+            print()
+        else:
+            print_adapters(res)
+        return 0
     try:
         binary = ensure_binary(args.binary, args.build)
         psql(PG_ADMIN, "select 1")

@@ -210,3 +210,32 @@ fn gc_sweeps_a_half_made_vhost() {
     assert!(left.contains(&format!("{p}_live")), "{left:?}");
     repo.ok(&home, &["remove", "live", "--force"]);
 }
+
+#[test]
+fn two_worlds_brought_up_at_once_get_a_vhost_each() {
+    if !rabbit_up() {
+        skip("no RabbitMQ with its management API on 127.0.0.1:5672/15672");
+        return;
+    }
+    let p = format!("rqc{}", std::process::id() % 100000);
+    let _cleanup = Cleanup(p.clone());
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.queue]\nadapter = \"rabbitmq\"\n",
+        project_header(&p, 4)
+    );
+    let repo = Repo::new(&toml);
+    home.ok(&["daemon", "start"]);
+    let ups: Vec<_> = ["one", "two"]
+        .into_iter()
+        .map(|w| repo.cmd(&home, &["up", w]).spawn().unwrap())
+        .collect();
+    for mut c in ups {
+        assert!(c.wait().unwrap().success());
+    }
+    let hosts = vhosts();
+    for w in ["one", "two"] {
+        assert!(hosts.contains(&format!("{p}_{w}")), "{w}: {hosts:?}");
+        repo.ok(&home, &["remove", w, "--force"]);
+    }
+}

@@ -308,3 +308,32 @@ fn gc_sweeps_a_half_made_redis_slice() {
     assert_eq!(get(&format!("binky:slice:{p}:live:")).as_deref(), Some(""));
     repo.ok(&home, &["remove", "live", "--force"]);
 }
+
+#[test]
+fn two_worlds_brought_up_at_once_get_a_prefix_each() {
+    if !redis_up() {
+        skip("no Redis on 127.0.0.1:6379");
+        return;
+    }
+    let p = project("c");
+    let _cleanup = Cleanup(p.clone());
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.cache]\nadapter = \"redis\"\nseed = \"redis-cli -n 0 set ${{self.prefix}}seeded ${{worktree.name}}\"\n",
+        project_header(&p, 4)
+    );
+    let repo = Repo::new(&toml);
+    home.ok(&["daemon", "start"]);
+    let ups: Vec<_> = ["one", "two"]
+        .into_iter()
+        .map(|w| repo.cmd(&home, &["up", w]).spawn().unwrap())
+        .collect();
+    for mut c in ups {
+        assert!(c.wait().unwrap().success());
+    }
+    for w in ["one", "two"] {
+        assert_eq!(get(&format!("{p}:{w}:seeded")).as_deref(), Some(w));
+        repo.ok(&home, &["remove", w, "--force"]);
+        assert_eq!(keys(&format!("{p}:{w}:*")), Vec::<String>::new());
+    }
+}
