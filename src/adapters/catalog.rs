@@ -22,6 +22,8 @@ pub struct Entry {
     /// Token fields beyond `url` and `host` its slices have (`prefix`,
     /// `bucket`), as [`super::Adapter::fields`] fills them.
     pub fields: &'static [&'static str],
+    /// It cannot work without `admin_url` (there is no default server).
+    pub needs_admin_url: bool,
 }
 
 /// One key of a resource's `options` table.
@@ -57,13 +59,13 @@ impl OptionKind {
     pub fn check(self, v: &toml::Value) -> Result<(), String> {
         let ok = match self {
             OptionKind::Bool => v.is_bool(),
-            OptionKind::Text => v.is_str(),
+            OptionKind::Text => v.as_str().is_some_and(|s| !s.trim().is_empty()),
             OptionKind::HttpUrl => v
                 .as_str()
                 .is_some_and(|s| s.contains("${") || crate::http::parse_url(s).is_ok()),
             OptionKind::Duration => v
                 .as_str()
-                .is_some_and(|s| humantime::parse_duration(s.trim()).is_ok()),
+                .is_some_and(|s| humantime::parse_duration(s.trim()).is_ok_and(|d| !d.is_zero())),
             OptionKind::Choice(c) => v.as_str().is_some_and(|s| c.contains(&s)),
             OptionKind::TextList => v
                 .as_array()
@@ -74,9 +76,9 @@ impl OptionKind {
         }
         Err(match self {
             OptionKind::Bool => "true or false".to_owned(),
-            OptionKind::Text => "a string".to_owned(),
+            OptionKind::Text => "a non-empty string".to_owned(),
             OptionKind::HttpUrl => "an http:// URL".to_owned(),
-            OptionKind::Duration => "a duration such as \"30s\" or \"5m\"".to_owned(),
+            OptionKind::Duration => "a duration above zero such as \"30s\" or \"5m\"".to_owned(),
             OptionKind::Choice(c) => format!("one of {}", c.join(", ")),
             OptionKind::TextList => "an array of strings".to_owned(),
         })
@@ -107,6 +109,7 @@ pub const ENTRIES: &[Entry] = &[
         make: || Arc::new(super::sqlite::Sqlite),
         options: &[],
         fields: &[],
+        needs_admin_url: false,
     },
     #[cfg(feature = "postgres")]
     Entry {
@@ -115,6 +118,7 @@ pub const ENTRIES: &[Entry] = &[
         make: || Arc::new(super::postgres::Postgres),
         options: &[clone_strategy(&["auto", "wal_log", "file_copy"])],
         fields: &[],
+        needs_admin_url: true,
     },
     #[cfg(feature = "mysql")]
     Entry {
@@ -123,6 +127,7 @@ pub const ENTRIES: &[Entry] = &[
         make: || Arc::new(super::mysql::Mysql),
         options: &[clone_strategy(&["copy", "dump"])],
         fields: &[],
+        needs_admin_url: true,
     },
     #[cfg(feature = "redis")]
     Entry {
@@ -135,6 +140,7 @@ pub const ENTRIES: &[Entry] = &[
             help: "a Redis ACL user per world, allowed only the world's keys",
         }],
         fields: &["prefix"],
+        needs_admin_url: false,
     },
     #[cfg(feature = "s3")]
     Entry {
@@ -147,6 +153,7 @@ pub const ENTRIES: &[Entry] = &[
             help: "the region requests are signed for",
         }],
         fields: &["bucket"],
+        needs_admin_url: true,
     },
     Entry {
         name: "rabbitmq",
@@ -165,6 +172,7 @@ pub const ENTRIES: &[Entry] = &[
             },
         ],
         fields: &[],
+        needs_admin_url: false,
     },
 ];
 

@@ -112,7 +112,11 @@ impl Api {
         let url = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
         let amqp = parse_amqp(url)
             .map_err(|e| AdapterError::new(format!("rabbitmq: {e}")).redacted(slice))?;
-        crate::secrets::register(&amqp.password);
+        // `guest:guest` is RabbitMQ's published default, not a secret; masking
+        // it would garble every message that says "guest".
+        if amqp.password != amqp.user {
+            crate::secrets::register(&amqp.password);
+        }
         let (host, port) = match slice.options.get("management_url").and_then(|v| v.as_str()) {
             Some(m) => {
                 let u = crate::http::parse_url(m).map_err(|e| {
@@ -232,6 +236,18 @@ impl Adapter for RabbitMq {
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
         check_ours(slice)?;
         let api = Api::of(slice)?;
+        // The management API may answer while nothing serves AMQP where
+        // admin_url says (a wrong port): the world would get a dead URL.
+        let amqp = crate::http::host_header(&api.amqp.host, api.amqp.port);
+        if let Err(e) =
+            crate::http::dial(&api.amqp.host, api.amqp.port, Duration::from_secs(5)).await
+        {
+            let mut err = AdapterError::new(format!(
+                "rabbitmq: nothing answers AMQP at {amqp} (admin_url): {e}; check its host and port"
+            ));
+            err.environmental = true;
+            return Err(err);
+        }
         let vhost = encode(&slice.name);
         if self.exists(slice).await? {
             return Err(AdapterError::new(format!(

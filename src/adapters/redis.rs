@@ -9,8 +9,8 @@
 //! them. Most clients take the prefix as an option, so it is also
 //! `${SVC.prefix}`.
 //!
-//! A slice exists while its marker key `binky:slice:<prefix>` does (Binky's
-//! own key, outside every world's prefix), so a world whose app wrote no
+//! A slice exists while its marker key `_binky:slice:<prefix>` does (Binky's
+//! own key, outside every world's prefix: no project name starts with `_`), so a world whose app wrote no
 //! key yet is still known as made. Teardown deletes the world's keys with
 //! `SCAN MATCH <prefix>*` and `UNLINK` in batches of [`BATCH`]: never
 //! `KEYS`, `FLUSHDB` or `FLUSHALL`, so other clients of the server wait at
@@ -19,7 +19,9 @@
 //! With `options.acl = true` each world also gets an ACL user allowed only
 //! `~<prefix>*` (and channels `&<prefix>*`), with every `@dangerous` command
 //! denied but `INFO` (`FLUSHALL`, `FLUSHDB`, `KEYS`, `SWAPDB`, `CONFIG`,
-//! `DEBUG`, `MONITOR`…): isolation by permission, not only by name. Its
+//! `DEBUG`, `MONITOR`…), and the keyless commands that act on the whole
+//! server or leave the world's database (`SELECT`, `SCRIPT FLUSH`/`KILL`,
+//! `FUNCTION`): isolation by permission, not only by name. Its
 //! password is random and kept in the marker, which that user cannot read.
 //!
 //! A key-value server has no server-side copy of a prefix, so
@@ -37,8 +39,10 @@ pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
 pub const BATCH: usize = 1000;
 /// Longest wait for a connection, and for each command's answer.
 const TIMEOUT: Duration = Duration::from_secs(10);
-/// Where a slice's marker lives.
-const MARKER: &str = "binky:slice:";
+/// Where a slice's marker lives: `_` starts no project name, so no world's
+/// prefix (`<project>:<slug>:`) covers a marker, and a world's teardown can
+/// never delete another's.
+const MARKER: &str = "_binky:slice:";
 
 /// The Redis adapter.
 pub struct Redis;
@@ -232,7 +236,13 @@ impl Adapter for Redis {
                 .arg(format!("&{prefix}*"))
                 .arg("+@all")
                 .arg("-@dangerous")
-                .arg("+info");
+                .arg("+info")
+                // Keyless but server-wide, or a way out of the world's
+                // database (teardown scans only admin_url's).
+                .arg("-select")
+                .arg("-script|flush")
+                .arg("-script|kill")
+                .arg("-function");
             if let Err(e) =
                 run::<()>(slice, &mut con, &setuser, "creating the world's ACL user").await
             {
@@ -304,6 +314,9 @@ mod tests {
     #[test]
     fn prefixes_match_only_themselves() {
         assert_eq!(Redis.slice_name("shop", "feat-a"), "shop:feat-a:");
+        // Project `binky`, world `slice`: its prefix covers no marker.
+        let world = Redis.slice_name("binky", "slice");
+        assert!(!marker(&slice("shop:a:")).starts_with(&world));
         assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 

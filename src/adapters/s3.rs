@@ -43,9 +43,13 @@ const RESERVED_SUFFIXES: &[&str] = &["-s3alias", "--ol-s3", "--x-s3", "--table-s
 /// The S3 adapter.
 pub struct S3;
 
-/// A bucket name for `<project>-<world-slug>` that S3 accepts.
+/// A bucket name for world `world_slug` of `project` that S3 accepts,
+/// ending in a hash of the pair: `-` joins the two and may also sit inside
+/// either (`my-app` + `x` and `my` + `app-x`), and the rules below rewrite
+/// some names, so without it two worlds could share a bucket.
 pub fn bucket_name(project: &str, world_slug: &str) -> String {
     let raw = format!("{project}-{world_slug}").to_ascii_lowercase();
+    let hash = crate::slug::short_hash(&format!("{project}\0{world_slug}"));
     let mut name = String::with_capacity(raw.len());
     for c in raw.chars() {
         let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {
@@ -64,24 +68,18 @@ pub fn bucket_name(project: &str, world_slug: &str) -> String {
             name = format!("b-{}", rest.trim_start_matches('-'));
         }
     }
-    if RESERVED_SUFFIXES
-        .iter()
-        .any(|s| name.ends_with(s.trim_start_matches('-')))
-    {
-        name.push_str("-b");
+    // Room for `-<hash>`; the hash (hex) also keeps the name off every
+    // reserved suffix and from looking like an IP address.
+    let cut = MAX_BUCKET - hash.len() - 1;
+    if name.len() > cut {
+        name.truncate(cut);
     }
-    if name.len() > MAX_BUCKET {
-        let hash = crate::slug::short_hash(&raw);
-        let cut = MAX_BUCKET - hash.len() - 1;
-        name = format!("{}-{hash}", name[..cut].trim_end_matches('-'));
+    let name = name.trim_end_matches('-');
+    if name.is_empty() {
+        format!("b-{hash}")
+    } else {
+        format!("{name}-{hash}")
     }
-    while name.len() < 3 {
-        name.push('0');
-    }
-    if name.parse::<std::net::Ipv4Addr>().is_ok() || name.split('.').count() == 4 {
-        name = format!("b-{name}");
-    }
-    name
 }
 
 /// Why `name` is not a bucket name S3 accepts, if it is not.
@@ -259,12 +257,6 @@ fn xml_text(body: &str, tag: &str) -> Option<String> {
     ns("http://s3.amazonaws.com/doc/2006-03-01/")
 )]
 struct Versions {
-    #[xml(rename = "IsTruncated")]
-    truncated: Option<bool>,
-    #[xml(rename = "NextKeyMarker")]
-    next_key: Option<String>,
-    #[xml(rename = "NextVersionIdMarker")]
-    next_version: Option<String>,
     versions: Vec<Version>,
     markers: Vec<DeleteMarker>,
 }
@@ -288,20 +280,14 @@ struct DeleteMarker {
 }
 
 /// Every object version and delete marker of the bucket, deleted a page at
-/// a time; returns how many.
+/// a time; returns how many. Each page is listed from the start again: the
+/// one before it is gone, and a marker naming a deleted key is not one
+/// every server pages from (moto answers an empty page).
 async fn empty(api: &Api, bucket: &Bucket) -> Result<u64, AdapterError> {
     let mut deleted = 0;
-    let (mut key_marker, mut version_marker) = (None::<String>, None::<String>);
     loop {
-        let mut q: Vec<(&str, &str)> = vec![("versions", "")];
         let max = BATCH.to_string();
-        q.push(("max-keys", &max));
-        if let Some(k) = &key_marker {
-            q.push(("key-marker", k));
-        }
-        if let Some(v) = &version_marker {
-            q.push(("version-id-marker", v));
-        }
+        let q: Vec<(&str, &str)> = vec![("versions", ""), ("max-keys", &max)];
         let signed = rusty_s3::signing::sign(
             &jiff::Timestamp::now(),
             rusty_s3::Method::Get,
@@ -370,11 +356,9 @@ async fn empty(api: &Api, bucket: &Bucket) -> Result<u64, AdapterError> {
             }
             deleted += objects.len() as u64;
         }
-        if page.truncated != Some(true) {
+        if objects.is_empty() {
             return Ok(deleted);
         }
-        key_marker = page.next_key;
-        version_marker = page.next_version;
     }
 }
 
@@ -398,6 +382,15 @@ impl Adapter for S3 {
         }
         let api = Api::of(slice)?;
         let bucket = api.bucket(&slice.name)?;
+        // CreateBucket answers 200 to the owner of an existing bucket (in
+        // us-east-1): look first, so a bucket is never taken over.
+        if self.exists(slice).await? {
+            return Err(AdapterError::new(format!(
+                "s3: the bucket {} already exists on {}",
+                slice.name,
+                server(&api.endpoint)
+            )));
+        }
         let action = bucket.create_bucket(&api.credentials);
         let f = api
             .send("PUT", action.sign(SIGNED_FOR), &[], Bytes::new())
@@ -466,6 +459,10 @@ mod tests {
         let name = bucket_name("shop", &slug);
         assert_eq!(bucket_name_error(&name), None, "{name}");
         assert!(name.starts_with("shop-feature"), "{name}");
+        // `-` joins project and world and may sit inside either: the hash
+        // keeps such pairs apart, and the reserved-prefix rewrite too.
+        assert_ne!(bucket_name("my-app", "x"), bucket_name("my", "app-x"));
+        assert_ne!(bucket_name("sthree", "x"), bucket_name("b", "x"));
         for (project, world) in [
             ("shop", "a_b"),
             ("xn--shop", "w"),
@@ -501,16 +498,13 @@ mod tests {
 <Version><Key>a &amp; b</Key><VersionId>v1</VersionId><IsLatest>true</IsLatest></Version>
 <DeleteMarker><Key>c</Key><VersionId>v3</VersionId></DeleteMarker></ListVersionsResult>"#;
         let p: Versions = instant_xml::from_str(body).unwrap();
-        assert_eq!(p.truncated, Some(true));
         assert_eq!(p.versions[0].key, "a & b");
         assert_eq!(p.markers[0].version_id.as_deref(), Some("v3"));
-        assert_eq!(p.next_key.as_deref(), Some("k2"));
         // moto 5.2's answer, as it comes (empty markers, owners, an XML
         // declaration in lower case).
         let p: Versions = instant_xml::from_str(MOTO_VERSIONS).unwrap();
         assert_eq!(p.versions.len(), 2, "{p:?}");
         assert_eq!(p.markers.len(), 1, "{p:?}");
-        assert_eq!(p.truncated, Some(false));
     }
 
     const MOTO_VERSIONS: &str = r#"<?xml version="1.0" encoding="utf-8"?>

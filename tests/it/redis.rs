@@ -58,7 +58,10 @@ impl Drop for Cleanup {
             return;
         }
         let mut c = admin();
-        for pattern in [format!("{}:*", self.0), format!("binky:slice:{}:*", self.0)] {
+        for pattern in [
+            format!("{}:*", self.0),
+            format!("_binky:slice:{}:*", self.0),
+        ] {
             for k in keys(&pattern) {
                 let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&k).query(&mut c);
             }
@@ -166,7 +169,7 @@ fn redis_prefixes_isolate_worlds_and_teardown_deletes_exactly_their_keys() {
     }
     repo.ok(&home, &["remove", "feat-a", "--force"]);
     assert_eq!(keys(&format!("{}*", prefixes[0])), Vec::<String>::new());
-    assert_eq!(get(&format!("binky:slice:{}", prefixes[0])), None);
+    assert_eq!(get(&format!("_binky:slice:{}", prefixes[0])), None);
     assert_eq!(get(&format!("{p}:feat-a-2:own")).as_deref(), Some("keep"));
     assert_eq!(get(&format!("{p}:feat-a")).as_deref(), Some("keep"));
     assert_eq!(
@@ -237,6 +240,9 @@ fn redis_acl_users_may_touch_only_their_worlds_keys() {
         ("KEYS", vec!["*".into()]),
         ("SWAPDB", vec!["0".into(), "1".into()]),
         ("CONFIG", vec!["GET".into(), "*".into()]),
+        ("SELECT", vec!["1".into()]),
+        ("SCRIPT", vec!["FLUSH".into()]),
+        ("FUNCTION", vec!["FLUSH".into()]),
     ] {
         let e = redis::cmd(cmd)
             .arg(&args)
@@ -296,16 +302,16 @@ fn gc_sweeps_a_half_made_redis_slice() {
     // What a daemon killed mid-provision leaves: a marker, some keys and a
     // `provisioning` row.
     let ghost = format!("{p}:ghost:");
-    set(&format!("binky:slice:{ghost}"), "");
+    set(&format!("_binky:slice:{ghost}"), "");
     set(&format!("{ghost}k1"), "1");
     set(&format!("{ghost}k2"), "2");
     record_half_made_slice(&home, &p, "cache", "redis", &ghost);
     let out = repo.ok(&home, &["gc"]);
     assert!(out.stdout().contains("swept"), "{out}");
     assert_eq!(keys(&format!("{ghost}*")), Vec::<String>::new());
-    assert_eq!(get(&format!("binky:slice:{ghost}")), None);
+    assert_eq!(get(&format!("_binky:slice:{ghost}")), None);
     // The live world is untouched.
-    assert_eq!(get(&format!("binky:slice:{p}:live:")).as_deref(), Some(""));
+    assert_eq!(get(&format!("_binky:slice:{p}:live:")).as_deref(), Some(""));
     repo.ok(&home, &["remove", "live", "--force"]);
 }
 

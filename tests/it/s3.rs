@@ -162,15 +162,32 @@ fn s3_buckets_follow_the_rules_isolate_worlds_and_empty_every_version() {
         assert_eq!(http("PUT", &obj(&buckets[1], "v.txt"), Some(body)).0, 200);
     }
     assert_eq!(http("DELETE", &obj(&buckets[1], "v.txt"), None).0, 204);
-    // More objects than one page of a listing.
-    for i in 0..30 {
-        http("PUT", &obj(&buckets[1], &format!("bulk/{i}")), Some("x"));
-    }
-    let (_, versions) = http("GET", &format!("{b1}?versions"), None);
+    // More objects than one page of a listing (1,000), over one
+    // connection so it takes seconds.
+    let bulk = r#"
+import sys, http.client
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))
+for i in range(1100):
+    c.request("PUT", f"/{sys.argv[2]}/bulk/{i}", body=b"x", headers={"Content-Type": "application/octet-stream", "Authorization": "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0"})
+    r = c.getresponse(); r.read()
+    assert r.status == 200, r.status
+"#;
+    let put = std::process::Command::new("python3")
+        .args(["-c", bulk, &moto.port.to_string(), &buckets[1]])
+        .output()
+        .unwrap();
     assert!(
-        versions.matches("<DeleteMarker>").count() == 1,
-        "{versions}"
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
     );
+    let (_, versions) = http("GET", &format!("{b1}?versions&prefix=v.txt"), None);
+    assert_eq!(
+        versions.matches("<DeleteMarker>").count(),
+        1,
+        "one delete marker"
+    );
+    assert_eq!(versions.matches("<Version>").count(), 2, "two versions");
     let rm = run(&["remove", "feat-a", "--force"]);
     assert!(!rm.stderr().contains("teardown"), "{rm}");
     assert_eq!(http("HEAD", &b1, None).0, 404, "{} left behind", buckets[1]);

@@ -131,6 +131,28 @@ pub(crate) fn find_cycles(services: &IndexMap<String, Service>) -> Vec<Vec<Strin
     cycles
 }
 
+/// Two resources on one adapter would get one slice: slices are named by
+/// project and world, not by service.
+pub(super) fn check_shared_slices(cx: &mut Cx<'_>, services: &IndexMap<String, Service>) {
+    let mut owner: HashMap<&str, &str> = HashMap::new();
+    for (name, svc) in services {
+        let Some(r) = svc.resource() else { continue };
+        let implementation =
+            crate::adapters::catalog::find(&r.adapter).map_or(r.adapter.as_str(), |e| e.name);
+        match owner.get(implementation) {
+            Some(first) => cx.error(
+                "shared-slice",
+                &keypath!["services", name.as_str(), "adapter"],
+                format!("`{first}` and `{name}` both use the {implementation} adapter, so each world would give them one and the same slice"),
+                Some(format!("keep one resource and let both uses share it (a database, a key prefix, a bucket), or point `{name}` at another adapter")),
+            ),
+            None => {
+                owner.insert(implementation, name);
+            }
+        }
+    }
+}
+
 pub(super) fn check_urls(cx: &mut Cx<'_>, services: &IndexMap<String, Service>) {
     let mut owner: HashMap<&str, &str> = HashMap::new();
     for (name, svc) in services {

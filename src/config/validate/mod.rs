@@ -639,6 +639,7 @@ fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Config> {
     let declared: BTreeSet<&str> = raw.services.keys().map(|k| k.as_str()).collect();
     check_graph(cx, &services, &declared);
     check_urls(cx, &services);
+    check_shared_slices(cx, &services);
     check_tokens(cx, range, &services, &declared);
     check_unowned_tokens(cx, &agents, &env, &services, &declared);
     check_credentials(cx, &raw);

@@ -373,6 +373,19 @@ pub(super) fn build_resource(
             None,
         );
     }
+    if rs.admin_url.is_none()
+        && crate::adapters::catalog::find(adapter).is_some_and(|e| e.needs_admin_url)
+    {
+        cx.error(
+            "missing-admin-url",
+            &keypath!["services", name, "adapter"],
+            format!("the {adapter} adapter needs admin_url: which server, as whom"),
+            Some(format!(
+                "add admin_url = \"${{env.{}_ADMIN_URL}}\" and export that variable in your shell",
+                crate::slug::env_key(name)
+            )),
+        );
+    }
     if let Some(c) = &rs.clone_from
         && !is_service_name(c)
     {

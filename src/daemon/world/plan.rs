@@ -322,6 +322,8 @@ pub(super) fn preflight_env(
     }
 }
 
+/// What rendering reads about a world: its project and names, its
+/// worktree, every service's facts and the environment `${env.NAME}` reads.
 pub(super) fn facts_for<'a>(
     cfg: &'a Config,
     world: &'a str,
@@ -329,7 +331,6 @@ pub(super) fn facts_for<'a>(
     facts: &'a IndexMap<String, ServiceFacts>,
     env: &'a (dyn Fn(&str) -> Option<String> + Sync),
 ) -> Facts<'a> {
-    let _ = world_root;
     Facts {
         project: &cfg.project.name,
         worktree_name: world,
@@ -339,8 +340,6 @@ pub(super) fn facts_for<'a>(
     }
 }
 
-/// The environment every process of a world starts with: the caller's, the
-/// env files, then Binky's own variables (the whole port map).
 /// What every command of a world starts from, services and `verify`
 /// alike: the caller's shell (else the daemon's), then the project's
 /// `env_file`, then Binky's own names (`BINKY_HOME`, `BINKY_PROJECT`,
