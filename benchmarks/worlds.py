@@ -557,7 +557,8 @@ def redis_teardown(binary: Path, root: Path, sizes: list[int], tag: str) -> list
             took = time.perf_counter() - t0
             stop.set()
             th.join()
-            left = int(Resp().call("EVAL", f"return #redis.call('keys', '{prefix}*')", "0"))
+            left = int(Resp().call("EVAL", f"return #redis.call('keys', '{prefix}*')",
+                                   "0").lstrip(b":"))
             row = {"keys": n, "fill_s": fill_s, "teardown_s": took, "left": left,
                    "idle_p99_ms": pct(idle, 0.99), "p50_ms": pct(during, 0.5),
                    "p99_ms": pct(during, 0.99), "max_ms": max(during, default=float("nan")),
