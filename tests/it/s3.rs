@@ -235,3 +235,43 @@ fn a_dead_s3_endpoint_is_named_never_the_secret() {
     assert!(out.stderr().contains("cannot connect"), "{out}");
     assert!(!out.to_string().contains("Hunter2Secret"), "{out}");
 }
+
+#[test]
+fn a_teardown_that_fails_leaves_the_slices_already_gone_shown_as_stopped() {
+    let Some(moto) = Moto::start() else {
+        skip("no moto server (pip install 'moto[server]')");
+        return;
+    };
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\n[services.store]\nadapter = \"s3\"\nadmin_url = \"${{env.S3_URL}}\"\n",
+        project_header("s3half", 2)
+    );
+    let repo = Repo::new(&toml);
+    let admin = format!("http://AKIAEXAMPLE:Hunter2Secret@127.0.0.1:{}", moto.port);
+    let up = Out(repo
+        .cmd(&home, &["up", "w"])
+        .env("S3_URL", &admin)
+        .output()
+        .unwrap());
+    assert_eq!(up.code(), 0, "{up}");
+    drop(moto);
+    let rm = Out(repo
+        .cmd(&home, &["remove", "w"])
+        .env("S3_URL", &admin)
+        .output()
+        .unwrap());
+    assert_eq!(rm.code(), 1, "{rm}");
+    let w = &repo.worlds(&home)["w"];
+    assert_eq!(w["state"], "failed", "{w}");
+    let db = w["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "db")
+        .unwrap();
+    // Slices are torn down in the config's order: db's went before the
+    // dead endpoint stopped the teardown, and status must say so.
+    assert!(!home.file("slices/sqlite/s3half_w.sqlite3").exists());
+    assert_eq!(db["state"], "stopped", "{w}");
+}

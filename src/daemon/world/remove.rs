@@ -188,9 +188,11 @@ impl Removal<'_> {
                 )
                 .map_err(internal)?;
             let Err(e) = adapter.teardown(&slice).await else {
-                d.registry()
-                    .delete_slice(&s.adapter, &s.slice)
-                    .map_err(internal)?;
+                let reg = d.registry();
+                reg.delete_slice(&s.adapter, &s.slice).map_err(internal)?;
+                // Gone: a later failure must not leave it shown as
+                // provisioned.
+                let _ = reg.service_state(w.id, &s.service, ServiceState::Stopped, None, false);
                 continue;
             };
             let message = format!(
