@@ -24,6 +24,8 @@ pub struct Entry {
     pub fields: &'static [&'static str],
     /// It cannot work without `admin_url` (there is no default server).
     pub needs_admin_url: bool,
+    /// The URL schemes a literal `admin_url` may have (empty: not checked).
+    pub schemes: &'static [&'static str],
 }
 
 /// One key of a resource's `options` table.
@@ -110,6 +112,7 @@ pub const ENTRIES: &[Entry] = &[
         options: &[],
         fields: &[],
         needs_admin_url: false,
+        schemes: &[],
     },
     #[cfg(feature = "postgres")]
     Entry {
@@ -119,6 +122,7 @@ pub const ENTRIES: &[Entry] = &[
         options: &[clone_strategy(&["auto", "wal_log", "file_copy"])],
         fields: &[],
         needs_admin_url: true,
+        schemes: &[],
     },
     #[cfg(feature = "mysql")]
     Entry {
@@ -128,6 +132,7 @@ pub const ENTRIES: &[Entry] = &[
         options: &[clone_strategy(&["copy", "dump"])],
         fields: &[],
         needs_admin_url: true,
+        schemes: &[],
     },
     #[cfg(feature = "redis")]
     Entry {
@@ -141,6 +146,7 @@ pub const ENTRIES: &[Entry] = &[
         }],
         fields: &["prefix"],
         needs_admin_url: false,
+        schemes: &["redis", "redis+unix", "unix"],
     },
     #[cfg(feature = "s3")]
     Entry {
@@ -154,6 +160,7 @@ pub const ENTRIES: &[Entry] = &[
         }],
         fields: &["bucket"],
         needs_admin_url: true,
+        schemes: &["http"],
     },
     Entry {
         name: "rabbitmq",
@@ -173,6 +180,7 @@ pub const ENTRIES: &[Entry] = &[
         ],
         fields: &[],
         needs_admin_url: false,
+        schemes: &["amqp"],
     },
 ];
 

@@ -386,6 +386,24 @@ pub(super) fn build_resource(
             )),
         );
     }
+    if let (Some(url), Some(e)) = (&rs.admin_url, crate::adapters::catalog::find(adapter))
+        && !url.contains("${")
+        && !e.schemes.is_empty()
+        && !e
+            .schemes
+            .iter()
+            .any(|s| url.starts_with(&format!("{s}://")))
+    {
+        cx.error(
+            "invalid-admin-url",
+            &keypath!["services", name, "admin_url"],
+            format!(
+                "admin_url for the {adapter} adapter must start with {}:// (this build speaks no other scheme)",
+                e.schemes.join("://, ")
+            ),
+            None,
+        );
+    }
     if let Some(c) = &rs.clone_from
         && !is_service_name(c)
     {
