@@ -226,11 +226,19 @@ pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
                 print_json(&o);
             } else {
                 notes(&o);
+                let slices = if o.left_for_gc.is_empty() {
+                    "slices, ".to_owned()
+                } else {
+                    String::new()
+                };
                 anstream::println!(
-                    "{} removed: {} (worktree, slices, logs and ports released; the branch is kept)",
+                    "{} removed: {} (worktree, {slices}logs and ports released; the branch is kept)",
                     paint(OK, "✓"),
                     o.world.name
                 );
+                if !o.left_for_gc.is_empty() {
+                    anstream::println!("  left for `binky gc`: {}", o.left_for_gc.join(", "));
+                }
             }
             ExitCode::SUCCESS
         }

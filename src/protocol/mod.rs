@@ -437,6 +437,10 @@ pub struct WorldOutcome {
     /// Things worth telling the user (a re-created worktree, a moved port).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Slices `remove --force` could not tear down: still recorded, for
+    /// `binky gc` to sweep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_for_gc: Vec<String>,
 }
 
 /// `binky env`.

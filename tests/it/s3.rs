@@ -274,4 +274,68 @@ fn a_teardown_that_fails_leaves_the_slices_already_gone_shown_as_stopped() {
     // dead endpoint stopped the teardown, and status must say so.
     assert!(!home.file("slices/sqlite/s3half_w.sqlite3").exists());
     assert_eq!(db["state"], "stopped", "{w}");
+    // --force removes the world and says which slice is left for gc,
+    // not that every slice was released.
+    let forced = Out(repo
+        .cmd(&home, &["remove", "w", "--force"])
+        .env("S3_URL", &admin)
+        .output()
+        .unwrap());
+    assert_eq!(forced.code(), 0, "{forced}");
+    assert!(!forced.stdout().contains("slices,"), "{forced}");
+    assert!(
+        forced.stdout().contains("left for `binky gc`: s3half-w-"),
+        "{forced}"
+    );
+}
+
+#[test]
+fn two_worlds_brought_up_at_once_get_a_bucket_each() {
+    let Some(moto) = Moto::start() else {
+        skip("no moto server (pip install 'moto[server]')");
+        return;
+    };
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.store]\nadapter = \"s3\"\nadmin_url = \"${{env.S3_URL}}\"\n",
+        project_header("s3c", 4)
+    );
+    let repo = Repo::new(&toml);
+    let admin = format!("http://AKIAEXAMPLE:Hunter2Secret@127.0.0.1:{}", moto.port);
+    home.ok(&["daemon", "start"]);
+    let ups: Vec<_> = ["one", "two"]
+        .into_iter()
+        .map(|w| {
+            repo.cmd(&home, &["up", w])
+                .env("S3_URL", &admin)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in ups {
+        assert!(c.wait().unwrap().success());
+    }
+    let (_, list) = http("GET", &format!("{}/", moto.url()), None);
+    for w in ["one", "two"] {
+        let url = Out(repo
+            .cmd(&home, &["env", w])
+            .env("S3_URL", &admin)
+            .output()
+            .unwrap())
+        .json()["store"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let bucket = url.rsplit('/').next().unwrap().to_owned();
+        assert!(
+            list.contains(&format!("<Name>{bucket}</Name>")),
+            "{bucket}: {list}"
+        );
+        let rm = Out(repo
+            .cmd(&home, &["remove", w, "--force"])
+            .env("S3_URL", &admin)
+            .output()
+            .unwrap());
+        assert_eq!(rm.code(), 0, "{rm}");
+    }
 }

@@ -209,6 +209,7 @@ fn outcome(
         world,
         noop,
         notes,
+        left_for_gc: Vec::new(),
     })
 }
 

@@ -39,7 +39,7 @@ pub(crate) async fn remove(
     let mut notes = stop_processes(d, &w).await;
     notes.extend(left_in_place);
     fault_point("remove:stopped");
-    rm.tear_down(teardowns, &mut notes).await?;
+    let left_for_gc = rm.tear_down(teardowns, &mut notes).await?;
     rm.delete_files(git, ours).await?;
     {
         let reg = d.registry();
@@ -55,6 +55,7 @@ pub(crate) async fn remove(
         world,
         noop: false,
         notes,
+        left_for_gc,
     })
 }
 
@@ -164,7 +165,7 @@ impl Removal<'_> {
     }
 
     /// Tears down each slice, recorded `teardown` first so a crash leaves
-    /// what `gc` sweeps.
+    /// what `gc` sweeps; returns the slices `--force` left for `gc`.
     ///
     /// # Errors
     /// A teardown failed, without `--force` (the world is then `failed`;
@@ -174,7 +175,8 @@ impl Removal<'_> {
         &self,
         teardowns: Vec<Teardown>,
         notes: &mut Vec<String>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<Vec<String>, ApiError> {
+        let mut left = Vec::new();
         let (d, loc, w) = (self.d, self.loc, self.w);
         for (s, adapter, slice) in teardowns {
             d.registry()
@@ -210,13 +212,14 @@ impl Removal<'_> {
                 ));
             }
             notes.push(format!("{message}; `binky gc` retries it"));
+            left.push(s.slice.clone());
             let mut ev =
                 world_event("teardown_deferred", &loc.name, &w.name).detail(first_line(&message));
             ev.service = Some(s.service.clone());
             ev.adapter = Some(s.adapter.clone());
             d.event(ev);
         }
-        Ok(())
+        Ok(left)
     }
 
     /// Deletes the worktree (when it is Binky's, or drops git's
