@@ -47,11 +47,23 @@ pub fn register(secret: &str) {
 }
 
 /// Registers the password of `url` (`scheme://user:password@host…`), if it
-/// has one.
+/// has one — but not one that merely repeats the user name (RabbitMQ's
+/// `guest:guest`): that is a published default, not a secret, and masking
+/// it would garble every message naming the user.
 pub fn register_url(url: &str) {
-    if let Some(pw) = url_password(url) {
+    if let Some(pw) = url_password(url)
+        && url_user(url).is_none_or(|user| user != pw)
+    {
         register(&pw);
     }
+}
+
+/// The user name of `url`, as written.
+fn url_user(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let userinfo = authority.rsplit_once('@')?.0;
+    Some(userinfo.split_once(':').map_or(userinfo, |(u, _)| u))
 }
 
 /// Registers what a variable `name = value` holds that is secret: the whole
@@ -201,6 +213,12 @@ mod tests {
         assert!(r.contains("user app"), "{r}");
         assert_eq!(redact_url("no url here", None), "no url here");
         assert_eq!(url_password("postgresql://u@h/db"), None);
+    }
+
+    #[test]
+    fn a_password_that_repeats_the_user_is_not_masked() {
+        register_url("amqp://rmqdefault:rmqdefault@127.0.0.1:5672/");
+        assert!(scrub("user rmqdefault refused").contains("rmqdefault"));
     }
 
     #[test]

@@ -112,11 +112,6 @@ impl Api {
         let url = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
         let amqp = parse_amqp(url)
             .map_err(|e| AdapterError::new(format!("rabbitmq: {e}")).redacted(slice))?;
-        // `guest:guest` is RabbitMQ's published default, not a secret; masking
-        // it would garble every message that says "guest".
-        if amqp.password != amqp.user {
-            crate::secrets::register(&amqp.password);
-        }
         let (host, port) = match slice.options.get("management_url").and_then(|v| v.as_str()) {
             Some(m) => {
                 let u = crate::http::parse_url(m).map_err(|e| {

@@ -138,7 +138,6 @@ impl Api {
                 server(&endpoint)
             )));
         }
-        crate::secrets::register(&secret);
         let _ = endpoint.set_username("");
         let _ = endpoint.set_password(None);
         endpoint.set_path("/");
