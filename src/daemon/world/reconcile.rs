@@ -267,10 +267,7 @@ async fn adoption_plan(
     } = *cx;
     let allocated = world_ports(d, world_id)?;
     let facts = build_facts(d, cfg, project, name, slug, world_id, &allocated)?;
-    let project_env = match &cfg.project.env_file {
-        Some(f) => read_env_file(&world_root, &loc.main_root(), f).unwrap_or_default(),
-        None => Vec::new(),
-    };
+    let project_env = project_env(cfg, &world_root, &loc.main_root()).unwrap_or_default();
     let mut plan = Plan {
         facts,
         world_root,
@@ -280,6 +277,7 @@ async fn adoption_plan(
         slices_ready: false,
         config_note: None,
     };
+    let env_fn = lookup_env(&plan.project_env, no_env);
     for (n, s) in &cfg.services {
         let ServiceKind::Resource(r) = &s.kind else {
             continue;
@@ -287,7 +285,6 @@ async fn adoption_plan(
         let Some(adapter) = adapter_for(&r.adapter, no_env) else {
             continue;
         };
-        let env_fn = lookup_env(&plan.project_env, no_env);
         let slice_name = adapter.slice_name(project, slug);
         let at = SliceAt {
             cfg,
@@ -316,6 +313,7 @@ async fn adoption_plan(
                 .apply(plan.facts.get_mut(n).expect("fact per service"));
         }
     }
+    drop(env_fn);
     plan.slices_ready = true;
     Ok(plan)
 }
