@@ -226,3 +226,25 @@ pub fn record_half_made_slice(
         )
         .unwrap();
 }
+
+/// Runs `binky up` for each of `worlds` at the same moment, a CLI process
+/// each (with `env` added), and asserts that every one succeeded.
+pub fn up_at_once(repo: &Repo, home: &Home, worlds: &[&str], env: &[(&str, &str)]) {
+    let ups: Vec<_> = worlds
+        .iter()
+        .map(|w| {
+            let child = repo
+                .cmd(home, &["up", w])
+                .envs(env.iter().copied())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            (*w, child)
+        })
+        .collect();
+    for (w, child) in ups {
+        let out = Out(child.wait_with_output().unwrap());
+        assert_eq!(out.code(), 0, "up {w}: {out}");
+    }
+}

@@ -226,13 +226,7 @@ fn two_worlds_brought_up_at_once_get_a_vhost_each() {
     );
     let repo = Repo::new(&toml);
     home.ok(&["daemon", "start"]);
-    let ups: Vec<_> = ["one", "two"]
-        .into_iter()
-        .map(|w| repo.cmd(&home, &["up", w]).spawn().unwrap())
-        .collect();
-    for mut c in ups {
-        assert!(c.wait().unwrap().success());
-    }
+    up_at_once(&repo, &home, &["one", "two"], &[]);
     let hosts = vhosts();
     for w in ["one", "two"] {
         assert!(hosts.contains(&format!("{p}_{w}")), "{w}: {hosts:?}");

@@ -303,18 +303,7 @@ fn two_worlds_brought_up_at_once_get_a_bucket_each() {
     let repo = Repo::new(&toml);
     let admin = format!("http://AKIAEXAMPLE:Hunter2Secret@127.0.0.1:{}", moto.port);
     home.ok(&["daemon", "start"]);
-    let ups: Vec<_> = ["one", "two"]
-        .into_iter()
-        .map(|w| {
-            repo.cmd(&home, &["up", w])
-                .env("S3_URL", &admin)
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for mut c in ups {
-        assert!(c.wait().unwrap().success());
-    }
+    up_at_once(&repo, &home, &["one", "two"], &[("S3_URL", &admin)]);
     let (_, list) = http("GET", &format!("{}/", moto.url()), None);
     for w in ["one", "two"] {
         let url = Out(repo
