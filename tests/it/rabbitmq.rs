@@ -186,6 +186,28 @@ fn rabbitmq_errors_name_the_server_and_what_to_do_never_the_password() {
 }
 
 #[test]
+fn a_dead_amqp_port_fails_up_though_the_management_api_answers() {
+    if !rabbit_up() {
+        skip("no RabbitMQ with its management API on 127.0.0.1:5672/15672");
+        return;
+    }
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.queue]\nadapter = \"rabbitmq\"\nadmin_url = \"amqp://guest:guest@127.0.0.1:1/\"\noptions = {{ management_url = \"http://127.0.0.1:15672\" }}\n",
+        project_header("rqamqp", 2)
+    );
+    let repo = Repo::new(&toml);
+    let out = repo.run(&home, &["up", "a"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr().contains("nothing answers AMQP at 127.0.0.1:1"),
+        "{out}"
+    );
+    // Nothing made: no vhost for the world.
+    assert!(!vhosts().contains(&"rqamqp_a".to_owned()));
+}
+
+#[test]
 fn gc_sweeps_a_half_made_vhost() {
     if !rabbit_up() {
         skip("no RabbitMQ with its management API on 127.0.0.1:5672/15672");
