@@ -27,7 +27,7 @@ cost of the Nth world is its own time and RAM increment.
 
 Adapters (`--adapters` runs only this part): for every adapter whose server
 is here (sqlite; postgres, mysql, redis, rabbitmq on their usual ports; s3
-against a moto server the script starts), the median `binky up` and
+against a moto server and kafka against a tansu broker the script starts), the median `binky up` and
 `binky remove` of a world whose only service is that resource. The sqlite
 row is the floor (worktree, ports, registry): the difference is the slice.
 For redis also: `binky remove` of a world holding 10k / 100k / 1M keys, with
@@ -478,6 +478,33 @@ class Moto:
         self.proc.wait()
 
 
+class Tansu:
+    """A tansu Kafka broker (in-memory storage) on a free port: BINKY_TANSU,
+    the one .ci/run builds into ~/.cache/binky-tansu, or PATH's."""
+
+    def __init__(self) -> None:
+        binary = os.environ.get("BINKY_TANSU") or str(Path.home() / ".cache/binky-tansu/bin/tansu")
+        if not Path(binary).is_file():
+            binary = shutil.which("tansu") or ""
+        if not binary:
+            raise BenchError("no tansu binary (cargo install tansu --features dynostore)")
+        self.port = free_port()
+        url = f"tcp://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([binary, "broker", "--listener-url", url,
+                                      "--advertised-listener-url", url,
+                                      "--storage-engine", "memory://tansu/", "--silent"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if port_open(self.port):
+                return
+            time.sleep(0.2)
+        raise BenchError("tansu did not start")
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
 def adapter_rows(binary: Path, root: Path, runs: int, tag: str) -> list[dict]:
     cases: list[tuple[str, str, dict[str, str]]] = [("sqlite", 'adapter = "sqlite"\n', {})]
     if port_open(5432):
@@ -498,6 +525,14 @@ def adapter_rows(binary: Path, root: Path, runs: int, tag: str) -> list[dict]:
                       {"BENCH_S3": f"http://bench:bench@127.0.0.1:{moto.port}"}))
     except (ImportError, BenchError) as e:
         log(f"s3 row skipped: {e}")
+    tansu = None
+    try:
+        tansu = Tansu()
+        cases.append(("kafka", 'adapter = "kafka"\nadmin_url = "${env.BENCH_KAFKA}"\n'
+                      'options = { topics = ["orders", "events"] }\n',
+                      {"BENCH_KAFKA": f"kafka://127.0.0.1:{tansu.port}"}))
+    except BenchError as e:
+        log(f"kafka row skipped: {e}")
     rows = []
     try:
         for name, toml, env in cases:
@@ -523,6 +558,8 @@ def adapter_rows(binary: Path, root: Path, runs: int, tag: str) -> list[dict]:
     finally:
         if moto:
             moto.stop()
+        if tansu:
+            tansu.stop()
     return rows
 
 

@@ -10,8 +10,10 @@
 //! `Authorization` cannot reach a message.
 //!
 //! `localhost` dials 127.0.0.1 then ::1 (see [`dial`]), so a server bound
-//! to either loopback is reached. Plain `http` only: an `https` URL is an
-//! error that says so.
+//! to either loopback is reached. `https` needs the `tls` feature (rustls
+//! with the ring provider, trusting the system's roots and `SSL_CERT_FILE`);
+//! without it an `https` URL is an error that says how to get it, so the
+//! default build stays quick.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -54,12 +56,14 @@ impl HttpError {
     }
 }
 
-/// A parsed `http://` URL.
+/// A parsed `http://` (or, with the `tls` feature, `https://`) URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Url {
+    /// `https`: the connection is TLS, verified for [`Url::host`].
+    pub tls: bool,
     /// The host to dial, without IPv6 brackets.
     pub host: String,
-    /// The port (80 when the URL has none).
+    /// The port (80, or 443 for `https`, when the URL has none).
     pub port: u16,
     /// The `Host` header value: brackets kept, `:port` when the URL has one.
     pub authority: String,
@@ -67,25 +71,36 @@ pub struct Url {
     pub path_and_query: String,
 }
 
-/// Parses an `http://host[:port][/path][?query]` URL (user info refused:
-/// credentials go in a header, never a URL Binky may print).
+/// Whether this build speaks `https` (the `tls` feature).
+pub const TLS: bool = cfg!(feature = "tls");
+
+/// The URL schemes this build's client speaks: what an adapter's HTTP
+/// `admin_url` may start with.
+pub const SCHEMES: &[&str] = if TLS { &["http", "https"] } else { &["http"] };
+
+/// Parses an `http://host[:port][/path][?query]` URL, or an `https://` one
+/// when built with `tls` (user info refused: credentials go in a header,
+/// never a URL Binky may print).
 ///
 /// # Errors
-/// Not `http`, no host, a bad port, or user info.
+/// Not `http`/`https`, `https` without the `tls` feature, no host, a bad
+/// port, or user info.
 pub fn parse_url(url: &str) -> Result<Url, HttpError> {
     let bad = |why: &str| HttpError::new(HttpErrorKind::BadUrl, format!("`{url}` {why}"));
     let uri: hyper::Uri = url
         .parse()
         .map_err(|e| bad(&format!("is not a URL: {e}")))?;
-    match uri.scheme_str() {
-        Some("http") => {}
+    let tls = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") if TLS => true,
         Some("https") => {
             return Err(bad(
-                "is https, which this build does not speak (plain http only)",
+                "is https, which this build does not speak: build binky with `--features tls`",
             ));
         }
+        _ if TLS => return Err(bad("must start with http:// or https://")),
         _ => return Err(bad("must start with http://")),
-    }
+    };
     let authority = uri.authority().ok_or_else(|| bad("has no host"))?;
     if authority.as_str().contains('@') {
         return Err(bad("holds user info; pass credentials another way"));
@@ -105,6 +120,7 @@ pub fn parse_url(url: &str) -> Result<Url, HttpError> {
         None => text.rsplit_once(':').map(|(_, p)| p),
     };
     let port = match port_text {
+        None | Some("") if tls => 443,
         None | Some("") => 80,
         Some(p) => p.parse::<u16>().map_err(|_| bad("has a bad port"))?,
     };
@@ -114,6 +130,7 @@ pub fn parse_url(url: &str) -> Result<Url, HttpError> {
         Some(p) => p.to_owned(),
     };
     Ok(Url {
+        tls,
         host: host.to_owned(),
         port,
         authority: authority.as_str().to_owned(),
@@ -214,28 +231,33 @@ impl Default for Client {
 }
 
 impl Client {
-    /// Sends `req` to `host:port` on a new connection (closed when the
-    /// response is dropped) and returns once the response head arrived; the
-    /// body streams (read it with [`Client::next_frame`]). `req` needs its
-    /// `Host` header set.
+    /// Sends `req` to `url`'s host and port on a new connection (closed
+    /// when the response is dropped; TLS for an `https` URL) and returns
+    /// once the response head arrived; the body streams (read it with
+    /// [`Client::next_frame`]). `req` needs its `Host` header set.
     ///
     /// # Errors
-    /// No connection, no head within the read timeout, or not HTTP.
+    /// No connection (or no TLS session within the connect timeout), no
+    /// head within the read timeout, or not HTTP.
     pub async fn send(
         &self,
-        host: &str,
-        port: u16,
+        url: &Url,
         req: Request<Full<Bytes>>,
     ) -> Result<Response<Incoming>, HttpError> {
         let what = format!(
-            "{} http://{}{}",
+            "{} {}://{}{}",
             req.method(),
-            host_header(host, port),
+            if url.tls { "https" } else { "http" },
+            host_header(&url.host, url.port),
             req.uri()
         );
-        let stream = dial(host, port, self.connect_timeout)
+        let stream = dial(&url.host, url.port, self.connect_timeout)
             .await
             .map_err(|e| HttpError::new(HttpErrorKind::Connect, format!("{what}: {e}")))?;
+        let stream = self
+            .secure(url, stream)
+            .await
+            .map_err(|e| HttpError::new(HttpErrorKind::Connect, format!("{what}: TLS: {e}")))?;
         let exchange = async {
             let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
                 .await
@@ -289,18 +311,37 @@ impl Client {
         }
     }
 
+    /// The connection `send` speaks HTTP over: `stream` itself, or a TLS
+    /// session on it for an `https` URL.
+    async fn secure(&self, url: &Url, stream: TcpStream) -> std::io::Result<Box<dyn Io>> {
+        if !url.tls {
+            return Ok(Box::new(stream));
+        }
+        #[cfg(feature = "tls")]
+        {
+            let session = tls::connect(&url.host, stream);
+            match tokio::time::timeout(self.connect_timeout, session).await {
+                Ok(s) => Ok(Box::new(s?)),
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no TLS handshake within the connect timeout",
+                )),
+            }
+        }
+        #[cfg(not(feature = "tls"))]
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this build speaks no https (build with `--features tls`)",
+        ))
+    }
+
     /// [`Client::send`], then the whole body, at most [`Client::max_body`]
     /// bytes.
     ///
     /// # Errors
     /// As `send`, a stalled body, or one over the cap.
-    pub async fn fetch(
-        &self,
-        host: &str,
-        port: u16,
-        req: Request<Full<Bytes>>,
-    ) -> Result<Fetched, HttpError> {
-        let resp = self.send(host, port, req).await?;
+    pub async fn fetch(&self, url: &Url, req: Request<Full<Bytes>>) -> Result<Fetched, HttpError> {
+        let resp = self.send(url, req).await?;
         let (parts, mut body) = resp.into_parts();
         let mut buf = bytes::BytesMut::new();
         while let Some(chunk) = self.next_frame(&mut body).await? {
@@ -317,6 +358,53 @@ impl Client {
             headers: parts.headers,
             body: buf.freeze(),
         })
+    }
+}
+
+/// A byte stream HTTP runs over: TCP, or TLS on TCP.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// TLS for `https` (the `tls` feature): rustls with the ring provider.
+#[cfg(feature = "tls")]
+mod tls {
+    use std::sync::{Arc, OnceLock};
+    use tokio::net::TcpStream;
+    use tokio_rustls::rustls;
+
+    /// One client config per process: loading the roots reads files.
+    fn config() -> std::io::Result<Arc<rustls::ClientConfig>> {
+        static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+        CONFIG
+            .get_or_init(|| {
+                // The system's roots, or `SSL_CERT_FILE`/`SSL_CERT_DIR`
+                // where set (rustls-native-certs reads them).
+                let found = rustls_native_certs::load_native_certs();
+                let mut roots = rustls::RootCertStore::empty();
+                let (added, _) = roots.add_parsable_certificates(found.certs);
+                if added == 0 {
+                    return Err("no trusted root certificates found (install ca-certificates, or set SSL_CERT_FILE)".to_owned());
+                }
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map(|b| Arc::new(b.with_root_certificates(roots).with_no_client_auth()))
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(std::io::Error::other)
+    }
+
+    /// A TLS session on `stream`, verified for `host` (a name or an IP).
+    pub(super) async fn connect(
+        host: &str,
+        stream: TcpStream,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        tokio_rustls::TlsConnector::from(config()?)
+            .connect(name, stream)
+            .await
     }
 }
 
@@ -377,13 +465,15 @@ mod tests {
             (u.port, u.authority.as_str(), u.path_and_query.as_str()),
             (80, "example.test", "/")
         );
-        for bad in [
-            "https://x",
-            "ftp://x",
-            "x:1",
-            "http://u:p@h/",
-            "http://h:99999/",
-        ] {
+        assert_eq!(parse_url("https://x").is_ok(), TLS);
+        if TLS {
+            let u = parse_url("https://[::1]/h").unwrap();
+            assert_eq!((u.tls, u.port, u.authority.as_str()), (true, 443, "[::1]"));
+        } else {
+            let e = parse_url("https://x").unwrap_err().message;
+            assert!(e.contains("--features tls"), "{e}");
+        }
+        for bad in ["ftp://x", "x:1", "http://u:p@h/", "http://h:99999/"] {
             assert!(parse_url(bad).is_err(), "{bad}");
         }
         assert!(
@@ -415,11 +505,14 @@ mod tests {
         (port, h)
     }
 
+    fn at(port: u16) -> Url {
+        parse_url(&format!("http://127.0.0.1:{port}/p")).unwrap()
+    }
+
     fn get(port: u16) -> Request<Full<Bytes>> {
-        let url = parse_url(&format!("http://127.0.0.1:{port}/p")).unwrap();
         request(
             "GET",
-            &url,
+            &at(port),
             &[("Authorization", "Basic c2VjcmV0")],
             Bytes::new(),
         )
@@ -432,10 +525,7 @@ mod tests {
             b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
         )
         .await;
-        let f = Client::default()
-            .fetch("127.0.0.1", port, get(port))
-            .await
-            .unwrap();
+        let f = Client::default().fetch(&at(port), get(port)).await.unwrap();
         assert_eq!(f.status, 200);
         assert_eq!(&f.body[..], b"hello");
         let sent = String::from_utf8(sent.await.unwrap()).unwrap();
@@ -464,7 +554,7 @@ mod tests {
             read_timeout: Duration::from_millis(200),
             ..Client::default()
         };
-        let e = c.fetch("127.0.0.1", port, get(port)).await.unwrap_err();
+        let e = c.fetch(&at(port), get(port)).await.unwrap_err();
         assert_eq!(e.kind, HttpErrorKind::TooLarge, "{e}");
     }
 
@@ -480,7 +570,7 @@ mod tests {
             read_timeout: Duration::from_millis(200),
             ..Client::default()
         };
-        let e = c.fetch("127.0.0.1", port, get(port)).await.unwrap_err();
+        let e = c.fetch(&at(port), get(port)).await.unwrap_err();
         assert_eq!(e.kind, HttpErrorKind::Timeout, "{e}");
         assert!(e.message.contains(&format!("127.0.0.1:{port}/p")), "{e}");
         assert!(!e.message.contains("c2VjcmV0"), "{e}");
@@ -489,9 +579,101 @@ mod tests {
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let dead = free.local_addr().unwrap().port();
         drop(free);
-        let e = c.fetch("127.0.0.1", dead, get(dead)).await.unwrap_err();
+        let e = c.fetch(&at(dead), get(dead)).await.unwrap_err();
         assert_eq!(e.kind, HttpErrorKind::Connect, "{e}");
         assert!(e.message.contains(&format!("127.0.0.1:{dead}")), "{e}");
+    }
+
+    /// A real TLS server: openssl makes a CA and a certificate for
+    /// `localhost`, Python's `ssl` serves it, and `SSL_CERT_FILE` makes the
+    /// CA the only trusted root. Run by `.ci/run` with `--features tls`.
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn https_is_spoken_and_verified_against_the_trusted_roots() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = |n: &str| dir.path().join(n);
+        std::fs::write(
+            f("leaf.ext"),
+            "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        // A CA, and a certificate for `localhost` it signs.
+        for args in [
+            "req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=binky-test-ca -keyout ca.key -out ca.pem",
+            "req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout key.pem -out leaf.csr",
+            "x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 -extfile leaf.ext -out cert.pem",
+        ] {
+            let made = std::process::Command::new("openssl")
+                .args(args.split(' '))
+                .current_dir(dir.path())
+                .output()
+                .expect("openssl (Debian's openssl package) makes the test's certificates");
+            assert!(
+                made.status.success(),
+                "{}",
+                String::from_utf8_lossy(&made.stderr)
+            );
+        }
+        let (cert, key) = (f("cert.pem"), f("key.pem"));
+        // Read once, by the first TLS connection of this process (nextest
+        // runs each test in a process of its own).
+        // SAFETY: no other thread of this test reads the environment now.
+        unsafe { std::env::set_var("SSL_CERT_FILE", f("ca.pem")) };
+        const SERVE: &str = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"over tls"
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain(sys.argv[1], sys.argv[2])
+s.socket = c.wrap_socket(s.socket, server_side=True)
+print(s.server_port, flush=True)
+s.serve_forever()
+"#;
+        let mut server = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(SERVE)
+            .arg(&cert)
+            .arg(&key)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(server.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let port: u16 = line.trim().parse().expect("the server's port");
+        let c = Client::default();
+        let url = parse_url(&format!("https://localhost:{port}/t")).unwrap();
+        let req = request("GET", &url, &[], Bytes::new()).unwrap();
+        let f = c.fetch(&url, req).await;
+        // The certificate names `localhost`, not 127.0.0.1: refused.
+        let ip = parse_url(&format!("https://127.0.0.1:{port}/t")).unwrap();
+        let req = request("GET", &ip, &[], Bytes::new()).unwrap();
+        let refused = c.fetch(&ip, req).await;
+        // Plain http to a TLS port is not an answer.
+        let plain = parse_url(&format!("http://localhost:{port}/t")).unwrap();
+        let req = request("GET", &plain, &[], Bytes::new()).unwrap();
+        let plain = Client {
+            read_timeout: Duration::from_secs(2),
+            ..Client::default()
+        }
+        .fetch(&plain, req)
+        .await;
+        let _ = server.kill();
+        let _ = server.wait();
+        let f = f.unwrap();
+        assert_eq!((f.status.as_u16(), &f.body[..]), (200, &b"over tls"[..]));
+        let e = refused.unwrap_err();
+        assert_eq!(e.kind, HttpErrorKind::Connect, "{e}");
+        assert!(e.message.contains("TLS"), "{e}");
+        assert!(e.message.contains("https://127.0.0.1"), "{e}");
+        assert!(plain.is_err() || plain.is_ok_and(|p| p.status.as_u16() == 400));
     }
 
     #[tokio::test]

@@ -40,13 +40,13 @@ pub struct OptionSpec {
 }
 
 /// The value an option takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum OptionKind {
     /// `true` or `false`.
     Bool,
     /// Any string.
     Text,
-    /// An `http://` URL.
+    /// An `http://` URL (or `https://` in a build with `tls`).
     HttpUrl,
     /// A duration such as `"30s"`.
     Duration,
@@ -54,6 +54,11 @@ pub enum OptionKind {
     Choice(&'static [&'static str]),
     /// An array of strings.
     TextList,
+    /// A whole number from 1 to 32,767.
+    Count,
+    /// Checked by the adapter's own function; its `Err` says what is
+    /// expected (Kafka topic names).
+    Custom(fn(&toml::Value) -> Result<(), String>),
 }
 
 impl OptionKind {
@@ -72,6 +77,10 @@ impl OptionKind {
             OptionKind::TextList => v
                 .as_array()
                 .is_some_and(|a| a.iter().all(toml::Value::is_str)),
+            OptionKind::Count => v
+                .as_integer()
+                .is_some_and(|n| (1..=i64::from(i16::MAX)).contains(&n)),
+            OptionKind::Custom(f) => return f(v),
         };
         if ok {
             return Ok(());
@@ -79,10 +88,15 @@ impl OptionKind {
         Err(match self {
             OptionKind::Bool => "true or false".to_owned(),
             OptionKind::Text => "a non-empty string".to_owned(),
-            OptionKind::HttpUrl => "an http:// URL".to_owned(),
+            OptionKind::HttpUrl if crate::http::TLS => "an http:// or https:// URL".to_owned(),
+            OptionKind::HttpUrl => {
+                "an http:// URL (https needs binky built with `--features tls`)".to_owned()
+            }
             OptionKind::Duration => "a duration above zero such as \"30s\" or \"5m\"".to_owned(),
             OptionKind::Choice(c) => format!("one of {}", c.join(", ")),
             OptionKind::TextList => "an array of strings".to_owned(),
+            OptionKind::Count => "a whole number from 1 to 32767".to_owned(),
+            OptionKind::Custom(_) => unreachable!("a custom check says what it wants"),
         })
     }
 }
@@ -160,7 +174,38 @@ pub const ENTRIES: &[Entry] = &[
         }],
         fields: &["bucket"],
         needs_admin_url: true,
-        schemes: &["http"],
+        schemes: crate::http::SCHEMES,
+    },
+    #[cfg(feature = "kafka")]
+    Entry {
+        name: "kafka",
+        aliases: &["redpanda"],
+        make: || Arc::new(super::kafka::Kafka),
+        options: &[
+            OptionSpec {
+                name: "topics",
+                kind: OptionKind::Custom(super::kafka::check_topics),
+                help: "topics created under the world's prefix",
+            },
+            OptionSpec {
+                name: "partitions",
+                kind: OptionKind::Count,
+                help: "partitions of each topic in options.topics",
+            },
+            OptionSpec {
+                name: "replication_factor",
+                kind: OptionKind::Count,
+                help: "replicas of each topic",
+            },
+            OptionSpec {
+                name: "timeout",
+                kind: OptionKind::Duration,
+                help: "how long one admin call, and teardown's wait for deletion, may take",
+            },
+        ],
+        fields: &["prefix"],
+        needs_admin_url: false,
+        schemes: &["kafka"],
     },
     Entry {
         name: "rabbitmq",
@@ -221,5 +266,7 @@ mod tests {
         assert_eq!(find("mariadb").unwrap().options[0].name, "clone_strategy");
         #[cfg(feature = "redis")]
         assert_eq!(find("valkey").unwrap().fields, &["prefix"]);
+        #[cfg(feature = "kafka")]
+        assert_eq!(find("redpanda").unwrap().name, "kafka");
     }
 }

@@ -9,6 +9,8 @@
 pub mod catalog;
 pub mod external;
 pub mod golden;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]

@@ -101,9 +101,10 @@ fn parse_amqp(url: &str) -> Result<Amqp, String> {
 /// One management call's parts: the server and the account.
 struct Api {
     amqp: Amqp,
-    /// `host`, `port` of the management API.
+    /// `host`, `port` of the management API, and whether it is `https`.
     host: String,
     port: u16,
+    tls: bool,
     client: Client,
 }
 
@@ -112,14 +113,14 @@ impl Api {
         let url = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
         let amqp = parse_amqp(url)
             .map_err(|e| AdapterError::new(format!("rabbitmq: {e}")).redacted(slice))?;
-        let (host, port) = match slice.options.get("management_url").and_then(|v| v.as_str()) {
+        let (host, port, tls) = match slice.options.get("management_url").and_then(|v| v.as_str()) {
             Some(m) => {
                 let u = crate::http::parse_url(m).map_err(|e| {
                     AdapterError::new(format!("rabbitmq: options.management_url: {e}"))
                 })?;
-                (u.host, u.port)
+                (u.host, u.port, u.tls)
             }
-            None => (amqp.host.clone(), MANAGEMENT_PORT),
+            None => (amqp.host.clone(), MANAGEMENT_PORT, false),
         };
         let timeout = slice
             .options
@@ -131,6 +132,7 @@ impl Api {
             amqp,
             host,
             port,
+            tls,
             client: Client {
                 read_timeout: timeout,
                 max_body: 1024 * 1024,
@@ -153,6 +155,7 @@ impl Api {
                 .encode(format!("{}:{}", self.amqp.user, self.amqp.password))
         );
         let url = crate::http::Url {
+            tls: self.tls,
             host: self.host.clone(),
             port: self.port,
             authority: self.server(),
@@ -165,7 +168,7 @@ impl Api {
         let req = crate::http::request(method, &url, &headers, Bytes::from(body.to_owned()))
             .map_err(|e| AdapterError::new(format!("rabbitmq: {e}")))?;
         self.client
-            .fetch(&self.host, self.port, req)
+            .fetch(&url, req)
             .await
             .map_err(|e| {
                 let mut err = AdapterError::new(match e.kind {

@@ -124,10 +124,20 @@ impl Api {
         })?;
         let mut endpoint = url::Url::parse(url)
             .map_err(|e| AdapterError::new(format!("s3: admin_url is not a URL: {e}")))?;
-        if endpoint.scheme() != "http" {
+        if !crate::http::SCHEMES.contains(&endpoint.scheme()) {
             return Err(AdapterError::new(format!(
-                "s3: admin_url for {} must be http:// (this build speaks plain http)",
-                server(&endpoint)
+                "s3: admin_url for {} must be {} (this build speaks no other scheme{})",
+                server(&endpoint),
+                crate::http::SCHEMES
+                    .iter()
+                    .map(|s| format!("{s}://"))
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+                if crate::http::TLS {
+                    ""
+                } else {
+                    "; https needs binky built with `--features tls`"
+                }
             )));
         }
         let key = decode(endpoint.username());
@@ -190,6 +200,7 @@ impl Api {
             target.push_str(q);
         }
         let url = crate::http::Url {
+            tls: signed.scheme() == "https",
             authority: crate::http::host_header(&host, port),
             host: host.clone(),
             port,
@@ -197,7 +208,7 @@ impl Api {
         };
         let req = crate::http::request(method, &url, headers, body)
             .map_err(|e| AdapterError::new(format!("s3: {e}")))?;
-        self.client.fetch(&host, port, req).await.map_err(|e| {
+        self.client.fetch(&url, req).await.map_err(|e| {
             // The message names the path, whose query holds the signature:
             // keep only the path.
             let mut err = AdapterError::new(format!(

@@ -85,6 +85,7 @@ async fn exchange(
     }
     headers.extend(extra.iter().map(|(n, v)| (n.as_str(), v.as_str())));
     let url = crate::http::Url {
+        tls: false,
         host: "localhost".into(),
         port: target.port,
         authority: target.host.clone(),
@@ -99,7 +100,7 @@ async fn exchange(
         Ok(r) => r,
         Err(e) => return fail(&crate::protocol::ApiError::new(e.message)),
     };
-    let resp = match client.send("localhost", target.port, req).await {
+    let resp = match client.send(&url, req).await {
         Ok(r) => r,
         Err(e) if e.kind == crate::http::HttpErrorKind::Connect => {
             let what = if target.via_proxy {

@@ -104,6 +104,7 @@ pub async fn attempt(probe: &ProbeSpec, timeout: Duration) -> Result<(), String>
                 max_body: 0,
             };
             let url = crate::http::Url {
+                tls: false,
                 host: host.clone(),
                 port: *port,
                 authority: crate::http::host_header(host, *port),
@@ -118,7 +119,7 @@ pub async fn attempt(probe: &ProbeSpec, timeout: Duration) -> Result<(), String>
             .map_err(|e| e.message)?;
             // The head is enough; dropping the answer closes the connection.
             let code = client
-                .send(host, *port, req)
+                .send(&url, req)
                 .await
                 .map_err(|e| e.message)?
                 .status()

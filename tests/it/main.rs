@@ -12,6 +12,8 @@ mod frameworks;
 mod harness;
 mod hygiene;
 mod injection;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod logs;
 mod mcp;
 mod processes;

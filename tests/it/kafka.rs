@@ -1,0 +1,405 @@
+//! The `kafka` adapter (and its `redpanda` name) against a real
+//! Kafka-protocol broker: tansu (crates.io), started by each test on a port
+//! of its own. `.ci/run` builds it into `~/.cache/binky-tansu`; `BINKY_TANSU`
+//! names another binary.
+
+use crate::harness::*;
+use crate::project::*;
+use rskafka::client::partition::{Compression, OffsetAt, UnknownTopicHandling};
+use rskafka::client::{Client, ClientBuilder};
+use std::time::Duration;
+
+/// A tansu broker for one test, stopped when dropped.
+struct Tansu {
+    child: std::process::Child,
+    port: u16,
+    rt: tokio::runtime::Runtime,
+}
+
+/// The tansu binary: `BINKY_TANSU`, the one `.ci/run` builds, or `PATH`'s.
+fn tansu_bin() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("BINKY_TANSU") {
+        return Some(p.into());
+    }
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from)?;
+    let cached = home.join(".cache/binky-tansu/bin/tansu");
+    if cached.is_file() {
+        return Some(cached);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join("tansu"))
+        .find(|p| p.is_file())
+}
+
+impl Tansu {
+    /// A broker keeping its topics in memory (`memory://`), or, with
+    /// `null://`, one that answers every delete with success and deletes
+    /// nothing: a broker with topic deletion disabled, as far as a client
+    /// can tell.
+    fn start(storage: &str) -> Option<Tansu> {
+        let bin = tansu_bin()?;
+        let port = free_port();
+        let listen = format!("tcp://127.0.0.1:{port}");
+        let child = std::process::Command::new(bin)
+            .args([
+                "broker",
+                "--listener-url",
+                &listen,
+                "--advertised-listener-url",
+                &listen,
+                "--storage-engine",
+                storage,
+                "--silent",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let up = wait_until(Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        assert!(up, "tansu did not listen on {port}");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        Some(Tansu { child, port, rt })
+    }
+
+    fn url(&self) -> String {
+        format!("kafka://127.0.0.1:{}", self.port)
+    }
+
+    fn client(&self) -> Client {
+        let servers = vec![format!("127.0.0.1:{}", self.port)];
+        self.rt
+            .block_on(ClientBuilder::new(servers).build())
+            .expect("a client of tansu")
+    }
+
+    /// Every topic, sorted.
+    fn topics(&self) -> Vec<String> {
+        let c = self.client();
+        let mut t: Vec<String> = self
+            .rt
+            .block_on(c.list_topics())
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        t.sort();
+        t
+    }
+
+    fn create(&self, topic: &str) {
+        let c = self.client();
+        self.rt
+            .block_on(
+                c.controller_client()
+                    .unwrap()
+                    .create_topic(topic, 1, 1, 5000),
+            )
+            .unwrap_or_else(|e| panic!("creating {topic}: {e}"));
+    }
+
+    /// Writes one record to partition 0 of `topic`.
+    fn produce(&self, topic: &str, value: &str) {
+        let c = self.client();
+        self.rt.block_on(async {
+            let p = c
+                .partition_client(topic, 0, UnknownTopicHandling::Error)
+                .await
+                .unwrap_or_else(|e| panic!("{topic}: {e}"));
+            let record = rskafka::record::Record {
+                key: None,
+                value: Some(value.as_bytes().to_vec()),
+                headers: Default::default(),
+                timestamp: rskafka::chrono::Utc::now(),
+            };
+            p.produce(vec![record], Compression::NoCompression)
+                .await
+                .unwrap();
+        });
+    }
+
+    /// How many records partition 0 of `topic` holds.
+    fn records(&self, topic: &str) -> i64 {
+        let c = self.client();
+        self.rt.block_on(async {
+            let p = c
+                .partition_client(topic, 0, UnknownTopicHandling::Error)
+                .await
+                .unwrap_or_else(|e| panic!("{topic}: {e}"));
+            let end = p.get_offset(OffsetAt::Latest).await.unwrap();
+            let start = p.get_offset(OffsetAt::Earliest).await.unwrap();
+            end - start
+        })
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const NO_TANSU: &str =
+    "no tansu broker (cargo install tansu --features dynostore, or set BINKY_TANSU)";
+
+fn kafka_project(name: &str, extra: &str) -> String {
+    format!(
+        "{}[services.bus]\nadapter = \"redpanda\"\nadmin_url = \"${{env.KAFKA_URL}}\"\noptions = {{ topics = [\"orders\", \"order.events\"]{extra} }}\n[services.app]\ncmd = \"echo ${{bus.prefix}} ${{bus.url}} > bus.txt; exec sleep 600\"\ndepends_on = [\"bus\"]\n",
+        project_header(name, 2)
+    )
+}
+
+#[test]
+fn kafka_prefixes_isolate_worlds_and_teardown_deletes_exactly_their_topics() {
+    let Some(kafka) = Tansu::start("memory://tansu/") else {
+        skip(NO_TANSU);
+        return;
+    };
+    let home = Home::new();
+    let repo = Repo::new(&kafka_project("shop", ""));
+    let run = |args: &[&str]| {
+        let out = Out(repo
+            .cmd(&home, args)
+            .env("KAFKA_URL", kafka.url())
+            .output()
+            .unwrap());
+        assert_eq!(out.code(), 0, "{args:?}: {out}");
+        out
+    };
+    // Hyphenated and uppercase, a world whose name starts another's, and a
+    // 150-character branch.
+    let long = format!("feature/{}", "Very-Long-Branch-Name-".repeat(7));
+    let worlds = ["feature/Login-Page", "feat-a", "feat-a-2", long.as_str()];
+    let mut prefixes = Vec::new();
+    for w in worlds {
+        run(&["up", w]);
+        let wt = std::path::PathBuf::from(repo.worlds(&home)[w]["path"].as_str().unwrap());
+        let mut line = String::new();
+        assert!(
+            wait_until(Duration::from_secs(5), || {
+                line = std::fs::read_to_string(wt.join("bus.txt")).unwrap_or_default();
+                !line.is_empty()
+            }),
+            "{w}: no bus.txt"
+        );
+        let (prefix, url) = line.trim().split_once(' ').unwrap();
+        assert_eq!(url, format!("127.0.0.1:{}", kafka.port), "{w}");
+        assert!(
+            prefix.starts_with("shop-") && prefix.ends_with('-'),
+            "{prefix}"
+        );
+        assert!(
+            prefix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+            "{prefix}: only a-z, 0-9 and - avoid the ./_ collision"
+        );
+        assert!(prefix.len() + "order.events".len() <= 249, "{prefix}");
+        // `env` gives the same address.
+        assert_eq!(run(&["env", w]).json()["bus"], url, "{w}");
+        prefixes.push(prefix.to_owned());
+    }
+    assert!(
+        prefixes[0].starts_with("shop-feature-login-page"),
+        "{prefixes:?}"
+    );
+    assert_eq!(prefixes[1], "shop-feat-a-");
+    assert_eq!(prefixes[2], "shop-feat-a-2-");
+    let topics = kafka.topics();
+    for p in &prefixes {
+        for t in ["orders", "order.events"] {
+            assert!(topics.contains(&format!("{p}{t}")), "{p}{t}: {topics:?}");
+        }
+    }
+    // A record in one world's topic is not in another's.
+    kafka.produce("shop-feat-a-orders", "one");
+    assert_eq!(kafka.records("shop-feat-a-orders"), 1);
+    assert_eq!(kafka.records("shop-feat-a-2-orders"), 0);
+    // A topic the app made under its prefix is the world's too; a topic of
+    // no world's is nobody's to delete.
+    kafka.create("shop-feat-a-scratch");
+    kafka.create("shop-feat-alpha");
+    kafka.create("shop.feat-a-orders");
+    run(&["remove", "feat-a", "--force"]);
+    let topics = kafka.topics();
+    for gone in [
+        "shop-feat-a-orders",
+        "shop-feat-a-order.events",
+        "shop-feat-a-scratch",
+        "_binky-slice-shop-feat-a-",
+    ] {
+        assert!(
+            !topics.contains(&gone.to_owned()),
+            "{gone} left: {topics:?}"
+        );
+    }
+    // feat-a's prefix starts feat-a-2's topics, which stay.
+    for kept in [
+        "shop-feat-a-2-orders",
+        "shop-feat-a-2-order.events",
+        "_binky-slice-shop-feat-a-2-",
+        "shop-feat-alpha",
+        "shop.feat-a-orders",
+    ] {
+        assert!(topics.contains(&kept.to_owned()), "{kept} gone: {topics:?}");
+    }
+    assert_eq!(kafka.records("shop-feat-a-2-orders"), 0);
+    // gc sweeps a slice a crash left half-made: its marker and a topic.
+    kafka.create("_binky-slice-shop-ghost-");
+    kafka.create("shop-ghost-orders");
+    record_half_made_slice(&home, "shop", "bus", "kafka", "shop-ghost-");
+    assert!(run(&["gc"]).stdout().contains("swept"));
+    let topics = kafka.topics();
+    assert!(
+        !topics.iter().any(|t| t.contains("shop-ghost-")),
+        "{topics:?}"
+    );
+    for w in [worlds[0], worlds[2], worlds[3]] {
+        run(&["remove", w, "--force"]);
+    }
+    let left: Vec<String> = kafka
+        .topics()
+        .into_iter()
+        .filter(|t| prefixes.iter().any(|p| t.contains(p.as_str())))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn a_topic_colliding_by_dot_or_underscore_is_named_and_nothing_is_made() {
+    // Case A5, first half.
+    let Some(kafka) = Tansu::start("memory://tansu/") else {
+        skip(NO_TANSU);
+        return;
+    };
+    kafka.create("clash-a-order_events");
+    let home = Home::new();
+    let repo = Repo::new(&kafka_project("clash", ""));
+    let up = Out(repo
+        .cmd(&home, &["up", "a"])
+        .env("KAFKA_URL", kafka.url())
+        .output()
+        .unwrap());
+    assert_eq!(up.code(), 1, "{up}");
+    assert!(
+        up.stderr()
+            .contains("collides with the existing topic `clash-a-order_events`"),
+        "{up}"
+    );
+    assert!(up.stderr().contains("clash-a-order.events"), "{up}");
+    // Nothing of the world is on the broker: no marker, no topic.
+    assert_eq!(kafka.topics(), ["clash-a-order_events"]);
+}
+
+#[test]
+fn a_broker_that_keeps_deleted_topics_fails_teardown_naming_them() {
+    // Case A5, second half: tansu's null storage answers every delete with
+    // success and keeps the topic, as a broker with deletion disabled that
+    // only marks topics for deletion appears to a client.
+    let Some(kafka) = Tansu::start("null://sink") else {
+        skip(NO_TANSU);
+        return;
+    };
+    let home = Home::new();
+    // No app: `remove` without --force refuses a worktree with new files.
+    let toml = format!(
+        "{}[services.bus]\nadapter = \"kafka\"\nadmin_url = \"${{env.KAFKA_URL}}\"\noptions = {{ topics = [\"orders\", \"order.events\"], timeout = \"1s\" }}\n",
+        project_header("keep", 2)
+    );
+    let repo = Repo::new(&toml);
+    let env = [("KAFKA_URL", kafka.url())];
+    let up = Out(repo
+        .cmd(&home, &["up", "w"])
+        .envs(env.clone())
+        .output()
+        .unwrap());
+    assert_eq!(up.code(), 0, "{up}");
+    let rm = Out(repo
+        .cmd(&home, &["remove", "w"])
+        .envs(env.clone())
+        .output()
+        .unwrap());
+    assert_eq!(rm.code(), 1, "{rm}");
+    assert!(rm.stderr().contains("still lists keep-w-orders"), "{rm}");
+    assert!(rm.stderr().contains("keep-w-order.events"), "{rm}");
+    assert!(rm.stderr().contains("delete.topic.enable"), "{rm}");
+    assert_eq!(repo.worlds(&home)["w"]["state"], "failed");
+    // The marker stays, so the slice is still known and can be swept.
+    assert!(kafka.topics().contains(&"_binky-slice-keep-w-".to_owned()));
+    let forced = Out(repo
+        .cmd(&home, &["remove", "w", "--force"])
+        .envs(env)
+        .output()
+        .unwrap());
+    assert_eq!(forced.code(), 0, "{forced}");
+    assert!(
+        forced.stdout().contains("left for `binky gc`: keep-w-"),
+        "{forced}"
+    );
+}
+
+#[test]
+fn a_dead_broker_is_named_and_up_leaves_nothing() {
+    let home = Home::new();
+    let repo = Repo::new(&kafka_project("kdead", ""));
+    let out = Out(repo
+        .cmd(&home, &["up", "a"])
+        .env("KAFKA_URL", "kafka://127.0.0.1:1")
+        .output()
+        .unwrap());
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("127.0.0.1:1"), "{out}");
+    assert!(out.stderr().contains("cannot connect"), "{out}");
+    // Credentials are refused without being echoed.
+    let out = Out(repo
+        .cmd(&home, &["up", "b"])
+        .env("KAFKA_URL", "kafka://admin:Hunter2Secret@127.0.0.1:1")
+        .output()
+        .unwrap());
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("SASL"), "{out}");
+    assert!(!out.to_string().contains("Hunter2Secret"), "{out}");
+    // As for every adapter, a failed `up` keeps the world as `failed` for
+    // `up` to retry or `remove` to drop, its error shown by `status`.
+    let worlds = repo.worlds(&home);
+    for w in ["a", "b"] {
+        assert_eq!(worlds[w]["state"], "failed", "{worlds:?}");
+    }
+    assert!(!format!("{worlds:?}").contains("Hunter2Secret"));
+}
+
+#[test]
+fn two_worlds_brought_up_at_once_get_a_prefix_each() {
+    let Some(kafka) = Tansu::start("memory://tansu/") else {
+        skip(NO_TANSU);
+        return;
+    };
+    let home = Home::new();
+    let repo = Repo::new(&kafka_project("kc", ""));
+    home.ok(&["daemon", "start"]);
+    let url = kafka.url();
+    up_at_once(&repo, &home, &["one", "two"], &[("KAFKA_URL", &url)]);
+    let topics = kafka.topics();
+    for w in ["one", "two"] {
+        for t in ["orders", "order.events"] {
+            let name = format!("kc-{w}-{t}");
+            assert!(topics.contains(&name), "{name}: {topics:?}");
+        }
+        let rm = Out(repo
+            .cmd(&home, &["remove", w, "--force"])
+            .env("KAFKA_URL", &url)
+            .output()
+            .unwrap());
+        assert_eq!(rm.code(), 0, "{rm}");
+    }
+    assert!(
+        !kafka.topics().iter().any(|t| t.contains("kc-")),
+        "{:?}",
+        kafka.topics()
+    );
+}
