@@ -26,7 +26,14 @@ pub struct Entry {
     pub needs_admin_url: bool,
     /// The URL schemes a literal `admin_url` may have (empty: not checked).
     pub schemes: &'static [&'static str],
+    /// The adapter's own check of a literal `admin_url`, past its scheme
+    /// (`Err` says what is wrong, as `up` would).
+    pub check_url: Option<UrlCheck>,
 }
+
+/// An adapter's own check of a literal `admin_url`: `Err` says what is
+/// wrong.
+pub type UrlCheck = fn(&str) -> Result<(), String>;
 
 /// One key of a resource's `options` table.
 #[derive(Debug, Clone, Copy)]
@@ -127,6 +134,7 @@ pub const ENTRIES: &[Entry] = &[
         fields: &[],
         needs_admin_url: false,
         schemes: &[],
+        check_url: None,
     },
     #[cfg(feature = "postgres")]
     Entry {
@@ -137,6 +145,7 @@ pub const ENTRIES: &[Entry] = &[
         fields: &[],
         needs_admin_url: true,
         schemes: &[],
+        check_url: None,
     },
     #[cfg(feature = "mysql")]
     Entry {
@@ -147,6 +156,7 @@ pub const ENTRIES: &[Entry] = &[
         fields: &[],
         needs_admin_url: true,
         schemes: &[],
+        check_url: None,
     },
     #[cfg(feature = "redis")]
     Entry {
@@ -161,6 +171,7 @@ pub const ENTRIES: &[Entry] = &[
         fields: &["prefix"],
         needs_admin_url: false,
         schemes: &["redis", "redis+unix", "unix"],
+        check_url: None,
     },
     #[cfg(feature = "s3")]
     Entry {
@@ -175,6 +186,7 @@ pub const ENTRIES: &[Entry] = &[
         fields: &["bucket"],
         needs_admin_url: true,
         schemes: crate::http::SCHEMES,
+        check_url: None,
     },
     #[cfg(feature = "kafka")]
     Entry {
@@ -206,6 +218,7 @@ pub const ENTRIES: &[Entry] = &[
         fields: &["prefix"],
         needs_admin_url: false,
         schemes: &["kafka"],
+        check_url: Some(|u| super::kafka::bootstrap(u).map(|_| ())),
     },
     Entry {
         name: "rabbitmq",
@@ -226,6 +239,7 @@ pub const ENTRIES: &[Entry] = &[
         fields: &[],
         needs_admin_url: false,
         schemes: &["amqp"],
+        check_url: None,
     },
 ];
 

@@ -2,16 +2,17 @@
 //! broker the user runs, driven through the Kafka admin API (rskafka, pure
 //! Rust: no librdkafka build).
 //!
-//! A world's slice is the prefix `<project>-<world-slug>-`. Both halves are
-//! DNS labels, so a prefix holds only `a-z`, `0-9` and `-`: never `.` or
-//! `_`, which Kafka treats as one character (they collide in its metric
-//! names), so no two worlds' prefixes can collide that way. The topics in
+//! A world's slice is the prefix `<project>-<world-slug>-<hash>-`, the hash
+//! being six hex digits of project and slug: `-` joins the two and may sit
+//! inside either (`shop` + `feat-a` and `shop-feat` + `a`), so without it
+//! two projects' worlds could share a prefix. Project and slug are DNS
+//! labels, so a prefix holds only `a-z`, `0-9` and `-`: never `.` or `_`,
+//! which Kafka treats as one character (they collide in its metric names). The topics in
 //! `options.topics` are created under the prefix at provision; a wanted
 //! topic that exists already, or differs from an existing one only by `.`
 //! versus `_`, fails `up` naming the topic it collides with.
 //!
-//! `-` is also what slugs are made of, so `shop-feat-a-` starts
-//! `shop-feat-a-2-orders` too. A slice therefore also has a marker topic,
+//! A slice also has a marker topic,
 //! `_binky-slice-<prefix>` (no project name starts with `_`, so no world's
 //! prefix covers a marker): a slice exists while its marker does, and a
 //! world's topics are those under its prefix that are not under a longer
@@ -44,9 +45,9 @@ pub const DEFAULT_PORT: u16 = 9092;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Kafka's longest topic name, bytes.
 pub const MAX_TOPIC: usize = 249;
-/// The longest prefix: a project name (a DNS label, 63 bytes), a world slug
-/// and two `-`.
-pub const MAX_PREFIX: usize = 63 + crate::slug::MAX_SLUG_LEN + 2;
+/// The longest prefix: a project name (a DNS label, 63 bytes), a world slug,
+/// a six-digit hash and three `-`.
+pub const MAX_PREFIX: usize = 63 + crate::slug::MAX_SLUG_LEN + 6 + 3;
 /// The longest name in `options.topics`, so that every world's topic fits.
 pub const MAX_TOPIC_SUFFIX: usize = MAX_TOPIC - MAX_PREFIX;
 /// How a slice's marker topic starts.
@@ -105,7 +106,10 @@ pub(crate) fn bootstrap(url: &str) -> Result<Vec<String>, String> {
                 .parse::<u16>()
                 .ok()
                 .filter(|p| *p != 0)
-                .ok_or_else(|| format!("`{server}` in admin_url has a bad port"))?,
+                // The host only: what follows a `:` may be a password.
+                .ok_or_else(|| {
+                    format!("the server `{host}:…` in admin_url has a bad port (1–65535)")
+                })?,
         };
         servers.push(format!("{host}:{port}"));
     }
@@ -142,9 +146,13 @@ pub fn check_topics(v: &toml::Value) -> Result<(), String> {
         }
         let key = collision_key(name);
         if let Some((_, other)) = seen.iter().find(|(k, _)| *k == key) {
-            return Err(format!(
-                "distinct topic names; `{other}` and `{name}` are one name to Kafka, which treats `.` and `_` alike"
-            ));
+            return Err(if *other == name {
+                format!("distinct topic names; `{name}` is listed twice")
+            } else {
+                format!(
+                    "distinct topic names; `{other}` and `{name}` are one name to Kafka, which treats `.` and `_` alike"
+                )
+            });
         }
         seen.push((key, name));
     }
@@ -258,7 +266,10 @@ impl Admin {
         tokio::time::timeout(self.timeout, call).await.map_err(|_| {
             self.err(
                 what,
-                format!("no answer within {:?}; raise options.timeout", self.timeout),
+                format!(
+                    "no answer within {:?}: the broker is gone or slow (raise options.timeout if it is only slow)",
+                    self.timeout
+                ),
             )
         })
     }
@@ -381,7 +392,8 @@ impl Adapter for Kafka {
     }
 
     fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        format!("{project}-{world_slug}-")
+        let hash = crate::slug::short_hash(&format!("{project}\0{world_slug}"));
+        format!("{project}-{world_slug}-{hash}-")
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -401,12 +413,14 @@ impl Adapter for Kafka {
         for t in &wanted {
             let key = collision_key(t);
             if let Some(other) = existing.iter().find(|e| collision_key(e) == key) {
-                return Err(admin.err(
-                    &format!("creating topic `{t}`"),
+                let why = if other == t {
+                    "it exists already and Binky did not make it; delete it, or rename the topic in options.topics".to_owned()
+                } else {
                     format!(
                         "it collides with the existing topic `{other}`: Kafka treats `.` and `_` alike; rename it in options.topics"
-                    ),
-                ));
+                    )
+                };
+                return Err(admin.err(&format!("creating topic `{t}`"), why));
             }
         }
         let stale = world_topics(&slice.name, &existing);
@@ -504,13 +518,18 @@ mod tests {
         }
         let e = bootstrap("kafka://admin:Hunter2@h:1").unwrap_err();
         assert!(!e.contains("Hunter2"), "{e}");
+        let e = bootstrap("kafka://admin:Hunter2").unwrap_err();
+        assert!(!e.contains("Hunter2"), "{e}");
     }
 
     #[test]
     fn prefixes_hold_no_dot_or_underscore_and_markers_sit_outside_them() {
         let p = Kafka.slice_name("shop", "feat-a");
-        assert_eq!(p, "shop-feat-a-");
+        assert!(p.starts_with("shop-feat-a-") && p.ends_with('-'), "{p}");
+        assert_eq!(p.len(), "shop-feat-a-".len() + 7, "{p}");
         assert!(!p.contains(['.', '_']));
+        // `-` joins project and slug and may sit inside either.
+        assert_ne!(p, Kafka.slice_name("shop-feat", "a"));
         assert!(MARKER.starts_with('_'));
         // The longest project and branch still leave room for any name
         // `binky check` lets into options.topics.
@@ -555,9 +574,14 @@ mod tests {
         assert!(check_topics(&v("t = [\"orders\", \"order.events\", \"a-b\"]")).is_ok());
         let e = check_topics(&v("t = [\"order.events\", \"order_events\"]")).unwrap_err();
         assert!(e.contains("`order.events` and `order_events`"), "{e}");
+        let e = check_topics(&v("t = [\"orders\", \"orders\"]")).unwrap_err();
+        assert!(e.contains("`orders` is listed twice"), "{e}");
         assert!(check_topics(&v("t = [\"a b\"]")).is_err());
         assert!(check_topics(&v("t = [\"\"]")).is_err());
-        assert!(check_topics(&v(&format!("t = [\"{}\"]", "x".repeat(145)))).is_err());
+        let longest = format!("t = [\"{}\"]", "x".repeat(MAX_TOPIC_SUFFIX));
+        assert!(check_topics(&v(&longest)).is_ok());
+        let over = format!("t = [\"{}\"]", "x".repeat(MAX_TOPIC_SUFFIX + 1));
+        assert!(check_topics(&v(&over)).is_err());
         assert!(check_topics(&v("t = [1]")).is_err());
         assert!(check_topics(&v("t = \"orders\"")).is_err());
     }

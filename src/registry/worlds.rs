@@ -284,6 +284,18 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 
+    /// The project that recorded slice `slice` of `adapter`, if any.
+    pub fn slice_owner(&self, adapter: &str, slice: &str) -> Result<Option<String>, RegistryError> {
+        self.conn
+            .query_row(
+                "SELECT project FROM slices WHERE adapter = ?1 AND slice = ?2",
+                params![adapter, slice],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     /// The slices of a world.
     pub fn slices_of(&self, world_id: i64) -> Result<Vec<SliceRow>, RegistryError> {
         let mut stmt = self

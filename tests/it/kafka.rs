@@ -144,6 +144,14 @@ impl Drop for Tansu {
     }
 }
 
+/// A world's prefix, derived here independently of Binky:
+/// `<project>-<slug>-<first 6 hex digits of sha256(project \0 slug)>-`.
+fn prefix(project: &str, slug: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(format!("{project}\0{slug}").as_bytes());
+    format!("{project}-{slug}-{:02x}{:02x}{:02x}-", d[0], d[1], d[2])
+}
+
 const NO_TANSU: &str =
     "no tansu broker (cargo install tansu --features dynostore, or set BINKY_TANSU)";
 
@@ -208,8 +216,9 @@ fn kafka_prefixes_isolate_worlds_and_teardown_deletes_exactly_their_topics() {
         prefixes[0].starts_with("shop-feature-login-page"),
         "{prefixes:?}"
     );
-    assert_eq!(prefixes[1], "shop-feat-a-");
-    assert_eq!(prefixes[2], "shop-feat-a-2-");
+    assert_eq!(prefixes[1], prefix("shop", "feat-a"));
+    assert_eq!(prefixes[2], prefix("shop", "feat-a-2"));
+    let (a, a2) = (prefixes[1].clone(), prefixes[2].clone());
     let topics = kafka.topics();
     for p in &prefixes {
         for t in ["orders", "order.events"] {
@@ -217,48 +226,42 @@ fn kafka_prefixes_isolate_worlds_and_teardown_deletes_exactly_their_topics() {
         }
     }
     // A record in one world's topic is not in another's.
-    kafka.produce("shop-feat-a-orders", "one");
-    assert_eq!(kafka.records("shop-feat-a-orders"), 1);
-    assert_eq!(kafka.records("shop-feat-a-2-orders"), 0);
+    kafka.produce(&format!("{a}orders"), "one");
+    assert_eq!(kafka.records(&format!("{a}orders")), 1);
+    assert_eq!(kafka.records(&format!("{a2}orders")), 0);
     // A topic the app made under its prefix is the world's too; a topic of
     // no world's is nobody's to delete.
-    kafka.create("shop-feat-a-scratch");
+    kafka.create(&format!("{a}scratch"));
     kafka.create("shop-feat-alpha");
-    kafka.create("shop.feat-a-orders");
+    kafka.create("shop-feat-a-orders");
     run(&["remove", "feat-a", "--force"]);
     let topics = kafka.topics();
     for gone in [
-        "shop-feat-a-orders",
-        "shop-feat-a-order.events",
-        "shop-feat-a-scratch",
-        "_binky-slice-shop-feat-a-",
+        format!("{a}orders"),
+        format!("{a}order.events"),
+        format!("{a}scratch"),
+        format!("_binky-slice-{a}"),
     ] {
-        assert!(
-            !topics.contains(&gone.to_owned()),
-            "{gone} left: {topics:?}"
-        );
+        assert!(!topics.contains(&gone), "{gone} left: {topics:?}");
     }
-    // feat-a's prefix starts feat-a-2's topics, which stay.
     for kept in [
-        "shop-feat-a-2-orders",
-        "shop-feat-a-2-order.events",
-        "_binky-slice-shop-feat-a-2-",
-        "shop-feat-alpha",
-        "shop.feat-a-orders",
+        format!("{a2}orders"),
+        format!("{a2}order.events"),
+        format!("_binky-slice-{a2}"),
+        "shop-feat-alpha".to_owned(),
+        "shop-feat-a-orders".to_owned(),
     ] {
-        assert!(topics.contains(&kept.to_owned()), "{kept} gone: {topics:?}");
+        assert!(topics.contains(&kept), "{kept} gone: {topics:?}");
     }
-    assert_eq!(kafka.records("shop-feat-a-2-orders"), 0);
+    assert_eq!(kafka.records(&format!("{a2}orders")), 0);
     // gc sweeps a slice a crash left half-made: its marker and a topic.
-    kafka.create("_binky-slice-shop-ghost-");
-    kafka.create("shop-ghost-orders");
-    record_half_made_slice(&home, "shop", "bus", "kafka", "shop-ghost-");
+    let ghost = prefix("shop", "ghost");
+    kafka.create(&format!("_binky-slice-{ghost}"));
+    kafka.create(&format!("{ghost}orders"));
+    record_half_made_slice(&home, "shop", "bus", "kafka", &ghost);
     assert!(run(&["gc"]).stdout().contains("swept"));
     let topics = kafka.topics();
-    assert!(
-        !topics.iter().any(|t| t.contains("shop-ghost-")),
-        "{topics:?}"
-    );
+    assert!(!topics.iter().any(|t| t.contains(&ghost)), "{topics:?}");
     for w in [worlds[0], worlds[2], worlds[3]] {
         run(&["remove", w, "--force"]);
     }
@@ -277,7 +280,8 @@ fn a_topic_colliding_by_dot_or_underscore_is_named_and_nothing_is_made() {
         skip(NO_TANSU);
         return;
     };
-    kafka.create("clash-a-order_events");
+    let taken = format!("{}order_events", prefix("clash", "a"));
+    kafka.create(&taken);
     let home = Home::new();
     let repo = Repo::new(&kafka_project("clash", ""));
     let up = Out(repo
@@ -288,12 +292,37 @@ fn a_topic_colliding_by_dot_or_underscore_is_named_and_nothing_is_made() {
     assert_eq!(up.code(), 1, "{up}");
     assert!(
         up.stderr()
-            .contains("collides with the existing topic `clash-a-order_events`"),
+            .contains(&format!("collides with the existing topic `{taken}`")),
         "{up}"
     );
-    assert!(up.stderr().contains("clash-a-order.events"), "{up}");
-    // Nothing of the world is on the broker: no marker, no topic.
-    assert_eq!(kafka.topics(), ["clash-a-order_events"]);
+    let wanted = format!("{}order.events", prefix("clash", "a"));
+    assert!(up.stderr().contains(&wanted), "{up}");
+    // Nothing of the world is on the broker, and the topic it refused is
+    // still there: no marker made, no topic deleted.
+    assert_eq!(kafka.topics(), [taken.clone()]);
+    // A slice another Binky made (its marker and data, on a shared broker)
+    // is refused, never torn down to start afresh.
+    let theirs = prefix("clash", "b");
+    let data = format!("{theirs}important-data");
+    kafka.create(&format!("_binky-slice-{theirs}"));
+    kafka.create(&data);
+    let up = Out(repo
+        .cmd(&home, &["up", "b"])
+        .env("KAFKA_URL", kafka.url())
+        .output()
+        .unwrap());
+    assert_eq!(up.code(), 1, "{up}");
+    assert!(up.stderr().contains("this Binky did not make it"), "{up}");
+    let topics = kafka.topics();
+    assert!(topics.contains(&data), "{topics:?}");
+    // Removing the failed world leaves the other Binky's slice alone.
+    let rm = Out(repo
+        .cmd(&home, &["remove", "b", "--force"])
+        .env("KAFKA_URL", kafka.url())
+        .output()
+        .unwrap());
+    assert_eq!(rm.code(), 0, "{rm}");
+    assert!(kafka.topics().contains(&data), "{:?}", kafka.topics());
 }
 
 #[test]
@@ -325,12 +354,16 @@ fn a_broker_that_keeps_deleted_topics_fails_teardown_naming_them() {
         .output()
         .unwrap());
     assert_eq!(rm.code(), 1, "{rm}");
-    assert!(rm.stderr().contains("still lists keep-w-orders"), "{rm}");
-    assert!(rm.stderr().contains("keep-w-order.events"), "{rm}");
+    let p = prefix("keep", "w");
+    assert!(
+        rm.stderr().contains(&format!("still lists {p}orders")),
+        "{rm}"
+    );
+    assert!(rm.stderr().contains(&format!("{p}order.events")), "{rm}");
     assert!(rm.stderr().contains("delete.topic.enable"), "{rm}");
     assert_eq!(repo.worlds(&home)["w"]["state"], "failed");
     // The marker stays, so the slice is still known and can be swept.
-    assert!(kafka.topics().contains(&"_binky-slice-keep-w-".to_owned()));
+    assert!(kafka.topics().contains(&format!("_binky-slice-{p}")));
     let forced = Out(repo
         .cmd(&home, &["remove", "w", "--force"])
         .envs(env)
@@ -338,7 +371,9 @@ fn a_broker_that_keeps_deleted_topics_fails_teardown_naming_them() {
         .unwrap());
     assert_eq!(forced.code(), 0, "{forced}");
     assert!(
-        forced.stdout().contains("left for `binky gc`: keep-w-"),
+        forced
+            .stdout()
+            .contains(&format!("left for `binky gc`: {p}")),
         "{forced}"
     );
 }
@@ -387,7 +422,7 @@ fn two_worlds_brought_up_at_once_get_a_prefix_each() {
     let topics = kafka.topics();
     for w in ["one", "two"] {
         for t in ["orders", "order.events"] {
-            let name = format!("kc-{w}-{t}");
+            let name = format!("{}{t}", prefix("kc", w));
             assert!(topics.contains(&name), "{name}: {topics:?}");
         }
         let rm = Out(repo
@@ -399,6 +434,7 @@ fn two_worlds_brought_up_at_once_get_a_prefix_each() {
     }
     assert!(
         !kafka.topics().iter().any(|t| t.contains("kc-")),
+        // (every topic of this broker was made by this test's worlds)
         "{:?}",
         kafka.topics()
     );

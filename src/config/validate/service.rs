@@ -403,6 +403,19 @@ pub(super) fn build_resource(
             ),
             None,
         );
+    } else if let (Some(url), Some(check)) = (
+        &rs.admin_url,
+        crate::adapters::catalog::find(adapter).and_then(|e| e.check_url),
+    ) && !url.contains("${")
+        && let Err(why) = check(url)
+    {
+        // What `up` would refuse, said before a worktree is made.
+        cx.error(
+            "invalid-admin-url",
+            &keypath!["services", name, "admin_url"],
+            format!("admin_url for the {adapter} adapter: {why}"),
+            None,
+        );
     }
     if let Some(c) = &rs.clone_from
         && !is_service_name(c)

@@ -210,15 +210,20 @@ pub(super) async fn provision(
         let address = p.keep_live(k).await?;
         return Ok(Resolved::new(address, adapter.as_ref(), &slice));
     }
+    if exists {
+        check_ours(d, service, project, adapter.as_ref(), &slice_name)?;
+    }
     // Intent first: a crash from here leaves a row `gc` can sweep.
     p.record(SliceState::Provisioning)?;
     if exists {
         adapter.teardown(&slice).await.map_err(|e| p.named(e))?;
     }
     if let Err(e) = p.fill().await {
-        // Leave nothing half-made: drop the slice and its record.
-        let _ = adapter.teardown(&slice).await;
-        let _ = d.registry().delete_slice(adapter.name(), &slice_name);
+        // Leave nothing half-made: drop the slice, and its record once it
+        // is really gone (else the record is what `gc` sweeps).
+        if adapter.teardown(&slice).await.is_ok() {
+            let _ = d.registry().delete_slice(adapter.name(), &slice_name);
+        }
         return Err(e);
     }
     p.record(SliceState::Live)?;
@@ -233,6 +238,37 @@ pub(super) async fn provision(
     d.event(ev);
     let address = adapter.resolve(&slice).await.map_err(|e| p.named(e))?;
     Ok(Resolved::new(address, adapter.as_ref(), &slice))
+}
+
+/// Refuses to take over a slice that exists on the server but that this
+/// project never recorded: another `BINKY_HOME` on the same server, or
+/// another project whose names collide, made it, and tearing it down to
+/// start afresh would destroy their data. A slice this project recorded
+/// (half-made, or left for `gc`) is its own to replace.
+fn check_ours(
+    d: &Daemon,
+    service: &str,
+    project: &str,
+    adapter: &dyn adapters::Adapter,
+    slice: &str,
+) -> Result<(), ApiError> {
+    let owner = d
+        .registry()
+        .slice_owner(adapter.name(), slice)
+        .map_err(internal)?;
+    match owner {
+        Some(p) if p == project => Ok(()),
+        Some(other) => Err(ApiError::new(format!(
+            "services.{service}: the {} slice `{slice}` already exists and belongs to project `{other}`",
+            adapter.name()
+        ))
+        .hint("give one of the projects another [project] name")),
+        None => Err(ApiError::new(format!(
+            "services.{service}: the {} slice `{slice}` already exists on the server, and this Binky did not make it",
+            adapter.name()
+        ))
+        .hint("another BINKY_HOME (or a Binky whose registry was lost) made it: remove it there, or drop it by hand if nothing uses it, then `binky up` again")),
+    }
 }
 
 /// One [`provision`] under way: who it is for, the slice, and the key the
