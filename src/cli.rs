@@ -178,9 +178,14 @@ pub struct CheckArgs {
 pub struct UpArgs {
     /// The world's name: a git branch (created from HEAD if it does not exist).
     pub name: String,
-    /// Admission group this world belongs to (recorded; used for fairness).
+    /// Admission group asking for this world (one orchestrator run, one
+    /// person): admission is FIFO within a group and fair across groups.
     #[arg(long, short = 'g', value_name = "GROUP")]
     pub group: Option<String>,
+    /// When the world is queued for room, return at once with its place
+    /// (exit 0) instead of waiting; the daemon brings it up when admitted.
+    #[arg(long)]
+    pub no_wait: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -332,6 +337,9 @@ pub struct ReserveArgs {
     /// Gigabytes of disk to keep free (≥ 0).
     #[arg(long, value_name = "GB", allow_negative_numbers = true)]
     pub disk: Option<f64>,
+    /// Most worlds running or starting at once (0 = unlimited).
+    #[arg(long, value_name = "N")]
+    pub max_parallel: Option<u32>,
 }
 
 /// `binky port`.

@@ -9,7 +9,11 @@ use std::process::ExitCode;
 fn show(s: &Settings) {
     println!("ram reserve    {} %", s.ram_reserve_pct);
     println!("disk reserve   {} GB", s.disk_reserve_gb);
-    println!("max parallel   {}", s.max_parallel);
+    if s.max_parallel == 0 {
+        println!("max parallel   unlimited");
+    } else {
+        println!("max parallel   {}", s.max_parallel);
+    }
     println!("proxy port     {}", s.proxy_port);
     println!("https port     {}", s.https_port);
 }
@@ -38,9 +42,9 @@ pub fn config(args: &JsonArgs) -> ExitCode {
 
 /// `binky reserve`.
 pub fn reserve(args: &ReserveArgs) -> ExitCode {
-    if args.ram.is_none() && args.disk.is_none() {
+    if args.ram.is_none() && args.disk.is_none() && args.max_parallel.is_none() {
         eprintln!(
-            "error: give --ram PERCENT and/or --disk GB (see `binky config` for the current values)"
+            "error: give --ram PERCENT, --disk GB and/or --max-parallel N (see `binky config` for the current values)"
         );
         return ExitCode::from(2);
     }
@@ -59,13 +63,19 @@ pub fn reserve(args: &ReserveArgs) -> ExitCode {
     match settings_of(call(&Request::SetReserve {
         ram_pct: args.ram,
         disk_gb: args.disk,
+        max_parallel: args.max_parallel,
     })) {
         Ok(s) => {
             anstream::println!(
-                "{} reserves: {} % RAM, {} GB disk",
+                "{} reserves: {} % RAM, {} GB disk; max parallel {}",
                 paint(OK, "✓"),
                 s.ram_reserve_pct,
-                s.disk_reserve_gb
+                s.disk_reserve_gb,
+                if s.max_parallel == 0 {
+                    "unlimited".to_owned()
+                } else {
+                    s.max_parallel.to_string()
+                }
             );
             ExitCode::SUCCESS
         }

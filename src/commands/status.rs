@@ -101,6 +101,18 @@ pub fn print_human(report: &StatusReport) {
                 " ".repeat(pad),
                 paint(world_style(w.state), w.state.as_str())
             );
+            if let Some(q) = &w.queue {
+                anstream::println!(
+                    "      {}",
+                    paint(
+                        DIM,
+                        format!("{} of {} in the queue — {}", q.position, q.of, q.reason)
+                    )
+                );
+            }
+            if let Some(since) = &w.suspended_since {
+                anstream::println!("      {}", paint(DIM, format!("suspended since {since}")));
+            }
             if let Some(e) = &w.error {
                 // First line only: the full reason is in `status --json` and the logs.
                 let first = e.lines().next().unwrap_or("");

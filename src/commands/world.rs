@@ -157,6 +157,7 @@ pub fn up(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
         },
         group: args.group.clone(),
         env: ClientEnv::current(),
+        wait: !args.no_wait,
     };
     let req = if reload {
         Request::Reload(req)
@@ -167,6 +168,15 @@ pub fn up(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
         Ok(o) => {
             if args.json {
                 print_json(&o);
+            } else if let Some(q) = &o.world.queue {
+                anstream::println!(
+                    "{} queued: {} is {} of {} — {}; `binky status` shows its place",
+                    paint(DIM, "…"),
+                    o.world.name,
+                    q.position,
+                    q.of,
+                    q.reason
+                );
             } else {
                 notes(&o);
                 print_services(&o);

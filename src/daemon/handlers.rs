@@ -35,6 +35,7 @@ pub(super) async fn handle(
             report
                 .map(|mut r| {
                     world::fill_urls(d, &mut r);
+                    super::admission::fill_queue(d, &mut r, project.as_deref());
                     Response::Status(r)
                 })
                 .map_err(internal)
@@ -44,9 +45,15 @@ pub(super) async fn handle(
             .settings()
             .map(Response::Settings)
             .map_err(internal),
-        Request::SetReserve { ram_pct, disk_gb } => {
-            let s = settings::set_reserve(d, ram_pct, disk_gb)?;
+        Request::SetReserve {
+            ram_pct,
+            disk_gb,
+            max_parallel,
+        } => {
+            let s = settings::set_reserve(d, ram_pct, disk_gb, max_parallel)?;
             d.event(super::events::Event::named("settings_changed").detail("reserve"));
+            // Takes effect now: a lowered reserve admits.
+            d.admission.wake();
             Ok(Response::Settings(s))
         }
         Request::SetPorts { proxy, https } => {
@@ -97,6 +104,10 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
             reg.size_bytes(),
         )
     };
+    let suspended = worlds
+        .get(crate::protocol::WorldState::Suspended.as_str())
+        .copied()
+        .unwrap_or(0);
     let (rss_bytes, cpu_time_ms) = self_usage();
     let now = Instant::now();
     let cpu_percent = {
@@ -116,7 +127,9 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         worlds,
         services_running,
         restarts,
-        queue_length: 0,
+        queue_length: d.registry().queue().map_err(internal)?.len() as u64,
+        suspended,
+        admissions: d.admission.admissions(),
         port_reservations,
         proxy: d.proxy.snapshot(),
         registry_bytes,

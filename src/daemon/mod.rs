@@ -17,8 +17,10 @@
 //! | `errors` | registry and adapter errors as API errors, always redacted |
 //! | `events` | the append-only `events.log` |
 //! | `settings` | `reserve`, `port`, `config` |
+//! | `admission` | the queue of `up`s, room (max_parallel, RAM, disk), fairness across groups |
 //! | `world` | every verb on a world, and the stages of `up` |
 
+mod admission;
 mod errors;
 pub mod events;
 mod handlers;

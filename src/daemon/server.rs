@@ -114,6 +114,7 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
         https_live: Default::default(),
         cpu_sample: Mutex::new(None),
         worlds: world::Worlds::default(),
+        admission: Default::default(),
     });
     settings::init_defaults(&daemon)?;
     restore_routes(&daemon)?;
@@ -124,6 +125,8 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
         .record_session(platform::session_id(), platform::pid())?;
     // Reconcile before serving: re-adopt what is still running.
     world::reconcile(&daemon).await;
+    // Carry on with the queue a previous daemon left, in its order.
+    super::admission::resume_queue(&daemon);
     start_proxy(&daemon, proxy_port_rx).await?;
     daemon.event(
         Event::named("daemon_started").detail(format!("pid {} version {VERSION}", platform::pid())),

@@ -63,13 +63,22 @@ pub(super) fn init_defaults(d: &Daemon) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Validates and stores reserves. RAM 0–90 %, disk ≥ 0 GB.
+/// Validates and stores reserves and the parallelism limit. RAM 0–90 %,
+/// disk ≥ 0 GB, max_parallel 0 (unlimited) to 10,000.
 pub(super) fn set_reserve(
     d: &Daemon,
     ram: Option<f64>,
     disk: Option<f64>,
+    max_parallel: Option<u32>,
 ) -> Result<Settings, ApiError> {
     let mut pairs = Vec::new();
+    if let Some(n) = max_parallel {
+        if n > 10_000 {
+            return Err(ApiError::new(format!("--max-parallel {n} is out of range"))
+                .hint("give a number of worlds from 1 to 10000, or 0 for no limit"));
+        }
+        pairs.push(("max_parallel", n.to_string()));
+    }
     if let Some(r) = ram {
         if !(0.0..=90.0).contains(&r) || r.is_nan() {
             return Err(ApiError::new(format!("--ram {r} is out of range"))

@@ -28,6 +28,7 @@ pub struct Daemon {
     pub(crate) https_live: std::sync::atomic::AtomicBool,
     pub(crate) cpu_sample: Mutex<Option<(Instant, u64)>>,
     pub(crate) worlds: world::Worlds,
+    pub(crate) admission: super::admission::Admission,
 }
 
 /// Where a long operation reports what it is doing (frames go to the caller

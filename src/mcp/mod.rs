@@ -42,6 +42,10 @@ pub struct UpArgs {
     /// Admission group this world belongs to (e.g. one per orchestrator).
     #[serde(default)]
     pub group: Option<String>,
+    /// Wait while the world is queued for room (default true). `false`
+    /// returns at once with state `queued` and its place; poll `status`.
+    #[serde(default)]
+    pub wait: Option<bool>,
 }
 
 /// Arguments of `status`.
@@ -179,7 +183,7 @@ impl BinkyMcp {
     }
 
     #[tool(
-        description = "Bring a world up for a branch: its git worktree, its own ports, its own database slice, its services started in dependency order behind health probes. Returns the world with each service's pid, port and state. Idempotent: on a running world it returns at once."
+        description = "Bring a world up for a branch: its git worktree, its own ports, its own database slice, its services started in dependency order behind health probes. Returns the world with each service's pid, port and state. Idempotent: on a running world it returns at once. When the machine is full (max_parallel, RAM or disk reserve) the world is queued first, with progress notifications; `wait: false` returns the queued place at once."
     )]
     async fn up(
         &self,
@@ -193,6 +197,7 @@ impl BinkyMcp {
             },
             group: a.group,
             env: ClientEnv::current(),
+            wait: a.wait.unwrap_or(true),
         });
         match self.call(req, Some(ctx)).await {
             Ok(Response::World(o)) => done(o),

@@ -753,3 +753,80 @@ pub fn runs_replaced_binary(pid: u32) -> bool {
     std::fs::read_link(format!("/proc/{pid}/exe"))
         .is_ok_and(|p| p.to_string_lossy().ends_with(" (deleted)"))
 }
+
+/// Memory as the kernel reports it, bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Memory {
+    /// `MemTotal`, or the daemon's cgroup limit when lower.
+    pub total: u64,
+    /// `MemAvailable`, or what the cgroup limit leaves when lower.
+    pub available: u64,
+}
+
+/// `/proc/meminfo`'s `MemTotal` and `MemAvailable`, bounded by the
+/// memory limit of this process's cgroup (v2 `memory.max` less
+/// `memory.current`) when there is one: a daemon in a container must not
+/// count the host's RAM. `None` where the kernel gives no `MemAvailable`.
+pub fn memory() -> Option<Memory> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = info.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line[name.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib * 1024)
+    };
+    let mut m = Memory {
+        total: field("MemTotal:")?,
+        available: field("MemAvailable:")?,
+    };
+    if let Some((limit, used)) = cgroup_memory() {
+        m.total = m.total.min(limit);
+        m.available = m.available.min(limit.saturating_sub(used));
+    }
+    Some(m)
+}
+
+/// This process's cgroup v2 memory limit and use, when it has a limit.
+fn cgroup_memory() -> Option<(u64, u64)> {
+    let cg = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = cg.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let dir = Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/'));
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    let limit: u64 = read("memory.max")?.trim().parse().ok()?; // "max": none
+    let used: u64 = read("memory.current")?.trim().parse().ok()?;
+    Some((limit, used))
+}
+
+/// Bytes free for an unprivileged user on the filesystem holding `path`
+/// (its nearest existing ancestor), `None` when it cannot be read.
+pub fn disk_free(path: &Path) -> Option<u64> {
+    let mut p = path;
+    while !p.exists() {
+        p = p.parent()?;
+    }
+    let s = nix::sys::statvfs::statvfs(p).ok()?;
+    Some(s.blocks_available() as u64 * s.fragment_size() as u64)
+}
+
+/// The resident memory of every process in group `pgid`, summed, bytes
+/// (`VmRSS` of `/proc/<pid>/status`): what a world's service really holds.
+pub fn group_rss(pgid: u32) -> u64 {
+    group_members(pgid)
+        .into_iter()
+        .filter_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+            let kib: u64 = line["VmRSS:".len()..]
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()?;
+            Some(kib * 1024)
+        })
+        .sum()
+}

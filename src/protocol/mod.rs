@@ -73,12 +73,16 @@ pub enum Request {
     },
     /// The machine-global settings.
     Config,
-    /// Set RAM/disk reserves; `None` leaves a value unchanged.
+    /// Set RAM/disk reserves and the parallelism limit; `None` leaves a
+    /// value unchanged.
     SetReserve {
         /// Percent of RAM to keep free, 0–90.
         ram_pct: Option<f64>,
         /// Gigabytes of disk to keep free, ≥ 0.
         disk_gb: Option<f64>,
+        /// Most worlds running or starting at once; 0 is unlimited.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_parallel: Option<u32>,
     },
     /// Set the proxy ports; `None` leaves a value unchanged.
     SetPorts {
@@ -231,6 +235,15 @@ pub struct UpRequest {
     /// The CLI's environment: the base environment of services, and where
     /// `${env.NAME}` resolves first. Held in daemon memory only.
     pub env: ClientEnv,
+    /// Wait while queued by admission (`false`: `--no-wait`, answer at once
+    /// with the queued state and position; the daemon brings the world up
+    /// when it is admitted).
+    #[serde(default = "yes")]
+    pub wait: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A caller's environment variables. Its `Debug` prints names only, so a
@@ -294,6 +307,9 @@ impl Request {
 }
 
 /// A frame from the daemon after the [`Welcome`].
+// One value per frame on the socket, moved once: boxing the answer would
+// buy nothing but an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", content = "body", rename_all = "snake_case")]
 pub enum Reply {
@@ -532,6 +548,24 @@ pub struct WorldStatus {
     pub verify: Option<String>,
     /// Its services in start order.
     pub services: Vec<ServiceStatus>,
+    /// Where it stands while `queued`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<Box<QueuePlace>>,
+    /// Since when it is `suspended` (RFC 3339); `error` says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_since: Option<String>,
+}
+
+/// A queued world's place in admission order.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct QueuePlace {
+    /// 1-based place in admission order.
+    pub position: u32,
+    /// How many are queued.
+    pub of: u32,
+    /// Why the next one waits (`max_parallel 4 reached`, `waiting for RAM:
+    /// …`, `disk: …`).
+    pub reason: String,
 }
 
 /// One service of a world.
@@ -581,6 +615,12 @@ pub struct Metrics {
     pub restarts: u64,
     /// Worlds waiting for admission.
     pub queue_length: u64,
+    /// Worlds suspended by admission.
+    #[serde(default)]
+    pub suspended: u64,
+    /// `up`s admitted since the daemon started.
+    #[serde(default)]
+    pub admissions: u64,
     /// Ports reserved, all projects.
     pub port_reservations: u64,
     /// Proxy counters.

@@ -5,9 +5,11 @@
 //! registry from a newer Binky, a corrupt file or a file locked by another
 //! process is reported and never overwritten.
 
+mod queue;
 mod schema;
 mod worlds;
 
+pub use queue::{ActiveRow, QueueRow, now_ms};
 pub use worlds::{OrphanSlice, RecordedProcess, RouteRow, SliceRow, WorldBrief, WorldRow};
 
 use crate::protocol::{ProjectStatus, ServiceStatus, Settings, StatusReport, WorldStatus};
@@ -280,7 +282,8 @@ impl Registry {
                            || CASE WHEN detail LIKE '%with uncommitted changes%'
                                    THEN ' plus uncommitted changes' ELSE '' END
                       FROM verify_results v WHERE v.world_id = worlds.id
-                     ORDER BY v.id DESC LIMIT 1)
+                     ORDER BY v.id DESC LIMIT 1),
+                   suspended_at
                  FROM worlds ORDER BY name",
             )
             .map_err(|e| self.err(e))?;
@@ -298,6 +301,12 @@ impl Registry {
                         error: r.get(7)?,
                         verify: r.get(8)?,
                         services: Vec::new(),
+                        queue: None,
+                        suspended_since: r.get::<_, Option<i64>>(9)?.map(|ms| {
+                            let t = std::time::UNIX_EPOCH
+                                + std::time::Duration::from_millis(ms.max(0) as u64);
+                            humantime::format_rfc3339_seconds(t).to_string()
+                        }),
                     },
                 ))
             })

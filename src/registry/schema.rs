@@ -4,11 +4,18 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 5;
+pub const LATEST: i64 = 6;
 
 /// All migrations, oldest first.
 pub fn migrations() -> Migrations<'static> {
-    Migrations::new(vec![M::up(V1), M::up(V2), M::up(V3), M::up(V4), M::up(V5)])
+    Migrations::new(vec![
+        M::up(V1),
+        M::up(V2),
+        M::up(V3),
+        M::up(V4),
+        M::up(V5),
+        M::up(V6),
+    ])
 }
 
 const V1: &str = r#"
@@ -118,4 +125,24 @@ CREATE TABLE daemon_sessions (
 /// runs `migrate` again when a world's branch moved past it.
 const V5: &str = r#"
 ALTER TABLE slices ADD COLUMN migrated_key TEXT;
+"#;
+
+/// v6: admission. The queue of `up`s waiting for room, in arrival order
+/// (durable: a restarted daemon carries on with the same order); each
+/// project's learned footprint; when a world was last admitted or resumed
+/// (the newest is suspended first) and since when it is suspended.
+const V6: &str = r#"
+CREATE TABLE admission_queue (
+    ticket      INTEGER PRIMARY KEY AUTOINCREMENT, -- arrival order, never reused
+    project     TEXT NOT NULL,
+    world       TEXT NOT NULL,
+    grp         TEXT NOT NULL DEFAULT '',
+    request     TEXT NOT NULL,            -- the world reference as JSON; never the caller's environment
+    disk_path   TEXT NOT NULL,            -- the project's main checkout, whose filesystem keeps the disk reserve
+    enqueued_at INTEGER NOT NULL,         -- unix ms
+    UNIQUE (project, world)
+);
+ALTER TABLE projects ADD COLUMN footprint_bytes INTEGER;  -- peak RSS of its last running world
+ALTER TABLE worlds ADD COLUMN admitted_at INTEGER;        -- unix ms of the last admission or resume
+ALTER TABLE worlds ADD COLUMN suspended_at INTEGER;       -- unix ms, while suspended
 "#;

@@ -2,6 +2,7 @@
 //! in its own temporary `BINKY_HOME`.
 
 mod adapters;
+mod admission;
 mod cancel;
 mod contract;
 mod daemon;

@@ -5,6 +5,12 @@ use super::*;
 /// `binky down`.
 pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome, ApiError> {
     let loc = locate(d, &wref)?;
+    // A queued `up` leaves the queue; a world never made has nothing more
+    // to stop.
+    let was_queued = admission::withdraw(d, &loc.name, &wref.name)?;
+    if was_queued && !world_exists(d, &loc, &wref.name)? {
+        return Ok(withdrawn(&loc, &wref.name, WorldState::Stopped));
+    }
     let lock = d.worlds.lock_for(&format!("{}/{}", loc.name, wref.name));
     let _guard = lock.lock().await;
     let w = find_world(d, &loc, &wref.name)?;

@@ -21,7 +21,7 @@
 //! of (a world's status and ports).
 
 use super::events::Event as LogEvent;
-use super::{Daemon, ProgressTx};
+use super::{Daemon, ProgressTx, admission};
 use crate::adapters::{self, Slice, golden};
 use crate::config::render::{Facts, ServiceFacts, render};
 use crate::config::{self, Config, Probe, ServiceKind};
@@ -67,8 +67,8 @@ pub(crate) use routes::fill_urls;
 use routes::*;
 use slices::*;
 use start::*;
-pub(crate) use up::up;
 use up::*;
+pub(crate) use up::{up, up_admitted};
 pub(crate) use verify::verify;
 
 /// Whom a stage of a verb works for: the daemon, the world's config (as on
@@ -189,7 +189,31 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_owned()
 }
 
-fn world_event(ev: &str, project: &str, world: &str) -> LogEvent {
+/// Whether `name` has a world row in `loc`'s project.
+fn world_exists(d: &Daemon, loc: &Located, name: &str) -> Result<bool, ApiError> {
+    let reg = d.registry();
+    let Some(pid) = reg.project_id(&loc.name).map_err(internal)? else {
+        return Ok(false);
+    };
+    Ok(reg.find_world(pid, name).map_err(internal)?.is_some())
+}
+
+/// What `down`/`remove` of a queued world that was never made answers.
+fn withdrawn(loc: &Located, name: &str, state: WorldState) -> WorldOutcome {
+    let mut world = admission::unmade(name, None);
+    world.state = state;
+    WorldOutcome {
+        project: loc.name.clone(),
+        world,
+        noop: false,
+        notes: vec![format!(
+            "{name} was queued and never made: it left the queue, nothing else to do"
+        )],
+        left_for_gc: Vec::new(),
+    }
+}
+
+pub(crate) fn world_event(ev: &str, project: &str, world: &str) -> LogEvent {
     let mut e = LogEvent::named(ev);
     e.project = Some(project.to_owned());
     e.worktree = Some(world.to_owned());

@@ -11,6 +11,10 @@ pub(crate) async fn remove(
     client_env: ClientEnv,
 ) -> Result<WorldOutcome, ApiError> {
     let loc = locate(d, &wref)?;
+    let was_queued = admission::withdraw(d, &loc.name, &wref.name)?;
+    if was_queued && !world_exists(d, &loc, &wref.name)? {
+        return Ok(withdrawn(&loc, &wref.name, WorldState::Removed));
+    }
     let lock = d.worlds.lock_for(&format!("{}/{}", loc.name, wref.name));
     let _guard = lock.lock().await;
     let w = find_world(d, &loc, &wref.name)?;

@@ -3,7 +3,8 @@
 
 use super::*;
 
-/// `binky up`.
+/// `binky up`: admission first (nothing is made while queued), then the
+/// world. A world already running takes no new room and skips the queue.
 pub(crate) async fn up(
     d: &Arc<Daemon>,
     req: UpRequest,
@@ -11,11 +12,87 @@ pub(crate) async fn up(
 ) -> Result<WorldOutcome, ApiError> {
     check_name(&req.world.name)?;
     let loc = locate(d, &req.world)?;
+    let known = {
+        let reg = d.registry();
+        match reg.project_id(&loc.name).map_err(internal)? {
+            Some(pid) => reg.find_world(pid, &req.world.name).map_err(internal)?,
+            None => None,
+        }
+    };
+    let running = known.is_some_and(|w| fully_running(d, &w));
+    if running {
+        return up_with(d, &loc, &req, None, progress).await;
+    }
+    let disk_path = loc.main_root().display().to_string();
+    let ticket = admission::enqueue(d, &loc.name, &req, &disk_path)?;
+    let admitted = match admission::try_admit(d, ticket)? {
+        Ok(a) => a,
+        Err(standing) if !req.wait => {
+            let out = queued_outcome(d, &loc, &req, &standing);
+            admission::run_unwatched(d, ticket, req);
+            return Ok(out);
+        }
+        Err(_) => admission::wait(d, ticket, &loc.name, &req.world.name, progress).await?,
+    };
+    up_with(d, &loc, &req, Some(admitted), progress).await
+}
+
+/// The `up` of a ticket admitted from the queue with nobody waiting on it
+/// (`--no-wait`, or a queue carried over a daemon restart).
+pub(crate) async fn up_admitted(
+    d: &Arc<Daemon>,
+    req: UpRequest,
+    admitted: admission::Admitted,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
+    let loc = locate(d, &req.world)?;
+    up_with(d, &loc, &req, Some(admitted), progress).await
+}
+
+/// `up` under the world's lock; `admitted` counts against the room until
+/// this returns.
+async fn up_with(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    req: &UpRequest,
+    admitted: Option<admission::Admitted>,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
     let name = req.world.name.clone();
     let key = format!("{}/{}", loc.name, name);
     let lock = d.worlds.lock_for(&key);
     let _guard = lock.lock().await;
-    up_locked(d, &loc, &name, req.group.as_deref(), &req.env, progress).await
+    let out = up_locked(d, loc, &name, req.group.as_deref(), &req.env, progress).await;
+    drop(admitted);
+    out
+}
+
+/// What a `--no-wait` `up` answers while queued.
+fn queued_outcome(
+    d: &Daemon,
+    loc: &Located,
+    req: &UpRequest,
+    standing: &admission::Standing,
+) -> WorldOutcome {
+    let name = &req.world.name;
+    let row = {
+        let reg = d.registry();
+        reg.project_id(&loc.name)
+            .ok()
+            .flatten()
+            .and_then(|pid| reg.find_world(pid, name).ok().flatten())
+    };
+    let known = row.and_then(|w| world_status(d, &loc.name, w.id).ok());
+    let mut world = known.unwrap_or_else(|| admission::unmade(name, req.group.clone()));
+    world.state = WorldState::Queued;
+    world.queue = Some(standing.place());
+    WorldOutcome {
+        project: loc.name.clone(),
+        world,
+        noop: false,
+        notes: vec![standing.message()],
+        left_for_gc: Vec::new(),
+    }
 }
 
 pub(super) async fn up_locked(
@@ -259,6 +336,8 @@ fn record_world(
         .collect();
     reg.sync_services(id, &services).map_err(internal)?;
     reg.reset_restarts(id).map_err(internal)?;
+    // Admitted now: the newest world is the first suspended.
+    reg.set_admitted(id).map_err(internal)?;
     Ok(id)
 }
 

@@ -1,0 +1,429 @@
+//! Admission as a pure function: the queue and the room in, a decision out.
+//! No clock, no I/O, so the rules are tested exhaustively (unit and property
+//! tests below) and the daemon only gathers the figures.
+//!
+//! The rules (issue "Admission"):
+//! - **Fair across groups, FIFO within one.** The next request comes from
+//!   the group with the fewest active worlds (running, starting, or admitted
+//!   and not yet settled), ties to the oldest request; within a group the
+//!   oldest goes first. A group never waits behind another's whole backlog.
+//! - **Room** is all of: fewer than `max_parallel` active worlds (0 is no
+//!   limit); available RAM, less what admitted-but-unsettled worlds are
+//!   expected to take, covering the reserve plus the request's footprint
+//!   (plus a margin for a resume, so a world just suspended is not resumed
+//!   by the memory its own suspension freed); free disk above the reserve on
+//!   every filesystem checked.
+//! - **No overtaking.** When the next request does not fit, nobody is
+//!   admitted: a smaller request behind it would otherwise starve it.
+
+use std::collections::BTreeMap;
+
+/// One request waiting for admission (a queued `up`, or a suspended world
+/// waiting to resume).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// Arrival order: lower is older. Unique.
+    pub ticket: i64,
+    /// Who is asking (`--group`); `""` is the default group.
+    pub group: String,
+    /// RAM the world is expected to take, bytes.
+    pub footprint: u64,
+    /// A suspended world's resume: needs [`Room::resume_margin`] on top.
+    pub resume: bool,
+}
+
+/// What the machine has now, as the daemon measured it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Room {
+    /// Most worlds active at once; 0 is unlimited.
+    pub max_parallel: u32,
+    /// Active worlds per group (running, starting, admitted).
+    pub active: BTreeMap<String, u32>,
+    /// RAM, when the machine reports it (Linux `MemAvailable`).
+    pub ram: Option<Ram>,
+    /// Filesystems that must keep their disk reserve free.
+    pub disks: Vec<Disk>,
+    /// Extra RAM a resume needs beyond its footprint, bytes (hysteresis).
+    pub resume_margin: u64,
+}
+
+/// Available RAM against the reserve.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ram {
+    /// Available now, bytes (bounded by the daemon's cgroup limit).
+    pub available: u64,
+    /// Kept free, bytes.
+    pub reserve: u64,
+    /// The reserve as a percentage, for messages.
+    pub reserve_pct: u32,
+    /// Expected footprints of worlds admitted but not yet settled: their
+    /// memory is not yet gone from `available`, bytes.
+    pub pending: u64,
+}
+
+/// One filesystem's free space against the disk reserve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disk {
+    /// A path on it (`BINKY_HOME`, the worktree root), for messages.
+    pub path: String,
+    /// Free bytes for an unprivileged user.
+    pub free: u64,
+    /// Bytes kept free.
+    pub reserve: u64,
+}
+
+/// Why the next request waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocker {
+    /// `max_parallel` worlds are active.
+    MaxParallel {
+        /// The limit.
+        limit: u32,
+    },
+    /// Not enough RAM above the reserve.
+    Ram {
+        /// The measurement.
+        ram: Ram,
+        /// What the next world needs (its footprint, plus the margin for a
+        /// resume), bytes.
+        needs: u64,
+    },
+    /// A filesystem is at its disk reserve.
+    Disk(Disk),
+}
+
+impl std::fmt::Display for Blocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Blocker::MaxParallel { limit } => write!(f, "max_parallel {limit} reached"),
+            Blocker::Ram { ram, needs } => write!(
+                f,
+                "waiting for RAM: {} available, {} kept in reserve ({} %), {} needed",
+                gib(ram.available.saturating_sub(ram.pending)),
+                gib(ram.reserve),
+                ram.reserve_pct,
+                gib(*needs)
+            ),
+            Blocker::Disk(d) => write!(
+                f,
+                "disk: {:.1} GB free under {}, {:.1} GB kept",
+                d.free as f64 / 1e9,
+                d.path,
+                d.reserve as f64 / 1e9
+            ),
+        }
+    }
+}
+
+/// `n` bytes as GiB with one decimal.
+pub fn gib(n: u64) -> String {
+    format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64)
+}
+
+/// What to do now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Admit the request at this index of the queue.
+    Admit(usize),
+    /// Admit nobody yet, for this reason.
+    Wait(Blocker),
+    /// The queue is empty.
+    Idle,
+}
+
+/// The order the queue would be admitted in if room came one world at a
+/// time: indices into `queue`. Each admission counts against its group, so
+/// groups alternate by how many worlds they have active.
+pub fn order(queue: &[Waiting], room: &Room) -> Vec<usize> {
+    let mut active = room.active.clone();
+    let mut left: Vec<usize> = (0..queue.len()).collect();
+    left.sort_by_key(|&i| queue[i].ticket);
+    let mut out = Vec::with_capacity(queue.len());
+    while !left.is_empty() {
+        // The oldest request of the group with the fewest active worlds;
+        // `left` is in ticket order, so the first hit per count is oldest.
+        let pick = left
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, i)| {
+                let q = &queue[**i];
+                (active.get(&q.group).copied().unwrap_or(0), q.ticket)
+            })
+            .map(|(pos, _)| pos)
+            .expect("left is not empty");
+        let i = left.remove(pick);
+        *active.entry(queue[i].group.clone()).or_default() += 1;
+        out.push(i);
+    }
+    out
+}
+
+/// Whether one more world of `needs` bytes fits now; `Err` names what is
+/// short.
+pub fn fits(room: &Room, needs: u64) -> Result<(), Blocker> {
+    let active: u32 = room.active.values().sum();
+    if room.max_parallel > 0 && active >= room.max_parallel {
+        return Err(Blocker::MaxParallel {
+            limit: room.max_parallel,
+        });
+    }
+    if let Some(ram) = room.ram {
+        let free = ram.available.saturating_sub(ram.pending);
+        if free < ram.reserve.saturating_add(needs) {
+            return Err(Blocker::Ram { ram, needs });
+        }
+    }
+    if let Some(d) = room.disks.iter().find(|d| d.free <= d.reserve) {
+        return Err(Blocker::Disk(d.clone()));
+    }
+    Ok(())
+}
+
+/// The next admission: the first request in [`order`] if it [`fits`].
+pub fn decide(queue: &[Waiting], room: &Room) -> Decision {
+    let Some(&next) = order(queue, room).first() else {
+        return Decision::Idle;
+    };
+    let w = &queue[next];
+    let needs = w.footprint + if w.resume { room.resume_margin } else { 0 };
+    match fits(room, needs) {
+        Ok(()) => Decision::Admit(next),
+        Err(b) => Decision::Wait(b),
+    }
+}
+
+/// One world that runs, for choosing whom to suspend.
+// Suspension under memory pressure arrives in the next change; the rule is
+// here, pure and tested, with the others.
+#[allow(dead_code)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Active {
+    /// The world's id.
+    pub world: i64,
+    /// When it was last admitted or resumed (any monotonic unit): newer is
+    /// larger.
+    pub since: u64,
+    /// Whether it may be suspended now (not resumed within the hold time).
+    pub suspendable: bool,
+}
+
+/// The world to suspend when available RAM has fallen below the reserve:
+/// the newest suspendable one; `None` while RAM covers the reserve.
+#[allow(dead_code)]
+pub fn to_suspend(running: &[Active], ram: Ram) -> Option<i64> {
+    if ram.available >= ram.reserve {
+        return None;
+    }
+    running
+        .iter()
+        .filter(|a| a.suspendable)
+        .max_by_key(|a| (a.since, a.world))
+        .map(|a| a.world)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn w(ticket: i64, group: &str) -> Waiting {
+        Waiting {
+            ticket,
+            group: group.into(),
+            footprint: 100 * MIB,
+            resume: false,
+        }
+    }
+
+    fn room(max: u32, active: &[(&str, u32)]) -> Room {
+        Room {
+            max_parallel: max,
+            active: active.iter().map(|(g, n)| (g.to_string(), *n)).collect(),
+            ..Room::default()
+        }
+    }
+
+    #[test]
+    fn without_groups_admission_is_fifo() {
+        let q = [w(3, ""), w(1, ""), w(2, "")];
+        let tickets: Vec<i64> = order(&q, &room(0, &[]))
+            .into_iter()
+            .map(|i| q[i].ticket)
+            .collect();
+        assert_eq!(tickets, [1, 2, 3]);
+        assert_eq!(decide(&q, &room(0, &[])), Decision::Admit(1));
+        assert_eq!(decide(&[], &room(0, &[])), Decision::Idle);
+    }
+
+    #[test]
+    fn a_small_group_is_not_kept_behind_a_large_backlog() {
+        // The issue's case: 8 from A, then 2 from B, max_parallel 2, with
+        // A1 and A2 running: when one goes, B1 is next, before A3.
+        let q: Vec<Waiting> = (3..=8)
+            .map(|i| w(i, "a"))
+            .chain([w(9, "b"), w(10, "b")])
+            .collect();
+        let r = room(2, &[("a", 1)]);
+        assert_eq!(q[decide_index(&q, &r)].ticket, 9);
+        let names: Vec<i64> = order(&q, &r).into_iter().map(|i| q[i].ticket).collect();
+        assert_eq!(names, [9, 3, 10, 4, 5, 6, 7, 8]);
+    }
+
+    fn decide_index(q: &[Waiting], r: &Room) -> usize {
+        match decide(q, r) {
+            Decision::Admit(i) => i,
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn room_is_parallelism_ram_and_disk() {
+        let q = [w(1, "")];
+        assert_eq!(
+            decide(&q, &room(2, &[("", 2)])),
+            Decision::Wait(Blocker::MaxParallel { limit: 2 })
+        );
+        let mut r = room(0, &[("", 50)]);
+        r.ram = Some(Ram {
+            available: 1000 * MIB,
+            reserve: 850 * MIB,
+            reserve_pct: 15,
+            pending: 0,
+        });
+        assert_eq!(decide(&q, &r), Decision::Admit(0));
+        // An admitted world not yet settled counts with its footprint.
+        r.ram.as_mut().unwrap().pending = 100 * MIB;
+        let Decision::Wait(b) = decide(&q, &r) else {
+            panic!()
+        };
+        assert_eq!(
+            b.to_string(),
+            "waiting for RAM: 0.9 GiB available, 0.8 GiB kept in reserve (15 %), 0.1 GiB needed"
+        );
+        r.ram = None;
+        r.disks = vec![Disk {
+            path: "/home".into(),
+            free: 3_200_000_000,
+            reserve: 5_000_000_000,
+        }];
+        let Decision::Wait(b) = decide(&q, &r) else {
+            panic!()
+        };
+        assert_eq!(b.to_string(), "disk: 3.2 GB free under /home, 5.0 GB kept");
+    }
+
+    #[test]
+    fn a_resume_needs_the_margin_too() {
+        let mut q = [w(1, "")];
+        let mut r = room(0, &[]);
+        r.resume_margin = 100 * MIB;
+        r.ram = Some(Ram {
+            available: 1150 * MIB,
+            reserve: 1000 * MIB,
+            reserve_pct: 10,
+            pending: 0,
+        });
+        assert_eq!(decide(&q, &r), Decision::Admit(0));
+        q[0].resume = true;
+        assert!(matches!(
+            decide(&q, &r),
+            Decision::Wait(Blocker::Ram { .. })
+        ));
+    }
+
+    #[test]
+    fn the_newest_suspendable_world_is_suspended_only_below_the_reserve() {
+        let running = [
+            Active {
+                world: 1,
+                since: 10,
+                suspendable: true,
+            },
+            Active {
+                world: 2,
+                since: 30,
+                suspendable: false,
+            },
+            Active {
+                world: 3,
+                since: 20,
+                suspendable: true,
+            },
+        ];
+        let low = Ram {
+            available: 90,
+            reserve: 100,
+            ..Ram::default()
+        };
+        assert_eq!(to_suspend(&running, low), Some(3));
+        let ok = Ram {
+            available: 100,
+            ..low
+        };
+        assert_eq!(to_suspend(&running, ok), None);
+        assert_eq!(to_suspend(&running[1..2], low), None);
+    }
+
+    fn queue_strategy() -> impl Strategy<Value = Vec<Waiting>> {
+        prop::collection::vec((0..4u8, 1..400u64), 0..24).prop_map(|v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (g, mib))| Waiting {
+                    ticket: i as i64,
+                    group: format!("g{g}"),
+                    footprint: mib * MIB,
+                    resume: false,
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        /// Admitting one at a time as `decide` says, with worlds never
+        /// leaving: never past max_parallel, never past the RAM reserve,
+        /// FIFO within each group, and every group served while there is
+        /// room (no starvation).
+        #[test]
+        fn admissions_respect_the_limits_and_order(
+            queue in queue_strategy(),
+            max in 0..6u32,
+            avail_mib in 0..4000u64,
+            reserve_mib in 0..2000u64,
+        ) {
+            let mut q = queue.clone();
+            let mut r = Room {
+                max_parallel: max,
+                ram: Some(Ram { available: avail_mib * MIB, reserve: reserve_mib * MIB, reserve_pct: 10, pending: 0 }),
+                ..Room::default()
+            };
+            let mut admitted: Vec<Waiting> = Vec::new();
+            while let Decision::Admit(i) = decide(&q, &r) {
+                let a = q.remove(i);
+                *r.active.entry(a.group.clone()).or_default() += 1;
+                r.ram.as_mut().unwrap().pending += a.footprint;
+                admitted.push(a);
+            }
+            let total: u32 = r.active.values().sum();
+            prop_assert!(max == 0 || total <= max);
+            let ram = r.ram.unwrap();
+            prop_assert!(admitted.is_empty() || ram.available >= ram.pending + ram.reserve);
+            for g in admitted.iter().map(|a| &a.group) {
+                let mine: Vec<i64> = admitted.iter().filter(|a| &a.group == g).map(|a| a.ticket).collect();
+                prop_assert!(mine.windows(2).all(|p| p[0] < p[1]), "FIFO in {g}: {mine:?}");
+                // Nobody of the group still waiting is older than one admitted.
+                let newest = *mine.last().unwrap();
+                prop_assert!(q.iter().filter(|w| &w.group == g).all(|w| w.ticket > newest));
+            }
+            // Fairness: an admitted group never has two more active than a
+            // group left waiting (it got its turn first).
+            for waiting in q.iter().map(|w| &w.group) {
+                let theirs = r.active.get(waiting).copied().unwrap_or(0);
+                for (g, n) in &r.active {
+                    prop_assert!(*n <= theirs + 1, "{g} has {n}, {waiting} waits with {theirs}");
+                }
+            }
+        }
+    }
+}

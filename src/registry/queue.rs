@@ -1,0 +1,245 @@
+//! Queries for admission: the queue of waiting `up`s, the worlds that count
+//! against the room, project footprints and suspensions.
+
+use super::{Registry, RegistryError};
+use crate::protocol::WorldState;
+use rusqlite::{OptionalExtension, params};
+
+/// One queued `up`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRow {
+    /// Arrival order; never reused.
+    pub ticket: i64,
+    /// Project name.
+    pub project: String,
+    /// World name.
+    pub world: String,
+    /// Admission group (`""`: the default one).
+    pub group: String,
+    /// The `up`'s world reference, as JSON.
+    pub request: String,
+    /// A path whose filesystem must keep the disk reserve free.
+    pub disk_path: String,
+    /// When it was queued, unix ms.
+    pub enqueued_at: i64,
+}
+
+/// A world that takes room: running, starting, or suspended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveRow {
+    /// World id.
+    pub id: i64,
+    /// Project name.
+    pub project: String,
+    /// World name.
+    pub world: String,
+    /// Admission group (`""`: the default one).
+    pub group: String,
+    /// Where it is.
+    pub state: WorldState,
+    /// Last admission or resume, unix ms.
+    pub admitted_at: Option<i64>,
+    /// Since when it is suspended, unix ms.
+    pub suspended_at: Option<i64>,
+}
+
+/// Now, in unix milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Registry {
+    /// Queues an `up` of `project`/`world`, returning its ticket; one
+    /// already queued keeps its ticket (and place).
+    pub fn enqueue(
+        &mut self,
+        project: &str,
+        world: &str,
+        group: &str,
+        request: &str,
+        disk_path: &str,
+    ) -> Result<i64, RegistryError> {
+        self.conn
+            .execute(
+                "INSERT INTO admission_queue(project, world, grp, request, disk_path, enqueued_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT(project, world) DO NOTHING",
+                params![project, world, group, request, disk_path, now_ms()],
+            )
+            .map_err(|e| self.err(e))?;
+        self.conn
+            .query_row(
+                "SELECT ticket FROM admission_queue WHERE project = ?1 AND world = ?2",
+                params![project, world],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    /// Takes `ticket` out of the queue; whether it was there.
+    pub fn dequeue(&mut self, ticket: i64) -> Result<bool, RegistryError> {
+        self.conn
+            .execute(
+                "DELETE FROM admission_queue WHERE ticket = ?1",
+                params![ticket],
+            )
+            .map(|n| n > 0)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Takes `project`/`world` out of the queue; its ticket, if it was there.
+    pub fn dequeue_world(
+        &mut self,
+        project: &str,
+        world: &str,
+    ) -> Result<Option<i64>, RegistryError> {
+        self.conn
+            .query_row(
+                "DELETE FROM admission_queue WHERE project = ?1 AND world = ?2 RETURNING ticket",
+                params![project, world],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// The queue, oldest first.
+    pub fn queue(&self) -> Result<Vec<QueueRow>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT ticket, project, world, grp, request, disk_path, enqueued_at
+                 FROM admission_queue ORDER BY ticket",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(QueueRow {
+                    ticket: r.get(0)?,
+                    project: r.get(1)?,
+                    world: r.get(2)?,
+                    group: r.get(3)?,
+                    request: r.get(4)?,
+                    disk_path: r.get(5)?,
+                    enqueued_at: r.get(6)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Worlds running, starting or suspended, oldest admission first.
+    pub fn active_worlds(&self) -> Result<Vec<ActiveRow>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT w.id, p.name, w.name, COALESCE(w.grp, ''), w.state, w.admitted_at, w.suspended_at
+                 FROM worlds w JOIN projects p ON p.id = w.project_id
+                 WHERE w.state IN (?1, ?2, ?3)
+                 ORDER BY COALESCE(w.admitted_at, 0), w.id",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(
+                params![
+                    WorldState::Running,
+                    WorldState::Starting,
+                    WorldState::Suspended
+                ],
+                |r| {
+                    Ok(ActiveRow {
+                        id: r.get(0)?,
+                        project: r.get(1)?,
+                        world: r.get(2)?,
+                        group: r.get(3)?,
+                        state: r.get(4)?,
+                        admitted_at: r.get(5)?,
+                        suspended_at: r.get(6)?,
+                    })
+                },
+            )
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Records that world `id` was admitted (or resumed) now.
+    pub fn set_admitted(&mut self, id: i64) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE worlds SET admitted_at = ?2, suspended_at = NULL WHERE id = ?1",
+                params![id, now_ms()],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Records world `id` as suspended since now, for `why`.
+    pub fn set_suspended(&mut self, id: i64, why: &str) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE worlds SET state = ?2, intent = NULL, error = ?3, suspended_at = ?4,
+                   updated_at = unixepoch() WHERE id = ?1",
+                params![id, WorldState::Suspended, why, now_ms()],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// The project's learned footprint (peak RSS of its last running
+    /// world), bytes.
+    pub fn footprint(&self, project: &str) -> Result<Option<u64>, RegistryError> {
+        self.conn
+            .query_row(
+                "SELECT footprint_bytes FROM projects WHERE name = ?1",
+                params![project],
+                |r| r.get::<_, Option<i64>>(0),
+            )
+            .optional()
+            .map(|v| v.flatten().map(|b| b.max(0) as u64))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Stores the project's footprint, bytes.
+    pub fn set_footprint(&mut self, project: &str, bytes: u64) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE projects SET footprint_bytes = ?2 WHERE name = ?1",
+                params![project, i64::try_from(bytes).unwrap_or(i64::MAX)],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::registry::Registry;
+
+    #[test]
+    fn the_queue_keeps_arrival_order_and_one_place_per_world() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Registry::open(&dir.path().join("r.db")).unwrap();
+        let a = r.enqueue("p", "a", "", "{}", "/").unwrap();
+        let b = r.enqueue("p", "b", "g", "{}", "/").unwrap();
+        assert!(b > a);
+        assert_eq!(r.enqueue("p", "a", "", "{}", "/").unwrap(), a);
+        let q = r.queue().unwrap();
+        assert_eq!(
+            q.iter().map(|q| q.world.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert_eq!(q[1].group, "g");
+        assert_eq!(r.dequeue_world("p", "a").unwrap(), Some(a));
+        assert!(!r.dequeue(a).unwrap());
+        assert!(r.dequeue(b).unwrap());
+        // A ticket is never reused.
+        assert!(r.enqueue("p", "a", "", "{}", "/").unwrap() > b);
+        r.upsert_project("p", "/p").unwrap();
+        assert_eq!(r.footprint("p").unwrap(), None);
+        r.set_footprint("p", 300 << 20).unwrap();
+        assert_eq!(r.footprint("p").unwrap(), Some(300 << 20));
+    }
+}

@@ -1,0 +1,278 @@
+//! Admission against a real daemon: max_parallel, the disk reserve, groups,
+//! Ctrl-C while queued, `down`/`remove` of a queued world, and a queue that
+//! outlives `kill -9` of the daemon.
+
+use crate::harness::*;
+use crate::project::*;
+use std::process::Stdio;
+use std::time::Duration;
+
+/// A project whose world is one cheap process.
+fn sleeper(name: &str) -> Repo {
+    let toml = format!(
+        "{}[services.app]\ncmd = \"exec sleep 600\"\n",
+        project_header(name, 1)
+    );
+    Repo::new(&toml)
+}
+
+fn state(repo: &Repo, home: &Home, w: &str) -> String {
+    repo.worlds(home)
+        .get(w)
+        .map(|w| w["state"].as_str().unwrap_or("").to_owned())
+        .unwrap_or_default()
+}
+
+fn wait_state(repo: &Repo, home: &Home, w: &str, want: &str) {
+    assert!(
+        wait_until(Duration::from_secs(20), || state(repo, home, w) == want),
+        "{w} never became {want}: {:?}",
+        repo.worlds(home).get(w)
+    );
+}
+
+/// The worlds in the order the daemon admitted them (events.log).
+fn admitted(home: &Home) -> Vec<String> {
+    home.events()
+        .iter()
+        .filter(|e| e["event"] == "admitted")
+        .map(|e| e["worktree"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+fn no_wait(repo: &Repo, home: &Home, w: &str, group: Option<&str>) -> Out {
+    let mut args = vec!["up", w, "--no-wait", "--json"];
+    if let Some(g) = group {
+        args.extend(["--group", g]);
+    }
+    let out = repo.run(home, &args);
+    assert_eq!(out.code(), 0, "{out}");
+    out
+}
+
+#[test]
+fn max_parallel_queues_the_rest_in_order_and_serves_them_as_worlds_go_down() {
+    let home = Home::new();
+    let repo = sleeper("admit");
+    home.ok(&[
+        "reserve",
+        "--max-parallel",
+        "2",
+        "--ram",
+        "0",
+        "--disk",
+        "0",
+    ]);
+    for w in ["w1", "w2"] {
+        let o = no_wait(&repo, &home, w, None).json();
+        assert_eq!(o["world"]["state"], "running", "{o}");
+    }
+    // Full: the next two wait, nothing made for them.
+    for (w, place) in [("w3", 1), ("w4", 2)] {
+        let o = no_wait(&repo, &home, w, None).json();
+        assert_eq!(o["world"]["state"], "queued", "{o}");
+        assert_eq!(o["world"]["queue"]["position"], place, "{o}");
+        assert_eq!(
+            o["world"]["queue"]["reason"], "max_parallel 2 reached",
+            "{o}"
+        );
+        assert!(!repo.worktree_root().join(w).exists(), "{w} was made");
+    }
+    let status = repo.ok(&home, &["status", "--json"]).json();
+    let text = repo.ok(&home, &["status"]).stdout();
+    assert!(
+        text.contains("2 of 2 in the queue — max_parallel 2 reached"),
+        "{text}\n{status}"
+    );
+    let m = home.ok(&["metrics"]).json();
+    assert_eq!(m["queue_length"], 2, "{m}");
+    // A waiting `up` shows where it stands, and is served in its turn.
+    let waiting = repo
+        .cmd(&home, &["up", "w5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || {
+        repo.worlds(&home).get("w5").is_some()
+    }));
+    repo.ok(&home, &["down", "w1"]);
+    wait_state(&repo, &home, "w3", "running");
+    assert_eq!(state(&repo, &home, "w4"), "queued");
+    repo.ok(&home, &["down", "w2"]);
+    wait_state(&repo, &home, "w4", "running");
+    repo.ok(&home, &["down", "w3"]);
+    let out = Out(waiting.wait_with_output().unwrap());
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(
+        out.stderr()
+            .contains("queued: 1st of 1 — max_parallel 2 reached"),
+        "{out}"
+    );
+    assert_eq!(admitted(&home), ["w1", "w2", "w3", "w4", "w5"]);
+    // Never more than two at once: each admission followed a `down`.
+    let events: Vec<String> = home
+        .events()
+        .iter()
+        .filter(|e| e["event"] == "admitted" || e["event"] == "down")
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["event"].as_str().unwrap(),
+                e["worktree"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "admitted w1",
+            "admitted w2",
+            "down w1",
+            "admitted w3",
+            "down w2",
+            "admitted w4",
+            "down w3",
+            "admitted w5"
+        ],
+    );
+}
+
+#[test]
+fn a_group_is_never_kept_behind_another_groups_backlog() {
+    let home = Home::new();
+    let repo = sleeper("fair");
+    home.ok(&[
+        "reserve",
+        "--max-parallel",
+        "2",
+        "--ram",
+        "0",
+        "--disk",
+        "0",
+    ]);
+    for i in 1..=8 {
+        no_wait(&repo, &home, &format!("a{i}"), Some("a"));
+    }
+    for i in 1..=2 {
+        no_wait(&repo, &home, &format!("b{i}"), Some("b"));
+    }
+    let q = |w: &str| repo.worlds(&home)[w]["queue"]["position"].clone();
+    // b's go first though six of a's came before them: a has two
+    // running, b none.
+    assert_eq!(q("b1"), 1);
+    assert_eq!(q("b2"), 2);
+    assert_eq!(q("a3"), 3);
+    repo.ok(&home, &["down", "a1"]);
+    wait_state(&repo, &home, "b1", "running");
+    assert_eq!(state(&repo, &home, "a3"), "queued");
+    repo.ok(&home, &["down", "a2"]);
+    wait_state(&repo, &home, "a3", "running");
+    assert_eq!(admitted(&home), ["a1", "a2", "b1", "a3"]);
+    // Taking the rest out of the queue leaves nothing behind.
+    for w in ["a4", "a5", "a6", "a7", "a8", "b2"] {
+        let o = repo.ok(&home, &["remove", w, "--json"]).json();
+        assert_eq!(o["world"]["state"], "removed", "{o}");
+    }
+    assert_eq!(home.ok(&["metrics"]).json()["queue_length"], 0);
+}
+
+#[test]
+fn a_disk_reserve_above_free_disk_queues_until_it_is_lowered() {
+    let home = Home::new();
+    let repo = sleeper("disk");
+    home.ok(&["reserve", "--disk", "1000000", "--ram", "0"]);
+    let o = no_wait(&repo, &home, "w", None).json();
+    assert_eq!(o["world"]["state"], "queued", "{o}");
+    let reason = o["world"]["queue"]["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.starts_with("disk: ") && reason.contains("1000000.0 GB kept"),
+        "{reason}"
+    );
+    // A lowered reserve admits at once.
+    home.ok(&["reserve", "--disk", "0"]);
+    wait_state(&repo, &home, "w", "running");
+}
+
+#[test]
+fn ctrl_c_while_queued_gives_up_the_place_and_makes_nothing() {
+    let home = Home::new();
+    let repo = sleeper("ctrlq");
+    home.ok(&[
+        "reserve",
+        "--max-parallel",
+        "1",
+        "--ram",
+        "0",
+        "--disk",
+        "0",
+    ]);
+    repo.ok(&home, &["up", "a"]);
+    let child = repo
+        .cmd(&home, &["up", "b"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || state(
+        &repo, &home, "b"
+    ) == "queued"));
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let out = Out(child.wait_with_output().unwrap());
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(out.stderr().contains("cancelled while queued"), "{out}");
+    assert!(
+        repo.worlds(&home).get("b").is_none(),
+        "{:?}",
+        repo.worlds(&home)
+    );
+    assert!(!repo.worktree_root().join("b").exists());
+    assert!(
+        home.events()
+            .iter()
+            .any(|e| e["event"] == "admission_cancelled")
+    );
+    // `down` of a queued world takes it out of the queue too.
+    no_wait(&repo, &home, "c", None);
+    let o = repo.ok(&home, &["down", "c", "--json"]).json();
+    assert_eq!(o["world"]["state"], "stopped", "{o}");
+    repo.ok(&home, &["down", "a"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        repo.worlds(&home).get("c").is_none(),
+        "c was made after leaving the queue"
+    );
+}
+
+#[test]
+fn a_queue_outlives_kill_9_of_the_daemon_in_the_same_order() {
+    let home = Home::new();
+    let repo = sleeper("durable");
+    home.ok(&[
+        "reserve",
+        "--max-parallel",
+        "1",
+        "--ram",
+        "0",
+        "--disk",
+        "0",
+    ]);
+    repo.ok(&home, &["up", "a"]);
+    for w in ["b", "c"] {
+        no_wait(&repo, &home, w, None);
+    }
+    kill9(home.daemon_pid().unwrap());
+    // The next command starts a daemon, which carries on with the queue.
+    let worlds = repo.worlds(&home);
+    assert_eq!(worlds["b"]["queue"]["position"], 1, "{worlds:?}");
+    assert_eq!(worlds["c"]["queue"]["position"], 2, "{worlds:?}");
+    assert_eq!(worlds["a"]["state"], "running", "{worlds:?}");
+    repo.ok(&home, &["down", "a"]);
+    wait_state(&repo, &home, "b", "running");
+    assert_eq!(state(&repo, &home, "c"), "queued");
+    repo.ok(&home, &["down", "b"]);
+    wait_state(&repo, &home, "c", "running");
+    assert_eq!(admitted(&home), ["a", "b", "c"]);
+}
