@@ -766,11 +766,16 @@ impl Worker {
             Err(e) => {
                 counters.errors.fetch_add(1, Ordering::Relaxed);
                 // The supervisor began a restart while this request
-                // waited: that is a 503 with Retry-After, not a 502.
-                if let Some(now) = this.routes.get(host_raw)
-                    && !now.state.serves()
-                {
-                    return pages::unavailable(&now);
+                // waited: that is a 503 with Retry-After, not a 502. Its
+                // state reaches the routes through a task, so a restart
+                // that broke this very request gets a moment to show.
+                for _ in 0..STATE_GRACE_STEPS {
+                    if let Some(now) = this.routes.get(host_raw)
+                        && !now.state.serves()
+                    {
+                        return pages::unavailable(&now);
+                    }
+                    tokio::time::sleep(STATE_GRACE_STEP).await;
                 }
                 return pages::bad_gateway(&route, &e);
             }
@@ -1295,6 +1300,13 @@ impl Future for Driver {
         Poll::Pending
     }
 }
+
+/// How long, in steps of [`STATE_GRACE_STEP`], a failed upstream request
+/// waits for a restart's state to reach the routes before it answers 502:
+/// 100 ms, only ever spent on the way to an error page.
+const STATE_GRACE_STEPS: u32 = 10;
+/// See [`STATE_GRACE_STEPS`].
+const STATE_GRACE_STEP: std::time::Duration = std::time::Duration::from_millis(10);
 
 #[cfg(test)]
 mod tests {

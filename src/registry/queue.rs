@@ -22,6 +22,11 @@ pub struct QueueRow {
     pub disk_path: String,
     /// When it was queued, unix ms.
     pub enqueued_at: i64,
+    /// A suspended world waiting to resume.
+    pub resume: bool,
+    /// The order key, unix ms: when it first asked (a resume keeps the time
+    /// its world was admitted).
+    pub since: i64,
 }
 
 /// A world that takes room: running, starting, or suspended.
@@ -62,12 +67,48 @@ impl Registry {
         request: &str,
         disk_path: &str,
     ) -> Result<i64, RegistryError> {
+        self.enqueue_at(project, world, group, request, disk_path, None)
+    }
+
+    /// Queues the resume of a suspended world, in the place its admission
+    /// at `since` (unix ms) gives it.
+    pub fn enqueue_resume(
+        &mut self,
+        project: &str,
+        world: &str,
+        group: &str,
+        request: &str,
+        disk_path: &str,
+        since: i64,
+    ) -> Result<i64, RegistryError> {
+        self.enqueue_at(project, world, group, request, disk_path, Some(since))
+    }
+
+    fn enqueue_at(
+        &mut self,
+        project: &str,
+        world: &str,
+        group: &str,
+        request: &str,
+        disk_path: &str,
+        resume_since: Option<i64>,
+    ) -> Result<i64, RegistryError> {
+        let now = now_ms();
         self.conn
             .execute(
-                "INSERT INTO admission_queue(project, world, grp, request, disk_path, enqueued_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                "INSERT INTO admission_queue(project, world, grp, request, disk_path, enqueued_at, resume, since)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT(project, world) DO NOTHING",
-                params![project, world, group, request, disk_path, now_ms()],
+                params![
+                    project,
+                    world,
+                    group,
+                    request,
+                    disk_path,
+                    now,
+                    resume_since.is_some(),
+                    resume_since.unwrap_or(now)
+                ],
             )
             .map_err(|e| self.err(e))?;
         self.conn
@@ -111,8 +152,8 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT ticket, project, world, grp, request, disk_path, enqueued_at
-                 FROM admission_queue ORDER BY ticket",
+                "SELECT ticket, project, world, grp, request, disk_path, enqueued_at, resume, since
+                 FROM admission_queue ORDER BY since, ticket",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
@@ -125,6 +166,8 @@ impl Registry {
                     request: r.get(4)?,
                     disk_path: r.get(5)?,
                     enqueued_at: r.get(6)?,
+                    resume: r.get(7)?,
+                    since: r.get(8)?,
                 })
             })
             .map_err(|e| self.err(e))?;

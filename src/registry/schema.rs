@@ -140,6 +140,8 @@ CREATE TABLE admission_queue (
     request     TEXT NOT NULL,            -- the world reference as JSON; never the caller's environment
     disk_path   TEXT NOT NULL,            -- the project's main checkout, whose filesystem keeps the disk reserve
     enqueued_at INTEGER NOT NULL,         -- unix ms
+    resume      INTEGER NOT NULL DEFAULT 0, -- 1: a suspended world waiting to resume
+    since       INTEGER NOT NULL,         -- unix ms, the order key: when it first asked (a resume keeps its place)
     UNIQUE (project, world)
 );
 ALTER TABLE projects ADD COLUMN footprint_bytes INTEGER;  -- peak RSS of its last running world

@@ -276,3 +276,113 @@ fn a_queue_outlives_kill_9_of_the_daemon_in_the_same_order() {
     wait_state(&repo, &home, "c", "running");
     assert_eq!(admitted(&home), ["a", "b", "c"]);
 }
+
+/// `MemTotal` and `MemAvailable`, bytes.
+fn meminfo() -> (u64, u64) {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let field = |name: &str| -> u64 {
+        let line = info.lines().find(|l| l.starts_with(name)).unwrap();
+        line[name.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
+    };
+    (field("MemTotal:"), field("MemAvailable:"))
+}
+
+#[test]
+fn a_raised_reserve_suspends_the_newest_world_and_a_lowered_one_resumes_it() {
+    const MIB: u64 = 1 << 20;
+    let home = Home::new();
+    let marker = format!("HOLDER{}", std::process::id());
+    // Each world holds 2 GiB, really resident (written, not just mapped).
+    // Some kernels (sandboxes) move MemAvailable by about half of what a
+    // process frees, so the margins below allow for half.
+    let toml = format!(
+        "{}[services.app]\ncmd = \"exec python3 -c 'import time; b = b\\\"x\\\" * (2 << 30); open(\\\"ready\\\", \\\"w\\\").close(); time.sleep(600)  # {marker}'\"\n",
+        project_header("squeeze", 2)
+    );
+    let repo = Repo::new(&toml);
+    // A world resumed or admitted within the hold is never suspended
+    // (30 s by default): short here, so the test need not wait it out.
+    let start = Out(home
+        .cmd(&["daemon", "start"])
+        .env("BINKY_SUSPEND_HOLD", "1s")
+        .output()
+        .unwrap());
+    assert_eq!(start.code(), 0, "{start}");
+    home.ok(&["reserve", "--ram", "0", "--disk", "0"]);
+    for w in ["old", "new"] {
+        repo.ok(&home, &["up", w]);
+        let ready = repo.worktree_root().join(w).join("ready");
+        assert!(
+            wait_until(Duration::from_secs(30), || ready.exists()),
+            "{w} never allocated"
+        );
+    }
+    let pid_of = |w: &str| repo.worlds(&home)[w]["services"][0]["pid"].as_u64();
+    let (old_pid, new_pid) = (pid_of("old").unwrap(), pid_of("new").unwrap());
+    // A reserve 400 MiB above what is available now: suspending one world
+    // (2 GiB, of which at least half shows) brings RAM back above it, so
+    // exactly one goes.
+    let (total, available) = meminfo();
+    let pct = (available + 400 * MIB) as f64 / total as f64 * 100.0;
+    assert!(
+        pct <= 90.0,
+        "this machine has too much free RAM for the test: {pct:.1} %"
+    );
+    home.ok(&["reserve", "--ram", &format!("{pct:.3}")]);
+    wait_state(&repo, &home, "new", "suspended");
+    let w = &repo.worlds(&home)["new"];
+    assert!(
+        w["error"]
+            .as_str()
+            .unwrap()
+            .contains("fell below the reserve"),
+        "{w}"
+    );
+    assert!(w["suspended_since"].is_string(), "{w}");
+    assert!(wait_until(Duration::from_secs(10), || !alive(
+        new_pid as u32
+    )));
+    // The other stays: memory is back above the reserve, and the resume
+    // needs its footprint plus a margin, so nothing flaps.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        state(&repo, &home, "old"),
+        "running",
+        "{:#?}",
+        home.events()
+            .iter()
+            .filter(|e| e["worktree"].is_string())
+            .map(|e| format!("{} {} {}", e["event"], e["worktree"], e["detail"]))
+            .collect::<Vec<_>>()
+    );
+    assert!(alive(old_pid as u32));
+    assert_eq!(state(&repo, &home, "new"), "suspended");
+    let m = home.ok(&["metrics"]).json();
+    assert_eq!(m["suspended"], 1, "{m}");
+    // Lowered: resumed, on its ports, its worktree as it was.
+    home.ok(&["reserve", "--ram", "0"]);
+    wait_state(&repo, &home, "new", "running");
+    assert!(repo.worktree_root().join("new").join("ready").exists());
+    let names: Vec<String> = home
+        .events()
+        .iter()
+        .filter(|e| e["event"] == "suspended" || e["event"] == "resumed")
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["event"].as_str().unwrap(),
+                e["worktree"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(names, ["suspended new", "resumed new"]);
+    for w in ["old", "new"] {
+        repo.ok(&home, &["down", w]);
+    }
+}

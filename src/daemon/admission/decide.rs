@@ -22,8 +22,11 @@ use std::collections::BTreeMap;
 /// waiting to resume).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiting {
-    /// Arrival order: lower is older. Unique.
+    /// Unique; breaks ties of `since`.
     pub ticket: i64,
+    /// When it first asked (any monotonic unit): lower is older. A resume
+    /// keeps its world's original place.
+    pub since: i64,
     /// Who is asking (`--group`); `""` is the default group.
     pub group: String,
     /// RAM the world is expected to take, bytes.
@@ -137,7 +140,7 @@ pub enum Decision {
 pub fn order(queue: &[Waiting], room: &Room) -> Vec<usize> {
     let mut active = room.active.clone();
     let mut left: Vec<usize> = (0..queue.len()).collect();
-    left.sort_by_key(|&i| queue[i].ticket);
+    left.sort_by_key(|&i| (queue[i].since, queue[i].ticket));
     let mut out = Vec::with_capacity(queue.len());
     while !left.is_empty() {
         // The oldest request of the group with the fewest active worlds;
@@ -147,7 +150,11 @@ pub fn order(queue: &[Waiting], room: &Room) -> Vec<usize> {
             .enumerate()
             .min_by_key(|(_, i)| {
                 let q = &queue[**i];
-                (active.get(&q.group).copied().unwrap_or(0), q.ticket)
+                (
+                    active.get(&q.group).copied().unwrap_or(0),
+                    q.since,
+                    q.ticket,
+                )
             })
             .map(|(pos, _)| pos)
             .expect("left is not empty");
@@ -193,9 +200,6 @@ pub fn decide(queue: &[Waiting], room: &Room) -> Decision {
 }
 
 /// One world that runs, for choosing whom to suspend.
-// Suspension under memory pressure arrives in the next change; the rule is
-// here, pure and tested, with the others.
-#[allow(dead_code)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Active {
     /// The world's id.
@@ -209,7 +213,6 @@ pub struct Active {
 
 /// The world to suspend when available RAM has fallen below the reserve:
 /// the newest suspendable one; `None` while RAM covers the reserve.
-#[allow(dead_code)]
 pub fn to_suspend(running: &[Active], ram: Ram) -> Option<i64> {
     if ram.available >= ram.reserve {
         return None;
@@ -231,6 +234,7 @@ mod tests {
     fn w(ticket: i64, group: &str) -> Waiting {
         Waiting {
             ticket,
+            since: ticket,
             group: group.into(),
             footprint: 100 * MIB,
             resume: false,
@@ -315,6 +319,16 @@ mod tests {
     }
 
     #[test]
+    fn a_resume_keeps_its_worlds_place() {
+        // Suspended world (admitted at 5) and two requests queued after it.
+        let mut r = w(9, "");
+        r.since = 5;
+        r.resume = true;
+        let q = [w(7, ""), w(8, ""), r];
+        assert_eq!(decide(&q, &room(0, &[])), Decision::Admit(2));
+    }
+
+    #[test]
     fn a_resume_needs_the_margin_too() {
         let mut q = [w(1, "")];
         let mut r = room(0, &[]);
@@ -372,6 +386,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, (g, mib))| Waiting {
                     ticket: i as i64,
+                    since: i as i64,
                     group: format!("g{g}"),
                     footprint: mib * MIB,
                     resume: false,

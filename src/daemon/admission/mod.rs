@@ -30,6 +30,28 @@ use std::time::Duration;
 pub const DEFAULT_FOOTPRINT: u64 = 512 << 20;
 /// How often a queued `up` looks at the room again unprompted.
 pub const TICK: Duration = Duration::from_secs(1);
+/// How often memory (and each world's RSS) is sampled while worlds run;
+/// nothing is sampled while none does.
+pub const SAMPLE: Duration = Duration::from_secs(2);
+/// A world admitted or resumed less than this ago is never suspended, so
+/// the daemon does not flap; `BINKY_SUSPEND_HOLD` (a duration such as
+/// `"10s"`, read when the daemon starts) overrides it.
+pub const HOLD: Duration = Duration::from_secs(30);
+
+/// [`HOLD`], or `BINKY_SUSPEND_HOLD`.
+fn hold() -> Duration {
+    static HELD: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *HELD.get_or_init(|| {
+        std::env::var("BINKY_SUSPEND_HOLD")
+            .ok()
+            .and_then(|v| humantime::parse_duration(v.trim()).ok())
+            .unwrap_or(HOLD)
+    })
+}
+/// Extra RAM a resume needs above its footprint, bytes: the hysteresis that
+/// keeps a world just suspended from being resumed by the memory its own
+/// suspension freed.
+pub const RESUME_MARGIN: u64 = 256 << 20;
 
 /// Admission's in-memory state; the queue itself is in the registry.
 #[derive(Default)]
@@ -45,6 +67,10 @@ pub(crate) struct Admission {
 struct State {
     /// Admitted, not yet settled: (project, world) → (group, footprint).
     pending: HashMap<(String, String), (String, u64)>,
+    /// The sampler runs (while any world is active).
+    sampling: bool,
+    /// Peak RSS seen per running world, bytes.
+    peaks: HashMap<i64, u64>,
 }
 
 impl Admission {
@@ -138,13 +164,14 @@ fn waiting(d: &Daemon, rows: &[QueueRow]) -> Vec<Waiting> {
     rows.iter()
         .map(|r| Waiting {
             ticket: r.ticket,
+            since: r.since,
             group: r.group.clone(),
             footprint: reg
                 .footprint(&r.project)
                 .ok()
                 .flatten()
                 .unwrap_or(DEFAULT_FOOTPRINT),
-            resume: false,
+            resume: r.resume,
         })
         .collect()
 }
@@ -195,13 +222,14 @@ fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, ApiError> {
         active,
         ram,
         disks,
-        resume_margin: 0,
+        resume_margin: RESUME_MARGIN,
     })
 }
 
 /// One look at the room for `ticket`, admitting it when it is next and
 /// fits (under the lock, so two tickets never take the same room).
 fn look(d: &Arc<Daemon>, ticket: i64) -> Result<Step, ApiError> {
+    let started = std::time::Instant::now();
     let mut st = d.admission.lock();
     let rows = d.registry().queue().map_err(internal)?;
     let Some(me) = rows.iter().position(|r| r.ticket == ticket) else {
@@ -217,8 +245,13 @@ fn look(d: &Arc<Daemon>, ticket: i64) -> Result<Step, ApiError> {
         st.pending
             .insert(key.clone(), (row.group.clone(), queue[me].footprint));
         d.admission.admissions.fetch_add(1, Ordering::Relaxed);
-        let mut ev = super::world::world_event("admitted", &row.project, &row.world);
-        ev.detail = Some(figures(&room, queue[me].footprint));
+        let name = if row.resume { "resumed" } else { "admitted" };
+        let mut ev = super::world::world_event(name, &row.project, &row.world);
+        ev.detail = Some(format!(
+            "{}; decided in {:.2} ms",
+            figures(&room, queue[me].footprint),
+            started.elapsed().as_secs_f64() * 1000.0
+        ));
         d.event(ev);
         return Ok(Step::Admitted(Admitted {
             d: Arc::clone(d),
@@ -281,15 +314,35 @@ pub(crate) fn enqueue(
 }
 
 /// Admits `ticket` now if it is next and fits; else where it stands.
+/// `Ok(None)`: another waiter on the same ticket was admitted.
 pub(crate) fn try_admit(
     d: &Arc<Daemon>,
     ticket: i64,
-) -> Result<Result<Admitted, Standing>, ApiError> {
+    project: &str,
+    world: &str,
+) -> Result<Result<Option<Admitted>, Standing>, ApiError> {
     match look(d, ticket)? {
-        Step::Admitted(a) => Ok(Ok(a)),
+        Step::Admitted(a) => Ok(Ok(Some(a))),
         Step::Waiting(s) => Ok(Err(s)),
+        Step::Gone if admitted_elsewhere(d, project, world) => Ok(Ok(None)),
         Step::Gone => Err(taken_out(ticket)),
     }
+}
+
+/// Whether the world left the queue by being admitted (it is starting or
+/// running, or another `up` of it holds the room), not withdrawn.
+fn admitted_elsewhere(d: &Daemon, project: &str, world: &str) -> bool {
+    let key = (project.to_owned(), world.to_owned());
+    if d.admission.lock().pending.contains_key(&key) {
+        return true;
+    }
+    d.registry().active_worlds().is_ok_and(|a| {
+        a.iter().any(|w| {
+            w.project == project
+                && w.world == world
+                && w.state != crate::protocol::WorldState::Suspended
+        })
+    })
 }
 
 fn taken_out(ticket: i64) -> ApiError {
@@ -301,6 +354,8 @@ fn taken_out(ticket: i64) -> ApiError {
 /// Waits until `ticket` is admitted, saying where it stands whenever that
 /// changes. The caller's cancel (Ctrl-C) gives up its place.
 ///
+/// `Ok(None)`: another waiter on the same ticket was admitted.
+///
 /// # Errors
 /// Cancelled, or taken out of the queue by `down`/`remove`.
 pub(crate) async fn wait(
@@ -309,7 +364,7 @@ pub(crate) async fn wait(
     project: &str,
     world: &str,
     progress: &ProgressTx,
-) -> Result<Admitted, ApiError> {
+) -> Result<Option<Admitted>, ApiError> {
     let mut last = String::new();
     loop {
         // Registered before looking, so a wake between the look and the
@@ -322,8 +377,9 @@ pub(crate) async fn wait(
                 if !last.is_empty() {
                     progress.say("admission", None, format!("admitted: {world}"));
                 }
-                return Ok(a);
+                return Ok(Some(a));
             }
+            Step::Gone if admitted_elsewhere(d, project, world) => return Ok(None),
             Step::Gone => return Err(taken_out(ticket)),
             Step::Waiting(s) => {
                 let msg = s.message();
@@ -436,7 +492,8 @@ pub(crate) fn fill_queue(
         return;
     };
     for r in rows {
-        if project.is_some_and(|p| p != r.project) {
+        // A resume is shown by its world's own state, `suspended`.
+        if r.resume || project.is_some_and(|p| p != r.project) {
             continue;
         }
         let place = places
@@ -484,7 +541,7 @@ fn unwatched() -> (ProgressTx, tokio::sync::watch::Sender<bool>) {
     (ProgressTx { tx, cancel }, cancel_tx)
 }
 
-/// Runs a queued `up` in the background: waits for `ticket`'s admission,
+/// Runs a queued `up` (or a resume) in the background: waits for `ticket`'s admission,
 /// then brings the world up as `binky up` would. Its outcome is recorded
 /// (status shows it), not returned.
 pub(crate) fn run_unwatched(d: &Arc<Daemon>, ticket: i64, req: UpRequest) {
@@ -500,7 +557,9 @@ pub(crate) fn run_unwatched(d: &Arc<Daemon>, ticket: i64, req: UpRequest) {
             .unwrap_or_default();
         let name = req.world.name.clone();
         let admitted = match wait(&d, ticket, &project, &name, &progress).await {
-            Ok(a) => a,
+            Ok(Some(a)) => a,
+            // Someone else's `up` of the world was admitted: nothing to do.
+            Ok(None) => return,
             Err(e) => {
                 tracing::info!(world = %name, "queued up ended: {}", e.message);
                 return;
@@ -532,6 +591,163 @@ pub(crate) fn resume_queue(d: &Arc<Daemon>) {
             wait: true,
         };
         run_unwatched(d, r.ticket, req);
+    }
+    ensure_sampler(d);
+}
+
+/// Starts the sampler unless it runs. It samples every [`SAMPLE`] while
+/// any world is running or starting, and stops when none is: an idle
+/// daemon reads no memory at all.
+pub(crate) fn ensure_sampler(d: &Arc<Daemon>) {
+    {
+        let mut st = d.admission.lock();
+        if st.sampling {
+            return;
+        }
+        st.sampling = true;
+    }
+    let d = Arc::clone(d);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(SAMPLE).await;
+            let busy = sample(&d).await;
+            let mut st = d.admission.lock();
+            if !busy && st.pending.is_empty() {
+                st.sampling = false;
+                st.peaks.clear();
+                return;
+            }
+        }
+    });
+}
+
+/// One sample: each running world's RSS (its peak learned as its project's
+/// footprint), then, when available RAM is below the reserve, the newest
+/// world not admitted within [`hold`] is suspended. Whether any world is
+/// running or starting.
+async fn sample(d: &Arc<Daemon>) -> bool {
+    let Ok(active) = d.registry().active_worlds() else {
+        return true;
+    };
+    let running: Vec<_> = active
+        .iter()
+        .filter(|w| w.state != crate::protocol::WorldState::Suspended)
+        .collect();
+    if running.is_empty() {
+        return false;
+    }
+    for w in &running {
+        measure(d, w.id, &w.project);
+    }
+    let (Some(mem), Ok(s)) = (crate::platform::memory(), d.registry().settings()) else {
+        return true;
+    };
+    let ram = decide::Ram {
+        available: mem.available,
+        reserve: (mem.total as f64 * s.ram_reserve_pct / 100.0) as u64,
+        reserve_pct: s.ram_reserve_pct.round() as u32,
+        pending: 0,
+    };
+    let now = crate::registry::now_ms();
+    let candidates: Vec<decide::Active> = running
+        .iter()
+        .filter(|w| w.state == crate::protocol::WorldState::Running)
+        .map(|w| decide::Active {
+            world: w.id,
+            since: w.admitted_at.unwrap_or(0).max(0) as u64,
+            suspendable: now - w.admitted_at.unwrap_or(0) >= hold().as_millis() as i64,
+        })
+        .collect();
+    if let Some(id) = decide::to_suspend(&candidates, ram)
+        && let Some(w) = running.iter().find(|w| w.id == id)
+    {
+        let why = format!(
+            "suspended: available RAM {} fell below the reserve {} ({} %)",
+            decide::gib(ram.available),
+            decide::gib(ram.reserve),
+            ram.reserve_pct
+        );
+        suspend(d, w, &why).await;
+    }
+    true
+}
+
+/// Measures world `id`'s RSS now (the sum over its process groups), keeps
+/// its peak, and raises its project's footprint to it at once
+/// (conservative; [`learned`] lowers it when the world stops).
+fn measure(d: &Daemon, id: i64, project: &str) {
+    let procs = d.registry().world_processes(id).unwrap_or_default();
+    let rss: u64 = procs
+        .iter()
+        .filter_map(|p| p.live_pid())
+        .map(crate::platform::group_rss)
+        .sum();
+    let peak = {
+        let mut st = d.admission.lock();
+        let peak = st.peaks.entry(id).or_default();
+        *peak = (*peak).max(rss);
+        *peak
+    };
+    let known = d.registry().footprint(project).ok().flatten();
+    if peak > 0 && known.is_none_or(|f| peak > f) {
+        let _ = d.registry().set_footprint(project, peak);
+    }
+}
+
+/// Suspends world `w`: its processes stopped as `down` stops them (a
+/// stopped process frees its memory; SIGSTOP would free nothing without
+/// swap), its ports, slices and files kept, state `suspended`, and a resume
+/// queued in its original place.
+async fn suspend(d: &Arc<Daemon>, w: &crate::registry::ActiveRow, why: &str) {
+    let request = WorldRef {
+        project_dir: None,
+        project: Some(w.project.clone()),
+        name: w.world.clone(),
+    };
+    // What it holds right before it goes is what its resume must find.
+    measure(d, w.id, &w.project);
+    if let Err(e) = super::world::suspend(d, &w.project, &w.world, why).await {
+        tracing::warn!(world = %w.world, "could not suspend: {}", e.message);
+        return;
+    }
+    learned(d, w.id, &w.project);
+    let disk_path = d
+        .registry()
+        .project_root(&w.project)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let json = serde_json::to_string(&request).unwrap_or_default();
+    let since = w.admitted_at.unwrap_or_else(crate::registry::now_ms);
+    let ticket = match d
+        .registry()
+        .enqueue_resume(&w.project, &w.world, &w.group, &json, &disk_path, since)
+    {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(world = %w.world, "could not queue the resume: {e}");
+            return;
+        }
+    };
+    let mut ev = super::world::world_event("suspended", &w.project, &w.world);
+    ev.detail = Some(why.to_owned());
+    d.event(ev);
+    let env = d.worlds.env_for(w.id, &ClientEnv::current());
+    let req = UpRequest {
+        world: request,
+        group: (!w.group.is_empty()).then(|| w.group.clone()),
+        env,
+        wait: true,
+    };
+    run_unwatched(d, ticket, req);
+}
+
+/// A world stopped running: its peak RSS becomes its project's footprint
+/// (the project's last running world, as measured).
+pub(crate) fn learned(d: &Daemon, world_id: i64, project: &str) {
+    let peak = d.admission.lock().peaks.remove(&world_id);
+    if let Some(p) = peak.filter(|p| *p > 0) {
+        let _ = d.registry().set_footprint(project, p);
     }
 }
 

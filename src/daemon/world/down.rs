@@ -23,8 +23,46 @@ pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome
     d.registry()
         .set_world_state(w.id, WorldState::Stopped, None, None)
         .map_err(internal)?;
+    admission::learned(d, w.id, &loc.name);
+    d.admission.wake();
     d.event(world_event("down", &loc.name, &w.name));
     outcome(d, &loc.name, w.id, noop, left)
+}
+
+/// Suspends running world `name` of `project` for admission: its
+/// processes stopped as `down` stops them (so their memory is freed), its
+/// state `suspended` with `why`; its ports, slices and files are kept and
+/// `up` brings it back on them.
+///
+/// # Errors
+/// The world is gone or no longer running.
+pub(crate) async fn suspend(
+    d: &Arc<Daemon>,
+    project: &str,
+    name: &str,
+    why: &str,
+) -> Result<(), ApiError> {
+    let lock = d.worlds.lock_for(&format!("{project}/{name}"));
+    let _guard = lock.lock().await;
+    let w = {
+        let reg = d.registry();
+        let pid = reg
+            .project_id(project)
+            .map_err(internal)?
+            .ok_or_else(|| ApiError::new(format!("project {project} is gone")))?;
+        reg.find_world(pid, name)
+            .map_err(internal)?
+            .ok_or_else(|| ApiError::new(format!("world {name} is gone")))?
+    };
+    if w.state != WorldState::Running {
+        return Err(ApiError::new(format!("{name} is {}, not running", w.state)));
+    }
+    d.registry()
+        .set_world_state(w.id, w.state, Some("suspend"), None)
+        .map_err(internal)?;
+    stop_processes(d, &w).await;
+    d.registry().set_suspended(w.id, why).map_err(internal)?;
+    Ok(())
 }
 
 /// `binky reload`: stop, then up on the same ports and data.

@@ -54,7 +54,7 @@ mod templates;
 mod up;
 mod verify;
 
-pub(crate) use down::{down, reload};
+pub(crate) use down::{down, reload, suspend};
 use env::*;
 pub(crate) use env::{env, locate_service};
 pub(crate) use gc::gc;
@@ -146,7 +146,7 @@ impl Worlds {
     /// The environment a verb on world `id` renders with: the caller's
     /// variables, then those the world's last `up` was given (the daemon's
     /// own come last, in [`lookup_env`]).
-    fn env_for(&self, id: i64, caller: &ClientEnv) -> ClientEnv {
+    pub(crate) fn env_for(&self, id: i64, caller: &ClientEnv) -> ClientEnv {
         let last = self.last_env.lock().unwrap_or_else(|p| p.into_inner());
         let mut merged = caller.clone();
         if let Some(up) = last.get(&id) {

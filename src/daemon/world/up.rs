@@ -25,7 +25,7 @@ pub(crate) async fn up(
     }
     let disk_path = loc.main_root().display().to_string();
     let ticket = admission::enqueue(d, &loc.name, &req, &disk_path)?;
-    let admitted = match admission::try_admit(d, ticket)? {
+    let admitted = match admission::try_admit(d, ticket, &loc.name, &req.world.name)? {
         Ok(a) => a,
         Err(standing) if !req.wait => {
             let out = queued_outcome(d, &loc, &req, &standing);
@@ -34,7 +34,9 @@ pub(crate) async fn up(
         }
         Err(_) => admission::wait(d, ticket, &loc.name, &req.world.name, progress).await?,
     };
-    up_with(d, &loc, &req, Some(admitted), progress).await
+    // `None`: another waiter on the same ticket (a resume) was admitted;
+    // under the world's lock this `up` then finds it running.
+    up_with(d, &loc, &req, admitted, progress).await
 }
 
 /// The `up` of a ticket admitted from the queue with nobody waiting on it
@@ -58,6 +60,9 @@ async fn up_with(
     admitted: Option<admission::Admitted>,
     progress: &ProgressTx,
 ) -> Result<WorldOutcome, ApiError> {
+    if admitted.is_some() {
+        admission::ensure_sampler(d);
+    }
     let name = req.world.name.clone();
     let key = format!("{}/{}", loc.name, name);
     let lock = d.worlds.lock_for(&key);

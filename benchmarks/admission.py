@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""Admission under a real memory limit: twenty agents, room for six.
+
+20 concurrent `binky up`s (two groups, 16 + 4) of a project whose world
+holds --hold-mib (300) MiB, with the RAM reserve set so that --fit (6)
+worlds fit. Each world runs --job seconds, as an agent's task would, then
+goes `down`. Reported, against the issue's goals:
+
+- the most worlds ever running at once (goal: --fit);
+- the lowest MemAvailable seen against the reserve (goal: never below it by
+  more than one world's footprint);
+- the time until all 20 were served against the ideal schedule for that
+  room, ceil(20 / fit) rounds of (up + job) (goal: within 10 %);
+- the order of admission against FIFO within each group (goal: FIFO);
+- Jain's fairness index across the groups over time, while both have
+  demand, each group's share measured against its fair share of the room
+  (goal >= 0.95);
+- the admission decision latency, from the `admitted` events (goal: < 5 ms
+  median);
+- the daemon's CPU while `fit` worlds run and nothing changes (goal: ~0).
+
+The reserve is calibrated first: one world is brought up to learn its
+footprint and how far MemAvailable moves per world on this machine (some
+kernels, sandboxes among them, move it by less than the RSS). Standard
+library only; a release build unless --binary is given.
+
+    python3 benchmarks/admission.py [--binary target/release/binky] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import BenchError, ensure_binary, loadavg, log, verdict  # noqa: E402
+
+MIB = 1 << 20
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise BenchError("no MemAvailable in /proc/meminfo")
+
+
+def mem_total() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise BenchError("no MemTotal")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+class Bench:
+    def __init__(self, binary: Path, root: Path, hold_mib: int, worlds: int) -> None:
+        self.binary = binary
+        self.root = root
+        self.home = root / "home"
+        self.repo = root / "admbench"
+        self.repo.mkdir()
+        lo = 30000 + (os.getpid() % 200) * 10
+        toml = (
+            f'[project]\nname = "admbench"\nport_range = [{lo}, {lo + worlds + 8}]\n'
+            "[services.app]\n"
+            f"cmd = \"exec python3 -c 'import time; b = b\\\"x\\\" * ({hold_mib} << 20); "
+            "open(\\\"ready\\\", \\\"w\\\").close(); time.sleep(3600)'\"\n"
+            'health = { cmd = "test -f ready", timeout = "60s" }\n'
+        )
+        (self.repo / "binky.toml").write_text(toml)
+        for args in (["init", "-q"], ["add", "."], ["-c", "user.email=b@x", "-c", "user.name=b",
+                                                     "commit", "-qm", "init"]):
+            subprocess.run(["git", *args], cwd=self.repo, check=True)
+        self.env = dict(os.environ, BINKY_HOME=str(self.home), NO_COLOR="1",
+                        BINKY_PROXY_PORT=str(free_port()), BINKY_HTTPS_PORT=str(free_port()))
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        r = subprocess.run([str(self.binary), *args], cwd=self.repo, env=self.env,
+                           capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise BenchError(f"binky {' '.join(args)}: {r.stderr.strip()}")
+        return r
+
+    def events(self) -> list[dict]:
+        path = self.home / "events.log"
+        return [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+
+    def stop(self) -> None:
+        st = self.run("status", "--json", check=False)
+        try:
+            for p in json.loads(st.stdout)["projects"]:
+                for w in p["worlds"]:
+                    self.run("remove", w["name"], "--force", check=False)
+        except (ValueError, KeyError):
+            pass
+        self.run("daemon", "stop", check=False)
+
+
+def jain(xs: list[float]) -> float:
+    s, sq = sum(xs), sum(x * x for x in xs)
+    return 1.0 if sq == 0 else s * s / (len(xs) * sq)
+
+
+def benchmark(args: argparse.Namespace, binary: Path, root: Path) -> dict:
+    b = Bench(binary, root, args.hold_mib, args.worlds)
+    try:
+        b.run("daemon", "start")
+        b.run("reserve", "--ram", "0", "--disk", "0", "--max-parallel", "0")
+        # Calibrate: one world's up time, footprint and MemAvailable drop.
+        before = mem_available()
+        t0 = time.perf_counter()
+        b.run("up", "calib")
+        up_s = time.perf_counter() - t0
+        time.sleep(2.5)  # two samples: the footprint is learned
+        during = mem_available()
+        b.run("down", "calib")
+        b.run("remove", "calib", "--force")
+        drop = max(before - during, 16 * MIB)
+        time.sleep(1)
+        avail = mem_available()
+        # Admit k+1 while avail - k*drop >= reserve + F, for k < fit: with F
+        # the learned footprint (about hold_mib).
+        learned = args.hold_mib * MIB
+        reserve = avail - learned - int((args.fit - 0.5) * drop)
+        total = mem_total()
+        pct = reserve / total * 100
+        if not 0 <= pct <= 90:
+            raise BenchError(f"cannot place the reserve: {pct:.1f} % of RAM")
+        b.run("reserve", "--ram", f"{pct:.3f}")
+        log(f"calibrated: up {up_s:.2f} s, MemAvailable moves {drop / MIB:.0f} MiB a world, "
+            f"reserve {reserve / MIB:.0f} MiB ({pct:.2f} %)")
+
+        groups = ["a"] * args.group_a + ["b"] * args.group_b
+        lock = threading.Lock()
+        running = {"a": 0, "b": 0}
+        demand = {"a": args.group_a, "b": args.group_b}
+        most = [0]
+        lowest = [mem_available()]
+        samples: list[float] = []
+        stop = threading.Event()
+
+        def sampler() -> None:
+            while not stop.is_set():
+                m = mem_available()
+                with lock:
+                    lowest[0] = min(lowest[0], m)
+                    if all(demand[g] > 0 for g in demand):
+                        fair = args.fit / 2
+                        xs = [running[g] / min(demand[g], fair) for g in demand]
+                        samples.append(jain(xs))
+                time.sleep(0.1)
+
+        def agent(i: int, g: str) -> None:
+            name = f"w{i:02d}"
+            b.run("up", name, "--group", g)
+            with lock:
+                running[g] += 1
+                most[0] = max(most[0], sum(running.values()))
+            time.sleep(args.job)
+            with lock:
+                running[g] -= 1
+                demand[g] -= 1
+            b.run("down", name)
+
+        threading.Thread(target=sampler, daemon=True).start()
+        start = time.perf_counter()
+        threads = []
+        for i, g in enumerate(groups):
+            t = threading.Thread(target=agent, args=(i, g))
+            t.start()
+            threads.append(t)
+            time.sleep(0.02)  # a definite arrival order
+        for t in threads:
+            t.join()
+        makespan = time.perf_counter() - start
+        stop.set()
+        ideal = math.ceil(len(groups) / args.fit) * (up_s + args.job)
+
+        evs = [e for e in b.events() if e.get("event") == "admitted" and
+               str(e.get("worktree", "")).startswith("w")]
+        order = [e["worktree"] for e in evs]
+        fifo = all(
+            [w for w in order if groups[int(w[1:])] == g] ==
+            sorted(w for w in order if groups[int(w[1:])] == g)
+            for g in ("a", "b"))
+        latencies = [float(m.group(1)) for e in evs
+                     if (m := re.search(r"decided in ([0-9.]+) ms", e.get("detail", "")))]
+
+        # Idle: `fit` worlds up, nothing changing.
+        for i in range(args.fit):
+            b.run("up", f"idle{i}")
+        time.sleep(3)
+        pid = json.loads(b.run("daemon", "status", "--json").stdout)["pid"]
+        c0, t0 = cpu_ticks(pid), time.perf_counter()
+        time.sleep(args.idle)
+        ticks = cpu_ticks(pid) - c0
+        hz = os.sysconf("SC_CLK_TCK")
+        idle_cpu = ticks / hz / (time.perf_counter() - t0) * 100
+
+        return {
+            "worlds": len(groups), "fit": args.fit, "hold_mib": args.hold_mib, "job_s": args.job,
+            "calibration": {"up_s": up_s, "memavailable_drop_mib": drop / MIB,
+                            "reserve_mib": reserve / MIB, "reserve_pct": pct},
+            "most_running": most[0],
+            "lowest_below_reserve_mib": (reserve - lowest[0]) / MIB,
+            "footprint_mib": args.hold_mib,
+            "makespan_s": makespan, "ideal_s": ideal, "makespan_ratio": makespan / ideal,
+            "admission_order": order, "fifo_within_groups": fifo,
+            "jain_mean": statistics.mean(samples) if samples else None,
+            "jain_min": min(samples) if samples else None,
+            "decision_ms_median": statistics.median(latencies) if latencies else None,
+            "decision_ms_max": max(latencies) if latencies else None,
+            "idle_cpu_percent": idle_cpu, "idle_s": args.idle,
+            "loadavg": loadavg(),
+        }
+    finally:
+        b.stop()
+
+
+def print_report(r: dict) -> None:
+    below = r["lowest_below_reserve_mib"]
+    rows = [
+        ("most worlds running at once", f"{r['most_running']}", f"{r['fit']}",
+         verdict(r["most_running"] <= r["fit"])),
+        ("lowest MemAvailable vs reserve", f"{-below:+.0f} MiB", f"> -{r['footprint_mib']} MiB",
+         verdict(below <= r["footprint_mib"])),
+        ("time to serve all", f"{r['makespan_s']:.1f} s (ideal {r['ideal_s']:.1f} s, x{r['makespan_ratio']:.2f})",
+         "<= x1.10", verdict(r["makespan_ratio"] <= 1.10)),
+        ("FIFO within each group", str(r["fifo_within_groups"]), "True",
+         verdict(r["fifo_within_groups"])),
+        ("Jain's index across groups", f"mean {r['jain_mean']:.3f}, min {r['jain_min']:.3f}"
+         if r["jain_mean"] is not None else "n/a", ">= 0.95",
+         verdict(r["jain_mean"] is not None and r["jain_mean"] >= 0.95)),
+        ("decision latency", f"median {r['decision_ms_median']:.2f} ms, max {r['decision_ms_max']:.2f} ms"
+         if r["decision_ms_median"] is not None else "n/a", "< 5 ms",
+         verdict(r["decision_ms_median"] is not None and r["decision_ms_median"] < 5)),
+        (f"daemon CPU, {r['fit']} worlds idle", f"{r['idle_cpu_percent']:.2f} %", "~0",
+         verdict(r["idle_cpu_percent"] < 1)),
+    ]
+    print(f"\n{r['worlds']} concurrent ups (16 + 4 in two groups), {r['hold_mib']} MiB a world, "
+          f"room for {r['fit']}, {r['job_s']} s a job; reserve {r['calibration']['reserve_mib']:.0f} MiB "
+          f"({r['calibration']['reserve_pct']:.2f} %), MemAvailable moves "
+          f"{r['calibration']['memavailable_drop_mib']:.0f} MiB a world\n")
+    print("| measure | result | goal | |\n|---|---|---|---|")
+    for name, res, goal, v in rows:
+        print(f"| {name} | {res} | {goal} | {v} |")
+    print(f"\nadmission order: {' '.join(r['admission_order'])}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--binary", help="binky to measure (default: a release build)")
+    ap.add_argument("--build", action="store_true", help="rebuild the release binary first")
+    ap.add_argument("--hold-mib", type=int, default=300, help="RAM each world holds")
+    ap.add_argument("--fit", type=int, default=6, help="worlds the reserve leaves room for")
+    ap.add_argument("--group-a", type=int, default=16)
+    ap.add_argument("--group-b", type=int, default=4)
+    ap.add_argument("--job", type=float, default=4.0, help="seconds each world runs")
+    ap.add_argument("--idle", type=float, default=10.0, help="seconds of the idle CPU sample")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = ap.parse_args()
+    args.worlds = args.group_a + args.group_b
+    try:
+        binary = ensure_binary(args.binary, args.build)
+        with tempfile.TemporaryDirectory(prefix="binky-admission-") as d:
+            r = benchmark(args, binary, Path(d))
+    except BenchError as e:
+        log(f"error: {e}")
+        return 1
+    if args.json:
+        print(json.dumps(r, indent=2))
+    else:
+        print_report(r)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
