@@ -49,20 +49,21 @@ from common import BenchError, ensure_binary, loadavg, log, verdict  # noqa: E40
 MIB = 1 << 20
 
 
-def mem_available() -> int:
+def meminfo(field: str) -> int:
+    """A /proc/meminfo field, bytes."""
     with open("/proc/meminfo") as f:
         for line in f:
-            if line.startswith("MemAvailable:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    raise BenchError("no MemAvailable in /proc/meminfo")
+    raise BenchError(f"no {field} in /proc/meminfo")
+
+
+def mem_available() -> int:
+    return meminfo("MemAvailable")
 
 
 def mem_total() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    raise BenchError("no MemTotal")
+    return meminfo("MemTotal")
 
 
 def free_port() -> int:

@@ -40,6 +40,21 @@ fn admitted(home: &Home) -> Vec<String> {
         .collect()
 }
 
+/// `"<event> <world>"` for each event named in `names`, in log order.
+fn events_of(home: &Home, names: &[&str]) -> Vec<String> {
+    home.events()
+        .iter()
+        .filter(|e| names.iter().any(|n| e["event"] == *n))
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["event"].as_str().unwrap_or(""),
+                e["worktree"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
 fn no_wait(repo: &Repo, home: &Home, w: &str, group: Option<&str>) -> Out {
     let mut args = vec!["up", w, "--no-wait", "--json"];
     if let Some(g) = group {
@@ -111,18 +126,7 @@ fn max_parallel_queues_the_rest_in_order_and_serves_them_as_worlds_go_down() {
     );
     assert_eq!(admitted(&home), ["w1", "w2", "w3", "w4", "w5"]);
     // Never more than two at once: each admission followed a `down`.
-    let events: Vec<String> = home
-        .events()
-        .iter()
-        .filter(|e| e["event"] == "admitted" || e["event"] == "down")
-        .map(|e| {
-            format!(
-                "{} {}",
-                e["event"].as_str().unwrap(),
-                e["worktree"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let events = events_of(&home, &["admitted", "down"]);
     assert_eq!(
         events,
         [
@@ -327,15 +331,29 @@ fn a_raised_reserve_suspends_the_newest_world_and_a_lowered_one_resumes_it() {
     let (old_pid, new_pid) = (pid_of("old").unwrap(), pid_of("new").unwrap());
     // A reserve 400 MiB above what is available now: suspending one world
     // (2 GiB, of which at least half shows) brings RAM back above it, so
-    // exactly one goes.
-    let (total, available) = meminfo();
-    let pct = (available + 400 * MIB) as f64 / total as f64 * 100.0;
+    // exactly one goes. Other tests move memory too: set it again from a
+    // fresh reading until the suspension comes.
+    let mut suspended = false;
+    for _ in 0..5 {
+        let (total, available) = meminfo();
+        let pct = (available + 400 * MIB) as f64 / total as f64 * 100.0;
+        assert!(
+            pct <= 90.0,
+            "this machine has too much free RAM for the test: {pct:.1} %"
+        );
+        home.ok(&["reserve", "--ram", &format!("{pct:.3}")]);
+        if wait_until(Duration::from_secs(6), || {
+            state(&repo, &home, "new") == "suspended"
+        }) {
+            suspended = true;
+            break;
+        }
+    }
     assert!(
-        pct <= 90.0,
-        "this machine has too much free RAM for the test: {pct:.1} %"
+        suspended,
+        "new was never suspended: {:?}",
+        repo.worlds(&home).get("new")
     );
-    home.ok(&["reserve", "--ram", &format!("{pct:.3}")]);
-    wait_state(&repo, &home, "new", "suspended");
     let w = &repo.worlds(&home)["new"];
     assert!(
         w["error"]
@@ -369,18 +387,7 @@ fn a_raised_reserve_suspends_the_newest_world_and_a_lowered_one_resumes_it() {
     home.ok(&["reserve", "--ram", "0"]);
     wait_state(&repo, &home, "new", "running");
     assert!(repo.worktree_root().join("new").join("ready").exists());
-    let names: Vec<String> = home
-        .events()
-        .iter()
-        .filter(|e| e["event"] == "suspended" || e["event"] == "resumed")
-        .map(|e| {
-            format!(
-                "{} {}",
-                e["event"].as_str().unwrap(),
-                e["worktree"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let names = events_of(&home, &["suspended", "resumed"]);
     assert_eq!(names, ["suspended new", "resumed new"]);
     for w in ["old", "new"] {
         repo.ok(&home, &["down", w]);

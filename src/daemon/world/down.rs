@@ -24,8 +24,9 @@ pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome
         .set_world_state(w.id, WorldState::Stopped, None, None)
         .map_err(internal)?;
     admission::learned(d, w.id, &loc.name);
-    d.admission.wake();
     d.event(world_event("down", &loc.name, &w.name));
+    // After the event: the log then reads down, then the admission it let in.
+    d.admission.wake();
     outcome(d, &loc.name, w.id, noop, left)
 }
 
