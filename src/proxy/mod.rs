@@ -651,6 +651,12 @@ impl Worker {
                 }
                 Err(mut e) => match e.take_message() {
                     Some(r) => req = r,
+                    // Sent on a kept-alive connection the server closed
+                    // (going down for a restart): a replayable request
+                    // rides through on a new one, as below.
+                    None if replay.is_some() && ride.is_some() => {
+                        req = replay.as_ref().map(Replay::request).expect("replay");
+                    }
                     None => return Err(UpstreamError::Http(e.into_error())),
                 },
             }
