@@ -131,11 +131,26 @@ impl Client {
         }
         write_frame(&mut platform::NoSigpipe(&self.writer), req)
             .map_err(|e| ApiError::new(format!("lost the daemon connection: {e}")))?;
+        let mut queued = false;
         loop {
             match read_frame::<_, Reply>(&mut self.reader) {
-                Ok(Some(Reply::Progress(p))) => on_progress(&p),
+                Ok(Some(Reply::Progress(p))) => {
+                    queued = p.step == "admission" && p.message.starts_with("queued:");
+                    on_progress(&p);
+                }
                 Ok(Some(Reply::Ok(r))) => return Ok(r),
                 Ok(Some(Reply::Err(e))) => return Err(e),
+                Ok(None) if queued => {
+                    // The queue is in the registry: nothing of it is lost.
+                    let name = match req {
+                        Request::Up(u) => u.world.name.as_str(),
+                        _ => "the world",
+                    };
+                    return Err(ApiError::new(format!(
+                        "the daemon stopped while `up` of {name} was queued; {name} is still queued, and a new daemon carries on with the queue in its order"
+                    ))
+                    .hint("any `binky` command starts the daemon again; `binky status` shows the world's place"));
+                }
                 Ok(None) => {
                     return Err(ApiError::new(format!(
                         "the daemon closed the connection during `{}`",

@@ -147,13 +147,37 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 
-    /// The queue, oldest first.
+    /// Marks `ticket` admitted: it leaves the queue's order but keeps its
+    /// row until its `up` settles ([`Registry::dequeue`]), so a daemon that
+    /// dies in between loses no request.
+    pub fn mark_admitted(&mut self, ticket: i64) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE admission_queue SET admitted = 1 WHERE ticket = ?1",
+                params![ticket],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Puts every admitted ticket back in the queue, in its place: at start,
+    /// no `up` is under way, so one marked admitted was cut short by a crash.
+    pub fn readmit_all(&mut self) -> Result<usize, RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE admission_queue SET admitted = 0 WHERE admitted = 1",
+                [],
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    /// The queue (tickets not yet admitted), oldest first.
     pub fn queue(&self) -> Result<Vec<QueueRow>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached(
                 "SELECT ticket, project, world, grp, request, disk_path, enqueued_at, resume, since
-                 FROM admission_queue ORDER BY since, ticket",
+                 FROM admission_queue WHERE admitted = 0 ORDER BY since, ticket",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt

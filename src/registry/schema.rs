@@ -141,6 +141,7 @@ CREATE TABLE admission_queue (
     disk_path   TEXT NOT NULL,            -- the project's main checkout, whose filesystem keeps the disk reserve
     enqueued_at INTEGER NOT NULL,         -- unix ms
     resume      INTEGER NOT NULL DEFAULT 0, -- 1: a suspended world waiting to resume
+    admitted    INTEGER NOT NULL DEFAULT 0, -- 1: admitted, its `up` under way (the row goes when it settles)
     since       INTEGER NOT NULL,         -- unix ms, the order key: when it first asked (a resume keeps its place)
     UNIQUE (project, world)
 );

@@ -393,3 +393,51 @@ fn a_raised_reserve_suspends_the_newest_world_and_a_lowered_one_resumes_it() {
         repo.ok(&home, &["down", w]);
     }
 }
+
+#[test]
+fn a_daemon_that_dies_as_it_admits_or_while_a_cli_waits_loses_no_request() {
+    let home = Home::new();
+    let repo = sleeper("crashq");
+    // A daemon that aborts, as kill -9 would, the moment it admits.
+    let start = Out(home
+        .cmd(&["daemon", "start"])
+        .env("BINKY_TEST_FAULT", "admission:admitted")
+        .output()
+        .unwrap());
+    assert_eq!(start.code(), 0, "{start}");
+    home.ok(&[
+        "reserve",
+        "--max-parallel",
+        "1",
+        "--ram",
+        "0",
+        "--disk",
+        "0",
+    ]);
+    // Nothing is queued yet, so `a` is admitted at once: the fault fires.
+    let crashed = repo.run(&home, &["up", "a"]);
+    assert_ne!(crashed.code(), 0, "{crashed}");
+    // The next command starts a daemon (without the fault) that finds `a`'s
+    // request and serves it.
+    assert!(wait_until(Duration::from_secs(20), || state(
+        &repo, &home, "a"
+    ) == "running"));
+    // A CLI waiting in the queue when its daemon dies says so; the world
+    // stays queued and the next daemon serves it in its turn.
+    let waiting = repo
+        .cmd(&home, &["up", "b"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || state(
+        &repo, &home, "b"
+    ) == "queued"));
+    kill9(home.daemon_pid().unwrap());
+    let out = Out(waiting.wait_with_output().unwrap());
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(out.stderr().contains("b is still queued"), "{out}");
+    assert_eq!(state(&repo, &home, "b"), "queued");
+    repo.ok(&home, &["down", "a"]);
+    wait_state(&repo, &home, "b", "running");
+}

@@ -94,10 +94,14 @@ impl Admission {
 pub(crate) struct Admitted {
     d: Arc<Daemon>,
     key: (String, String),
+    ticket: i64,
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
+        // The request is served (or failed, recorded as such): only now
+        // does its row go, so a crash before this loses nothing.
+        let _ = self.d.registry().dequeue(self.ticket);
         self.d.admission.lock().pending.remove(&self.key);
         self.d.admission.wake();
     }
@@ -240,7 +244,8 @@ fn look(d: &Arc<Daemon>, ticket: i64) -> Result<Step, ApiError> {
     let decision = decide::decide(&queue, &room);
     if decision == Decision::Admit(me) {
         let row = &rows[me];
-        d.registry().dequeue(ticket).map_err(internal)?;
+        d.registry().mark_admitted(ticket).map_err(internal)?;
+        crate::faults::point("admission:admitted");
         let key = (row.project.clone(), row.world.clone());
         st.pending
             .insert(key.clone(), (row.group.clone(), queue[me].footprint));
@@ -256,6 +261,7 @@ fn look(d: &Arc<Daemon>, ticket: i64) -> Result<Step, ApiError> {
         return Ok(Step::Admitted(Admitted {
             d: Arc::clone(d),
             key,
+            ticket,
         }));
     }
     let order = decide::order(&queue, &room);
@@ -575,6 +581,8 @@ pub(crate) fn run_unwatched(d: &Arc<Daemon>, ticket: i64, req: UpRequest) {
 /// admission again, in the same order. The callers' environments were never
 /// stored (they may hold secrets), so these `up`s run with the daemon's.
 pub(crate) fn resume_queue(d: &Arc<Daemon>) {
+    // A ticket admitted when the last daemon died never finished its `up`.
+    let _ = d.registry().readmit_all();
     let Ok(rows) = d.registry().queue() else {
         return;
     };
