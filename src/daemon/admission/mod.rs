@@ -253,7 +253,7 @@ fn look(d: &Arc<Daemon>, ticket: i64) -> Result<Step, ApiError> {
         let name = if row.resume { "resumed" } else { "admitted" };
         let mut ev = super::world::world_event(name, &row.project, &row.world);
         ev.detail = Some(format!(
-            "{}; decided in {:.2} ms",
+            "ticket {ticket}, {}; decided in {:.2} ms",
             figures(&room, queue[me].footprint),
             started.elapsed().as_secs_f64() * 1000.0
         ));
