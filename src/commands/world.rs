@@ -413,6 +413,10 @@ pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
         let mut out: indexmap::IndexMap<String, serde_json::Value> = indexmap::IndexMap::new();
         for (svc, value) in &env.services {
             out.insert(svc.clone(), value.clone().into());
+            // `bus.prefix`, as the token writes it: no service name has a dot.
+            for (field, v) in env.fields.get(svc).into_iter().flatten() {
+                out.insert(format!("{svc}.{field}"), v.clone().into());
+            }
         }
         if !env.vars.is_empty() {
             out.insert(
@@ -426,7 +430,8 @@ pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
 }
 
 /// `binky env --dotenv` (or, with `export`, `--export`) lines: each exposed
-/// service's `NAME_URL`, the project's `[env]`, then `BINKY_WORKTREE`,
+/// service's `NAME_URL` (and a resource's `NAME_PREFIX`/`NAME_BUCKET`), the
+/// project's `[env]`, then `BINKY_WORKTREE`,
 /// `BINKY_WORLD` and `BINKY_PROJECT`. A withheld value becomes a comment
 /// saying how to get it, so `eval` never sets a variable to nothing.
 pub fn shell_lines(env: &crate::protocol::WorldEnv, export: bool) -> String {
@@ -438,6 +443,14 @@ pub fn shell_lines(env: &crate::protocol::WorldEnv, export: bool) -> String {
     };
     for (svc, value) in &env.services {
         line(&dotenv_name(svc), value);
+        for (field, v) in env.fields.get(svc).into_iter().flatten() {
+            let key = format!(
+                "{}_{}",
+                crate::slug::env_key(svc),
+                crate::slug::env_key(field)
+            );
+            line(&key, v);
+        }
     }
     let mut withheld = Vec::new();
     for (k, v) in &env.vars {

@@ -470,6 +470,11 @@ pub struct WorldEnv {
     pub worktree: String,
     /// Exposed service → address.
     pub services: IndexMap<String, String>,
+    /// Exposed resource → its adapter's token fields (`prefix`, `bucket`):
+    /// what `${SVC.prefix}` renders to, which a client needs besides the
+    /// address.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub fields: IndexMap<String, IndexMap<String, String>>,
     /// The project's `[env]`, rendered for this world; `None` for a value
     /// withheld because it comes from `${env.NAME}` and `reveal` was not
     /// asked for.

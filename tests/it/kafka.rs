@@ -208,8 +208,16 @@ fn kafka_prefixes_isolate_worlds_and_teardown_deletes_exactly_their_topics() {
             "{prefix}: only a-z, 0-9 and - avoid the ./_ collision"
         );
         assert!(prefix.len() + "order.events".len() <= 249, "{prefix}");
-        // `env` gives the same address.
-        assert_eq!(run(&["env", w]).json()["bus"], url, "{w}");
+        // `env` gives the same address and the prefix, as JSON and as
+        // shell lines.
+        let env = run(&["env", w]).json();
+        assert_eq!(env["bus"], url, "{w}");
+        assert_eq!(env["bus.prefix"], prefix, "{env}");
+        let dotenv = run(&["env", w, "--dotenv"]).stdout();
+        assert!(
+            dotenv.contains(&format!("BUS_PREFIX='{prefix}'\n")),
+            "{dotenv}"
+        );
         prefixes.push(prefix.to_owned());
     }
     assert!(

@@ -34,6 +34,7 @@ pub(crate) async fn env(
         project: loc.name.clone(),
         world: w.name.clone(),
         worktree: wf.world_root.display().to_string(),
+        fields: fields_of(&wf),
         services: exposed_of(&wf),
         vars,
     })
@@ -71,6 +72,17 @@ pub(super) fn exposed_of(wf: &WorldFacts) -> IndexMap<String, String> {
         }
     }
     out
+}
+
+/// Each exposed resource's adapter fields (`prefix`, `bucket`).
+fn fields_of(wf: &WorldFacts) -> IndexMap<String, IndexMap<String, String>> {
+    exposed_of(wf)
+        .keys()
+        .filter_map(|n| {
+            let f = wf.facts.get(n)?;
+            (!f.slice.is_empty()).then(|| (n.clone(), f.slice.clone()))
+        })
+        .collect()
 }
 
 /// What a verb after `up` needs to render a world's strings: its config (as
