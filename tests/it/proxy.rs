@@ -1038,7 +1038,11 @@ fn hammer(
     std::thread::spawn(move || {
         let mut seen = Vec::new();
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            seen.push(get(port, host, "/").0);
+            let (code, _, body) = get(port, host, "/");
+            if code == 502 {
+                eprintln!("502 body: {body}");
+            }
+            seen.push(code);
             std::thread::sleep(Duration::from_millis(20));
         }
         seen
