@@ -117,12 +117,7 @@ impl External {
         if let Some(a) = &slice.admin_url {
             config.insert("admin_url".into(), a.clone().into());
         }
-        let timeout = slice
-            .options
-            .get("timeout")
-            .and_then(|v| v.as_str())
-            .and_then(|s| humantime::parse_duration(s).ok())
-            .unwrap_or(DEFAULT_TIMEOUT);
+        let timeout = slice.timeout(DEFAULT_TIMEOUT);
         let req = Request {
             slice: slice.name.clone(),
             project: slice.project.clone(),

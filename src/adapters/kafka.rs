@@ -217,12 +217,7 @@ impl Admin {
         let servers =
             bootstrap(url).map_err(|e| AdapterError::new(format!("kafka: {e}")).redacted(slice))?;
         let shown = servers.join(",");
-        let timeout = slice
-            .options
-            .get("timeout")
-            .and_then(|v| v.as_str())
-            .and_then(|s| humantime::parse_duration(s.trim()).ok())
-            .unwrap_or(DEFAULT_TIMEOUT);
+        let timeout = slice.timeout(DEFAULT_TIMEOUT);
         // rskafka retries a lost connection forever by default.
         let backoff = rskafka::BackoffConfig {
             init_backoff: Duration::from_millis(50),

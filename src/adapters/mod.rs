@@ -52,6 +52,18 @@ pub struct Slice {
     pub search_path: Option<OsString>,
 }
 
+impl Slice {
+    /// `options.timeout` (a duration such as `"30s"`, as `binky check`
+    /// validates it), else `default`.
+    pub fn timeout(&self, default: std::time::Duration) -> std::time::Duration {
+        self.options
+            .get("timeout")
+            .and_then(|v| v.as_str())
+            .and_then(|s| humantime::parse_duration(s.trim()).ok())
+            .unwrap_or(default)
+    }
+}
+
 // Hand-written: `admin_url` may carry a password.
 impl std::fmt::Debug for Slice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

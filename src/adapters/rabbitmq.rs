@@ -122,12 +122,7 @@ impl Api {
             }
             None => (amqp.host.clone(), MANAGEMENT_PORT, false),
         };
-        let timeout = slice
-            .options
-            .get("timeout")
-            .and_then(|v| v.as_str())
-            .and_then(|s| humantime::parse_duration(s.trim()).ok())
-            .unwrap_or(DEFAULT_TIMEOUT);
+        let timeout = slice.timeout(DEFAULT_TIMEOUT);
         Ok(Api {
             amqp,
             host,

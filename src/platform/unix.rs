@@ -769,25 +769,28 @@ pub struct Memory {
 /// count the host's RAM. `None` where the kernel gives no `MemAvailable`.
 pub fn memory() -> Option<Memory> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let field = |name: &str| -> Option<u64> {
-        let line = info.lines().find(|l| l.starts_with(name))?;
-        let kib: u64 = line[name.len()..]
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()?;
-        Some(kib * 1024)
-    };
     let mut m = Memory {
-        total: field("MemTotal:")?,
-        available: field("MemAvailable:")?,
+        total: kib_field(&info, "MemTotal:")?,
+        available: kib_field(&info, "MemAvailable:")?,
     };
     if let Some((limit, used)) = cgroup_memory() {
         m.total = m.total.min(limit);
         m.available = m.available.min(limit.saturating_sub(used));
     }
     Some(m)
+}
+
+/// The `name: N kB` line of a `/proc` file (`meminfo`, `<pid>/status`),
+/// in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(name))?;
+    let kib: u64 = line[name.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 /// This process's cgroup v2 memory limit and use, when it has a limit.
@@ -819,14 +822,7 @@ pub fn group_rss(pgid: u32) -> u64 {
         .into_iter()
         .filter_map(|pid| {
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-            let kib: u64 = line["VmRSS:".len()..]
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse()
-                .ok()?;
-            Some(kib * 1024)
+            kib_field(&status, "VmRSS:")
         })
         .sum()
 }

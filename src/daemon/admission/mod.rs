@@ -165,16 +165,19 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 /// The queue as [`decide`] sees it, row for row.
 fn waiting(d: &Daemon, rows: &[QueueRow]) -> Vec<Waiting> {
     let reg = d.registry();
+    // One read per project, not per queued world: a swarm is one project.
+    let mut footprints: HashMap<&str, u64> = HashMap::new();
     rows.iter()
         .map(|r| Waiting {
             ticket: r.ticket,
             since: r.since,
             group: r.group.clone(),
-            footprint: reg
-                .footprint(&r.project)
-                .ok()
-                .flatten()
-                .unwrap_or(DEFAULT_FOOTPRINT),
+            footprint: *footprints.entry(&r.project).or_insert_with(|| {
+                reg.footprint(&r.project)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(DEFAULT_FOOTPRINT)
+            }),
             resume: r.resume,
         })
         .collect()
@@ -438,16 +441,13 @@ pub(crate) fn withdraw(d: &Daemon, project: &str, world: &str) -> Result<bool, A
 }
 
 /// Where each queued ticket stands now, for `status`.
-pub(crate) fn standings(d: &Daemon) -> HashMap<(String, String), Standing> {
+fn standings(d: &Daemon, rows: &[QueueRow]) -> HashMap<(String, String), Standing> {
     let st = d.admission.lock();
-    let Ok(rows) = d.registry().queue() else {
-        return HashMap::new();
-    };
     if rows.is_empty() {
         return HashMap::new();
     }
-    let queue = waiting(d, &rows);
-    let Ok(room) = room(d, &st, &rows) else {
+    let queue = waiting(d, rows);
+    let Ok(room) = room(d, &st, rows) else {
         return HashMap::new();
     };
     let reason = match decide::decide(&queue, &room) {
@@ -493,10 +493,10 @@ pub(crate) fn fill_queue(
     report: &mut crate::protocol::StatusReport,
     project: Option<&str>,
 ) {
-    let places = standings(d);
     let Ok(rows) = d.registry().queue() else {
         return;
     };
+    let places = standings(d, &rows);
     for r in rows {
         // A resume is shown by its world's own state, `suspended`.
         if r.resume || project.is_some_and(|p| p != r.project) {
