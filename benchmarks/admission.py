@@ -100,9 +100,18 @@ class Bench:
         self.env = dict(os.environ, BINKY_HOME=str(self.home), NO_COLOR="1",
                         BINKY_PROXY_PORT=str(free_port()), BINKY_HTTPS_PORT=str(free_port()))
 
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        r = subprocess.run([str(self.binary), *args], cwd=self.repo, env=self.env,
-                           capture_output=True, text=True)
+    def run(self, *args: str, check: bool = True,
+            timeout: float | None = None) -> subprocess.CompletedProcess:
+        try:
+            r = subprocess.run([str(self.binary), *args], cwd=self.repo, env=self.env,
+                               capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # A queue that never moves: say what the daemon saw, not hang.
+            st = subprocess.run([str(self.binary), "status", "--json"], cwd=self.repo,
+                                env=self.env, capture_output=True, text=True)
+            raise BenchError(
+                f"binky {' '.join(args)} waited over {timeout:.0f} s; MemAvailable "
+                f"{mem_available() / MIB:.0f} MiB; status: {st.stdout.strip()[:2000]}")
         if check and r.returncode != 0:
             raise BenchError(f"binky {' '.join(args)}: {r.stderr.strip()}")
         return r
@@ -123,8 +132,34 @@ class Bench:
 
 
 def jain(xs: list[float]) -> float:
+    """Jain's index of normalised allocations: 1 when every x is equal,
+    1/n when one party has everything."""
     s, sq = sum(xs), sum(x * x for x in xs)
     return 1.0 if sq == 0 else s * s / (len(xs) * sq)
+
+
+def max_min_fair(capacity: float, demand: dict[str, float]) -> dict[str, float]:
+    """The max-min fair shares of `capacity` (water-filling): no group gets
+    more than it asks for, and what a small group leaves goes to the rest
+    equally. Jain's index is taken over each group's allocation divided by
+    this share, so a group that asked for little is not counted as starved
+    for getting little (Jain, Chiu and Hawe, 1984, normalise by the fair
+    allocation)."""
+    share = {g: 0.0 for g in demand}
+    left = {g: d for g, d in demand.items() if d > 0}
+    cap = capacity
+    while left and cap > 1e-9:
+        each = cap / len(left)
+        small = {g: d for g, d in left.items() if d <= each}
+        if not small:
+            for g in left:
+                share[g] += each
+            break
+        for g, d in small.items():
+            share[g] += d
+            cap -= d
+            del left[g]
+    return share
 
 
 def benchmark(args: argparse.Namespace, binary: Path, root: Path) -> dict:
@@ -145,16 +180,17 @@ def benchmark(args: argparse.Namespace, binary: Path, root: Path) -> dict:
         time.sleep(1)
         avail = mem_available()
         # Admit k+1 while avail - k*drop >= reserve + F, for k < fit: with F
-        # the learned footprint (about hold_mib).
-        learned = args.hold_mib * MIB
+        # the footprint the daemon learned (about hold_mib, plus python).
+        learned = json.loads(b.run("metrics").stdout).get("footprints", {}).get(
+            "admbench", args.hold_mib * MIB)
         reserve = avail - learned - int((args.fit - 0.5) * drop)
         total = mem_total()
         pct = reserve / total * 100
         if not 0 <= pct <= 90:
             raise BenchError(f"cannot place the reserve: {pct:.1f} % of RAM")
         b.run("reserve", "--ram", f"{pct:.3f}")
-        log(f"calibrated: up {up_s:.2f} s, MemAvailable moves {drop / MIB:.0f} MiB a world, "
-            f"reserve {reserve / MIB:.0f} MiB ({pct:.2f} %)")
+        log(f"calibrated: up {up_s:.2f} s, footprint {learned / MIB:.0f} MiB, "
+            f"MemAvailable moves {drop / MIB:.0f} MiB a world, reserve {reserve / MIB:.0f} MiB ({pct:.2f} %)")
 
         groups = ["a"] * args.group_a + ["b"] * args.group_b
         lock = threading.Lock()
@@ -171,17 +207,29 @@ def benchmark(args: argparse.Namespace, binary: Path, root: Path) -> dict:
                 with lock:
                     lowest[0] = min(lowest[0], m)
                     if all(demand[g] > 0 for g in demand):
-                        fair = args.fit / 2
-                        xs = [running[g] / min(demand[g], fair) for g in demand]
+                        fair = max_min_fair(args.fit, demand)
+                        xs = [running[g] / fair[g] for g in demand]
                         samples.append(jain(xs))
                 time.sleep(0.1)
 
         spans: dict[str, tuple[str, float, float]] = {}
+        asked_wall: dict[str, float] = {}
+
+        failures: list[BaseException] = []
 
         def agent(i: int, g: str) -> None:
+            try:
+                serve(i, g)
+            except BaseException as e:  # noqa: BLE001 - reported after join
+                with lock:
+                    failures.append(e)
+
+        def serve(i: int, g: str) -> None:
             name = f"w{i:02d}"
             asked = time.perf_counter()
-            b.run("up", name, "--group", g)
+            with lock:
+                asked_wall[name] = time.time()
+            b.run("up", name, "--group", g, timeout=args.stall)
             served = time.perf_counter()
             with lock:
                 spans[name] = (g, asked, served)
@@ -205,6 +253,8 @@ def benchmark(args: argparse.Namespace, binary: Path, root: Path) -> dict:
             time.sleep(0.02)  # a definite arrival order
         for t in threads:
             t.join()
+        if failures:
+            raise failures[0]
         makespan = time.perf_counter() - start
         stop.set()
         log(f"all served in {makespan:.1f} s; idle phase")
@@ -220,16 +270,31 @@ def benchmark(args: argparse.Namespace, binary: Path, root: Path) -> dict:
             [tickets[w] for w in order if groups[int(w[1:])] == g] ==
             sorted(tickets[w] for w in order if groups[int(w[1:])] == g)
             for g in ("a", "b"))
-        # Fairness of the decisions: of the admissions made while both
-        # groups had a request waiting, each group's count (Jain's index).
+        # Fairness of the decisions: of the admissions made while the other
+        # group had a request waiting (asked, not yet admitted), each
+        # group's count against its max-min fair share of them — a group
+        # cannot be given more admissions than it had requests waiting.
+        from datetime import datetime
+        admitted_at = {e["worktree"]: datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()
+                       for e in evs}
+        waits = {name: (g, asked_wall[name], admitted_at[name])
+                 for name, (g, _, _) in spans.items() if name in admitted_at}
+
+        def waiting(g: str, t: float) -> bool:
+            return any(og == g and a <= t < ad for og, a, ad in waits.values())
         contended = {"a": 0, "b": 0}
-        for name, (g, _, served) in spans.items():
+        asked_in = {"a": 0, "b": 0}
+        for name, (g, asked, adm) in waits.items():
             other = "b" if g == "a" else "a"
-            if any(og == other and asked < served < oserved
-                   for og, asked, oserved in spans.values()):
+            if waiting(other, adm):
                 contended[g] += 1
-        decision_jain = jain([float(contended["a"]), float(contended["b"])]) \
-            if all(contended.values()) else None
+            # Waiting at some moment while the other group also waited.
+            if any(og == other and oa < adm and asked < oad for og, oa, oad in waits.values()):
+                asked_in[g] += 1
+        fair_c = max_min_fair(float(sum(contended.values())),
+                              {g: float(n) for g, n in asked_in.items()})
+        decision_jain = jain([contended[g] / fair_c[g] for g in contended]) \
+            if all(fair_c.values()) else None
         latencies = [float(m.group(1)) for e in evs
                      if (m := re.search(r"decided in ([0-9.]+) ms", e.get("detail", "")))]
 
@@ -250,7 +315,7 @@ def benchmark(args: argparse.Namespace, binary: Path, root: Path) -> dict:
                             "reserve_mib": reserve / MIB, "reserve_pct": pct},
             "most_running": most[0],
             "lowest_below_reserve_mib": (reserve - lowest[0]) / MIB,
-            "footprint_mib": args.hold_mib,
+            "footprint_mib": learned / MIB,
             "makespan_s": makespan, "ideal_s": ideal, "makespan_ratio": makespan / ideal,
             "admission_order": order, "fifo_within_groups": fifo,
             "decision_jain": decision_jain, "contended_admissions": contended,
@@ -270,7 +335,7 @@ def print_report(r: dict) -> None:
     rows = [
         ("most worlds running at once", f"{r['most_running']}", f"{r['fit']}",
          verdict(r["most_running"] <= r["fit"])),
-        ("lowest MemAvailable vs reserve", f"{-below:+.0f} MiB", f"> -{r['footprint_mib']} MiB",
+        ("lowest MemAvailable vs reserve", f"{-below:+.0f} MiB", f"> -{r['footprint_mib']:.0f} MiB",
          verdict(below <= r["footprint_mib"])),
         ("time to serve all", f"{r['makespan_s']:.1f} s (ideal {r['ideal_s']:.1f} s, x{r['makespan_ratio']:.2f})",
          "<= x1.10", verdict(r["makespan_ratio"] <= 1.10)),
@@ -308,6 +373,8 @@ def main() -> int:
     ap.add_argument("--group-b", type=int, default=4)
     ap.add_argument("--job", type=float, default=4.0, help="seconds each world runs")
     ap.add_argument("--idle", type=float, default=10.0, help="seconds of the idle CPU sample")
+    ap.add_argument("--stall", type=float, default=300.0,
+                    help="seconds an up may wait before the run is called stalled")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args()
     args.worlds = args.group_a + args.group_b

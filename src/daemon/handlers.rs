@@ -52,8 +52,10 @@ pub(super) async fn handle(
         } => {
             let s = settings::set_reserve(d, ram_pct, disk_gb, max_parallel)?;
             d.event(super::events::Event::named("settings_changed").detail("reserve"));
-            // Takes effect now: a lowered reserve admits.
+            // Takes effect now: a lowered reserve admits, a raised one
+            // may suspend.
             d.admission.wake();
+            d.admission.resample();
             Ok(Response::Settings(s))
         }
         Request::SetPorts { proxy, https } => {
@@ -108,6 +110,11 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         .get(crate::protocol::WorldState::Suspended.as_str())
         .copied()
         .unwrap_or(0);
+    // Each registry read in its own statement: a guard held in the struct
+    // literal below would lock the registry twice.
+    let footprints = d.registry().footprints().map_err(internal)?;
+    let footprints = footprints.into_iter().collect();
+    let queue_length = d.registry().queue().map_err(internal)?.len() as u64;
     let (rss_bytes, cpu_time_ms) = self_usage();
     let now = Instant::now();
     let cpu_percent = {
@@ -127,9 +134,13 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         worlds,
         services_running,
         restarts,
-        queue_length: d.registry().queue().map_err(internal)?.len() as u64,
+        queue_length,
         suspended,
         admissions: d.admission.admissions(),
+        memory_watch: d.admission.watch().to_owned(),
+        memory_samples: d.admission.samples(),
+        memory_stalls: d.admission.stalls(),
+        footprints,
         port_reservations,
         proxy: d.proxy.snapshot(),
         registry_bytes,

@@ -626,6 +626,22 @@ pub struct Metrics {
     /// `up`s admitted since the daemon started.
     #[serde(default)]
     pub admissions: u64,
+    /// How the daemon watches memory now: `"psi"` (kernel pressure-stall
+    /// triggers plus a slow sample), `"sampling"` (a sample every 2 s, where
+    /// the kernel has no PSI) or `"idle"` (no world runs: nothing is read).
+    #[serde(default)]
+    pub memory_watch: String,
+    /// Memory samples taken since the daemon started.
+    #[serde(default)]
+    pub memory_samples: u64,
+    /// Pressure-stall triggers the kernel fired since the daemon started.
+    #[serde(default)]
+    pub memory_stalls: u64,
+    /// Each project's learned footprint (peak RSS of its last running
+    /// world), bytes; a project not yet measured is absent and counts as
+    /// the default, 512 MiB.
+    #[serde(default)]
+    pub footprints: IndexMap<String, u64>,
     /// Ports reserved, all projects.
     pub port_reservations: u64,
     /// Proxy counters.

@@ -623,7 +623,7 @@ impl Worker {
         mut req: Request<UpBody>,
         keep: bool,
         ride: Option<Duration>,
-        replay: Option<Replay>,
+        replay: Option<&Replay>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let reuse = held
             .slot
@@ -655,7 +655,7 @@ impl Worker {
                     // (going down for a restart): a replayable request
                     // rides through on a new one, as below.
                     None if replay.is_some() && ride.is_some() => {
-                        req = replay.as_ref().map(Replay::request).expect("replay");
+                        req = replay.map(Replay::request).expect("replay");
                     }
                     None => return Err(UpstreamError::Http(e.into_error())),
                 },
@@ -679,7 +679,7 @@ impl Worker {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                     up = Self::connect(port, keep.then_some(held), Some(left)).await?;
-                    req = replay.as_ref().map(Replay::request).expect("replay");
+                    req = replay.map(Replay::request).expect("replay");
                 }
                 Err(e) => return Err(UpstreamError::Http(e)),
             }
@@ -728,7 +728,7 @@ impl Worker {
             return pages::unavailable(&route);
         }
         let upgrade = is_upgrade(&req);
-        let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
+        let mut client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         // Origin form on the wire to the service (an absolute-form target
         // from the client loses its scheme and authority).
@@ -756,18 +756,63 @@ impl Worker {
         } else {
             None
         };
-        let upstream_req = Request::from_parts(parts, http_body_util::Either::Left(body));
-        let mut resp = match self
-            .send(
-                held,
-                route.port,
-                upstream_req,
-                upgrade.is_none(),
-                Some(ride_through()),
-                replay,
-            )
-            .await
-        {
+        let mut upstream_req = Some(Request::from_parts(
+            parts,
+            http_body_util::Either::Left(body),
+        ));
+        // A replayable request whose short answer broke off mid-body (the
+        // old process died between headers and bytes during a restart) is
+        // sent again, within the same ride-through: a restart never shows
+        // the client a 502.
+        let deadline = tokio::time::Instant::now() + ride_through();
+        loop {
+            let req = match upstream_req.take() {
+                Some(r) => r,
+                None => replay.as_ref().map(Replay::request).expect("replay"),
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let resp = self
+                .send(
+                    held,
+                    route.port,
+                    req,
+                    upgrade.is_none(),
+                    Some(left),
+                    replay.as_ref(),
+                )
+                .await;
+            let retry = replay.is_some() && tokio::time::Instant::now() < deadline;
+            match self
+                .answer(
+                    host_raw,
+                    &route,
+                    resp,
+                    client_upgrade.take(),
+                    &upgrade,
+                    retry,
+                )
+                .await
+            {
+                Some(r) => return r,
+                None => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
+    /// The client's response from the service's `resp`, or `None` when a
+    /// short body broke off and `retry` allows the request to go again.
+    async fn answer(
+        &self,
+        host_raw: &str,
+        route: &Route,
+        resp: Result<Response<Incoming>, UpstreamError>,
+        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+        upgrade: &Option<HeaderValue>,
+        retry: bool,
+    ) -> Option<Response<Body>> {
+        let this = &*self.proxy;
+        let counters = this.counters.shard(self.index);
+        let mut resp = match resp {
             Ok(r) => r,
             Err(e) => {
                 counters.errors.fetch_add(1, Ordering::Relaxed);
@@ -779,11 +824,11 @@ impl Worker {
                     if let Some(now) = this.routes.get(host_raw)
                         && !now.state.serves()
                     {
-                        return pages::unavailable(&now);
+                        return Some(pages::unavailable(&now));
                     }
                     tokio::time::sleep(STATE_GRACE_STEP).await;
                 }
-                return pages::bad_gateway(&route, &e);
+                return Some(pages::bad_gateway(route, &e));
             }
         };
         let length = resp
@@ -813,10 +858,10 @@ impl Worker {
             strip_hop_by_hop(&mut keep);
             keep.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             if let Some(p) = upgrade {
-                keep.insert(header::UPGRADE, p);
+                keep.insert(header::UPGRADE, p.clone());
             }
             parts.headers = keep;
-            return Response::from_parts(parts, full(Bytes::new()));
+            return Some(Response::from_parts(parts, full(Bytes::new())));
         }
         let (mut parts, body) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers);
@@ -826,15 +871,16 @@ impl Worker {
             // A short, length-delimited body is read whole so its headers and
             // bytes leave in one write (as nginx's proxy_buffering does).
             return match read_short(body).await {
-                Ok(b) => Response::from_parts(parts, full(b)),
+                Ok(b) => Some(Response::from_parts(parts, full(b))),
+                Err(_) if retry => None,
                 Err(e) => {
                     counters.errors.fetch_add(1, Ordering::Relaxed);
-                    pages::bad_gateway(&route, &e)
+                    Some(pages::bad_gateway(route, &e))
                 }
             };
         }
         if length.is_some() {
-            return Response::from_parts(parts, Body::Stream(None, body));
+            return Some(Response::from_parts(parts, Body::Stream(None, body)));
         }
         // Unknown length (chunked: most dev servers, SSE): take the frames
         // already on hand — up to SMALL_BODY_BYTES — so a short reply leaves
@@ -845,13 +891,14 @@ impl Worker {
         let mut head = bytes::BytesMut::new();
         loop {
             if hyper::body::Body::is_end_stream(&body) {
-                return Response::from_parts(parts, full(head.freeze()));
+                return Some(Response::from_parts(parts, full(head.freeze())));
             }
             match ready_soon(std::pin::pin!(body.frame()), COALESCE_YIELDS).await {
-                Some(None) => return Response::from_parts(parts, full(head.freeze())),
+                Some(None) => return Some(Response::from_parts(parts, full(head.freeze()))),
+                Some(Some(Err(_))) if retry => return None,
                 Some(Some(Err(e))) => {
                     counters.errors.fetch_add(1, Ordering::Relaxed);
-                    return pages::bad_gateway(&route, &e);
+                    return Some(pages::bad_gateway(route, &e));
                 }
                 Some(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
@@ -864,14 +911,14 @@ impl Worker {
                     Err(frame) => {
                         let trailers = frame.into_trailers().ok();
                         let head = (!head.is_empty()).then(|| head.freeze());
-                        return Response::from_parts(parts, Body::Trailers(head, trailers));
+                        return Some(Response::from_parts(parts, Body::Trailers(head, trailers)));
                     }
                 },
                 None => break,
             }
         }
         let head = (!head.is_empty()).then(|| head.freeze());
-        Response::from_parts(parts, Body::Stream(head, body))
+        Some(Response::from_parts(parts, Body::Stream(head, body)))
     }
 }
 

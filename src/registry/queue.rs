@@ -269,6 +269,23 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 
+    /// Every project's learned footprint, bytes, by project name (those
+    /// never measured are left out).
+    pub fn footprints(&self) -> Result<Vec<(String, u64)>, RegistryError> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT name, footprint_bytes FROM projects
+                 WHERE footprint_bytes IS NOT NULL ORDER BY name",
+            )
+            .map_err(|e| self.err(e))?;
+        st.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(|e| self.err(e))
+    }
+
     /// Stores the project's footprint, bytes.
     pub fn set_footprint(&mut self, project: &str, bytes: u64) -> Result<(), RegistryError> {
         self.conn
@@ -308,5 +325,6 @@ mod tests {
         assert_eq!(r.footprint("p").unwrap(), None);
         r.set_footprint("p", 300 << 20).unwrap();
         assert_eq!(r.footprint("p").unwrap(), Some(300 << 20));
+        assert_eq!(r.footprints().unwrap(), [("p".to_owned(), 300 << 20)]);
     }
 }

@@ -281,6 +281,34 @@ fn a_queue_outlives_kill_9_of_the_daemon_in_the_same_order() {
     assert_eq!(admitted(&home), ["a", "b", "c"]);
 }
 
+/// Every event with its time and figures, one a line: what a failed
+/// admission test prints.
+fn story(home: &Home) -> String {
+    home.events()
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {} {}",
+                e["ts"], e["event"], e["worktree"], e["detail"]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `MemAvailable`, bytes: the median of five readings over a second, so a
+/// passing allocation elsewhere does not move a calibration.
+fn steady_available() -> u64 {
+    let mut v: Vec<u64> = (0..5)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(200));
+            meminfo().1
+        })
+        .collect();
+    v.sort_unstable();
+    v[2]
+}
+
 /// `MemTotal` and `MemAvailable`, bytes.
 fn meminfo() -> (u64, u64) {
     let info = std::fs::read_to_string("/proc/meminfo").unwrap();
@@ -312,12 +340,7 @@ fn a_raised_reserve_suspends_the_newest_world_and_a_lowered_one_resumes_it() {
     let repo = Repo::new(&toml);
     // A world resumed or admitted within the hold is never suspended
     // (30 s by default): short here, so the test need not wait it out.
-    let start = Out(home
-        .cmd(&["daemon", "start"])
-        .env("BINKY_SUSPEND_HOLD", "1s")
-        .output()
-        .unwrap());
-    assert_eq!(start.code(), 0, "{start}");
+    home.start_daemon_with(&[("BINKY_SUSPEND_HOLD", "1s")]);
     home.ok(&["reserve", "--ram", "0", "--disk", "0"]);
     for w in ["old", "new"] {
         repo.ok(&home, &["up", w]);
@@ -383,6 +406,22 @@ fn a_raised_reserve_suspends_the_newest_world_and_a_lowered_one_resumes_it() {
     assert_eq!(state(&repo, &home, "new"), "suspended");
     let m = home.ok(&["metrics"]).json();
     assert_eq!(m["suspended"], 1, "{m}");
+    assert_eq!(m["footprints"]["squeeze"].as_u64().unwrap() >> 30, 2, "{m}");
+    // kill -9 of the daemon with a world suspended: the next daemon finds
+    // it suspended still, its resume queued once, the other re-adopted.
+    kill9(home.daemon_pid().unwrap());
+    home.start_daemon_with(&[("BINKY_SUSPEND_HOLD", "1s")]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(state(&repo, &home, "new"), "suspended");
+    assert_eq!(state(&repo, &home, "old"), "running");
+    assert_eq!(pid_of("old"), Some(old_pid));
+    assert!(!alive(new_pid as u32));
+    let m = home.ok(&["metrics"]).json();
+    assert_eq!(
+        (&m["suspended"], &m["queue_length"]),
+        (&1.into(), &1.into()),
+        "{m}"
+    );
     // Lowered: resumed, on its ports, its worktree as it was.
     home.ok(&["reserve", "--ram", "0"]);
     wait_state(&repo, &home, "new", "running");
@@ -399,12 +438,7 @@ fn a_daemon_that_dies_as_it_admits_or_while_a_cli_waits_loses_no_request() {
     let home = Home::new();
     let repo = sleeper("crashq");
     // A daemon that aborts, as kill -9 would, the moment it admits.
-    let start = Out(home
-        .cmd(&["daemon", "start"])
-        .env("BINKY_TEST_FAULT", "admission:admitted")
-        .output()
-        .unwrap());
-    assert_eq!(start.code(), 0, "{start}");
+    home.start_daemon_with(&[("BINKY_TEST_FAULT", "admission:admitted")]);
     home.ok(&[
         "reserve",
         "--max-parallel",
@@ -440,4 +474,336 @@ fn a_daemon_that_dies_as_it_admits_or_while_a_cli_waits_loses_no_request() {
     assert_eq!(state(&repo, &home, "b"), "queued");
     repo.ok(&home, &["down", "a"]);
     wait_state(&repo, &home, "b", "running");
+}
+
+/// A shell in a memory cgroup of its own, limited to 64 MiB, that writes
+/// and reads back a 256 MiB file over and over: the kernel reclaims its
+/// cache all the time and its tasks stall on memory, which the system-wide
+/// `/proc/pressure/memory` counts — a real stall, on a machine with RAM to
+/// spare. Killed and its cgroup removed on drop.
+struct Thrash {
+    cgroup: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl Thrash {
+    /// # Errors
+    /// Why no memory cgroup could be made here (not root, no controller).
+    fn start(scratch: &std::path::Path) -> Result<Self, String> {
+        use std::os::unix::process::CommandExt;
+        let name = format!("binky-test-{}", std::process::id());
+        let v1 = std::path::Path::new("/sys/fs/cgroup/memory");
+        let (cgroup, limit) = if v1.join("cgroup.procs").exists() {
+            (v1.join(&name), "memory.limit_in_bytes")
+        } else if std::fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control")
+            .is_ok_and(|c| c.split_whitespace().any(|x| x == "memory"))
+        {
+            (
+                std::path::Path::new("/sys/fs/cgroup").join(&name),
+                "memory.max",
+            )
+        } else {
+            return Err("no memory cgroup controller to make a cgroup under".into());
+        };
+        std::fs::create_dir(&cgroup)
+            .and_then(|()| std::fs::write(cgroup.join(limit), (64u64 << 20).to_string()))
+            .map_err(|e| format!("cannot make a memory cgroup at {}: {e}", cgroup.display()))?;
+        let file = scratch.join("thrash");
+        let script = format!(
+            "echo $$ > '{}' && while :; do dd if=/dev/zero of='{f}' bs=1M count=256 \
+             status=none; cat '{f}' > /dev/null; done",
+            cgroup.join("cgroup.procs").display(),
+            f = file.display()
+        );
+        let child = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .process_group(0)
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        Ok(Thrash { cgroup, child })
+    }
+}
+
+impl Drop for Thrash {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.wait();
+        // The cgroup goes once its last task is reaped.
+        wait_until(Duration::from_secs(10), || {
+            std::fs::remove_dir(&self.cgroup).is_ok() || !self.cgroup.exists()
+        });
+    }
+}
+
+/// A process of the test's (not Binky's) holding `bytes` of RAM, written
+/// so they are resident; killed on drop.
+struct Hog(std::process::Child);
+
+impl Hog {
+    fn hold(home: &Home, name: &str, bytes: u64) -> Hog {
+        let ready = home.path().join(format!("{name}-ready"));
+        let child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sys, time; b = b'x' * int(sys.argv[1]); open(sys.argv[2], 'w').close(); time.sleep(600)",
+            ])
+            .arg(bytes.to_string())
+            .arg(&ready)
+            .spawn()
+            .unwrap();
+        let hog = Hog(child);
+        assert!(
+            wait_until(Duration::from_secs(30), || ready.exists()),
+            "{name} never allocated"
+        );
+        hog
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_memory_stall_wakes_the_sampler_at_once() {
+    const MIB: u64 = 1 << 20;
+    if !std::path::Path::new("/proc/pressure/memory").exists() {
+        skip("this kernel has no /proc/pressure/memory (PSI)");
+        return;
+    }
+    let home = Home::new();
+    let repo = sleeper("stall");
+    // No sample is due for ten minutes: only a stall (or a reserve change)
+    // makes the daemon look at memory.
+    home.start_daemon_with(&[
+        ("BINKY_SAMPLE_INTERVAL", "10min"),
+        ("BINKY_SUSPEND_HOLD", "1s"),
+    ]);
+    home.ok(&["reserve", "--ram", "0", "--disk", "0"]);
+    repo.ok(&home, &["up", "w"]);
+    let m = home.ok(&["metrics"]).json();
+    assert_eq!(m["memory_watch"], "psi", "{m}");
+    std::thread::sleep(Duration::from_millis(1500));
+    // The reserve may be at most 90 % of RAM: on a machine with more free
+    // than that, the test holds the difference first.
+    let (total, available) = meminfo();
+    let ceiling = total / 100 * 85;
+    let _filler = (available > ceiling).then(|| Hog::hold(&home, "filler", available - ceiling));
+    // A reserve 800 MiB below what is available: the sample its change
+    // takes finds room, and the world runs on.
+    let (total, available) = meminfo();
+    let pct = (available - 800 * MIB) as f64 / total as f64 * 100.0;
+    home.ok(&["reserve", "--ram", &format!("{pct:.3}")]);
+    // Then RAM sinks 1.5 GiB, outside binky: below the reserve, unseen.
+    let _hog = Hog::hold(&home, "hog", 1536 * MIB);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        state(&repo, &home, "w"),
+        "running",
+        "sampled without a stall"
+    );
+    let before = home.ok(&["metrics"]).json()["memory_samples"]
+        .as_u64()
+        .unwrap();
+    let thrash = match Thrash::start(home.path()) {
+        Ok(t) => t,
+        Err(why) => {
+            skip(&why);
+            return;
+        }
+    };
+    let suspended = wait_until(Duration::from_secs(20), || {
+        state(&repo, &home, "w") == "suspended"
+    });
+    drop(thrash);
+    assert!(
+        suspended,
+        "a stall never woke the sampler: {:?}",
+        repo.worlds(&home).get("w")
+    );
+    let m = home.ok(&["metrics"]).json();
+    assert!(m["memory_stalls"].as_u64().unwrap() >= 1, "{m}");
+    assert!(m["memory_samples"].as_u64().unwrap() > before, "{m}");
+    let names = events_of(&home, &["memory_pressure", "suspended"]);
+    assert_eq!(
+        names.first().map(String::as_str),
+        Some("memory_pressure "),
+        "{names:?}"
+    );
+    assert!(names.contains(&"suspended w".to_owned()), "{names:?}");
+    let pressure = home
+        .events()
+        .into_iter()
+        .find(|e| e["event"] == "memory_pressure")
+        .unwrap();
+    assert!(
+        pressure["detail"]
+            .as_str()
+            .unwrap()
+            .contains("tasks stalled on memory"),
+        "{pressure}"
+    );
+    repo.ok(&home, &["remove", "w"]);
+    let m = home.ok(&["metrics"]).json();
+    assert!(
+        wait_until(
+            Duration::from_secs(15),
+            || home.ok(&["metrics"]).json()["memory_watch"] == "idle"
+        ),
+        "the sampler never stopped: {m}"
+    );
+}
+
+#[test]
+fn ram_alone_admits_as_many_worlds_as_fit_and_queues_the_rest_in_order() {
+    const MIB: u64 = 1 << 20;
+    let home = Home::new();
+    // Each world holds 1 GiB, written (resident), and is ready only once
+    // it does.
+    let toml = format!(
+        "{}[services.app]\ncmd = \"exec python3 -c 'import time; b = b\\\"x\\\" * (1 << 30); open(\\\"ready\\\", \\\"w\\\").close(); time.sleep(600)'\"\nhealth = {{ cmd = \"test -f ready\", timeout = \"60s\" }}\n",
+        project_header("fit", 1)
+    );
+    let repo = Repo::new(&toml);
+    home.ok(&[
+        "reserve",
+        "--ram",
+        "0",
+        "--disk",
+        "0",
+        "--max-parallel",
+        "0",
+    ]);
+    // One world first: the daemon learns the project's footprint, and the
+    // test how far MemAvailable moves per world here (some kernels move it
+    // by less than the RSS).
+    let before = steady_available();
+    repo.ok(&home, &["up", "learn"]);
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            home.ok(&["metrics"]).json()["footprints"]["fit"]
+                .as_u64()
+                .is_some_and(|f| f >= 1 << 30)
+        }),
+        "the footprint was never learned: {}",
+        home.ok(&["metrics"]).json()
+    );
+    let during = steady_available();
+    repo.ok(&home, &["down", "learn"]);
+    let footprint = home.ok(&["metrics"]).json()["footprints"]["fit"]
+        .as_u64()
+        .unwrap();
+    let drop = before.saturating_sub(during).max(256 * MIB);
+    std::thread::sleep(Duration::from_secs(1));
+    // Room for two: a third finds less than a footprint above the reserve
+    // once two run (half a world's MemAvailable move to spare each way).
+    let (total, _) = meminfo();
+    let available = steady_available();
+    let reserve = available - footprint - drop * 3 / 2;
+    let pct = reserve as f64 / total as f64 * 100.0;
+    home.ok(&["reserve", "--ram", &format!("{pct:.3}")]);
+    eprintln!(
+        "footprint {} MiB, MemAvailable moves {} MiB a world, reserve {} MiB",
+        footprint / MIB,
+        drop / MIB,
+        reserve / MIB
+    );
+    // Watch how many run or start at once, all along.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let most = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let n = repo
+                    .worlds(&home)
+                    .values()
+                    .filter(|w| w["state"] == "running" || w["state"] == "starting")
+                    .count();
+                most.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        // Stops the watcher however serve_four ends (a failed assertion
+        // too), so the scope can join it.
+        struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
+        serve_four(&repo, &home);
+    });
+    assert_eq!(most.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(admitted(&home), ["learn", "a", "b", "c", "d"]);
+    for w in ["c", "d"] {
+        repo.ok(&home, &["down", w]);
+    }
+}
+
+/// Four concurrent `up`s where two fit: two run, two queue in order, each
+/// served as one goes down.
+fn serve_four(repo: &Repo, home: &Home) {
+    // Four `up`s at once (2K for K = 2), each asked once the one before is
+    // in: a definite arrival order.
+    let mut ups = Vec::new();
+    for w in ["a", "b", "c", "d"] {
+        ups.push(
+            repo.cmd(home, &["up", w])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        assert!(wait_until(Duration::from_secs(20), || !state(
+            repo, home, w
+        )
+        .is_empty()));
+    }
+    wait_state(repo, home, "a", "running");
+    assert!(
+        wait_until(Duration::from_secs(60), || state(repo, home, "b")
+            == "running"),
+        "b never ran: {:?}\n{}",
+        repo.worlds(home).get("b"),
+        story(home)
+    );
+    // Two samples later the other two still wait, first come first.
+    std::thread::sleep(Duration::from_secs(4));
+    let worlds = repo.worlds(home);
+    for (w, position) in [("c", 1), ("d", 2)] {
+        assert_eq!(
+            worlds[w]["state"],
+            "queued",
+            "{w}: {}\n{}",
+            worlds[w],
+            story(home)
+        );
+        assert_eq!(worlds[w]["queue"]["position"], position, "{}", worlds[w]);
+        let reason = worlds[w]["queue"]["reason"].as_str().unwrap();
+        assert!(reason.starts_with("waiting for RAM"), "{reason}");
+    }
+    // Served as earlier worlds go: a's place to c, then b's to d.
+    for (gone, next) in [("a", "c"), ("b", "d")] {
+        repo.ok(home, &["down", gone]);
+        assert!(
+            wait_until(Duration::from_secs(60), || state(repo, home, next)
+                == "running"),
+            "{next} never ran: {:?}\n{}",
+            repo.worlds(home).get(next),
+            story(home)
+        );
+        if next == "c" {
+            assert_eq!(state(repo, home, "d"), "queued");
+        }
+    }
+    for up in ups {
+        let out = Out(up.wait_with_output().unwrap());
+        assert_eq!(out.code(), 0, "{out}");
+    }
 }

@@ -103,14 +103,17 @@ stop_timeout = "1500ms"
 "#,
         project_header("stops", 2)
     );
-    let sig = "import signal, sys, time\ndef on(n, f):\n    open('got-signal.txt', 'w').write(signal.Signals(n).name)\n    sys.exit(0)\nsignal.signal(signal.SIGINT, on)\nsignal.signal(signal.SIGTERM, on)\nwhile True:\n    time.sleep(0.05)\n";
+    let sig = "import signal, sys, time\ndef on(n, f):\n    open('got-signal.txt', 'w').write(signal.Signals(n).name)\n    sys.exit(0)\nsignal.signal(signal.SIGINT, on)\nsignal.signal(signal.SIGTERM, on)\nopen('sig-ready.txt', 'w').write('1')\nwhile True:\n    time.sleep(0.05)\n";
     let deaf = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nopen('deaf-ready.txt', 'w').write('1')\nwhile True:\n    time.sleep(0.05)\n";
     let repo = Repo::with("", &toml, &[("sig.py", sig), ("deaf.py", deaf)]);
     repo.ok(&home, &["up", "x"]);
     let tree = repo.worktree_root().join("x");
+    // Both handlers are installed before the signals come (a SIGINT
+    // before them would end python without a word).
     assert!(wait_until(Duration::from_secs(10), || tree
         .join("deaf-ready.txt")
-        .exists()));
+        .exists()
+        && tree.join("sig-ready.txt").exists()));
     let pids: Vec<u32> = repo.worlds(&home)["x"]["services"]
         .as_array()
         .unwrap()

@@ -78,6 +78,15 @@ impl Home {
         out
     }
 
+    /// `binky daemon start` with `env` set for the daemon (a fault point,
+    /// a shorter interval); asserts it started.
+    pub fn start_daemon_with(&self, env: &[(&str, &str)]) {
+        let mut c = self.cmd(&["daemon", "start"]);
+        c.envs(env.iter().copied());
+        let out = Out(c.output().unwrap());
+        assert_eq!(out.code(), 0, "{out}");
+    }
+
     /// The running daemon's pid, from its lock file.
     pub fn daemon_pid(&self) -> Option<u32> {
         let text = std::fs::read_to_string(self.file("daemon.lock")).ok()?;

@@ -30,9 +30,36 @@ use std::time::Duration;
 pub const DEFAULT_FOOTPRINT: u64 = 512 << 20;
 /// How often a queued `up` looks at the room again unprompted.
 pub const TICK: Duration = Duration::from_secs(1);
-/// How often memory (and each world's RSS) is sampled while worlds run;
-/// nothing is sampled while none does.
+/// How often memory (and each world's RSS) is sampled while worlds run,
+/// where the kernel has no pressure-stall triggers; nothing is sampled
+/// while none runs. `BINKY_SAMPLE_INTERVAL` (a duration, read when the
+/// daemon starts) overrides it and [`SAMPLE_WITH_PSI`].
 pub const SAMPLE: Duration = Duration::from_secs(2);
+/// The sample interval where the kernel has pressure-stall triggers: a
+/// stall wakes the sampler at once, so the plain sample runs less often.
+/// It still runs, since a reserve is a policy line the kernel knows
+/// nothing of: RAM can sink below it long before any task stalls.
+pub const SAMPLE_WITH_PSI: Duration = Duration::from_secs(5);
+/// The pressure-stall trigger: some task stalled on memory for this long…
+pub const PSI_STALL: Duration = Duration::from_millis(150);
+/// …within a window this long (2 s: the shortest an unprivileged user may
+/// ask for).
+pub const PSI_WINDOW: Duration = Duration::from_secs(2);
+/// At most one `memory_pressure` event per this long, however often the
+/// kernel reports stalls (each stall still samples).
+pub const PRESSURE_EVENT_EVERY: Duration = Duration::from_secs(60);
+
+/// [`SAMPLE`] or [`SAMPLE_WITH_PSI`], or `BINKY_SAMPLE_INTERVAL`.
+fn sample_interval(psi: bool) -> Duration {
+    static SET: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    let set = *SET.get_or_init(|| {
+        std::env::var("BINKY_SAMPLE_INTERVAL")
+            .ok()
+            .and_then(|v| humantime::parse_duration(v.trim()).ok())
+            .filter(|d| !d.is_zero())
+    });
+    set.unwrap_or(if psi { SAMPLE_WITH_PSI } else { SAMPLE })
+}
 /// A world admitted or resumed less than this ago is never suspended, so
 /// the daemon does not flap; `BINKY_SUSPEND_HOLD` (a duration such as
 /// `"10s"`, read when the daemon starts) overrides it.
@@ -61,7 +88,20 @@ pub(crate) struct Admission {
     changed: tokio::sync::Notify,
     /// `up`s admitted since the daemon started.
     admissions: AtomicU64,
+    /// Asks the sampler for a sample now (a reserve changed); a permit is
+    /// kept when it is busy, so none is lost.
+    resample: tokio::sync::Notify,
+    /// Samples taken since the daemon started.
+    samples: AtomicU64,
+    /// Pressure-stall triggers fired since the daemon started.
+    stalls: AtomicU64,
+    /// [`WATCH_IDLE`], [`WATCH_SAMPLING`] or [`WATCH_PSI`].
+    watch: std::sync::atomic::AtomicU8,
 }
+
+const WATCH_IDLE: u8 = 0;
+const WATCH_SAMPLING: u8 = 1;
+const WATCH_PSI: u8 = 2;
 
 #[derive(Default)]
 struct State {
@@ -82,6 +122,30 @@ impl Admission {
     /// `up`s admitted since the daemon started.
     pub(crate) fn admissions(&self) -> u64 {
         self.admissions.load(Ordering::Relaxed)
+    }
+
+    /// Takes a memory sample now, if the sampler runs (any world does).
+    pub(crate) fn resample(&self) {
+        self.resample.notify_one();
+    }
+
+    /// Memory samples taken since the daemon started.
+    pub(crate) fn samples(&self) -> u64 {
+        self.samples.load(Ordering::Relaxed)
+    }
+
+    /// Pressure-stall triggers fired since the daemon started.
+    pub(crate) fn stalls(&self) -> u64 {
+        self.stalls.load(Ordering::Relaxed)
+    }
+
+    /// How memory is watched now: `"idle"`, `"sampling"` or `"psi"`.
+    pub(crate) fn watch(&self) -> &'static str {
+        match self.watch.load(Ordering::Relaxed) {
+            WATCH_PSI => "psi",
+            WATCH_SAMPLING => "sampling",
+            _ => "idle",
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -603,9 +667,11 @@ pub(crate) fn resume_queue(d: &Arc<Daemon>) {
     ensure_sampler(d);
 }
 
-/// Starts the sampler unless it runs. It samples every [`SAMPLE`] while
-/// any world is running or starting, and stops when none is: an idle
-/// daemon reads no memory at all.
+/// Starts the sampler unless it runs. While any world is running or
+/// starting it samples every [`sample_interval`], at once when a reserve
+/// changes, and — where the kernel has pressure-stall triggers — at once
+/// when tasks stall on memory. It stops when no world runs: an idle daemon
+/// reads no memory at all, and holds no trigger.
 pub(crate) fn ensure_sampler(d: &Arc<Daemon>) {
     {
         let mut st = d.admission.lock();
@@ -616,17 +682,70 @@ pub(crate) fn ensure_sampler(d: &Arc<Daemon>) {
     }
     let d = Arc::clone(d);
     tokio::spawn(async move {
+        let mut trigger = crate::platform::PressureTrigger::memory(PSI_STALL, PSI_WINDOW)
+            .inspect_err(|e| tracing::debug!("no memory pressure trigger ({e}): sampling"))
+            .ok();
+        let mut last_event: Option<std::time::Instant> = None;
         loop {
-            tokio::time::sleep(SAMPLE).await;
+            let psi = trigger.is_some();
+            d.admission.watch.store(
+                if psi { WATCH_PSI } else { WATCH_SAMPLING },
+                Ordering::Relaxed,
+            );
+            let stalled = tokio::select! {
+                () = tokio::time::sleep(sample_interval(psi)) => false,
+                () = d.admission.resample.notified() => false,
+                r = stalled(trigger.as_ref()) => match r {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!("memory pressure trigger failed ({e}): sampling");
+                        trigger = None;
+                        false
+                    }
+                },
+            };
+            if stalled {
+                d.admission.stalls.fetch_add(1, Ordering::Relaxed);
+                if last_event.is_none_or(|t| t.elapsed() >= PRESSURE_EVENT_EVERY) {
+                    last_event = Some(std::time::Instant::now());
+                    pressure_event(&d);
+                }
+            }
+            d.admission.samples.fetch_add(1, Ordering::Relaxed);
             let busy = sample(&d).await;
             let mut st = d.admission.lock();
             if !busy && st.pending.is_empty() {
                 st.sampling = false;
                 st.peaks.clear();
+                d.admission.watch.store(WATCH_IDLE, Ordering::Relaxed);
                 return;
             }
         }
     });
+}
+
+/// The trigger firing, or never without one.
+async fn stalled(trigger: Option<&crate::platform::PressureTrigger>) -> std::io::Result<()> {
+    match trigger {
+        Some(t) => t.stalled().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `memory_pressure` in events.log: the kernel reported tasks stalled on
+/// memory, with the stall share and the RAM figures as sampled now.
+fn pressure_event(d: &Daemon) {
+    let avg10 = crate::platform::memory_pressure_avg10().unwrap_or(0.0);
+    let mut detail = format!("tasks stalled on memory {avg10:.2} % of the last 10 s");
+    if let (Some(mem), Ok(s)) = (crate::platform::memory(), d.registry().settings()) {
+        let reserve = (mem.total as f64 * s.ram_reserve_pct / 100.0) as u64;
+        detail.push_str(&format!(
+            "; available {}, reserve {}",
+            decide::gib(mem.available),
+            decide::gib(reserve)
+        ));
+    }
+    d.event(super::events::Event::named("memory_pressure").detail(detail));
 }
 
 /// One sample: each running world's RSS (its peak learned as its project's

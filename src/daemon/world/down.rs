@@ -25,8 +25,10 @@ pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome
         .map_err(internal)?;
     admission::learned(d, w.id, &loc.name);
     d.event(world_event("down", &loc.name, &w.name));
-    // After the event: the log then reads down, then the admission it let in.
+    // After the event: the log then reads down, then the admission it let
+    // in. The sampler looks again too, and stops if nothing else runs.
     d.admission.wake();
+    d.admission.resample();
     outcome(d, &loc.name, w.id, noop, left)
 }
 

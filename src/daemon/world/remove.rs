@@ -41,6 +41,9 @@ pub(crate) async fn remove(
         .set_world_state(w.id, w.state, Some("remove"), None)
         .map_err(internal)?;
     let mut notes = stop_processes(d, &w).await;
+    // The sampler looks again: with this world gone it may have nothing
+    // left to watch, and stops.
+    d.admission.resample();
     notes.extend(left_in_place);
     fault_point("remove:stopped");
     let left_for_gc = rm.tear_down(teardowns, &mut notes).await?;
