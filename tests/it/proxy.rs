@@ -1104,3 +1104,65 @@ fn a_watch_restart_is_ridden_through_and_past_the_wait_a_503_never_a_502() {
         }
     }
 }
+
+/// A server whose first answer to each method breaks off mid-body (the
+/// headers promise 10 bytes, 3 come, the connection closes — a dev server
+/// dying for a restart), and whose later answers are whole. It counts the
+/// requests it got per method in `seen-<METHOD>`.
+const CUT_OFF: &str = r#"
+import os, socket, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(os.environ["PORT"]))); s.listen(16)
+lock = threading.Lock(); seen = {}
+def serve(c):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = c.recv(4096)
+        if not more:
+            return c.close()
+        data += more
+    method = data.split(b" ", 1)[0].decode()
+    with lock:
+        seen[method] = seen.get(method, 0) + 1
+        n = seen[method]
+        open("seen-" + method, "w").write(str(n))
+    if n == 1:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n012")
+    else:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\n0123456789")
+    c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+#[test]
+fn a_get_whose_answer_breaks_off_is_sent_again_and_a_post_is_not() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.cut]\ncmd = \"exec python3 cut.py\"\nurl = \"cut\"\nenv = {{ PORT = \"${{self.port}}\" }}\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"20s\", interval = \"50ms\" }}\n",
+        project_header("cutoff", 2)
+    );
+    let repo = Repo::with("", &toml, &[("cut.py", CUT_OFF)]);
+    repo.ok(&home, &["up", "w"]);
+    let tree = repo.worktree_root().join("w");
+    let seen =
+        |m: &str| std::fs::read_to_string(tree.join(format!("seen-{m}"))).unwrap_or_default();
+    let port = proxy_port(&home);
+    let host = "cut.w.cutoff.localhost";
+    // A body-less GET is idempotent: the proxy sends it again and the
+    // client sees only the whole answer.
+    let (status, head, body) = get(port, host, "/");
+    assert_eq!((status, body.as_str()), (200, "0123456789"), "{head}");
+    assert_eq!(seen("GET"), "2");
+    // A POST might do its work twice: its broken answer is a 502.
+    let mut c = connect(port);
+    write!(
+        c,
+        "POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: 2\r\n\r\nhi"
+    )
+    .unwrap();
+    let (status, _, body) = request_response(&mut c);
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(seen("POST"), "1");
+}
