@@ -63,8 +63,12 @@ pub(super) fn init_defaults(d: &Daemon) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The largest disk reserve `binky reserve --disk` takes, GB.
+pub const MAX_DISK_RESERVE_GB: f64 = 1_000_000.0;
+
 /// Validates and stores reserves and the parallelism limit. RAM 0–90 %,
-/// disk ≥ 0 GB, max_parallel 0 (unlimited) to 10,000.
+/// disk 0 to [`MAX_DISK_RESERVE_GB`] GB, max_parallel 0 (unlimited) to
+/// 10,000.
 pub(super) fn set_reserve(
     d: &Daemon,
     ram: Option<f64>,
@@ -87,9 +91,11 @@ pub(super) fn set_reserve(
         pairs.push(("ram_reserve_pct", r.to_string()));
     }
     if let Some(g) = disk {
-        if g < 0.0 || !g.is_finite() {
+        // A petabyte: past it a reserve is a typo (and beyond what the
+        // free-space figures count exactly).
+        if !(0.0..=MAX_DISK_RESERVE_GB).contains(&g) || !g.is_finite() {
             return Err(ApiError::new(format!("--disk {g} is out of range"))
-                .hint("give gigabytes, 0 or more"));
+                .hint("give gigabytes from 0 to 1000000"));
         }
         pairs.push(("disk_reserve_gb", g.to_string()));
     }

@@ -489,6 +489,8 @@ pub struct ProcStat {
     pub session: u32,
     /// Start time in clock ticks since boot.
     pub start_time: u64,
+    /// Resident set size, pages (field 24; what `VmRSS` shows in kB).
+    pub rss_pages: u64,
 }
 
 impl ProcStat {
@@ -513,6 +515,7 @@ pub fn proc_stat(pid: u32) -> Option<ProcStat> {
         pgrp: f.get(2)?.parse().ok()?,
         session: f.get(3)?.parse().ok()?,
         start_time: f.get(19)?.parse().ok()?,
+        rss_pages: f.get(21)?.parse().ok()?,
     })
 }
 
@@ -916,16 +919,28 @@ pub fn disk_free(path: &Path) -> Option<u64> {
     Some(s.blocks_available() as u64 * s.fragment_size() as u64)
 }
 
-/// The resident memory of every process in group `pgid`, summed, bytes
-/// (`VmRSS` of `/proc/<pid>/status`): what a world's service really holds.
-pub fn group_rss(pgid: u32) -> u64 {
-    group_members(pgid)
-        .into_iter()
-        .filter_map(|pid| {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            kib_field(&status, "VmRSS:")
-        })
-        .sum()
+/// The resident memory of each process group in `pgids`, summed over its
+/// live members, bytes, in the order given: what a world's services really
+/// hold. One pass over `/proc` for all of them (a pass per group cost the
+/// sampler 15 ms a sample with six worlds).
+pub fn groups_rss(pgids: &[u32]) -> Vec<u64> {
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map_or(4096, |p| p as u64);
+    let mut sums = vec![0u64; pgids.len()];
+    if pgids.is_empty() {
+        return sums;
+    }
+    for p in all_processes() {
+        if p.is_zombie() {
+            continue;
+        }
+        if let Some(i) = pgids.iter().position(|g| *g == p.pgrp) {
+            sums[i] += p.rss_pages * page;
+        }
+    }
+    sums
 }
 
 #[cfg(test)]

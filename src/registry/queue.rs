@@ -59,6 +59,10 @@ pub fn now_ms() -> i64 {
 impl Registry {
     /// Queues an `up` of `project`/`world`, returning its ticket; one
     /// already queued keeps its ticket (and place).
+    ///
+    /// Also whether this call made the ticket (`false`: the world was
+    /// queued already, by another `up` or as a resume, and keeps that
+    /// place).
     pub fn enqueue(
         &mut self,
         project: &str,
@@ -66,7 +70,7 @@ impl Registry {
         group: &str,
         request: &str,
         disk_path: &str,
-    ) -> Result<i64, RegistryError> {
+    ) -> Result<(i64, bool), RegistryError> {
         self.enqueue_at(project, world, group, request, disk_path, None)
     }
 
@@ -82,6 +86,7 @@ impl Registry {
         since: i64,
     ) -> Result<i64, RegistryError> {
         self.enqueue_at(project, world, group, request, disk_path, Some(since))
+            .map(|(t, _)| t)
     }
 
     fn enqueue_at(
@@ -92,9 +97,10 @@ impl Registry {
         request: &str,
         disk_path: &str,
         resume_since: Option<i64>,
-    ) -> Result<i64, RegistryError> {
+    ) -> Result<(i64, bool), RegistryError> {
         let now = now_ms();
-        self.conn
+        let made = self
+            .conn
             .execute(
                 "INSERT INTO admission_queue(project, world, grp, request, disk_path, enqueued_at, resume, since)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
@@ -110,13 +116,15 @@ impl Registry {
                     resume_since.unwrap_or(now)
                 ],
             )
-            .map_err(|e| self.err(e))?;
+            .map_err(|e| self.err(e))?
+            == 1;
         self.conn
             .query_row(
                 "SELECT ticket FROM admission_queue WHERE project = ?1 AND world = ?2",
                 params![project, world],
                 |r| r.get(0),
             )
+            .map(|t| (t, made))
             .map_err(|e| self.err(e))
     }
 
@@ -306,10 +314,11 @@ mod tests {
     fn the_queue_keeps_arrival_order_and_one_place_per_world() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = Registry::open(&dir.path().join("r.db")).unwrap();
-        let a = r.enqueue("p", "a", "", "{}", "/").unwrap();
-        let b = r.enqueue("p", "b", "g", "{}", "/").unwrap();
+        let (a, made) = r.enqueue("p", "a", "", "{}", "/").unwrap();
+        assert!(made);
+        let (b, _) = r.enqueue("p", "b", "g", "{}", "/").unwrap();
         assert!(b > a);
-        assert_eq!(r.enqueue("p", "a", "", "{}", "/").unwrap(), a);
+        assert_eq!(r.enqueue("p", "a", "", "{}", "/").unwrap(), (a, false));
         let q = r.queue().unwrap();
         assert_eq!(
             q.iter().map(|q| q.world.as_str()).collect::<Vec<_>>(),
@@ -320,7 +329,7 @@ mod tests {
         assert!(!r.dequeue(a).unwrap());
         assert!(r.dequeue(b).unwrap());
         // A ticket is never reused.
-        assert!(r.enqueue("p", "a", "", "{}", "/").unwrap() > b);
+        assert!(r.enqueue("p", "a", "", "{}", "/").unwrap().0 > b);
         r.upsert_project("p", "/p").unwrap();
         assert_eq!(r.footprint("p").unwrap(), None);
         r.set_footprint("p", 300 << 20).unwrap();

@@ -185,6 +185,12 @@ fn a_group_is_never_kept_behind_another_groups_backlog() {
 fn a_disk_reserve_above_free_disk_queues_until_it_is_lowered() {
     let home = Home::new();
     let repo = sleeper("disk");
+    // Past a petabyte a reserve is a typo, refused with the range.
+    for bad in ["1e30", "1000001", "-3"] {
+        let out = home.run(&["reserve", &format!("--disk={bad}")]);
+        assert_eq!(out.code(), 1, "{out}");
+        assert!(out.stderr().contains("from 0 to 1000000"), "{out}");
+    }
     home.ok(&["reserve", "--disk", "1000000", "--ram", "0"]);
     let o = no_wait(&repo, &home, "w", None).json();
     assert_eq!(o["world"]["state"], "queued", "{o}");
@@ -238,6 +244,40 @@ fn ctrl_c_while_queued_gives_up_the_place_and_makes_nothing() {
             .iter()
             .any(|e| e["event"] == "admission_cancelled")
     );
+    // Ctrl-C of an `up` that only shares a place (another caller's
+    // `--no-wait`, as a suspended world's resume is) stops waiting and
+    // leaves the place: the world is still served in its turn.
+    no_wait(&repo, &home, "s", None);
+    let child = repo
+        .cmd(&home, &["up", "s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let out = Out(child.wait_with_output().unwrap());
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(out.stderr().contains("s stays queued"), "{out}");
+    assert_eq!(state(&repo, &home, "s"), "queued");
+    assert_eq!(home.ok(&["metrics"]).json()["queue_length"], 1);
+    repo.ok(&home, &["down", "a"]);
+    wait_state(&repo, &home, "s", "running");
+    assert_eq!(
+        events_of(&home, &["admission_queued", "admission_cancelled"])
+            .iter()
+            .filter(|e| e.ends_with(" s"))
+            .count(),
+        1,
+        "one request, one place: {:?}",
+        events_of(&home, &["admission_queued", "admission_cancelled"])
+    );
+    repo.ok(&home, &["up", "a", "--no-wait"]);
+    wait_state(&repo, &home, "a", "queued");
+    repo.ok(&home, &["down", "s"]);
+    wait_state(&repo, &home, "a", "running");
     // `down` of a queued world takes it out of the queue too.
     no_wait(&repo, &home, "c", None);
     let o = repo.ok(&home, &["down", "c", "--json"]).json();

@@ -32,8 +32,8 @@ pub const DEFAULT_FOOTPRINT: u64 = 512 << 20;
 pub const TICK: Duration = Duration::from_secs(1);
 /// How often memory (and each world's RSS) is sampled while worlds run,
 /// where the kernel has no pressure-stall triggers; nothing is sampled
-/// while none runs. `BINKY_SAMPLE_INTERVAL` (a duration, read when the
-/// daemon starts) overrides it and [`SAMPLE_WITH_PSI`].
+/// while none runs. `BINKY_SAMPLE_INTERVAL` (a duration from 250 ms to 1 h,
+/// read when the daemon starts) overrides it and [`SAMPLE_WITH_PSI`].
 pub const SAMPLE: Duration = Duration::from_secs(2);
 /// The sample interval where the kernel has pressure-stall triggers: a
 /// stall wakes the sampler at once, so the plain sample runs less often.
@@ -52,11 +52,14 @@ pub const PRESSURE_EVENT_EVERY: Duration = Duration::from_secs(60);
 /// [`SAMPLE`] or [`SAMPLE_WITH_PSI`], or `BINKY_SAMPLE_INTERVAL`.
 fn sample_interval(psi: bool) -> Duration {
     static SET: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    // A sample costs about a millisecond: below 250 ms the daemon would
+    // spend more watching memory than the worlds it watches.
     let set = *SET.get_or_init(|| {
-        std::env::var("BINKY_SAMPLE_INTERVAL")
-            .ok()
-            .and_then(|v| humantime::parse_duration(v.trim()).ok())
-            .filter(|d| !d.is_zero())
+        env_duration(
+            "BINKY_SAMPLE_INTERVAL",
+            Duration::from_millis(250),
+            Duration::from_secs(3600),
+        )
     });
     set.unwrap_or(if psi { SAMPLE_WITH_PSI } else { SAMPLE })
 }
@@ -65,15 +68,42 @@ fn sample_interval(psi: bool) -> Duration {
 /// `"10s"`, read when the daemon starts) overrides it.
 pub const HOLD: Duration = Duration::from_secs(30);
 
-/// [`HOLD`], or `BINKY_SUSPEND_HOLD`.
+/// [`HOLD`], or `BINKY_SUSPEND_HOLD` (at most a day).
 fn hold() -> Duration {
     static HELD: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *HELD.get_or_init(|| {
-        std::env::var("BINKY_SUSPEND_HOLD")
-            .ok()
-            .and_then(|v| humantime::parse_duration(v.trim()).ok())
-            .unwrap_or(HOLD)
+        env_duration(
+            "BINKY_SUSPEND_HOLD",
+            Duration::ZERO,
+            Duration::from_secs(86_400),
+        )
+        .unwrap_or(HOLD)
     })
+}
+
+/// A duration from environment variable `name` (humantime: `"10s"`,
+/// `"1min"`), kept within `min..=max`. Unset gives `None`; a value that
+/// does not parse gives `None` too, with a warning in daemon.log naming
+/// the variable, since the daemon has no terminal to say it on.
+fn env_duration(name: &str, min: Duration, max: Duration) -> Option<Duration> {
+    let raw = std::env::var(name).ok()?;
+    match humantime::parse_duration(raw.trim()) {
+        Ok(d) if d < min || d > max => {
+            let kept = d.clamp(min, max);
+            tracing::warn!(
+                "{name}={raw:?} is outside {}..={}: using {}",
+                humantime::format_duration(min),
+                humantime::format_duration(max),
+                humantime::format_duration(kept)
+            );
+            Some(kept)
+        }
+        Ok(d) => Some(d),
+        Err(e) => {
+            tracing::warn!("{name}={raw:?} is not a duration ({e}; write e.g. \"10s\"): ignored");
+            None
+        }
+    }
 }
 /// Extra RAM a resume needs above its footprint, bytes: the hysteresis that
 /// keeps a world just suspended from being resumed by the memory its own
@@ -366,12 +396,16 @@ fn figures(room: &Room, footprint: u64) -> String {
 
 /// Queues an `up` of `world` in `project` (whose main checkout is
 /// `disk_path`), returning its ticket.
+///
+/// Also whether this request made the ticket: `false` when the world was
+/// queued already (another caller's `up`, or its own resume), whose place
+/// this `up` then shares but does not own.
 pub(crate) fn enqueue(
     d: &Daemon,
     project: &str,
     req: &UpRequest,
     disk_path: &str,
-) -> Result<i64, ApiError> {
+) -> Result<(i64, bool), ApiError> {
     let request = serde_json::to_string(&req.world).map_err(internal)?;
     let t = d
         .registry()
@@ -431,11 +465,16 @@ fn taken_out(ticket: i64) -> ApiError {
 ///
 /// # Errors
 /// Cancelled, or taken out of the queue by `down`/`remove`.
+///
+/// `owns`: this request made the ticket. Cancelled, a request gives up a
+/// place it made; one that only shares a place (a suspended world's
+/// resume, another caller's `--no-wait`) stops waiting and leaves it.
 pub(crate) async fn wait(
     d: &Arc<Daemon>,
     ticket: i64,
     project: &str,
     world: &str,
+    owns: bool,
     progress: &ProgressTx,
 ) -> Result<Option<Admitted>, ApiError> {
     let mut last = String::new();
@@ -457,7 +496,7 @@ pub(crate) async fn wait(
             Step::Waiting(s) => {
                 let msg = s.message();
                 if msg != last {
-                    if last.is_empty() {
+                    if last.is_empty() && owns {
                         let mut ev = super::world::world_event("admission_queued", project, world);
                         ev.detail =
                             Some(format!("position {} of {}: {}", s.position, s.of, s.reason));
@@ -472,6 +511,12 @@ pub(crate) async fn wait(
             _ = &mut woken => {}
             _ = tokio::time::sleep(TICK) => {}
             _ = progress.until_cancelled() => {
+                if !owns {
+                    return Err(ApiError::new(format!(
+                        "`up` of {world} stopped waiting; {world} stays queued, in the place it had before this `up`"
+                    ))
+                    .hint(format!("`binky down {world}` takes it out of the queue")));
+                }
                 if d.registry().dequeue(ticket).unwrap_or(false) {
                     d.event(super::world::world_event("admission_cancelled", project, world));
                     d.admission.wake();
@@ -626,7 +671,7 @@ pub(crate) fn run_unwatched(d: &Arc<Daemon>, ticket: i64, req: UpRequest) {
             .map(|r| r.project)
             .unwrap_or_default();
         let name = req.world.name.clone();
-        let admitted = match wait(&d, ticket, &project, &name, &progress).await {
+        let admitted = match wait(&d, ticket, &project, &name, true, &progress).await {
             Ok(Some(a)) => a,
             // Someone else's `up` of the world was admitted: nothing to do.
             Ok(None) => return,
@@ -645,6 +690,14 @@ pub(crate) fn run_unwatched(d: &Arc<Daemon>, ticket: i64, req: UpRequest) {
 /// admission again, in the same order. The callers' environments were never
 /// stored (they may hold secrets), so these `up`s run with the daemon's.
 pub(crate) fn resume_queue(d: &Arc<Daemon>) {
+    // Read the environment now, so a bad value is reported as the daemon
+    // starts, not at its first sample.
+    tracing::info!(
+        "admission: suspend hold {}, sample every {} ({} without PSI)",
+        humantime::format_duration(hold()),
+        humantime::format_duration(sample_interval(true)),
+        humantime::format_duration(sample_interval(false))
+    );
     // A ticket admitted when the last daemon died never finished its `up`.
     let _ = d.registry().readmit_all();
     let Ok(rows) = d.registry().queue() else {
@@ -763,9 +816,8 @@ async fn sample(d: &Arc<Daemon>) -> bool {
     if running.is_empty() {
         return false;
     }
-    for w in &running {
-        measure(d, w.id, &w.project);
-    }
+    let worlds: Vec<(i64, &str)> = running.iter().map(|w| (w.id, w.project.as_str())).collect();
+    measure(d, &worlds);
     let (Some(mem), Ok(s)) = (crate::platform::memory(), d.registry().settings()) else {
         return true;
     };
@@ -799,25 +851,39 @@ async fn sample(d: &Arc<Daemon>) -> bool {
     true
 }
 
-/// Measures world `id`'s RSS now (the sum over its process groups), keeps
-/// its peak, and raises its project's footprint to it at once
-/// (conservative; [`learned`] lowers it when the world stops).
-fn measure(d: &Daemon, id: i64, project: &str) {
-    let procs = d.registry().world_processes(id).unwrap_or_default();
-    let rss: u64 = procs
+/// Measures each world's RSS now (`(world id, project)`; the sum over its
+/// process groups), keeps its peak, and raises its project's footprint to
+/// it at once (conservative; [`learned`] lowers it when the world stops).
+fn measure(d: &Daemon, worlds: &[(i64, &str)]) {
+    // Every world's process groups, then one pass over /proc for all.
+    let groups: Vec<(usize, u32)> = worlds
         .iter()
-        .filter_map(|p| p.live_pid())
-        .map(crate::platform::group_rss)
-        .sum();
-    let peak = {
-        let mut st = d.admission.lock();
-        let peak = st.peaks.entry(id).or_default();
-        *peak = (*peak).max(rss);
-        *peak
-    };
-    let known = d.registry().footprint(project).ok().flatten();
-    if peak > 0 && known.is_none_or(|f| peak > f) {
-        let _ = d.registry().set_footprint(project, peak);
+        .enumerate()
+        .flat_map(|(i, (id, _))| {
+            let procs = d.registry().world_processes(*id).unwrap_or_default();
+            procs
+                .iter()
+                .filter_map(|p| p.live_pid())
+                .map(|pgid| (i, pgid))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let pgids: Vec<u32> = groups.iter().map(|(_, g)| *g).collect();
+    let mut rss = vec![0u64; worlds.len()];
+    for ((i, _), bytes) in groups.iter().zip(crate::platform::groups_rss(&pgids)) {
+        rss[*i] += bytes;
+    }
+    for ((id, project), rss) in worlds.iter().zip(rss) {
+        let peak = {
+            let mut st = d.admission.lock();
+            let peak = st.peaks.entry(*id).or_default();
+            *peak = (*peak).max(rss);
+            *peak
+        };
+        let known = d.registry().footprint(project).ok().flatten();
+        if peak > 0 && known.is_none_or(|f| peak > f) {
+            let _ = d.registry().set_footprint(project, peak);
+        }
     }
 }
 
@@ -832,7 +898,7 @@ async fn suspend(d: &Arc<Daemon>, w: &crate::registry::ActiveRow, why: &str) {
         name: w.world.clone(),
     };
     // What it holds right before it goes is what its resume must find.
-    measure(d, w.id, &w.project);
+    measure(d, &[(w.id, &w.project)]);
     if let Err(e) = super::world::suspend(d, &w.project, &w.world, why).await {
         tracing::warn!(world = %w.world, "could not suspend: {}", e.message);
         return;

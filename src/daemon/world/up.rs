@@ -24,7 +24,7 @@ pub(crate) async fn up(
         return up_with(d, &loc, &req, None, progress).await;
     }
     let disk_path = loc.main_root().display().to_string();
-    let ticket = admission::enqueue(d, &loc.name, &req, &disk_path)?;
+    let (ticket, owns) = admission::enqueue(d, &loc.name, &req, &disk_path)?;
     let admitted = match admission::try_admit(d, ticket, &loc.name, &req.world.name)? {
         Ok(a) => a,
         Err(standing) if !req.wait => {
@@ -32,7 +32,7 @@ pub(crate) async fn up(
             admission::run_unwatched(d, ticket, req);
             return Ok(out);
         }
-        Err(_) => admission::wait(d, ticket, &loc.name, &req.world.name, progress).await?,
+        Err(_) => admission::wait(d, ticket, &loc.name, &req.world.name, owns, progress).await?,
     };
     // `None`: another waiter on the same ticket (a resume) was admitted;
     // under the world's lock this `up` then finds it running.
