@@ -112,8 +112,12 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         .unwrap_or(0);
     // Each registry read in its own statement: a guard held in the struct
     // literal below would lock the registry twice.
-    let footprints = d.registry().footprints().map_err(internal)?;
-    let footprints = footprints.into_iter().collect();
+    let footprints = d
+        .registry()
+        .footprints()
+        .map_err(internal)?
+        .into_iter()
+        .collect();
     let queue_length = d.registry().queue().map_err(internal)?.len() as u64;
     let (rss_bytes, cpu_time_ms) = self_usage();
     let now = Instant::now();

@@ -856,30 +856,28 @@ async fn sample(d: &Arc<Daemon>) -> bool {
 /// it at once (conservative; [`learned`] lowers it when the world stops).
 fn measure(d: &Daemon, worlds: &[(i64, &str)]) {
     // Every world's process groups, then one pass over /proc for all.
-    let groups: Vec<(usize, u32)> = worlds
-        .iter()
-        .enumerate()
-        .flat_map(|(i, (id, _))| {
-            let procs = d.registry().world_processes(*id).unwrap_or_default();
-            procs
-                .iter()
-                .filter_map(|p| p.live_pid())
-                .map(|pgid| (i, pgid))
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let mut groups: Vec<(usize, u32)> = Vec::new();
+    for (i, (id, _)) in worlds.iter().enumerate() {
+        let procs = d.registry().world_processes(*id).unwrap_or_default();
+        groups.extend(procs.iter().filter_map(|p| p.live_pid()).map(|g| (i, g)));
+    }
     let pgids: Vec<u32> = groups.iter().map(|(_, g)| *g).collect();
     let mut rss = vec![0u64; worlds.len()];
     for ((i, _), bytes) in groups.iter().zip(crate::platform::groups_rss(&pgids)) {
         rss[*i] += bytes;
     }
-    for ((id, project), rss) in worlds.iter().zip(rss) {
-        let peak = {
-            let mut st = d.admission.lock();
+    // Each project's footprint raised once, to its largest world's peak.
+    let mut largest: HashMap<&str, u64> = HashMap::new();
+    {
+        let mut st = d.admission.lock();
+        for ((id, project), rss) in worlds.iter().zip(rss) {
             let peak = st.peaks.entry(*id).or_default();
             *peak = (*peak).max(rss);
-            *peak
-        };
+            let most = largest.entry(project).or_default();
+            *most = (*most).max(*peak);
+        }
+    }
+    for (project, peak) in largest {
         let known = d.registry().footprint(project).ok().flatten();
         if peak > 0 && known.is_none_or(|f| peak > f) {
             let _ = d.registry().set_footprint(project, peak);

@@ -30,12 +30,13 @@ pub(crate) async fn env(
         .keys()
         .map(|k| (k.clone(), shown.remove(k)))
         .collect();
+    let services = exposed_of(&wf);
     Ok(WorldEnv {
         project: loc.name.clone(),
         world: w.name.clone(),
         worktree: wf.world_root.display().to_string(),
-        fields: fields_of(&wf),
-        services: exposed_of(&wf),
+        fields: fields_of(&wf, &services),
+        services,
         vars,
     })
 }
@@ -74,9 +75,13 @@ pub(super) fn exposed_of(wf: &WorldFacts) -> IndexMap<String, String> {
     out
 }
 
-/// Each exposed resource's adapter fields (`prefix`, `bucket`).
-fn fields_of(wf: &WorldFacts) -> IndexMap<String, IndexMap<String, String>> {
-    exposed_of(wf)
+/// Each exposed resource's adapter fields (`prefix`, `bucket`), for the
+/// `exposed` names ([`exposed_of`]).
+fn fields_of(
+    wf: &WorldFacts,
+    exposed: &IndexMap<String, String>,
+) -> IndexMap<String, IndexMap<String, String>> {
+    exposed
         .keys()
         .filter_map(|n| {
             let f = wf.facts.get(n)?;
