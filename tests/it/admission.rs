@@ -866,3 +866,33 @@ fn serve_four(repo: &Repo, home: &Home) {
         assert_eq!(out.code(), 0, "{out}");
     }
 }
+
+#[test]
+fn admission_durations_from_the_environment_are_checked_and_named_in_the_daemon_log() {
+    let home = Home::new();
+    // 1 ms would have the daemon sample memory a thousand times a second;
+    // "abc" is no duration at all.
+    home.start_daemon_with(&[
+        ("BINKY_SAMPLE_INTERVAL", "1ms"),
+        ("BINKY_SUSPEND_HOLD", "abc"),
+    ]);
+    let log = || std::fs::read_to_string(home.file("daemon.log")).unwrap_or_default();
+    assert!(
+        wait_until(Duration::from_secs(10), || log().contains("suspend hold")),
+        "{}",
+        log()
+    );
+    let log = log();
+    assert!(
+        log.contains("BINKY_SAMPLE_INTERVAL=\"1ms\" is outside 250ms..=1h: using 250ms"),
+        "{log}"
+    );
+    assert!(
+        log.contains("BINKY_SUSPEND_HOLD=\"abc\" is not a duration"),
+        "{log}"
+    );
+    assert!(
+        log.contains("suspend hold 30s, sample every 250ms"),
+        "{log}"
+    );
+}
