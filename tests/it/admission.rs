@@ -718,7 +718,6 @@ fn a_memory_stall_wakes_the_sampler_at_once() {
 
 #[test]
 fn ram_alone_admits_as_many_worlds_as_fit_and_queues_the_rest_in_order() {
-    const MIB: u64 = 1 << 20;
     let home = Home::new();
     // Each world holds 1 GiB, written (resident), and is ready only once
     // it does.
@@ -739,7 +738,6 @@ fn ram_alone_admits_as_many_worlds_as_fit_and_queues_the_rest_in_order() {
     // One world first: the daemon learns the project's footprint, and the
     // test how far MemAvailable moves per world here (some kernels move it
     // by less than the RSS).
-    let before = settled_available();
     repo.ok(&home, &["up", "learn"]);
     assert!(
         wait_until(Duration::from_secs(20), || {
@@ -750,28 +748,21 @@ fn ram_alone_admits_as_many_worlds_as_fit_and_queues_the_rest_in_order() {
         "the footprint was never learned: {}",
         home.ok(&["metrics"]).json()
     );
-    let during = steady_available();
     repo.ok(&home, &["down", "learn"]);
     let footprint = home.ok(&["metrics"]).json()["footprints"]["fit"]
         .as_u64()
         .unwrap();
-    let drop = before.saturating_sub(during).max(256 * MIB);
-    std::thread::sleep(Duration::from_secs(1));
-    // Room for two: a third finds less than a footprint above the reserve
-    // once two run (half a world's MemAvailable move to spare each way).
+    // Room for two: 2.3 footprints above the reserve. Admitted worlds
+    // count with their footprint until they have settled for a while, so
+    // the third finds 0.3 whatever MemAvailable shows meanwhile (this VM's
+    // moves by 30–100 % of a world, late).
     let (total, _) = meminfo();
     // Freed memory can take seconds to show in MemAvailable (a VM that
     // reports free pages to its host): wait until it holds still.
     let available = settled_available();
-    let reserve = available - footprint - drop * 3 / 2;
+    let reserve = available - footprint * 23 / 10;
     let pct = reserve as f64 / total as f64 * 100.0;
     home.ok(&["reserve", "--ram", &format!("{pct:.3}")]);
-    eprintln!(
-        "footprint {} MiB, MemAvailable moves {} MiB a world, reserve {} MiB",
-        footprint / MIB,
-        drop / MIB,
-        reserve / MIB
-    );
     // Watch how many run or start at once, all along.
     let stop = std::sync::atomic::AtomicBool::new(false);
     let most = std::sync::atomic::AtomicUsize::new(0);
@@ -832,8 +823,8 @@ fn serve_four(repo: &Repo, home: &Home) {
         repo.worlds(home).get("b"),
         story(home)
     );
-    // Two samples later the other two still wait, first come first.
-    std::thread::sleep(Duration::from_secs(4));
+    // A moment later the other two still wait, first come first.
+    std::thread::sleep(Duration::from_secs(2));
     let worlds = repo.worlds(home);
     for (w, position) in [("c", 1), ("d", 2)] {
         assert_eq!(

@@ -105,6 +105,11 @@ fn env_duration(name: &str, min: Duration, max: Duration) -> Option<Duration> {
         }
     }
 }
+/// How long a settled world's footprint still counts against the room:
+/// `MemAvailable` can take seconds to show what a just-started world holds
+/// (seen on a VM that moved by a third of a 1 GiB world at first), and an
+/// admission in that gap would overrun the reserve.
+pub const SETTLE: Duration = Duration::from_secs(5);
 /// Extra RAM a resume needs above its footprint, bytes: the hysteresis that
 /// keeps a world just suspended from being resumed by the memory its own
 /// suspension freed.
@@ -137,6 +142,10 @@ const WATCH_PSI: u8 = 2;
 struct State {
     /// Admitted, not yet settled: (project, world) → (group, footprint).
     pending: HashMap<(String, String), (String, u64)>,
+    /// Settled within [`SETTLE`]: (project, world) → (ticket, footprint).
+    /// Their memory still counts against the room, since `MemAvailable`
+    /// can take seconds to show what a world just started holds.
+    settling: HashMap<(String, String), (i64, u64)>,
     /// The sampler runs (while any world is active).
     sampling: bool,
     /// Peak RSS seen per running world, bytes.
@@ -196,8 +205,29 @@ impl Drop for Admitted {
         // The request is served (or failed, recorded as such): only now
         // does its row go, so a crash before this loses nothing.
         let _ = self.d.registry().dequeue(self.ticket);
-        self.d.admission.lock().pending.remove(&self.key);
+        let footprint = {
+            let mut st = self.d.admission.lock();
+            let f = st.pending.remove(&self.key).map(|(_, f)| f);
+            if let Some(f) = f {
+                st.settling.insert(self.key.clone(), (self.ticket, f));
+            }
+            f
+        };
         self.d.admission.wake();
+        // Its footprint stops counting once MemAvailable has had time to
+        // show it (a VM can lag by seconds).
+        if let (Some(_), Ok(rt)) = (footprint, tokio::runtime::Handle::try_current()) {
+            let (d, key, ticket) = (Arc::clone(&self.d), self.key.clone(), self.ticket);
+            rt.spawn(async move {
+                tokio::time::sleep(SETTLE).await;
+                let mut st = d.admission.lock();
+                if st.settling.get(&key).is_some_and(|(t, _)| *t == ticket) {
+                    st.settling.remove(&key);
+                }
+                drop(st);
+                d.admission.wake();
+            });
+        }
     }
 }
 
@@ -298,7 +328,12 @@ fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, ApiError> {
         available: m.available,
         reserve: (m.total as f64 * s.ram_reserve_pct / 100.0) as u64,
         reserve_pct: s.ram_reserve_pct.round() as u32,
-        pending: st.pending.values().map(|(_, f)| f).sum(),
+        pending: st.pending.values().map(|(_, f)| f).sum::<u64>()
+            + st.settling
+                .iter()
+                .filter(|(k, _)| !st.pending.contains_key(*k))
+                .map(|(_, (_, f))| f)
+                .sum::<u64>(),
     });
     let reserve = (s.disk_reserve_gb * 1e9) as u64;
     let mut paths: Vec<String> = vec![d.paths.home().display().to_string()];
