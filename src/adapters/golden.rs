@@ -2,11 +2,60 @@
 //!
 //! The template `<project>_golden_<clone_from>` is keyed by a hash of the
 //! migrate and seed commands and the contents of the `clone_inputs` files. Its
-//! marker `$BINKY_HOME/golden/<adapter>/<template>` holds that key; a changed
-//! key (or a missing template) rebuilds it.
+//! marker `$BINKY_HOME/golden/<adapter>/<template>` ([`Marker`]) holds that
+//! key, the key its schema was migrated at and the server it was built on; a
+//! changed key (or a missing template) rebuilds it, on the server it was
+//! built on first when `admin_url` now names another.
 
 use sha2::{Digest, Sha256};
 use std::path::Path;
+
+/// What a template's marker file records, a line each: the template's key,
+/// the key its schema was migrated at (empty when none), then the server's
+/// address and the fingerprint of its credentials (see
+/// [`super::server`]; absent in markers written before servers were
+/// recorded, and for a template of no server).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Marker {
+    /// [`key`] of the template when it was built.
+    pub key: String,
+    /// The key its schema was migrated at ([`migrate_key`]).
+    pub migrated: Option<String>,
+    /// The server it was built on.
+    pub server: Option<super::server::Server>,
+}
+
+impl Marker {
+    /// Reads a marker's text; a missing line is an empty field.
+    pub fn parse(text: &str) -> Self {
+        let mut lines = text.lines().map(str::trim);
+        let key = lines.next().unwrap_or("").to_owned();
+        let migrated = lines.next().filter(|l| !l.is_empty()).map(str::to_owned);
+        let address = lines.next().filter(|l| !l.is_empty());
+        let credentials = lines.next().unwrap_or("");
+        Marker {
+            key,
+            migrated,
+            server: address.map(|a| super::server::Server {
+                address: a.to_owned(),
+                credentials: credentials.to_owned(),
+            }),
+        }
+    }
+
+    /// The marker's text, as [`Marker::parse`] reads it.
+    pub fn render(&self) -> String {
+        let (address, credentials) = self
+            .server
+            .as_ref()
+            .map_or(("", ""), |s| (s.address.as_str(), s.credentials.as_str()));
+        format!(
+            "{}\n{}\n{address}\n{credentials}\n",
+            self.key,
+            self.migrated.as_deref().unwrap_or("")
+        )
+    }
+}
 
 /// The template's name.
 pub fn template_name(project: &str, clone_from: &str) -> String {
@@ -99,6 +148,22 @@ fn collect(root: &Path, dir: &Path, set: &globset::GlobSet, out: &mut Vec<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_marker_round_trips_and_reads_the_old_two_line_form() {
+        let m = Marker {
+            key: "k".into(),
+            migrated: Some("m".into()),
+            server: Some(crate::adapters::server::Server {
+                address: "postgres://127.0.0.1:5432".into(),
+                credentials: "fp1:00".into(),
+            }),
+        };
+        assert_eq!(Marker::parse(&m.render()), m);
+        let old = Marker::parse("k\nm\n");
+        assert_eq!((old.key.as_str(), old.server), ("k", None));
+        assert_eq!(Marker::parse("k\n\n").migrated, None);
+    }
 
     #[test]
     fn key_follows_commands_and_input_files() {

@@ -386,6 +386,10 @@ impl Adapter for Kafka {
         Capabilities { clone: false }
     }
 
+    fn default_admin_url(&self) -> Option<&'static str> {
+        Some(DEFAULT_URL)
+    }
+
     fn slice_name(&self, project: &str, world_slug: &str) -> String {
         let hash = crate::slug::short_hash(&format!("{project}\0{world_slug}"));
         format!("{project}-{world_slug}-{hash}-")

@@ -20,6 +20,7 @@ pub mod rabbitmq;
 pub mod redis;
 #[cfg(feature = "s3")]
 pub mod s3;
+pub mod server;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -118,6 +119,23 @@ pub trait Adapter: Send + Sync {
     fn slice_name(&self, project: &str, world_slug: &str) -> String {
         format!("{project}_{world_slug}")
     }
+    /// The `admin_url` used when a resource gives none; `None` when the
+    /// adapter needs one, or needs no server (sqlite).
+    fn default_admin_url(&self) -> Option<&'static str> {
+        None
+    }
+    /// Whether its slices live on no server at all (sqlite's files under
+    /// [`Slice::data_dir`]), so no `admin_url` is needed to reach one.
+    fn serverless(&self) -> bool {
+        false
+    }
+    /// Whether `admin_url`'s path selects where slices live (Redis's
+    /// database number, an S3 endpoint's base path), so that two URLs that
+    /// differ only there name two servers ([`server`]). An adapter whose
+    /// path is only a way in (an admin database, a vhost) says `false`.
+    fn path_names_server(&self) -> bool {
+        true
+    }
     /// Creates the slice. Creating one that exists is an error.
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError>;
     /// The slice's address (what `${SVC.url}` renders to).
@@ -147,6 +165,21 @@ pub trait Adapter: Send + Sync {
         let _ = template;
         Ok(None)
     }
+}
+
+/// The URL that reaches `slice`'s server: its `admin_url`, else the
+/// adapter's default; `None` for a slice of no server.
+pub fn server_url(adapter: &dyn Adapter, slice: &Slice) -> Option<String> {
+    slice
+        .admin_url
+        .clone()
+        .or_else(|| adapter.default_admin_url().map(str::to_owned))
+}
+
+/// The server `slice` lives on, its credentials fingerprinted under `key`
+/// (see [`server`]); `None` for a slice of no server.
+pub fn server_of(adapter: &dyn Adapter, slice: &Slice, key: &str) -> Option<server::Server> {
+    server_url(adapter, slice).map(|u| server::of(&u, adapter.path_names_server(), key))
 }
 
 /// A server-side lock on a golden template, released when dropped (for

@@ -349,6 +349,12 @@ impl Adapter for Mysql {
         Capabilities { clone: true }
     }
 
+    /// The path is the database the admin connects to; the slices are the
+    /// server's.
+    fn path_names_server(&self) -> bool {
+        false
+    }
+
     fn slice_name(&self, project: &str, world_slug: &str) -> String {
         fit_identifier(&format!("{project}_{world_slug}"), MAX_IDENT)
     }

@@ -222,6 +222,15 @@ impl Adapter for RabbitMq {
         Capabilities { clone: false }
     }
 
+    fn default_admin_url(&self) -> Option<&'static str> {
+        Some(DEFAULT_URL)
+    }
+
+    /// The path is the admin's vhost; vhosts are the cluster's.
+    fn path_names_server(&self) -> bool {
+        false
+    }
+
     fn slice_name(&self, project: &str, world_slug: &str) -> String {
         fit_identifier(&format!("{project}_{world_slug}"), MAX_VHOST)
     }

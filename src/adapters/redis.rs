@@ -199,6 +199,10 @@ impl Adapter for Redis {
         Capabilities { clone: false }
     }
 
+    fn default_admin_url(&self) -> Option<&'static str> {
+        Some(DEFAULT_URL)
+    }
+
     fn slice_name(&self, project: &str, world_slug: &str) -> String {
         format!("{project}:{world_slug}:")
     }

@@ -28,6 +28,10 @@ impl Adapter for Sqlite {
         Capabilities { clone: true }
     }
 
+    fn serverless(&self) -> bool {
+        true
+    }
+
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
         let p = file(slice);
         std::fs::create_dir_all(&slice.data_dir).map_err(|e| io(e, "create", &slice.data_dir))?;

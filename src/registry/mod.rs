@@ -10,7 +10,9 @@ mod schema;
 mod worlds;
 
 pub use queue::{ActiveRow, QueueRow, now_ms};
-pub use worlds::{OrphanSlice, RecordedProcess, RouteRow, SliceRow, WorldBrief, WorldRow};
+pub use worlds::{
+    OrphanSlice, RecordedProcess, RouteRow, SliceKey, SliceRow, WorldBrief, WorldRow,
+};
 
 use crate::protocol::{ProjectStatus, ServiceStatus, Settings, StatusReport, WorldStatus};
 use indexmap::IndexMap;

@@ -4,7 +4,7 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 6;
+pub const LATEST: i64 = 7;
 
 /// All migrations, oldest first.
 pub fn migrations() -> Migrations<'static> {
@@ -15,6 +15,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V4),
         M::up(V5),
         M::up(V6),
+        M::up(V7),
     ])
 }
 
@@ -148,4 +149,18 @@ CREATE TABLE admission_queue (
 ALTER TABLE projects ADD COLUMN footprint_bytes INTEGER;  -- peak RSS of its last running world
 ALTER TABLE worlds ADD COLUMN admitted_at INTEGER;        -- unix ms of the last admission or resume
 ALTER TABLE worlds ADD COLUMN suspended_at INTEGER;       -- unix ms, while suspended
+"#;
+
+/// v7: where each slice lives, so a teardown reaches the server it was made
+/// on whatever `admin_url` renders to later (`adapters::server`): the
+/// server's address without credentials, and a keyed fingerprint of the
+/// credentials it was made with. The key is random per registry, made here.
+const V7: &str = r#"
+ALTER TABLE slices ADD COLUMN server TEXT;              -- scheme://host:port[/path], no credentials
+ALTER TABLE slices ADD COLUMN server_credentials TEXT;  -- adapters::server::fingerprint
+CREATE TABLE fingerprint_key (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    key         TEXT NOT NULL
+);
+INSERT INTO fingerprint_key(id, key) VALUES (1, lower(hex(randomblob(32))));
 "#;

@@ -1,6 +1,7 @@
 //! Queries for worlds, their services and slices.
 
 use super::{Registry, RegistryError};
+use crate::adapters::server::Server;
 use crate::protocol::{ServiceKind, ServiceState, SliceState, WorldState};
 use rusqlite::{OptionalExtension, params};
 
@@ -37,6 +38,9 @@ pub struct SliceRow {
     /// The key its schema was last migrated at (see
     /// `adapters::golden::migrate_key`); `None` before the first migrate.
     pub migrated_key: Option<String>,
+    /// The server it was made on; `None` for a slice of no server (sqlite)
+    /// or one recorded before schema v7.
+    pub server: Option<Server>,
 }
 
 /// A slice `gc` may sweep (see [`Registry::orphan_slices`]).
@@ -54,6 +58,32 @@ pub struct OrphanSlice {
     pub state: SliceState,
     /// The world it was made for, when that world is still recorded.
     pub world_id: Option<i64>,
+    /// The server it was made on (see [`SliceRow::server`]).
+    pub server: Option<Server>,
+}
+
+/// Which slice a [`Registry::set_slice`] records: its world (`None` for
+/// none), project, resource service, adapter and name.
+#[derive(Debug, Clone, Copy)]
+pub struct SliceKey<'a> {
+    /// The world it is made for.
+    pub world_id: Option<i64>,
+    /// Its project's name.
+    pub project: &'a str,
+    /// The resource service's name.
+    pub service: &'a str,
+    /// Adapter name.
+    pub adapter: &'a str,
+    /// Slice name.
+    pub slice: &'a str,
+}
+
+/// A recorded server from its two columns.
+fn server_from(address: Option<String>, credentials: Option<String>) -> Option<Server> {
+    Some(Server {
+        address: address?,
+        credentials: credentials.unwrap_or_default(),
+    })
 }
 
 impl Registry {
@@ -247,22 +277,31 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 
-    /// Records a slice's state (creating its row).
+    /// Records a slice's state (creating its row). `server`: where it is
+    /// being made (provision); `None` keeps the server already recorded.
     pub fn set_slice(
         &self,
-        world_id: Option<i64>,
-        project: &str,
-        service: &str,
-        adapter: &str,
-        slice: &str,
+        at: &SliceKey<'_>,
         state: SliceState,
+        server: Option<&Server>,
     ) -> Result<(), RegistryError> {
         self.conn
             .execute(
-                "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, unixepoch())
-                 ON CONFLICT(adapter, slice) DO UPDATE SET state = excluded.state, world_id = excluded.world_id",
-                params![world_id, project, service, adapter, slice, state],
+                "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at, server, server_credentials)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, unixepoch(), ?7, ?8)
+                 ON CONFLICT(adapter, slice) DO UPDATE SET state = excluded.state, world_id = excluded.world_id,
+                   server = COALESCE(excluded.server, slices.server),
+                   server_credentials = COALESCE(excluded.server_credentials, slices.server_credentials)",
+                params![
+                    at.world_id,
+                    at.project,
+                    at.service,
+                    at.adapter,
+                    at.slice,
+                    state,
+                    server.map(|s| &s.address),
+                    server.map(|s| &s.credentials)
+                ],
             )
             .map(|_| ())
             .map_err(|e| self.err(e))
@@ -301,7 +340,7 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT service, adapter, slice, state, migrated_key FROM slices WHERE world_id = ?1",
+                "SELECT service, adapter, slice, state, migrated_key, server, server_credentials FROM slices WHERE world_id = ?1",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
@@ -312,6 +351,7 @@ impl Registry {
                     slice: r.get(2)?,
                     state: r.get(3)?,
                     migrated_key: r.get(4)?,
+                    server: server_from(r.get(5)?, r.get(6)?),
                 })
             })
             .map_err(|e| self.err(e))?;
@@ -325,7 +365,7 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT s.project, s.service, s.adapter, s.slice, s.state, s.world_id FROM slices s
+                "SELECT s.project, s.service, s.adapter, s.slice, s.state, s.world_id, s.server, s.server_credentials FROM slices s
                  WHERE s.state <> ?1 AND (s.world_id IS NULL
                    OR NOT EXISTS (SELECT 1 FROM worlds w WHERE w.id = s.world_id)
                    OR EXISTS (SELECT 1 FROM worlds w WHERE w.id = s.world_id AND w.intent IS NULL AND w.state <> ?2))",
@@ -340,6 +380,7 @@ impl Registry {
                     slice: r.get(3)?,
                     state: r.get(4)?,
                     world_id: r.get(5)?,
+                    server: server_from(r.get(6)?, r.get(7)?),
                 })
             })
             .map_err(|e| self.err(e))?;
@@ -384,6 +425,16 @@ impl Registry {
             .query_map([project_id], |r| r.get(0))
             .map_err(|e| self.err(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// The random key credentials are fingerprinted under (made by schema
+    /// v7, never shown).
+    pub fn fingerprint_key(&self) -> Result<String, RegistryError> {
+        self.conn
+            .query_row("SELECT key FROM fingerprint_key WHERE id = 1", [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| self.err(e))
     }
 
     /// Forgets a slice.

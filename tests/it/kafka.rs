@@ -262,11 +262,14 @@ fn kafka_prefixes_isolate_worlds_and_teardown_deletes_exactly_their_topics() {
         assert!(topics.contains(&kept), "{kept} gone: {topics:?}");
     }
     assert_eq!(kafka.records(&format!("{a2}orders")), 0);
-    // gc sweeps a slice a crash left half-made: its marker and a topic.
+    // gc sweeps a slice a crash mid-remove left: its marker and a topic.
     let ghost = prefix("shop", "ghost");
-    kafka.create(&format!("_binky-slice-{ghost}"));
-    kafka.create(&format!("{ghost}orders"));
-    record_half_made_slice(&home, "shop", "bus", "kafka", &ghost);
+    up_then_crash_removing(&repo, &home, "ghost", &[("KAFKA_URL", &kafka.url())]);
+    let made = kafka.topics();
+    assert!(
+        made.contains(&format!("_binky-slice-{ghost}")) && made.contains(&format!("{ghost}orders")),
+        "{made:?}"
+    );
     assert!(run(&["gc"]).stdout().contains("swept"));
     let topics = kafka.topics();
     assert!(!topics.iter().any(|t| t.contains(&ghost)), "{topics:?}");
@@ -446,4 +449,45 @@ fn two_worlds_brought_up_at_once_get_a_prefix_each() {
         "{:?}",
         kafka.topics()
     );
+}
+
+/// Issue: a teardown rendered `admin_url` as it was at that moment, so a
+/// world upped on one broker and removed with another named deleted
+/// nothing where its topics were, and said "removed".
+#[test]
+fn a_world_made_on_one_broker_is_torn_down_there_whatever_admin_url_names_now() {
+    let (Some(first), Some(second)) = (
+        Tansu::start("memory://tansu/"),
+        Tansu::start("memory://tansu/"),
+    ) else {
+        skip(NO_TANSU);
+        return;
+    };
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.bus]\nadapter = \"kafka\"\nadmin_url = \"${{env.KAFKA_URL}}\"\noptions = {{ topics = [\"orders\"] }}\n",
+        project_header("moved", 2)
+    );
+    let repo = Repo::new(&toml);
+    let run = |url: &str, args: &[&str]| repo.run_with(&home, args, &[("KAFKA_URL", url)]);
+    let up = run(&first.url(), &["up", "w"]);
+    assert_eq!(up.code(), 0, "{up}");
+    let p = prefix("moved", "w");
+    assert!(first.topics().contains(&format!("{p}orders")));
+    // A restarted daemon has no memory of the `up`'s environment.
+    home.ok(&["daemon", "stop"]);
+    let rm = run(&second.url(), &["remove", "w"]);
+    assert_eq!(rm.code(), 0, "{rm}");
+    assert!(
+        rm.to_string()
+            .contains(&format!("was made on {}", first.url())),
+        "{rm}"
+    );
+    let left: Vec<String> = first
+        .topics()
+        .into_iter()
+        .filter(|t| t.contains(&p))
+        .collect();
+    assert!(left.is_empty(), "left on the first broker: {left:?}");
+    assert!(second.topics().iter().all(|t| !t.contains(&p)));
 }

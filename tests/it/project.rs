@@ -77,6 +77,15 @@ impl Repo {
         Out(self.cmd(home, args).output().unwrap())
     }
 
+    /// Runs `binky ARGS` in the project folder with `env` added.
+    pub fn run_with(&self, home: &Home, args: &[&str], env: &[(&str, &str)]) -> Out {
+        Out(self
+            .cmd(home, args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap())
+    }
+
     /// Runs and asserts exit 0.
     pub fn ok(&self, home: &Home, args: &[&str]) -> Out {
         let out = self.run(home, args);
@@ -208,23 +217,49 @@ pub fn pids_with(marker: &str) -> Vec<u32> {
     out
 }
 
-/// Records a slice as a crash mid-provision leaves it: a `provisioning` row
-/// with no world, for `gc` to sweep.
-pub fn record_half_made_slice(
-    home: &Home,
-    project: &str,
-    service: &str,
-    adapter: &str,
-    slice: &str,
-) {
-    rusqlite::Connection::open(home.file("registry.db"))
-        .unwrap()
-        .execute(
-            "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at)
-             VALUES (NULL, ?1, ?2, ?3, ?4, 'provisioning', 0)",
-            [project, service, adapter, slice],
-        )
-        .unwrap();
+/// Runs `binky ARGS` (with `env` added) under a daemon that aborts (as
+/// `kill -9` would) at fault point `point`, and returns once that daemon is
+/// dead. `remove:teardown`: the slice is recorded `teardown` and is still
+/// whole on its server — what a real crash mid-remove leaves for `gc`.
+pub fn crash_at(repo: &Repo, home: &Home, args: &[&str], point: &str, env: &[(&str, &str)]) {
+    let _ = home.run(&["daemon", "stop"]);
+    let started = Out(home
+        .cmd(&["daemon", "start"])
+        .env("BINKY_TEST_FAULT", point)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap());
+    assert_eq!(started.code(), 0, "{started}");
+    let crashed = home.daemon_pid().expect("a daemon");
+    let out = Out(repo
+        .cmd(home, args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap());
+    assert_ne!(
+        out.code(),
+        0,
+        "{point}: {args:?} should have been cut short\n{out}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(crashed)),
+        "{point}: the daemon did not die"
+    );
+}
+
+/// Brings `world` up, then removes it under a daemon that dies mid-teardown
+/// (`remove:teardown`): the world's slice is whole on its server and
+/// recorded `teardown`, for `gc` to sweep.
+pub fn up_then_crash_removing(repo: &Repo, home: &Home, world: &str, env: &[(&str, &str)]) {
+    let up = repo.run_with(home, &["up", world], env);
+    assert_eq!(up.code(), 0, "{up}");
+    crash_at(
+        repo,
+        home,
+        &["remove", world, "--force"],
+        "remove:teardown",
+        env,
+    );
 }
 
 /// Runs `binky up` for each of `worlds` at the same moment, a CLI process

@@ -222,9 +222,11 @@ fn gc_sweeps_a_half_made_vhost() {
     );
     let repo = Repo::new(&toml);
     repo.ok(&home, &["up", "live"]);
+    // A daemon killed mid-remove: the vhost is whole, the row says
+    // `teardown`.
+    up_then_crash_removing(&repo, &home, "ghost", &[]);
     let ghost = format!("{p}_ghost");
-    assert_eq!(api("PUT", &format!("/api/vhosts/{ghost}")).0, 201);
-    record_half_made_slice(&home, &p, "queue", "rabbitmq", &ghost);
+    assert!(vhosts().contains(&ghost), "{:?}", vhosts());
     let out = repo.ok(&home, &["gc"]);
     assert!(out.stdout().contains("swept"), "{out}");
     let left = vhosts();

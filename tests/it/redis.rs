@@ -299,13 +299,13 @@ fn gc_sweeps_a_half_made_redis_slice() {
     );
     let repo = Repo::new(&toml);
     repo.ok(&home, &["up", "live"]);
-    // What a daemon killed mid-provision leaves: a marker, some keys and a
-    // `provisioning` row.
+    // A daemon killed mid-remove: the marker and the app's keys are on the
+    // server, the row says `teardown`.
+    up_then_crash_removing(&repo, &home, "ghost", &[]);
     let ghost = format!("{p}:ghost:");
-    set(&format!("_binky:slice:{ghost}"), "");
+    assert_eq!(get(&format!("_binky:slice:{ghost}")).as_deref(), Some(""));
     set(&format!("{ghost}k1"), "1");
     set(&format!("{ghost}k2"), "2");
-    record_half_made_slice(&home, &p, "cache", "redis", &ghost);
     let out = repo.ok(&home, &["gc"]);
     assert!(out.stdout().contains("swept"), "{out}");
     assert_eq!(keys(&format!("{ghost}*")), Vec::<String>::new());
@@ -336,4 +336,161 @@ fn two_worlds_brought_up_at_once_get_a_prefix_each() {
         repo.ok(&home, &["remove", w, "--force"]);
         assert_eq!(keys(&format!("{p}:{w}:*")), Vec::<String>::new());
     }
+}
+
+/// A second Redis server of this test's own, on a free port, with a
+/// password: another server than 127.0.0.1:6379, reached with other
+/// credentials. Stopped when dropped.
+struct OtherRedis {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl OtherRedis {
+    fn start(password: &str) -> Option<OtherRedis> {
+        let port = free_port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--requirepass",
+                password,
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let up = wait_until(std::time::Duration::from_secs(10), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        up.then_some(OtherRedis { child, port })
+    }
+}
+
+impl Drop for OtherRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue: `remove` rendered `admin_url` from the environment of the moment,
+/// tore down in another database, and said "removed" with the keys and
+/// marker still in the one the slice was made in.
+#[test]
+fn a_teardown_reaches_the_server_the_slice_was_made_on() {
+    if !redis_up() {
+        skip("no Redis on 127.0.0.1:6379");
+        return;
+    }
+    let Some(other) = OtherRedis::start("Other5ecret") else {
+        skip("cannot start a second redis-server");
+        return;
+    };
+    let p = project("m");
+    let _cleanup = Cleanup(p.clone());
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.cache]\nadapter = \"redis\"\nadmin_url = \"${{env.R_URL}}\"\n",
+        project_header(&p, 4)
+    );
+    let repo = Repo::new(&toml);
+    let run =
+        |url: &str, args: &[&str]| Out(repo.cmd(&home, args).env("R_URL", url).output().unwrap());
+    let db0 = "redis://127.0.0.1:6379/0";
+    let db5 = "redis://127.0.0.1:6379/5";
+    let elsewhere = format!("redis://:Other5ecret@127.0.0.1:{}/0", other.port);
+    let prefix = format!("{p}:rmt:");
+    let marker = format!("_binky:slice:{prefix}");
+
+    // Another database, the same (no) credentials: torn down in db 0,
+    // where it was made, and the output says so.
+    let up = run(db0, &["up", "rmt"]);
+    assert_eq!(up.code(), 0, "{up}");
+    set(&format!("{prefix}x"), "1");
+    // A daemon that restarted since the `up` no longer has its
+    // environment: only the credentials tell the way back.
+    home.ok(&["daemon", "stop"]);
+    let rm = run(db5, &["remove", "rmt"]);
+    assert_eq!(rm.code(), 0, "{rm}");
+    assert!(
+        rm.to_string()
+            .contains("was made on redis://127.0.0.1:6379/0"),
+        "{rm}"
+    );
+    assert_eq!(keys(&format!("{prefix}*")), Vec::<String>::new());
+    assert_eq!(get(&marker), None);
+    assert!(
+        run(db0, &["gc", "--dry-run"])
+            .stdout()
+            .contains("nothing to sweep")
+    );
+    // …so the world can be made again where it was.
+    let again = run(db0, &["up", "rmt"]);
+    assert_eq!(again.code(), 0, "{again}");
+
+    home.ok(&["daemon", "stop"]);
+    // Another server, other credentials: the slice cannot be reached with
+    // what is at hand. `remove` stops, naming both servers, and keeps the
+    // world; no password is shown.
+    let refused = run(&elsewhere, &["remove", "rmt"]);
+    assert_eq!(refused.code(), 1, "{refused}");
+    let text = refused.to_string();
+    assert!(
+        text.contains("was made on redis://127.0.0.1:6379/0")
+            && text.contains(&format!("redis://127.0.0.1:{}/0", other.port)),
+        "{refused}"
+    );
+    assert!(!text.contains("Other5ecret"), "{refused}");
+    assert_eq!(get(&marker).as_deref(), Some(""));
+    assert!(repo.worlds(&home).contains_key("rmt"));
+    // `up` of the stopped world against the other server refuses too: its
+    // data is on the first.
+    assert_eq!(run(db0, &["down", "rmt"]).code(), 0);
+    let moved = run(&elsewhere, &["up", "rmt"]);
+    assert_eq!(moved.code(), 1, "{moved}");
+    assert!(
+        moved
+            .to_string()
+            .contains("lives on redis://127.0.0.1:6379/0"),
+        "{moved}"
+    );
+    assert_eq!(get(&marker).as_deref(), Some(""));
+    // With --force the world goes and the slice is left to gc, which
+    // cannot reach it either and says so rather than "swept"…
+    let forced = run(&elsewhere, &["remove", "rmt", "--force"]);
+    assert_eq!(forced.code(), 0, "{forced}");
+    assert!(forced.to_string().contains("binky gc"), "{forced}");
+    let gc = run(&elsewhere, &["gc"]);
+    assert!(
+        gc.stdout().contains("not swept") && !gc.stdout().contains(" swept\n"),
+        "{gc}"
+    );
+    assert_eq!(get(&marker).as_deref(), Some(""));
+    // …until the credentials it was made with are back.
+    let gc = run(db0, &["gc"]);
+    assert!(gc.stdout().contains("swept"), "{gc}");
+    assert_eq!(get(&marker), None);
+    assert!(
+        run(db0, &["gc", "--dry-run"])
+            .stdout()
+            .contains("nothing to sweep")
+    );
+
+    // A slice gone from its server (its marker deleted by hand) is not
+    // reported as torn down.
+    assert_eq!(run(db0, &["up", "gone"]).code(), 0);
+    let _: () = redis::cmd("DEL")
+        .arg(format!("_binky:slice:{p}:gone:"))
+        .query(&mut admin())
+        .unwrap();
+    let rm = run(db0, &["remove", "gone"]);
+    assert_eq!(rm.code(), 0, "{rm}");
+    assert!(
+        rm.to_string()
+            .contains("was not on redis://127.0.0.1:6379/0"),
+        "{rm}"
+    );
 }

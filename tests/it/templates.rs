@@ -944,3 +944,64 @@ fn a_mysql_clone_fallback_names_the_object_it_could_not_create() {
         .unwrap());
     assert_eq!(out.code(), 0, "{out}");
 }
+
+/// Issue: a golden template's marker named no server, so an `admin_url`
+/// that moved rebuilt the template on the new server and orphaned the old
+/// one. The marker records where it was built; a move drops it there first,
+/// or stops naming both servers when the credentials are not at hand.
+#[test]
+fn a_golden_template_is_dropped_on_the_server_it_was_built_on_when_admin_url_moves() {
+    if !pg_up() {
+        skip("no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
+        return;
+    }
+    let home = Home::new();
+    let project = format!("gmove{}", std::process::id() % 10000);
+    let _cleanup = Cleanup {
+        prefix: format!("{project}_"),
+        mysql: false,
+    };
+    let repo = Repo::new(&pg_toml(&project, "TEST_PG_ADMIN"));
+    let marker = home.file(&format!("golden/postgres/{project}_golden_golden"));
+    // Built through 127.0.0.1: the marker says so, with no credential.
+    let out = up_with(&repo, &home, "a", &[("TEST_PG_ADMIN", PG_ADMIN)]);
+    assert_eq!(out.code(), 0, "{out}");
+    let text = std::fs::read_to_string(&marker).unwrap();
+    assert!(text.contains("postgresql://127.0.0.1:5432\n"), "{text}");
+    assert!(!text.contains("postgres@"), "{text}");
+    home.ok(&["daemon", "stop"]);
+    // The same server spelled `localhost` is, to Binky, another one: the
+    // template is dropped where it was built (same credentials) and built
+    // anew.
+    let moved = PG_ADMIN.replace("127.0.0.1", "localhost");
+    let out = up_with(&repo, &home, "b", &[("TEST_PG_ADMIN", &moved)]);
+    assert_eq!(out.code(), 0, "{out}");
+    let ev = events(&home, "golden_moved");
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(
+        ev[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("was made on postgresql://127.0.0.1:5432: reached it there"),
+        "{ev:?}"
+    );
+    assert_eq!(events(&home, "golden_built").len(), 2);
+    let text = std::fs::read_to_string(&marker).unwrap();
+    assert!(text.contains("postgresql://localhost:5432\n"), "{text}");
+    home.ok(&["daemon", "stop"]);
+    // Other credentials, another server: the template cannot be reached,
+    // so nothing is built and the marker stays.
+    let other = "postgresql://root@127.0.0.1:5432/postgres";
+    let out = up_with(&repo, &home, "c", &[("TEST_PG_ADMIN", other)]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr()
+            .contains("was made on postgresql://localhost:5432")
+            && out
+                .stderr()
+                .contains("admin_url now names postgresql://127.0.0.1:5432"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), text);
+    assert_eq!(events(&home, "golden_built").len(), 2);
+}

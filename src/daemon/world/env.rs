@@ -139,6 +139,7 @@ pub(super) async fn world_facts(
                 client_env: &env,
             }
             .slice(d, n, a.as_ref(), a.slice_name(&loc.name, &w.slug))?;
+            let slice = pinned(d, a.as_ref(), n, w.id, slice)?;
             let address = a
                 .resolve(&slice)
                 .await

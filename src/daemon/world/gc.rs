@@ -14,7 +14,7 @@ pub(crate) async fn gc(d: &Arc<Daemon>, dry_run: bool, client_env: ClientEnv) ->
     let mut out = Vec::new();
     sweep_slices(d, dry_run, &client_env, &mut out).await;
     sweep_worktrees(d, dry_run, &client_env, &mut out);
-    sweep_markers(d, dry_run, &mut out);
+    sweep_markers(d, dry_run, &mut out).await;
     if !dry_run && !out.is_empty() {
         d.event(LogEvent::named("gc").detail(format!("{} item(s)", out.len())));
     }
@@ -31,7 +31,7 @@ fn outcome(dry_run: bool, r: Result<(), String>) -> String {
 }
 
 /// 1. Slices stuck in provisioning/teardown whose world is gone or idle,
-///    torn down through their adapter with the project's `admin_url`.
+///    torn down through their adapter on the server they were made on.
 async fn sweep_slices(
     d: &Arc<Daemon>,
     dry_run: bool,
@@ -40,7 +40,21 @@ async fn sweep_slices(
 ) {
     let orphans = d.registry().orphan_slices().unwrap_or_default();
     for o in orphans {
-        let item = |outcome: String| SweepItem {
+        let outcome = if dry_run {
+            outcome(true, Ok(()))
+        } else {
+            match teardown_orphan(d, &o, client_env).await {
+                Ok(TornDown::Deleted) => outcome(false, Ok(())),
+                Ok(TornDown::NotFound) => format!(
+                    "forgotten: not on {} (nothing deleted there)",
+                    o.server
+                        .as_ref()
+                        .map_or("its server", |s| s.address.as_str())
+                ),
+                Err(e) => outcome(false, Err(e)),
+            }
+        };
+        out.push(SweepItem {
             kind: "slice".into(),
             what: format!("{} {}", o.adapter, o.slice),
             why: format!(
@@ -48,56 +62,55 @@ async fn sweep_slices(
                 o.state
             ),
             outcome,
-        };
-        let r = if dry_run {
-            Ok(())
-        } else {
-            match teardown_orphan(d, &o, client_env).await {
-                Ok(r) => r,
-                Err(e) => {
-                    // The admin_url cannot be rendered: say what to do.
-                    out.push(item(format!(
-                        "not swept: {}; {}",
-                        e.message,
-                        e.hint.unwrap_or_default()
-                    )));
-                    continue;
-                }
-            }
-        };
-        out.push(item(outcome(dry_run, r)));
+        });
     }
 }
 
-/// Tears down one orphaned slice and forgets it. The outer error: its
-/// `admin_url` cannot be rendered (an unset `${env.NAME}`); the inner one:
-/// the adapter or the registry failed.
+/// Tears down one orphaned slice on the server it was made on and forgets
+/// it, saying whether anything was there to delete.
+///
+/// # Errors
+/// What to do, as text: its `admin_url` cannot be rendered (an unset
+/// `${env.NAME}`) or no longer reaches its server with the credentials it
+/// was made with, or the adapter or the registry failed. The record stays.
 async fn teardown_orphan(
     d: &Arc<Daemon>,
     o: &OrphanSlice,
     client_env: &ClientEnv,
-) -> Result<Result<(), String>, ApiError> {
+) -> Result<TornDown, String> {
+    let with_hint = |e: ApiError| match e.hint {
+        Some(h) => format!("{}; {h}", e.message),
+        None => e.message,
+    };
     let Some(adapter) = adapter_for(&o.adapter, client_env) else {
-        return Ok(Err(format!("no adapter named {} in this build", o.adapter)));
+        return Err(format!("no adapter named {} in this build", o.adapter));
     };
     let root = d.registry().project_root(&o.project).ok().flatten();
     let cfg = root.and_then(|r| config::load(&Path::new(&r).join(config::FILE_NAME)).ok());
-    let slice = match &cfg {
+    let built = o.world_id.and_then(|w| d.worlds.built_env(w));
+    let mut candidates = Vec::new();
+    match &cfg {
         Some(c) => {
             let penv = project_env(c, &c.root, &c.root).unwrap_or_default();
-            let env_fn = lookup_env(&penv, client_env);
-            SliceAt {
-                cfg: c,
-                project: &o.project,
-                world: "",
-                world_root: &c.root,
-                facts: &IndexMap::new(),
-                env: &env_fn,
-                client_env,
+            for env in std::iter::once(client_env).chain(built.as_ref()) {
+                let env_fn = lookup_env(&penv, env);
+                let at = SliceAt {
+                    cfg: c,
+                    project: &o.project,
+                    world: "",
+                    world_root: &c.root,
+                    facts: &IndexMap::new(),
+                    env: &env_fn,
+                    client_env: env,
+                };
+                match at.slice(d, &o.service, adapter.as_ref(), o.slice.clone()) {
+                    Ok(s) => candidates.push(s),
+                    Err(e) if candidates.is_empty() => return Err(with_hint(e)),
+                    Err(_) => {}
+                }
             }
-            .slice(d, &o.service, adapter.as_ref(), o.slice.clone())?
         }
-        None => slice_for(
+        None => candidates.push(slice_for(
             d,
             adapter.as_ref(),
             o.slice.clone(),
@@ -105,21 +118,28 @@ async fn teardown_orphan(
             None,
             None,
             client_env,
-        ),
-    };
-    Ok(match adapter.teardown(&slice).await {
-        Ok(()) => {
-            let reg = d.registry();
-            // A world still recorded no longer has this slice: its service
-            // must not go on saying `provisioned` (`up` makes it again).
-            if let Some(wid) = o.world_id {
-                let _ = reg.service_state(wid, &o.service, ServiceState::Stopped, None, false);
-            }
-            reg.delete_slice(&o.adapter, &o.slice)
-                .map_err(|e| e.to_string())
-        }
-        Err(e) => Err(e.redacted(&slice).message),
-    })
+        )),
+    }
+    let reached = reach(
+        d,
+        adapter.as_ref(),
+        &o.service,
+        candidates,
+        o.server.as_ref(),
+    )
+    .map_err(with_hint)?;
+    let found = tear_down(adapter.as_ref(), &reached.slice)
+        .await
+        .map_err(|e| e.redacted(&reached.slice).message)?;
+    let reg = d.registry();
+    // A world still recorded no longer has this slice: its service must
+    // not go on saying `provisioned` (`up` makes it again).
+    if let Some(wid) = o.world_id {
+        let _ = reg.service_state(wid, &o.service, ServiceState::Stopped, None, false);
+    }
+    reg.delete_slice(&o.adapter, &o.slice)
+        .map_err(|e| e.to_string())?;
+    Ok(found)
 }
 
 /// 2. Worktree folders in a project's worktree root that no world owns
@@ -198,8 +218,12 @@ fn sweep_worktrees(
     }
 }
 
-/// 3. Golden template markers of projects the registry does not know.
-fn sweep_markers(d: &Arc<Daemon>, dry_run: bool, out: &mut Vec<SweepItem>) {
+/// 3. Golden templates of projects the registry does not know: each is
+///    dropped on the server its marker names, then the marker. With no
+///    config to render an `admin_url` from, only a server reached without
+///    credentials (or a template of no server, sqlite's) can be; the others
+///    are named for the user to drop by hand, marker kept.
+async fn sweep_markers(d: &Arc<Daemon>, dry_run: bool, out: &mut Vec<SweepItem>) {
     let known: Vec<String> = d
         .registry()
         .projects()
@@ -214,25 +238,85 @@ fn sweep_markers(d: &Arc<Daemon>, dry_run: bool, out: &mut Vec<SweepItem>) {
         let Ok(markers) = std::fs::read_dir(a.path()) else {
             continue;
         };
+        let adapter_name = a.file_name().to_string_lossy().into_owned();
         for m in markers.flatten() {
             let file = m.file_name().to_string_lossy().into_owned();
             let owner_known = known
                 .iter()
                 .any(|p| file.starts_with(&format!("{p}_golden_")));
-            if owner_known {
+            // A template's build log sits beside its marker.
+            if owner_known || file.ends_with(".log") {
                 continue;
             }
-            let r = if dry_run {
-                Ok(())
+            let outcome = if dry_run {
+                outcome(true, Ok(()))
             } else {
-                std::fs::remove_file(m.path()).map_err(|e| e.to_string())
+                match drop_unknown_template(d, &adapter_name, &file, &m.path()).await {
+                    Ok(TornDown::Deleted) => "swept: template dropped, marker removed".to_owned(),
+                    Ok(TornDown::NotFound) => {
+                        "marker removed: its template was not on its server (nothing deleted)"
+                            .to_owned()
+                    }
+                    Err(e) => outcome(false, Err(e)),
+                }
             };
             out.push(SweepItem {
                 kind: "golden_marker".into(),
                 what: m.path().display().to_string(),
-                why: "a golden template marker of a project this daemon does not know".into(),
-                outcome: outcome(dry_run, r),
+                why: "a golden template of a project this daemon does not know".into(),
+                outcome,
             });
         }
     }
+}
+
+/// Drops the template `name` of adapter `adapter_name` on the server its
+/// marker at `marker` names, then the marker and the template's log.
+///
+/// # Errors
+/// What to do, as text: no such adapter, the server needs credentials, or
+/// the adapter failed. The marker is kept.
+async fn drop_unknown_template(
+    d: &Arc<Daemon>,
+    adapter_name: &str,
+    name: &str,
+    marker: &Path,
+) -> Result<TornDown, String> {
+    let no_env = ClientEnv::default();
+    let adapter = adapter_for(adapter_name, &no_env)
+        .ok_or_else(|| format!("no adapter named {adapter_name} in this build"))?;
+    let m = golden::Marker::parse(&std::fs::read_to_string(marker).map_err(|e| e.to_string())?);
+    let key = d.registry().fingerprint_key().map_err(|e| e.to_string())?;
+    let admin_url = match &m.server {
+        Some(s) if s.credentials == crate::adapters::server::fingerprint(&key, "", "") => {
+            Some(s.address.clone())
+        }
+        Some(s) => {
+            return Err(format!(
+                "the template {name} on {} needs the credentials it was built with; drop it there by hand, then delete this marker",
+                s.address
+            ));
+        }
+        None if !adapter.serverless() => {
+            return Err(format!(
+                "the marker does not say which server the template {name} is on (written by an older binky); drop it by hand, then delete this marker"
+            ));
+        }
+        None => None,
+    };
+    let slice = slice_for(
+        d,
+        adapter.as_ref(),
+        name.to_owned(),
+        "",
+        None,
+        admin_url,
+        &no_env,
+    );
+    let found = tear_down(adapter.as_ref(), &slice)
+        .await
+        .map_err(|e| e.redacted(&slice).message)?;
+    std::fs::remove_file(marker).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(format!("{}.log", marker.display()));
+    Ok(found)
 }

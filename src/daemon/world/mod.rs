@@ -10,6 +10,7 @@
 //! | [`locate`] | the project a request names, a world's row, allowed names and paths |
 //! | [`plan`] | dependency levels, facts for tokens, every process's environment, process specs |
 //! | [`slices`] | provision, migrate/seed, catching up with the branch |
+//! | [`reach`] | a recorded slice on the server it was made on; teardown that says what it found |
 //! | [`templates`] | golden templates: build once, clone per world, fall back |
 //! | [`start`] | starting processes by dependency level behind their probes |
 //! | [`processes`] | stopping a world's processes, recording the supervisor's reports |
@@ -45,6 +46,7 @@ mod gc;
 mod locate;
 mod plan;
 mod processes;
+mod reach;
 mod reconcile;
 mod remove;
 mod routes;
@@ -61,6 +63,7 @@ pub(crate) use gc::gc;
 use locate::*;
 use plan::*;
 use processes::*;
+use reach::*;
 pub(crate) use reconcile::reconcile;
 pub(crate) use remove::remove;
 pub(crate) use routes::fill_urls;
@@ -142,6 +145,15 @@ impl Worlds {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, env.clone());
+    }
+    /// The environment world `id`'s last `up` was given, if this daemon
+    /// saw it.
+    pub(crate) fn built_env(&self, id: i64) -> Option<ClientEnv> {
+        self.last_env
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
     }
     /// The environment a verb on world `id` renders with: the caller's
     /// variables, then those the world's last `up` was given (the daemon's

@@ -308,6 +308,11 @@ async fn adoption_plan(
                     no_env,
                 )
             });
+        // Where it was made; a slice whose server cannot be reached now
+        // gets no address (never one on another server).
+        let Ok(slice) = pinned(d, adapter.as_ref(), n, world_id, slice) else {
+            continue;
+        };
         if let Ok(address) = adapter.resolve(&slice).await {
             Resolved::new(address, adapter.as_ref(), &slice)
                 .apply(plan.facts.get_mut(n).expect("fact per service"));

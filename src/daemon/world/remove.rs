@@ -2,6 +2,7 @@
 //! Binky made.
 
 use super::*;
+use crate::registry::SliceKey;
 
 /// `binky remove`.
 pub(crate) async fn remove(
@@ -77,8 +78,13 @@ struct Removal<'a> {
     force: bool,
 }
 
-/// A slice to tear down: its row, its adapter and the slice as rendered.
-type Teardown = (crate::registry::SliceRow, Arc<dyn adapters::Adapter>, Slice);
+/// A slice to tear down: its row, its adapter and the slice as rendered to
+/// reach the server it was made on (or why it cannot be).
+type Teardown = (
+    crate::registry::SliceRow,
+    Arc<dyn adapters::Adapter>,
+    Result<Reached, ApiError>,
+);
 
 impl Removal<'_> {
     /// Whether the worktree is Binky's to delete, and the note to give when
@@ -143,30 +149,62 @@ impl Removal<'_> {
 
     /// Every slice of the world, rendered for teardown from the world's own
     /// config (it names the servers), else the main checkout's when the
-    /// worktree is gone.
+    /// worktree is gone — with today's environment, and with the one the
+    /// world was built with — and pinned to the server it was made on.
+    ///
+    /// # Errors
+    /// An `admin_url` cannot be rendered (an unset variable); without
+    /// `--force`, a slice's server cannot be reached (see [`reach`]).
     fn teardowns(&self, client_env: &ClientEnv) -> Result<Vec<Teardown>, ApiError> {
         let (d, loc, w) = (self.d, self.loc, self.w);
         let world_root = join_subdir(&self.path, &loc.subdir);
         let cfg = config::load(&world_root.join(config::FILE_NAME))
             .unwrap_or_else(|_| loc.config.clone());
         let penv = project_env(&cfg, &world_root, &loc.main_root()).unwrap_or_default();
-        let env_fn = lookup_env(&penv, client_env);
-        let at = SliceAt {
-            cfg: &cfg,
-            project: &loc.name,
-            world: &w.name,
-            world_root: &world_root,
-            facts: &IndexMap::new(),
-            env: &env_fn,
-            client_env,
-        };
+        let built = d.worlds.built_env(w.id);
+        let envs: Vec<&ClientEnv> = std::iter::once(client_env).chain(built.as_ref()).collect();
         let mut teardowns = Vec::new();
-        for s in d.registry().slices_of(w.id).map_err(internal)? {
+        // Read first: the registry's lock must not be held across the loop.
+        let rows = d.registry().slices_of(w.id).map_err(internal)?;
+        for s in rows {
             let Some(adapter) = adapter_for(&s.adapter, client_env) else {
                 continue;
             };
-            let slice = at.slice(d, &s.service, adapter.as_ref(), s.slice.clone())?;
-            teardowns.push((s, adapter, slice));
+            let mut candidates = Vec::new();
+            for env in &envs {
+                let env_fn = lookup_env(&penv, env);
+                let at = SliceAt {
+                    cfg: &cfg,
+                    project: &loc.name,
+                    world: &w.name,
+                    world_root: &world_root,
+                    facts: &IndexMap::new(),
+                    env: &env_fn,
+                    client_env: env,
+                };
+                match at.slice(d, &s.service, adapter.as_ref(), s.slice.clone()) {
+                    Ok(slice) => candidates.push(slice),
+                    Err(e) if candidates.is_empty() => return Err(e),
+                    Err(_) => {}
+                }
+            }
+            let reached = reach(
+                d,
+                adapter.as_ref(),
+                &s.service,
+                candidates,
+                s.server.as_ref(),
+            );
+            if let Err(e) = &reached
+                && !self.force
+            {
+                return Err(e.clone().hint(format!(
+                    "{}; or run `binky remove {} --force` to remove the world and leave the slice to `binky gc`",
+                    e.hint.clone().unwrap_or_default(),
+                    w.name
+                )));
+            }
+            teardowns.push((s, adapter, reached));
         }
         Ok(teardowns)
     }
@@ -185,29 +223,46 @@ impl Removal<'_> {
     ) -> Result<Vec<String>, ApiError> {
         let mut left = Vec::new();
         let (d, loc, w) = (self.d, self.loc, self.w);
-        for (s, adapter, slice) in teardowns {
+        for (s, adapter, reached) in teardowns {
+            let key = SliceKey {
+                world_id: Some(w.id),
+                project: &loc.name,
+                service: &s.service,
+                adapter: &s.adapter,
+                slice: &s.slice,
+            };
             d.registry()
-                .set_slice(
-                    Some(w.id),
-                    &loc.name,
-                    &s.service,
-                    &s.adapter,
-                    &s.slice,
-                    SliceState::Teardown,
-                )
+                .set_slice(&key, SliceState::Teardown, None)
                 .map_err(internal)?;
-            let Err(e) = adapter.teardown(&slice).await else {
+            fault_point("remove:teardown");
+            let (result, shown) = match reached {
+                Ok(r) => {
+                    notes.extend(r.note);
+                    let done = tear_down(adapter.as_ref(), &r.slice).await;
+                    (
+                        done.map_err(|e| e.redacted(&r.slice).message),
+                        Some(r.slice),
+                    )
+                }
+                Err(e) => (Err(e.message), None),
+            };
+            if let Ok(found) = result {
+                if found == TornDown::NotFound
+                    && let Some(slice) = &shown
+                {
+                    notes.push(not_found_note(d, adapter.as_ref(), slice));
+                }
                 let reg = d.registry();
                 reg.delete_slice(&s.adapter, &s.slice).map_err(internal)?;
                 // Gone: a later failure must not leave it shown as
                 // provisioned.
                 let _ = reg.service_state(w.id, &s.service, ServiceState::Stopped, None, false);
                 continue;
-            };
+            }
             let message = format!(
                 "teardown of {} failed: {}",
                 s.slice,
-                e.redacted(&slice).message
+                result.err().unwrap_or_default()
             );
             if !self.force {
                 // Its processes are stopped: say so rather than "running".

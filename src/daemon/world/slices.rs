@@ -2,6 +2,8 @@
 //! back), and catching a slice's schema up with its branch.
 
 use super::*;
+use crate::adapters::server::Server;
+use crate::registry::SliceKey;
 
 /// What a world's slices are rendered from: the config (as on its branch)
 /// whose `admin_url`s name the servers, and the facts and environment their
@@ -203,6 +205,10 @@ pub(super) async fn provision(
         .map_err(internal)?
         .into_iter()
         .find(|s| s.service == service && s.slice == slice_name);
+    let server = server_now(d, adapter.as_ref(), &slice)?;
+    if let Some(k) = &known {
+        p.leave_old_server(k, server.as_ref()).await?;
+    }
     let exists = adapter.exists(&slice).await.map_err(|e| p.named(e))?;
     if let Some(k) = known.as_ref().filter(|k| k.state == SliceState::Live)
         && exists
@@ -213,8 +219,9 @@ pub(super) async fn provision(
     if exists {
         check_ours(d, service, project, adapter.as_ref(), &slice_name)?;
     }
-    // Intent first: a crash from here leaves a row `gc` can sweep.
-    p.record(SliceState::Provisioning)?;
+    // Intent first, with the server: a crash from here leaves a row `gc`
+    // can sweep where the slice is.
+    p.record(SliceState::Provisioning, server.as_ref())?;
     if exists {
         adapter.teardown(&slice).await.map_err(|e| p.named(e))?;
     }
@@ -226,7 +233,7 @@ pub(super) async fn provision(
         }
         return Err(e);
     }
-    p.record(SliceState::Live)?;
+    p.record(SliceState::Live, None)?;
     if let Some(key) = &p.world_key {
         d.registry()
             .set_slice_migrated(adapter.name(), &slice_name, key)
@@ -284,23 +291,70 @@ pub(super) struct Provisioning<'a> {
 }
 
 impl Provisioning<'_> {
-    /// Records the world's slice in `state`.
-    fn record(&self, state: SliceState) -> Result<(), ApiError> {
+    /// Records the world's slice in `state`, made on `server` (`None`
+    /// keeps the server recorded).
+    fn record(&self, state: SliceState, server: Option<&Server>) -> Result<(), ApiError> {
         let WorldCtx {
             d,
             project,
             world_id,
             ..
         } = *self.cx;
+        let key = SliceKey {
+            world_id: Some(world_id),
+            project,
+            service: self.job.service,
+            adapter: self.adapter.name(),
+            slice: &self.slice.name,
+        };
         d.registry()
-            .set_slice(
-                Some(world_id),
-                project,
-                self.job.service,
-                self.adapter.name(),
-                &self.slice.name,
-                state,
-            )
+            .set_slice(&key, state, server)
+            .map_err(internal)
+    }
+
+    /// When the slice's record names another server than `admin_url` does
+    /// today: a live slice is an error (its data is there: the user moves
+    /// it or removes the world); one an interrupted operation left there is
+    /// torn down on that server first, so making it here orphans nothing.
+    ///
+    /// # Errors
+    /// The slice is live on the other server, or that server cannot be
+    /// reached or refuses the teardown; its record is kept.
+    async fn leave_old_server(
+        &self,
+        known: &crate::registry::SliceRow,
+        now: Option<&Server>,
+    ) -> Result<(), ApiError> {
+        let Some(recorded) = &known.server else {
+            return Ok(());
+        };
+        if now.is_some_and(|n| n.address == recorded.address) {
+            return Ok(());
+        }
+        let (d, service, world) = (self.cx.d, self.job.service, self.cx.world);
+        let named = now.map_or("no server".to_owned(), |n| n.address.clone());
+        if known.state == SliceState::Live {
+            return Err(ApiError::new(format!(
+                "services.{service}: the slice {} lives on {}, but admin_url now names {named}",
+                self.slice.name, recorded.address
+            ))
+            .hint(format!(
+                "set admin_url back so that it names {}, or run `binky remove {world}` (it tears the slice down there) and `binky up {world}` to make it on {named}",
+                recorded.address
+            )));
+        }
+        let old = reach(
+            d,
+            self.adapter,
+            service,
+            vec![self.slice.clone()],
+            Some(recorded),
+        )?;
+        tear_down(self.adapter, &old.slice)
+            .await
+            .map_err(|e| adapter_error(service, &old.slice, e))?;
+        d.registry()
+            .delete_slice(self.adapter.name(), &self.slice.name)
             .map_err(internal)
     }
 

@@ -41,11 +41,21 @@ impl Provisioning<'_> {
             .lock_template(&template)
             .await
             .map_err(|e| self.named(e))?;
-        let marker_text = std::fs::read_to_string(&marker).unwrap_or_default();
-        let mut marker_lines = marker_text.lines();
-        let fresh = marker_lines.next().map(str::trim) == Some(key.as_str())
-            && adapter.exists(&template).await.unwrap_or(false);
-        let mut migrated = marker_lines.next().map(|l| l.trim().to_owned());
+        let recorded = golden::Marker::parse(&std::fs::read_to_string(&marker).unwrap_or_default());
+        let server = server_now(d, adapter, &template)?;
+        let moved = recorded
+            .server
+            .as_ref()
+            .is_some_and(|r| server.as_ref().is_none_or(|s| s.address != r.address));
+        if moved {
+            // Built on the server `admin_url` named before: dropped there
+            // first, or this build would orphan it.
+            self.drop_old_template(&template, &recorded, &marker)
+                .await?;
+        }
+        let fresh =
+            !moved && recorded.key == key && adapter.exists(&template).await.unwrap_or(false);
+        let mut migrated = recorded.migrated.clone();
         // The template's migrate/seed output lives with the template, not
         // in the log of the world that happened to build it (gone with that
         // world); every clone's log points at it.
@@ -81,11 +91,12 @@ impl Provisioning<'_> {
                 let _ = std::fs::create_dir_all(dir);
             }
             migrated = self.world_key.clone();
-            std::fs::write(
-                &marker,
-                format!("{key}\n{}\n", migrated.as_deref().unwrap_or("")),
-            )
-            .map_err(internal)?;
+            let m = golden::Marker {
+                key: key.clone(),
+                migrated: migrated.clone(),
+                server,
+            };
+            std::fs::write(&marker, m.render()).map_err(internal)?;
             d.event(world_event("golden_built", project, world).detail(tname.clone()));
         }
         Ok(Template {
@@ -94,6 +105,44 @@ impl Provisioning<'_> {
             log: template_log,
             migrated,
         })
+    }
+
+    /// Drops the golden template `template` on the server its marker says
+    /// it was built on (another than `admin_url` names now), then its
+    /// marker.
+    ///
+    /// # Errors
+    /// That server cannot be reached with the credentials at hand, or
+    /// refuses; the marker is kept, so a later run (or `gc`) finds it.
+    async fn drop_old_template(
+        &self,
+        template: &Slice,
+        recorded: &golden::Marker,
+        marker: &Path,
+    ) -> Result<(), ApiError> {
+        let (d, service) = (self.cx.d, self.job.service);
+        let old = reach(
+            d,
+            self.adapter,
+            service,
+            vec![template.clone()],
+            recorded.server.as_ref(),
+        )?;
+        let found = tear_down(self.adapter, &old.slice)
+            .await
+            .map_err(|e| adapter_error(service, &old.slice, e))?;
+        let how = match found {
+            TornDown::Deleted => "dropped it there",
+            TornDown::NotFound => "it was no longer there",
+        };
+        let mut ev = world_event("golden_moved", self.cx.project, self.cx.world).detail(format!(
+            "{}: {how}; building it anew",
+            old.note.unwrap_or_default()
+        ));
+        ev.service = Some(service.to_owned());
+        d.event(ev);
+        let _ = std::fs::remove_file(marker);
+        Ok(())
     }
 
     /// Copies `template` into the slice; `false` (after `clone_fallback` is

@@ -1,0 +1,171 @@
+//! Reaching a recorded slice on the server it was made on, and tearing it
+//! down there — never on whatever server `admin_url` happens to render to
+//! today (see [`adapters::server`]).
+
+use super::*;
+use crate::adapters::server::{self, Server};
+
+/// A slice as it will be acted on: rendered so that it reaches the server
+/// it was made on, with a note when that is not the server `admin_url`
+/// names today.
+pub(super) struct Reached {
+    pub(super) slice: Slice,
+    pub(super) note: Option<String>,
+}
+
+/// The server `slice` would be made on by `adapter` (see
+/// [`adapters::server_of`]).
+pub(super) fn server_now(
+    d: &Daemon,
+    adapter: &dyn adapters::Adapter,
+    slice: &Slice,
+) -> Result<Option<Server>, ApiError> {
+    let key = d.registry().fingerprint_key().map_err(internal)?;
+    Ok(adapters::server_of(adapter, slice, &key))
+}
+
+/// Picks the rendering of a recorded slice that reaches `recorded`, the
+/// server it was made on. `candidates` are the slice rendered with today's
+/// environment first, then with the environment the world was built with.
+///
+/// The first candidate whose server is the recorded one is used as it is;
+/// else the first whose credentials are the ones the slice was made with
+/// (by fingerprint) is moved to the recorded server with those
+/// credentials, and the note says so. A slice recorded before servers
+/// were (`recorded` is `None`) is reached as today's `admin_url` says.
+///
+/// # Errors
+/// No candidate reaches the recorded server: the error names both servers
+/// and says how to get the credentials back; the caller keeps the record.
+pub(super) fn reach(
+    d: &Daemon,
+    adapter: &dyn adapters::Adapter,
+    service: &str,
+    mut candidates: Vec<Slice>,
+    recorded: Option<&Server>,
+) -> Result<Reached, ApiError> {
+    assert!(!candidates.is_empty(), "reach needs a rendering");
+    let Some(recorded) = recorded else {
+        return Ok(Reached {
+            slice: candidates.swap_remove(0),
+            note: None,
+        });
+    };
+    let key = d.registry().fingerprint_key().map_err(internal)?;
+    let now = adapters::server_of(adapter, &candidates[0], &key);
+    let named = now
+        .as_ref()
+        .map_or("no server".to_owned(), |s| s.address.clone());
+    let moved = |how: &str| {
+        format!(
+            "services.{service}: admin_url now names {named}, but the slice {} was made on {}: {how}",
+            candidates[0].name, recorded.address
+        )
+    };
+    let keep_path = adapter.path_names_server();
+    for (i, c) in candidates.iter().enumerate() {
+        let Some(url) = adapters::server_url(adapter, c) else {
+            continue;
+        };
+        if server::address(&url, keep_path) == recorded.address {
+            let note = (i > 0).then(|| moved("reached it there with the environment of its `up`"));
+            return Ok(Reached {
+                slice: c.clone(),
+                note,
+            });
+        }
+    }
+    for c in &candidates {
+        let Some(url) = adapters::server_url(adapter, c) else {
+            continue;
+        };
+        if server::of(&url, keep_path, &key).credentials != recorded.credentials {
+            continue;
+        }
+        let no_credentials = server::credentials(&url) == Default::default();
+        let Some(rebased) = server::rebase(&url, &recorded.address)
+            .or_else(|| no_credentials.then(|| recorded.address.clone()))
+        else {
+            continue;
+        };
+        crate::secrets::register_url(&rebased);
+        return Ok(Reached {
+            slice: Slice {
+                admin_url: Some(rebased),
+                ..c.clone()
+            },
+            note: Some(moved("reached it there with the same credentials")),
+        });
+    }
+    Err(ApiError::new(format!(
+        "services.{service}: the slice {} was made on {}, but admin_url now names {named}, and the credentials it was made with are not at hand",
+        candidates[0].name, recorded.address
+    ))
+    .hint(format!(
+        "set admin_url (or the variables it is rendered from) so that it names {} again and run this again; the slice's record is kept",
+        recorded.address
+    )))
+}
+
+/// `slice` (as rendered today) pinned to the server world `world_id`'s
+/// record of it names, so its address is the one it was made on.
+///
+/// # Errors
+/// That server cannot be reached with the credentials at hand (see
+/// [`reach`]).
+pub(super) fn pinned(
+    d: &Daemon,
+    adapter: &dyn adapters::Adapter,
+    service: &str,
+    world_id: i64,
+    slice: Slice,
+) -> Result<Slice, ApiError> {
+    let recorded = d
+        .registry()
+        .slices_of(world_id)
+        .map_err(internal)?
+        .into_iter()
+        .find(|r| r.service == service && r.slice == slice.name)
+        .and_then(|r| r.server);
+    Ok(reach(d, adapter, service, vec![slice], recorded.as_ref())?.slice)
+}
+
+/// What a teardown found and did on the server it reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TornDown {
+    /// The slice was there and is gone now.
+    Deleted,
+    /// The slice (or its marker) was not on the server: nothing was
+    /// deleted.
+    NotFound,
+}
+
+/// Tears `slice` down on the server it names, saying whether there was
+/// anything to delete: a slice missing where it was made is reported, not
+/// counted as a teardown.
+///
+/// # Errors
+/// The adapter's, from looking for the slice or from the teardown.
+pub(super) async fn tear_down(
+    adapter: &dyn adapters::Adapter,
+    slice: &Slice,
+) -> Result<TornDown, adapters::AdapterError> {
+    if !adapter.exists(slice).await? {
+        return Ok(TornDown::NotFound);
+    }
+    adapter.teardown(slice).await?;
+    Ok(TornDown::Deleted)
+}
+
+/// The note for a slice that was not where it was made.
+pub(super) fn not_found_note(d: &Daemon, adapter: &dyn adapters::Adapter, slice: &Slice) -> String {
+    let on = server_now(d, adapter, slice)
+        .ok()
+        .flatten()
+        .map_or_else(|| "its store".to_owned(), |s| s.address);
+    format!(
+        "the {} slice {} was not on {on} (nothing deleted there); its record is dropped",
+        adapter.name(),
+        slice.name
+    )
+}
