@@ -70,13 +70,19 @@ pub enum OptionKind {
 
 impl OptionKind {
     /// Whether `v` is a value of this kind; `Err` says what is expected.
+    /// A value holding a token (`"${env.RMQ_MGMT}"`) is not known until it
+    /// is rendered: `check` lets it pass, and `up` checks the rendered value
+    /// with [`Entry::check_options`].
     pub fn check(self, v: &toml::Value) -> Result<(), String> {
+        if crate::config::render::value_has_binky_token(v) {
+            return Ok(());
+        }
         let ok = match self {
             OptionKind::Bool => v.is_bool(),
             OptionKind::Text => v.as_str().is_some_and(|s| !s.trim().is_empty()),
             OptionKind::HttpUrl => v
                 .as_str()
-                .is_some_and(|s| s.contains("${") || crate::http::parse_url(s).is_ok()),
+                .is_some_and(|s| crate::http::parse_url(s).is_ok()),
             OptionKind::Duration => v
                 .as_str()
                 .is_some_and(|s| humantime::parse_duration(s.trim()).is_ok_and(|d| !d.is_zero())),
@@ -118,6 +124,26 @@ const fn clone_strategy(choices: &'static [&'static str]) -> OptionSpec {
 }
 
 impl Entry {
+    /// Checks a resource's options once their tokens are rendered, as
+    /// `binky check` checks literal ones; an option this adapter does not
+    /// read was refused by `check` already and is ignored here.
+    ///
+    /// # Errors
+    /// The first option whose value is not of its kind, with what it must be.
+    pub fn check_options(&self, options: &toml::Table) -> Result<(), String> {
+        for (key, v) in options {
+            if let Some(spec) = self.options.iter().find(|o| o.name == key) {
+                spec.kind.check(v).map_err(|want| {
+                    format!(
+                        "options.{key} for the {} adapter ({}) must be {want}",
+                        self.name, spec.help
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `adapter = name` means this adapter.
     pub fn answers_to(&self, name: &str) -> bool {
         self.name == name || self.aliases.contains(&name)

@@ -158,6 +158,23 @@ fn parse_field(rest: &str) -> Option<Field<'_>> {
     }
 }
 
+/// Whether `s` holds a `${…}` Binky owns (see [`classify`]), as opposed to
+/// only a shell's own `${HOME}` or none.
+pub fn has_binky_token(s: &str) -> bool {
+    occurrences(s).any(|o| classify(o.body).is_some())
+}
+
+/// Whether any string in `v` (an option's value, at any depth) holds a
+/// token Binky owns.
+pub fn value_has_binky_token(v: &toml::Value) -> bool {
+    match v {
+        toml::Value::String(s) => has_binky_token(s),
+        toml::Value::Array(a) => a.iter().any(value_has_binky_token),
+        toml::Value::Table(t) => t.values().any(value_has_binky_token),
+        _ => false,
+    }
+}
+
 /// Classifies a token body; `None` for anything Binky does not own.
 pub fn classify(body: &str) -> Option<Token<'_>> {
     let (head, rest) = body.split_once('.')?;

@@ -257,3 +257,48 @@ fn two_worlds_brought_up_at_once_get_a_vhost_each() {
         repo.ok(&home, &["remove", w, "--force"]);
     }
 }
+
+/// Issue: `options = { management_url = "${env.RMQ_MGMT}" }` passed
+/// `binky check` and `up` then failed with "`${env.RMQ_MGMT}` is not a URL":
+/// tokens in options were never rendered. Now they are, and a rendered
+/// value of the wrong kind is refused by the rule check uses.
+#[test]
+fn tokens_in_options_are_rendered_and_their_values_checked() {
+    if !rabbit_up() {
+        skip("no RabbitMQ with its management API on 127.0.0.1:5672/15672");
+        return;
+    }
+    let p = format!("rqo{}", std::process::id() % 100000);
+    let _cleanup = Cleanup(p.clone());
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.queue]\nadapter = \"rabbitmq\"\noptions = {{ management_url = \"${{env.RMQ_MGMT}}\", timeout = \"${{env.RMQ_TIMEOUT}}\" }}\n",
+        project_header(&p, 2)
+    );
+    let repo = Repo::new(&toml);
+    let good = [
+        ("RMQ_MGMT", "http://127.0.0.1:15672"),
+        ("RMQ_TIMEOUT", "20s"),
+    ];
+    let up = repo.run_with(&home, &["up", "w"], &good);
+    assert_eq!(up.code(), 0, "{up}");
+    assert!(vhosts().contains(&format!("{p}_w")));
+    let rm = repo.run_with(&home, &["remove", "w"], &good);
+    assert_eq!(rm.code(), 0, "{rm}");
+    assert!(!vhosts().contains(&format!("{p}_w")));
+    // A value that renders to no duration is refused before anything is
+    // made, naming the option.
+    let bad = [
+        ("RMQ_MGMT", "http://127.0.0.1:15672"),
+        ("RMQ_TIMEOUT", "soon"),
+    ];
+    let up = repo.run_with(&home, &["up", "v"], &bad);
+    assert_eq!(up.code(), 1, "{up}");
+    assert!(
+        up.stderr()
+            .contains("services.queue.options.timeout for the rabbitmq adapter")
+            && up.stderr().contains("once its tokens are rendered"),
+        "{up}"
+    );
+    assert!(!vhosts().contains(&format!("{p}_v")));
+}

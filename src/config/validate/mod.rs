@@ -642,6 +642,7 @@ fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Config> {
     check_shared_slices(cx, &services);
     check_tokens(cx, range, &services, &declared);
     check_unowned_tokens(cx, &agents, &env, &services, &declared);
+    check_literal_fields(cx);
     check_credentials(cx, &raw);
     let project = project?;
     let root = path

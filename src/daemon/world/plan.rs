@@ -130,6 +130,75 @@ pub(super) fn render_admin_url(
     Ok(Some(url))
 }
 
+/// A resource's `options` with every string's tokens rendered (each
+/// registered as a secret where its key or a URL in it says so), then
+/// checked as `binky check` checks literal ones.
+///
+/// # Errors
+/// An option uses a `${env.NAME}` that is not set, or its rendered value is
+/// not what the adapter takes.
+pub(super) fn render_options(
+    cfg: &Config,
+    world: &str,
+    world_root: &Path,
+    service: &str,
+    r: &config::Resource,
+    facts: &IndexMap<String, ServiceFacts>,
+    env: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<toml::Table, ApiError> {
+    if !r
+        .options
+        .values()
+        .any(crate::config::render::value_has_binky_token)
+    {
+        return Ok(r.options.clone());
+    }
+    let fx = facts_for(cfg, world, world_root, facts, env);
+    fn walk(
+        v: &toml::Value,
+        key: &str,
+        service: &str,
+        fx: &Facts<'_>,
+    ) -> Result<toml::Value, ApiError> {
+        Ok(match v {
+            toml::Value::String(t) => {
+                let text = render_strict(t, key, Some(service), fx)?;
+                let name = key.rsplit('.').next().unwrap_or(key);
+                crate::secrets::register_var(name, &text);
+                toml::Value::String(text)
+            }
+            toml::Value::Array(a) => toml::Value::Array(
+                a.iter()
+                    .enumerate()
+                    .map(|(i, x)| walk(x, &format!("{key}[{i}]"), service, fx))
+                    .collect::<Result<_, _>>()?,
+            ),
+            toml::Value::Table(t) => toml::Value::Table(
+                t.iter()
+                    .map(|(k, x)| Ok((k.clone(), walk(x, &format!("{key}.{k}"), service, fx)?)))
+                    .collect::<Result<_, ApiError>>()?,
+            ),
+            other => other.clone(),
+        })
+    }
+    let mut out = toml::Table::new();
+    for (k, v) in &r.options {
+        out.insert(
+            k.clone(),
+            walk(v, &format!("services.{service}.options.{k}"), service, &fx)?,
+        );
+    }
+    if let Some(entry) = crate::adapters::catalog::find(&r.adapter) {
+        entry.check_options(&out).map_err(|e| {
+            ApiError::new(format!(
+                "services.{service}.{e}, once its tokens are rendered"
+            ))
+            .hint("set the variables it is rendered from to a value of that kind")
+        })?;
+    }
+    Ok(out)
+}
+
 /// The project's `env_file` pairs for a world (its checkout's copy, else the
 /// main one's); none when it has no `env_file`.
 pub(super) fn project_env(

@@ -23,11 +23,12 @@ pub(super) struct SliceAt<'a> {
 
 impl SliceAt<'_> {
     /// Slice `name` of resource `service` on `adapter`, with its rendered
-    /// `admin_url` (registered as a secret) and options; a service the
-    /// config no longer has gets neither.
+    /// `admin_url` (registered as a secret) and rendered options; a service
+    /// the config no longer has gets neither.
     ///
     /// # Errors
-    /// The `admin_url` uses a `${env.NAME}` that is not set.
+    /// The `admin_url` or an option uses a `${env.NAME}` that is not set, or
+    /// an option's rendered value is not what the adapter takes.
     pub(super) fn slice(
         &self,
         d: &Daemon,
@@ -36,24 +37,24 @@ impl SliceAt<'_> {
         name: String,
     ) -> Result<Slice, ApiError> {
         let r = self.cfg.services.get(service).and_then(|s| s.resource());
-        let admin_url = match r {
-            Some(r) => render_admin_url(
-                self.cfg,
-                self.world,
-                self.world_root,
-                service,
-                r,
-                self.facts,
-                self.env,
-            )?,
-            None => None,
+        let (admin_url, options) = match r {
+            Some(r) => {
+                let at = (self.cfg, self.world, self.world_root, service, r);
+                (
+                    render_admin_url(at.0, at.1, at.2, at.3, at.4, self.facts, self.env)?,
+                    Some(render_options(
+                        at.0, at.1, at.2, at.3, at.4, self.facts, self.env,
+                    )?),
+                )
+            }
+            None => (None, None),
         };
         Ok(slice_for(
             d,
             adapter,
             name,
             self.project,
-            r.map(|r| &r.options),
+            options.as_ref(),
             admin_url,
             self.client_env,
         ))
