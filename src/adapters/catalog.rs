@@ -144,6 +144,35 @@ impl Entry {
         Ok(())
     }
 
+    /// Checks an `admin_url` (literal in `binky check`, rendered at `up`)
+    /// as the adapter will read it: its scheme, then the adapter's own
+    /// reader. One function, so `check` refuses exactly what `up` would.
+    ///
+    /// # Errors
+    /// What is wrong, never quoting a credential.
+    pub fn check_admin_url(&self, url: &str) -> Result<(), String> {
+        if !self.schemes.is_empty()
+            && !self
+                .schemes
+                .iter()
+                .any(|s| url.starts_with(&format!("{s}://")))
+        {
+            let missing = if url.contains("://") {
+                ""
+            } else {
+                " (it has no scheme)"
+            };
+            return Err(format!(
+                "admin_url must start with {}://{missing} (this build speaks no other scheme)",
+                self.schemes.join("://, ")
+            ));
+        }
+        match self.check_url {
+            Some(check) => check(url),
+            None => Ok(()),
+        }
+    }
+
     /// Whether `adapter = name` means this adapter.
     pub fn answers_to(&self, name: &str) -> bool {
         self.name == name || self.aliases.contains(&name)
@@ -170,8 +199,9 @@ pub const ENTRIES: &[Entry] = &[
         options: &[clone_strategy(&["auto", "wal_log", "file_copy"])],
         fields: &[],
         needs_admin_url: true,
+        // The driver also takes `host=… user=…` connection strings.
         schemes: &[],
-        check_url: None,
+        check_url: Some(|u| super::postgres::parse_admin_url(u).map(|_| ())),
     },
     #[cfg(feature = "mysql")]
     Entry {
@@ -181,8 +211,8 @@ pub const ENTRIES: &[Entry] = &[
         options: &[clone_strategy(&["copy", "dump"])],
         fields: &[],
         needs_admin_url: true,
-        schemes: &[],
-        check_url: None,
+        schemes: &["mysql"],
+        check_url: Some(|u| super::mysql::parse_admin_url(u).map(|_| ())),
     },
     #[cfg(feature = "redis")]
     Entry {
@@ -197,7 +227,7 @@ pub const ENTRIES: &[Entry] = &[
         fields: &["prefix"],
         needs_admin_url: false,
         schemes: &["redis", "redis+unix", "unix"],
-        check_url: None,
+        check_url: Some(|u| super::redis::open(u).map(|_| ())),
     },
     #[cfg(feature = "s3")]
     Entry {
@@ -212,7 +242,7 @@ pub const ENTRIES: &[Entry] = &[
         fields: &["bucket"],
         needs_admin_url: true,
         schemes: crate::http::SCHEMES,
-        check_url: None,
+        check_url: Some(|u| super::s3::parse_admin_url(u).map(|_| ())),
     },
     #[cfg(feature = "kafka")]
     Entry {
@@ -265,7 +295,7 @@ pub const ENTRIES: &[Entry] = &[
         fields: &[],
         needs_admin_url: false,
         schemes: &["amqp"],
-        check_url: None,
+        check_url: Some(|u| super::rabbitmq::parse_amqp(u).map(|_| ())),
     },
 ];
 

@@ -50,15 +50,27 @@ fn environmental(message: String) -> AdapterError {
     }
 }
 
+/// The connection options `url` names, as the driver reads them; `binky
+/// check` refuses a literal `admin_url` by this same reader.
+///
+/// # Errors
+/// What is wrong with the URL, never quoting it.
+pub(crate) fn parse_admin_url(url: &str) -> Result<Opts, String> {
+    Opts::from_url(url).map_err(|e| {
+        crate::secrets::redact_url(
+            &format!(
+                "admin_url is not a valid mysql:// URL ({e}); e.g. mysql://root@127.0.0.1:3306/"
+            ),
+            Some(url),
+        )
+    })
+}
+
 /// Connects with the admin URL; the error never quotes the URL (it may hold
 /// a password).
 async fn connect(slice: &Slice) -> Result<Conn, AdapterError> {
-    let opts = Opts::from_url(admin(slice)?).map_err(|e| {
-        AdapterError::new(format!(
-            "mysql: admin_url is not a valid mysql:// URL ({e}); e.g. mysql://root@127.0.0.1:3306/"
-        ))
-        .redacted(slice)
-    })?;
+    let opts = parse_admin_url(admin(slice)?)
+        .map_err(|e| AdapterError::new(format!("mysql: {e}")).redacted(slice))?;
     // Where, and as whom, but never the password.
     let target = format!(
         "{}:{} as {}",
@@ -263,8 +275,8 @@ async fn copy_on_server(c: &mut Conn, src: &str, dst: &str) -> Result<(), Adapte
 /// The dump route (`clone_strategy = "dump"`): `mysqldump | mysql`, with the
 /// password passed in `MYSQL_PWD` so it never shows in a process listing.
 async fn copy_with_dump(slice: &Slice, src: &str, dst: &str) -> Result<(), AdapterError> {
-    let opts = Opts::from_url(admin(slice)?)
-        .map_err(|e| AdapterError::new(format!("mysql: admin_url: {e}")))?;
+    let opts = parse_admin_url(admin(slice)?)
+        .map_err(|e| AdapterError::new(format!("mysql: {e}")).redacted(slice))?;
     let path = slice.search_path.as_deref();
     let dump = find_executable(&["mysqldump", "mariadb-dump"], path).ok_or_else(|| {
         environmental(

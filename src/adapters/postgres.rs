@@ -33,11 +33,28 @@ fn admin(slice: &Slice) -> Result<&str, AdapterError> {
     })
 }
 
+/// The connection settings `url` names, as the driver reads them; `binky
+/// check` refuses a literal `admin_url` by this same reader.
+///
+/// # Errors
+/// What is wrong with the URL, never quoting it.
+pub(crate) fn parse_admin_url(url: &str) -> Result<tokio_postgres::Config, String> {
+    url.parse::<tokio_postgres::Config>().map_err(|e| {
+        crate::secrets::redact_url(
+            &format!("admin_url is not a postgresql:// URL the driver takes ({e}); e.g. postgresql://user@localhost:5432/postgres"),
+            Some(url),
+        )
+    })
+}
+
 /// Connects with the admin URL. The error never quotes the URL (it may hold
 /// a password).
 async fn connect(slice: &Slice) -> Result<tokio_postgres::Client, AdapterError> {
     let url = admin(slice)?;
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+    let config = parse_admin_url(url)
+        .map_err(|e| AdapterError::new(format!("postgres: {e}")).redacted(slice))?;
+    let (client, conn) = config
+        .connect(tokio_postgres::NoTls)
         .await
         .map_err(|e| {
             let mut err = AdapterError::new(format!(

@@ -34,7 +34,7 @@ pub struct RabbitMq;
 
 /// What an AMQP URL names: where and as whom.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Amqp {
+pub(crate) struct Amqp {
     scheme: String,
     user: String,
     password: String,
@@ -59,7 +59,7 @@ fn decode(s: &str) -> String {
 }
 
 /// Parses `amqp[s]://user:password@host[:port][/vhost]`.
-fn parse_amqp(url: &str) -> Result<Amqp, String> {
+pub(crate) fn parse_amqp(url: &str) -> Result<Amqp, String> {
     let (scheme, rest) = url
         .split_once("://")
         .filter(|(s, _)| *s == "amqp" || *s == "amqps")

@@ -105,6 +105,24 @@ fn err(slice: &Slice, what: &str, e: impl std::fmt::Display) -> AdapterError {
     .redacted(slice)
 }
 
+/// The client `url` names, as the redis crate reads it (a database number
+/// that is not one, a port past 65535, a scheme it does not speak); `binky
+/// check` refuses a literal `admin_url` by this same reader.
+///
+/// # Errors
+/// What is wrong with the URL, naming the server but never a password.
+pub(crate) fn open(url: &str) -> Result<redis::Client, String> {
+    redis::Client::open(url).map_err(|e| {
+        crate::secrets::redact_url(
+            &format!(
+                "admin_url for {} is not a redis URL the client takes: {e}",
+                server_of(url)
+            ),
+            Some(url),
+        )
+    })
+}
+
 /// A connection with the admin URL.
 async fn connect(slice: &Slice) -> Result<MultiplexedConnection, AdapterError> {
     let url = server_url(slice);
@@ -117,13 +135,7 @@ async fn connect(slice: &Slice) -> Result<MultiplexedConnection, AdapterError> {
         e.environmental = true;
         e
     };
-    let client = redis::Client::open(url).map_err(|e| {
-        AdapterError::new(format!(
-            "redis: admin_url for {} is not a redis:// URL: {e}",
-            server_of(url)
-        ))
-        .redacted(slice)
-    })?;
+    let client = open(url).map_err(|e| AdapterError::new(format!("redis: {e}")).redacted(slice))?;
     match tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection()).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(unreachable(&e)),

@@ -107,6 +107,55 @@ pub fn bucket_name_error(name: &str) -> Option<String> {
     }
 }
 
+/// The endpoint (no credentials, path `/`), access key and secret of an
+/// `admin_url`; `binky check` refuses a literal `admin_url` by this same
+/// reader.
+///
+/// # Errors
+/// No scheme, a scheme this build cannot speak, no host, or no access key
+/// and secret; never quoting a credential.
+pub(crate) fn parse_admin_url(url: &str) -> Result<(url::Url, String, String), String> {
+    let schemes = crate::http::SCHEMES
+        .iter()
+        .map(|s| format!("{s}://"))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    if !url.contains("://") {
+        return Err(format!(
+            "admin_url has no scheme: write {schemes}KEY:SECRET@host:port"
+        ));
+    }
+    let mut endpoint = url::Url::parse(url).map_err(|e| format!("admin_url is not a URL: {e}"))?;
+    if !crate::http::SCHEMES.contains(&endpoint.scheme()) {
+        return Err(format!(
+            "admin_url for {} must be {schemes} (this build speaks no other scheme{})",
+            server(&endpoint),
+            if crate::http::TLS {
+                ""
+            } else {
+                "; https needs binky built with `--features tls`"
+            }
+        ));
+    }
+    if endpoint.host_str().is_none_or(str::is_empty) {
+        return Err("admin_url has no host: write http://KEY:SECRET@host:port".to_owned());
+    }
+    let key = decode(endpoint.username());
+    let secret = decode(endpoint.password().unwrap_or(""));
+    if key.is_empty() || secret.is_empty() {
+        return Err(format!(
+            "admin_url for {} has no access key and secret: write http://KEY:SECRET@host:port",
+            server(&endpoint)
+        ));
+    }
+    let _ = endpoint.set_username("");
+    let _ = endpoint.set_password(None);
+    endpoint.set_path("/");
+    endpoint.set_query(None);
+    endpoint.set_fragment(None);
+    Ok((endpoint, key, secret))
+}
+
 /// The endpoint and account of an `admin_url`.
 struct Api {
     endpoint: url::Url,
@@ -122,37 +171,8 @@ impl Api {
                 "the s3 adapter needs admin_url: the endpoint with the access key and secret, e.g. admin_url = \"${env.S3_ADMIN_URL}\" with S3_ADMIN_URL=http://KEY:SECRET@127.0.0.1:9000",
             )
         })?;
-        let mut endpoint = url::Url::parse(url)
-            .map_err(|e| AdapterError::new(format!("s3: admin_url is not a URL: {e}")))?;
-        if !crate::http::SCHEMES.contains(&endpoint.scheme()) {
-            return Err(AdapterError::new(format!(
-                "s3: admin_url for {} must be {} (this build speaks no other scheme{})",
-                server(&endpoint),
-                crate::http::SCHEMES
-                    .iter()
-                    .map(|s| format!("{s}://"))
-                    .collect::<Vec<_>>()
-                    .join(" or "),
-                if crate::http::TLS {
-                    ""
-                } else {
-                    "; https needs binky built with `--features tls`"
-                }
-            )));
-        }
-        let key = decode(endpoint.username());
-        let secret = decode(endpoint.password().unwrap_or(""));
-        if key.is_empty() || secret.is_empty() {
-            return Err(AdapterError::new(format!(
-                "s3: admin_url for {} has no access key and secret: write http://KEY:SECRET@host:port",
-                server(&endpoint)
-            )));
-        }
-        let _ = endpoint.set_username("");
-        let _ = endpoint.set_password(None);
-        endpoint.set_path("/");
-        endpoint.set_query(None);
-        endpoint.set_fragment(None);
+        let (endpoint, key, secret) =
+            parse_admin_url(url).map_err(|e| AdapterError::new(format!("s3: {e}")))?;
         let region = slice
             .options
             .get("region")

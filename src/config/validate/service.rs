@@ -387,33 +387,14 @@ pub(super) fn build_resource(
         );
     }
     if let (Some(url), Some(e)) = (&rs.admin_url, crate::adapters::catalog::find(adapter))
-        && !url.contains("${")
-        && !e.schemes.is_empty()
-        && !e
-            .schemes
-            .iter()
-            .any(|s| url.starts_with(&format!("{s}://")))
-    {
-        cx.error(
-            "invalid-admin-url",
-            &keypath!["services", name, "admin_url"],
-            format!(
-                "admin_url for the {adapter} adapter must start with {}:// (this build speaks no other scheme)",
-                e.schemes.join("://, ")
-            ),
-            None,
-        );
-    } else if let (Some(url), Some(check)) = (
-        &rs.admin_url,
-        crate::adapters::catalog::find(adapter).and_then(|e| e.check_url),
-    ) && !url.contains("${")
-        && let Err(why) = check(url)
+        && !crate::config::render::has_binky_token(url)
+        && let Err(why) = e.check_admin_url(url)
     {
         // What `up` would refuse, said before a worktree is made.
         cx.error(
             "invalid-admin-url",
             &keypath!["services", name, "admin_url"],
-            format!("admin_url for the {adapter} adapter: {why}"),
+            format!("{adapter}: {why}"),
             None,
         );
     }

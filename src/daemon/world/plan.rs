@@ -127,6 +127,15 @@ pub(super) fn render_admin_url(
         &facts_for(cfg, world, world_root, facts, env),
     )?;
     crate::secrets::register_url(&url);
+    if let Some(e) = crate::adapters::catalog::find(&r.adapter) {
+        e.check_admin_url(&url).map_err(|why| {
+            ApiError::new(crate::secrets::redact_url(
+                &format!("services.{service}: {}: {why}", e.name),
+                Some(&url),
+            ))
+            .hint("fix admin_url, or the variables it is rendered from, and run this again")
+        })?;
+    }
     Ok(Some(url))
 }
 
