@@ -234,11 +234,18 @@ pub const ENTRIES: &[Entry] = &[
         name: "s3",
         aliases: &["minio"],
         make: || Arc::new(super::s3::S3),
-        options: &[OptionSpec {
-            name: "region",
-            kind: OptionKind::Text,
-            help: "the region requests are signed for",
-        }],
+        options: &[
+            OptionSpec {
+                name: "region",
+                kind: OptionKind::Text,
+                help: "the region requests are signed for",
+            },
+            OptionSpec {
+                name: "timeout",
+                kind: OptionKind::Duration,
+                help: "how long one call to the endpoint may take",
+            },
+        ],
         fields: &["bucket"],
         needs_admin_url: true,
         schemes: crate::http::SCHEMES,

@@ -172,9 +172,14 @@ impl Api {
                         self.server()
                     ),
                     crate::http::HttpErrorKind::Timeout => format!(
-                        "rabbitmq: the management API at {} did not answer {method} {path} within {:?}: vhost changes are cluster-wide and can be slow; raise options.timeout",
+                        "rabbitmq: the management API at {} did not answer {method} {path} within {:?}: {}; raise options.timeout if it is only slow",
                         self.server(),
-                        self.client.read_timeout
+                        self.client.read_timeout,
+                        if method == "GET" {
+                            "it accepts connections but does not serve them (stuck, or not RabbitMQ)"
+                        } else {
+                            "vhost changes are cluster-wide and can be slow"
+                        }
                     ),
                     _ => format!("rabbitmq: management API at {}: {e}", self.server()),
                 });
@@ -183,20 +188,40 @@ impl Api {
             })
     }
 
-    /// An answer that is not `ok` as an error naming the call.
+    /// An answer that is not `ok` as an error naming the call, with what to
+    /// do read from RabbitMQ's own reason (it answers 401 for a refused
+    /// login and for an account without the tag a call needs alike).
     fn refused(&self, what: &str, f: &Fetched) -> AdapterError {
-        let hint = match f.status.as_u16() {
-            401 => {
-                "; the admin_url account was refused (RabbitMQ lets `guest` in from loopback only)"
+        let body = f.text_head();
+        let user = &self.amqp.user;
+        let hint = if body.contains("Not management user") {
+            format!(
+                "; the account `{user}` may not use the management API: give it the `management` or `administrator` tag (`rabbitmqctl set_user_tags {user} administrator`)"
+            )
+        } else if body.contains("Not administrator user") {
+            format!(
+                "; the account `{user}` needs the `administrator` tag to manage vhosts (`rabbitmqctl set_user_tags {user} administrator`)"
+            )
+        } else if body.contains("only log in via localhost") {
+            format!(
+                "; RabbitMQ lets `{user}` in from loopback only: use another account, or reach the server on 127.0.0.1"
+            )
+        } else {
+            match f.status.as_u16() {
+                401 => format!(
+                    "; the user or password in admin_url is not one the server accepts (account `{user}`)"
+                ),
+                403 => {
+                    format!("; the account `{user}` needs the `administrator` tag to manage vhosts")
+                }
+                _ => String::new(),
             }
-            403 => "; the admin_url account needs the `administrator` tag to manage vhosts",
-            _ => "",
         };
         AdapterError::new(format!(
             "rabbitmq at {}: {what} answered {}: {}{hint}",
             self.server(),
             f.status,
-            f.text_head().trim()
+            body.trim()
         ))
     }
 }

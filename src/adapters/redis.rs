@@ -123,6 +123,31 @@ pub(crate) fn open(url: &str) -> Result<redis::Client, String> {
     })
 }
 
+/// Whether the server turned the connection's credentials down: a wrong
+/// user or password (`WRONGPASS`, or the client's own failed `AUTH`), or
+/// none given to a server that requires one (`NOAUTH`).
+fn refused_credentials(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+}
+
+/// The error for [`refused_credentials`]: the server answers, so "is it
+/// running" is the wrong question.
+fn credentials_refused(slice: &Slice) -> AdapterError {
+    let url = server_url(slice);
+    let (user, password) = super::server::credentials(url);
+    let what = match (user.is_empty(), password.is_empty()) {
+        (_, true) => "admin_url gives no password and the server requires one",
+        (true, false) => "the password in admin_url is not the server's (default user)",
+        (false, false) => "the user or password in admin_url is not one the server accepts",
+    };
+    AdapterError::new(format!(
+        "redis at {} refused the credentials: {what}; put the right ones in admin_url (redis://USER:PASSWORD@host:port/db)",
+        server_of(url)
+    ))
+    .redacted(slice)
+}
+
 /// A connection with the admin URL.
 async fn connect(slice: &Slice) -> Result<MultiplexedConnection, AdapterError> {
     let url = server_url(slice);
@@ -138,6 +163,7 @@ async fn connect(slice: &Slice) -> Result<MultiplexedConnection, AdapterError> {
     let client = open(url).map_err(|e| AdapterError::new(format!("redis: {e}")).redacted(slice))?;
     match tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection()).await {
         Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) if refused_credentials(&e) => Err(credentials_refused(slice)),
         Ok(Err(e)) => Err(unreachable(&e)),
         Err(_) => Err(unreachable(&format!("no answer within {TIMEOUT:?}"))),
     }
@@ -152,6 +178,7 @@ async fn run<T: redis::FromRedisValue>(
 ) -> Result<T, AdapterError> {
     match tokio::time::timeout(TIMEOUT, cmd.query_async::<T>(con)).await {
         Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) if refused_credentials(&e) => Err(credentials_refused(slice)),
         Ok(Err(e)) => Err(err(slice, what, e)),
         Err(_) => Err(err(slice, what, format!("no answer within {TIMEOUT:?}"))),
     }

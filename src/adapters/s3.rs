@@ -30,6 +30,8 @@ use std::time::Duration;
 
 /// S3's longest bucket name.
 pub const MAX_BUCKET: usize = 63;
+/// Default wait for one call, when `options.timeout` is not given.
+pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// The region when `options.region` is not given.
 pub const DEFAULT_REGION: &str = "us-east-1";
 /// How long a signed request stays valid.
@@ -185,6 +187,7 @@ impl Api {
             region,
             client: Client {
                 max_body: 8 * 1024 * 1024,
+                read_timeout: slice.timeout(DEFAULT_TIMEOUT),
                 ..Client::default()
             },
         })
@@ -237,9 +240,13 @@ impl Api {
                 signed.path(),
                 match e.kind {
                     crate::http::HttpErrorKind::Connect =>
-                        "cannot connect; check that the server runs and that admin_url names it",
-                    crate::http::HttpErrorKind::Timeout => "no answer in time",
-                    _ => "the exchange failed",
+                        "cannot connect; check that the server runs and that admin_url names it"
+                            .to_owned(),
+                    crate::http::HttpErrorKind::Timeout => format!(
+                        "no answer within {:?}: the endpoint accepts connections but does not serve them (stuck, or not an S3 server); raise options.timeout if it is only slow",
+                        self.client.read_timeout
+                    ),
+                    _ => "the exchange failed".to_owned(),
                 }
             ));
             err.environmental = e.kind == crate::http::HttpErrorKind::Connect;
@@ -247,10 +254,26 @@ impl Api {
         })
     }
 
+    /// An answer that is not a success as an error naming the call and
+    /// the server's code, with what to do for the codes that are about the
+    /// account.
     fn refused(&self, what: &str, f: &Fetched) -> AdapterError {
         let code = xml_text(&String::from_utf8_lossy(&f.body), "Code").unwrap_or_default();
+        let hint = match code.as_str() {
+            "SignatureDoesNotMatch" => format!(
+                "; the server computes another signature: the secret in admin_url is not the one of this access key, or options.region (`{}`) is not the server's",
+                self.region
+            ),
+            "InvalidAccessKeyId" | "NotSignedUp" => {
+                "; the server knows no such access key: check the key in admin_url".to_owned()
+            }
+            "AccessDenied" => {
+                "; the account in admin_url may not do this: give it the right to create and delete buckets".to_owned()
+            }
+            _ => String::new(),
+        };
         AdapterError::new(format!(
-            "s3 at {}: {what} answered {} {code}",
+            "s3 at {}: {what} answered {} {code}{hint}",
             server(&self.endpoint),
             f.status
         ))
@@ -315,37 +338,93 @@ struct DeleteMarker {
 /// every server pages from (moto answers an empty page).
 async fn empty(api: &Api, bucket: &Bucket) -> Result<u64, AdapterError> {
     let mut deleted = 0;
+    let mut versioned = true;
     loop {
-        let max = BATCH.to_string();
-        let q: Vec<(&str, &str)> = vec![("versions", ""), ("max-keys", &max)];
-        let signed = rusty_s3::signing::sign(
-            &jiff::Timestamp::now(),
-            rusty_s3::Method::Get,
-            bucket.base_url().clone(),
-            api.credentials.key(),
-            api.credentials.secret(),
-            None,
-            bucket.region(),
-            SIGNED_FOR.as_secs(),
-            q.iter().copied(),
-            std::iter::empty(),
-        );
-        let f = api.send("GET", signed, &[], Bytes::new()).await?;
-        if f.status == 404 {
+        let objects = match if versioned {
+            list_versions(api, bucket).await?
+        } else {
+            Some(list_objects(api, bucket).await?)
+        } {
+            Some(o) => o,
+            // The server has no versioning (it answered 501/405 to
+            // `?versions`): then every object is its only version.
+            None => {
+                versioned = false;
+                continue;
+            }
+        };
+        if objects.is_empty() {
             return Ok(deleted);
         }
-        if !f.status.is_success() {
-            return Err(api.refused(&format!("listing {}", bucket.name()), &f));
+        let mut action = bucket.delete_objects(Some(&api.credentials), objects.iter());
+        action.set_quiet(true);
+        let signed = action.sign(SIGNED_FOR);
+        let (body, md5) = action.body_with_md5();
+        let f = api
+            .send(
+                "POST",
+                signed,
+                &[("Content-MD5", &md5), ("Content-Type", "application/xml")],
+                Bytes::from(body),
+            )
+            .await?;
+        // A 200 can still carry per-key failures: never report an emptied
+        // bucket that is not.
+        let text = String::from_utf8_lossy(&f.body);
+        if !f.status.is_success() || text.contains("<Error>") {
+            let failed = text.matches("<Error>").count();
+            let key = xml_text(&text, "Key").unwrap_or_default();
+            let code = xml_text(&text, "Code").unwrap_or_default();
+            let message = xml_text(&text, "Message").unwrap_or_default();
+            return Err(AdapterError::new(format!(
+                "s3 at {}: emptying {} answered {}: {} of {} object(s) not deleted, the first `{key}`: {code} {message}",
+                server(&api.endpoint),
+                bucket.name(),
+                f.status,
+                failed.max(1),
+                objects.len()
+            )));
         }
-        let page: Versions =
-            instant_xml::from_str(&String::from_utf8_lossy(&f.body)).map_err(|e| {
-                AdapterError::new(format!(
-                    "s3: listing {} gave an answer that is not S3's: {e}",
-                    bucket.name()
-                ))
-            })?;
-        let objects: Vec<rusty_s3::actions::ObjectIdentifier> = page
-            .versions
+        deleted += objects.len() as u64;
+    }
+}
+
+/// One page of every version and delete marker in `bucket`, each named by
+/// its version id; `None` when the server has no versioning API.
+async fn list_versions(
+    api: &Api,
+    bucket: &Bucket,
+) -> Result<Option<Vec<rusty_s3::actions::ObjectIdentifier>>, AdapterError> {
+    let max = BATCH.to_string();
+    // Sorted by name: the signature covers the query as the server sorts
+    // it, and rusty-s3 merges this list with its own without sorting it.
+    let q: Vec<(&str, &str)> = vec![("max-keys", &max), ("versions", "")];
+    let signed = rusty_s3::signing::sign(
+        &jiff::Timestamp::now(),
+        rusty_s3::Method::Get,
+        bucket.base_url().clone(),
+        api.credentials.key(),
+        api.credentials.secret(),
+        None,
+        bucket.region(),
+        SIGNED_FOR.as_secs(),
+        q.iter().copied(),
+        std::iter::empty(),
+    );
+    let f = api.send("GET", signed, &[], Bytes::new()).await?;
+    if f.status == 404 {
+        return Ok(Some(Vec::new()));
+    }
+    if f.status == 501 || f.status == 405 {
+        return Ok(None);
+    }
+    if !f.status.is_success() {
+        return Err(api.refused(&format!("listing {}", bucket.name()), &f));
+    }
+    let page: Versions =
+        instant_xml::from_str(&String::from_utf8_lossy(&f.body)).map_err(|e| not_s3(bucket, e))?;
+    Ok(Some(
+        page.versions
             .iter()
             .map(|v| (&v.key, &v.version_id))
             .chain(page.markers.iter().map(|m| (&m.key, &m.version_id)))
@@ -357,39 +436,40 @@ async fn empty(api: &Api, bucket: &Bucket) -> Result<u64, AdapterError> {
                 o.version_id = v.clone();
                 o
             })
-            .collect();
-        if !objects.is_empty() {
-            let mut action = bucket.delete_objects(Some(&api.credentials), objects.iter());
-            action.set_quiet(true);
-            let signed = action.sign(SIGNED_FOR);
-            let (body, md5) = action.body_with_md5();
-            let f = api
-                .send(
-                    "POST",
-                    signed,
-                    &[("Content-MD5", &md5), ("Content-Type", "application/xml")],
-                    Bytes::from(body),
-                )
-                .await?;
-            // A 200 can still carry per-key failures: never report an
-            // emptied bucket that is not.
-            let text = String::from_utf8_lossy(&f.body);
-            if !f.status.is_success() || text.contains("<Error>") {
-                let key = xml_text(&text, "Key").unwrap_or_default();
-                let code = xml_text(&text, "Code").unwrap_or_default();
-                return Err(AdapterError::new(format!(
-                    "s3 at {}: emptying {} answered {} {code} {key}",
-                    server(&api.endpoint),
-                    bucket.name(),
-                    f.status
-                )));
-            }
-            deleted += objects.len() as u64;
-        }
-        if objects.is_empty() {
-            return Ok(deleted);
-        }
+            .collect(),
+    ))
+}
+
+/// One page of the objects in `bucket`, on a server without versioning.
+async fn list_objects(
+    api: &Api,
+    bucket: &Bucket,
+) -> Result<Vec<rusty_s3::actions::ObjectIdentifier>, AdapterError> {
+    let mut action = bucket.list_objects_v2(Some(&api.credentials));
+    action.with_max_keys(BATCH);
+    let f = api
+        .send("GET", action.sign(SIGNED_FOR), &[], Bytes::new())
+        .await?;
+    if f.status == 404 {
+        return Ok(Vec::new());
     }
+    if !f.status.is_success() {
+        return Err(api.refused(&format!("listing {}", bucket.name()), &f));
+    }
+    let page = rusty_s3::actions::ListObjectsV2::parse_response(&String::from_utf8_lossy(&f.body))
+        .map_err(|e| not_s3(bucket, e))?;
+    Ok(page
+        .contents
+        .into_iter()
+        .map(|c| rusty_s3::actions::ObjectIdentifier::new(c.key))
+        .collect())
+}
+
+fn not_s3(bucket: &Bucket, e: impl std::fmt::Display) -> AdapterError {
+    AdapterError::new(format!(
+        "s3: listing {} gave an answer that is not S3's: {e}",
+        bucket.name()
+    ))
 }
 
 #[async_trait]

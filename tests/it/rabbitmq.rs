@@ -32,11 +32,13 @@ fn python(script: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// The management API as guest: `method path` → status.
+/// The management API as guest: `method path [json body]` → status.
 const API: &str = r#"
 import sys, urllib.request, base64
 method, path = sys.argv[1], sys.argv[2]
-req = urllib.request.Request("http://127.0.0.1:15672" + path, method=method)
+data = sys.argv[3].encode() if len(sys.argv) > 3 else None
+req = urllib.request.Request("http://127.0.0.1:15672" + path, data=data, method=method)
+req.add_header("Content-Type", "application/json")
 req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
 try:
     with urllib.request.urlopen(req, timeout=20) as r:
@@ -46,7 +48,15 @@ except urllib.error.HTTPError as e:
 "#;
 
 fn api(method: &str, path: &str) -> (u16, String) {
-    let out = python(API, &[method, path]);
+    api_with(method, path, "")
+}
+
+fn api_with(method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut args = vec![method, path];
+    if !body.is_empty() {
+        args.push(body);
+    }
+    let out = python(API, &args);
     let (code, body) = out.split_once('\n').unwrap_or((&out, ""));
     (code.trim().parse().unwrap(), body.to_owned())
 }
@@ -155,33 +165,87 @@ fn rabbitmq_vhosts_isolate_worlds_and_teardown_deletes_only_theirs() {
 
 #[test]
 fn rabbitmq_errors_name_the_server_and_what_to_do_never_the_password() {
-    // An account the server refuses (401), and a management API nobody
-    // serves (connect refused).
     if !rabbit_up() {
         skip("no RabbitMQ with its management API on 127.0.0.1:5672/15672");
         return;
     }
-    for (options, says) in [
-        ("", "the admin_url account was refused"),
+    // Accounts of this test's own: one with no tag (no management API at
+    // all), one with `management` but not `administrator`.
+    let tag = std::process::id() % 100000;
+    let users = Users(vec![format!("rqnotag{tag}"), format!("rqmgmt{tag}")]);
+    for (u, tags) in users.0.iter().zip(["", "management"]) {
+        let body = format!("{{\"password\":\"Hunter2Secret\",\"tags\":\"{tags}\"}}");
+        assert_eq!(api_with("PUT", &format!("/api/users/{u}"), &body).0, 201);
+    }
+    // A management API that accepts connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let cases = [
         (
-            "options = { management_url = \"http://127.0.0.1:1\" }\n",
-            "cannot reach the management API at 127.0.0.1:1",
+            "amqp://guest:Hunter2Secret@127.0.0.1:5672/".to_owned(),
+            String::new(),
+            "the user or password in admin_url is not one the server accepts (account `guest`)"
+                .to_owned(),
         ),
-    ] {
+        (
+            format!("amqp://{}:Hunter2Secret@127.0.0.1:5672/", users.0[0]),
+            String::new(),
+            format!(
+                "may not use the management API: give it the `management` or `administrator` tag (`rabbitmqctl set_user_tags {} administrator`)",
+                users.0[0]
+            ),
+        ),
+        (
+            format!("amqp://{}:Hunter2Secret@127.0.0.1:5672/", users.0[1]),
+            String::new(),
+            format!(
+                "the account `{}` needs the `administrator` tag to manage vhosts",
+                users.0[1]
+            ),
+        ),
+        (
+            "amqp://guest:guest@127.0.0.1:5672/".to_owned(),
+            "options = { management_url = \"http://127.0.0.1:1\" }\n".to_owned(),
+            "cannot reach the management API at 127.0.0.1:1".to_owned(),
+        ),
+        (
+            "amqp://guest:guest@127.0.0.1:5672/".to_owned(),
+            format!(
+                "options = {{ management_url = \"http://127.0.0.1:{silent_port}\", timeout = \"1s\" }}\n"
+            ),
+            "did not answer GET /api/vhosts/".to_owned(),
+        ),
+    ];
+    for (url, options, says) in cases {
         let home = Home::new();
         let toml = format!(
             "{}[services.queue]\nadapter = \"rabbitmq\"\nadmin_url = \"${{env.RMQ_URL}}\"\n{options}",
             project_header("rqbad", 2)
         );
         let repo = Repo::new(&toml);
-        let out = Out(repo
-            .cmd(&home, &["up", "a"])
-            .env("RMQ_URL", "amqp://admin:Hunter2Secret@127.0.0.1:5672/")
-            .output()
-            .unwrap());
+        let out = repo.run_with(&home, &["up", "a"], &[("RMQ_URL", &url)]);
         assert_eq!(out.code(), 1, "{out}");
-        assert!(out.stderr().contains(says), "{out}");
+        assert!(out.stderr().contains(&says), "wanted {says:?}:\n{out}");
         assert!(!out.to_string().contains("Hunter2Secret"), "{out}");
+        if says.contains("did not answer") {
+            assert!(
+                out.stderr().contains("within 1s")
+                    && out.stderr().contains("raise options.timeout"),
+                "{out}"
+            );
+        }
+    }
+    drop(silent);
+}
+
+/// Deletes this test's RabbitMQ users however it ends.
+struct Users(Vec<String>);
+
+impl Drop for Users {
+    fn drop(&mut self) {
+        for u in &self.0 {
+            let _ = api("DELETE", &format!("/api/users/{u}"));
+        }
     }
 }
 

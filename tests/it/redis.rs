@@ -494,3 +494,38 @@ fn a_teardown_reaches_the_server_the_slice_was_made_on() {
         "{rm}"
     );
 }
+
+/// Issue: a wrong password was answered "check that the server runs and
+/// that admin_url names it"; the server runs, it refused the credentials.
+#[test]
+fn refused_credentials_are_named_as_such_never_shown() {
+    let Some(other) = OtherRedis::start("Right5ecret") else {
+        skip("cannot start a redis-server");
+        return;
+    };
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.cache]\nadapter = \"redis\"\nadmin_url = \"${{env.R_URL}}\"\n",
+        project_header("rdauth", 2)
+    );
+    let repo = Repo::new(&toml);
+    for (url, says) in [
+        (
+            format!("redis://:Wrong5ecret@127.0.0.1:{}/0", other.port),
+            "refused the credentials: the password in admin_url is not the server's",
+        ),
+        (
+            format!("redis://127.0.0.1:{}/0", other.port),
+            "refused the credentials: admin_url gives no password and the server requires one",
+        ),
+    ] {
+        let out = repo.run_with(&home, &["up", "a"], &[("R_URL", &url)]);
+        assert_eq!(out.code(), 1, "{out}");
+        assert!(out.stderr().contains(says), "{out}");
+        assert!(
+            !out.stderr().contains("check that the server runs"),
+            "{out}"
+        );
+        assert!(!out.to_string().contains("Wrong5ecret"), "{out}");
+    }
+}

@@ -248,6 +248,45 @@ fn a_dead_s3_endpoint_is_named_never_the_secret() {
     assert!(!out.to_string().contains("Hunter2Secret"), "{out}");
 }
 
+/// Issue: an S3 endpoint that never answers got "no answer in time", no
+/// hint, and no way to wait less (`options.timeout` was refused for s3).
+#[test]
+fn a_silent_s3_endpoint_times_out_as_options_timeout_says_with_a_hint() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.store]\nadapter = \"s3\"\nadmin_url = \"${{env.S3_URL}}\"\noptions = {{ timeout = \"1s\" }}\n",
+        project_header("s3silent", 2)
+    );
+    let repo = Repo::new(&toml);
+    assert_eq!(
+        repo.run(&home, &["check"]).code(),
+        0,
+        "options.timeout is an s3 option"
+    );
+    let url = format!("http://AKIAEXAMPLE:Hunter2Secret@127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let out = repo.run_with(&home, &["up", "a"], &[("S3_URL", &url)]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr().contains("no answer within 1s")
+            && out
+                .stderr()
+                .contains("raise options.timeout if it is only slow"),
+        "{out}"
+    );
+    // Bounded by the option, not the 30 s default (generous for a slow
+    // machine: one call, plus the world's own steps).
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!out.to_string().contains("Hunter2Secret"), "{out}");
+    drop(silent);
+}
+
 #[test]
 fn a_teardown_that_fails_leaves_the_slices_already_gone_shown_as_stopped() {
     let Some(moto) = Moto::start() else {
