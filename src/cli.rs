@@ -67,16 +67,16 @@ pub enum Command {
     Gc(GcArgs),
     /// Show the machine-global settings (reserves, max_parallel, proxy ports).
     Config(JsonArgs),
-    /// Set how much RAM and disk Binky always keeps free.
+    /// Show or set how much RAM and disk Binky keeps free, and the most worlds at once.
     Reserve(ReserveArgs),
-    /// Set the proxy's HTTP and HTTPS ports.
+    /// Show or set the proxy's HTTP and HTTPS ports.
     Port(PortArgs),
     /// (Not built yet.) Live terminal view of every world; `binky status` meanwhile.
     Dashboard,
     /// Diagnose the install, the daemon and name resolution; non-zero if something is wrong.
     Doctor(JsonArgs),
-    /// Point-in-time daemon metrics as one JSON object.
-    Metrics,
+    /// Point-in-time daemon metrics as one JSON object (`--json` is accepted; it is always JSON).
+    Metrics(JsonArgs),
     /// Run the MCP server on stdio so agents can call up/down/status/env/verify.
     Mcp,
     /// Manage the machine-global background daemon.
@@ -143,7 +143,7 @@ impl Command {
             Command::Port(_) => "port",
             Command::Dashboard => "dashboard",
             Command::Doctor(_) => "doctor",
-            Command::Metrics => "metrics",
+            Command::Metrics(_) => "metrics",
             Command::Mcp => "mcp",
             Command::Daemon(_) => "daemon",
             Command::Completions(_) => "completions",
@@ -338,8 +338,12 @@ pub struct ReserveArgs {
     #[arg(long, value_name = "GB", allow_negative_numbers = true)]
     pub disk: Option<f64>,
     /// Most worlds running or starting at once (0 = unlimited).
-    #[arg(long, value_name = "N")]
-    pub max_parallel: Option<u32>,
+    // Read as a signed number so a negative one gets Binky's own message.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_parallel: Option<i64>,
+    /// Print the settings as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `binky port`.
@@ -351,6 +355,9 @@ pub struct PortArgs {
     /// The HTTPS (Caddy) port (1–65535, must be free).
     #[arg(long, value_name = "PORT")]
     pub https: Option<u32>,
+    /// Print the settings as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `binky daemon`.

@@ -64,6 +64,30 @@ pub fn check_world_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Longest admission group name, characters.
+pub const MAX_GROUP_LEN: usize = 64;
+
+/// Checks an admission group name (`--group`, MCP `group`): 1 to
+/// [`MAX_GROUP_LEN`] characters, the characters a world name may hold (it
+/// is shown in status and events, and comes from agents).
+///
+/// # Errors
+/// Empty, too long, or a character that is not allowed, described.
+pub fn check_group(group: &str) -> Result<(), String> {
+    if group.is_empty() {
+        return Err(
+            "a group name cannot be empty (leave --group out for the default group)".into(),
+        );
+    }
+    let n = group.chars().count();
+    if n > MAX_GROUP_LEN {
+        return Err(format!(
+            "a group name is at most {MAX_GROUP_LEN} characters; this one has {n}"
+        ));
+    }
+    check_world_name(group).map_err(|e| e.replacen("world name", "group name", 1))
+}
+
 /// Lowercases, maps every run of characters outside `[a-z0-9]` to one `-`,
 /// and trims `-` from both ends. May return an empty string.
 fn normalise(s: &str) -> String {

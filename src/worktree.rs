@@ -29,8 +29,13 @@ pub enum WorktreeError {
     )]
     DubiousOwnership(PathBuf),
     /// The branch name is not a valid git ref name.
-    #[error("`{0}` is not a valid git branch name")]
-    InvalidBranch(String),
+    #[error("`{name}` is not a valid git branch name: {rule}")]
+    InvalidBranch {
+        /// The name as given.
+        name: String,
+        /// The rule of `git check-ref-format` it breaks.
+        rule: &'static str,
+    },
     /// The branch is checked out somewhere Binky must not take it from.
     #[error("branch `{branch}` is checked out in {where_} at {path}")]
     CheckedOutElsewhere {
@@ -257,8 +262,16 @@ pub fn ensure(
 ) -> Result<Ensured, WorktreeError> {
     // A leading `-` would read as an option to git; git rejects such branch
     // names anyway.
-    if branch.starts_with('-') || !git2::Branch::name_is_valid(branch)? {
-        return Err(WorktreeError::InvalidBranch(branch.to_owned()));
+    let rule = match branch_rule_broken(branch) {
+        Some(r) => Some(r),
+        None if !git2::Branch::name_is_valid(branch)? => Some("git refuses it as a branch name"),
+        None => None,
+    };
+    if let Some(rule) = rule {
+        return Err(WorktreeError::InvalidBranch {
+            name: branch.to_owned(),
+            rule,
+        });
     }
     let repo = Repository::open(main_workdir)?;
     if branch_of(&repo).as_deref() == Some(branch) {
@@ -483,6 +496,50 @@ pub fn default_root(main_workdir: &Path) -> PathBuf {
         .join(format!("{name}.worktrees"))
 }
 
+/// The rule of `git check-ref-format --branch` that `name` breaks, in the
+/// words a person can act on; `None` when it breaks none of them. A
+/// leading `-` is refused too: git would read it as an option.
+pub fn branch_rule_broken(name: &str) -> Option<&'static str> {
+    let components: Vec<&str> = name.split('/').collect();
+    Some(if name.is_empty() {
+        "it is empty"
+    } else if name.starts_with('-') {
+        "it starts with `-`, which git would read as an option"
+    } else if name.contains("..") {
+        "it holds `..` (git reads it as a range)"
+    } else if name.contains("@{") {
+        "it holds `@{` (git reads it as a reflog reference)"
+    } else if name.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        "it holds a control character"
+    } else if let Some(c) = name
+        .chars()
+        .find(|c| matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\'))
+    {
+        match c {
+            ' ' => "it holds a space",
+            '~' => "it holds `~`",
+            '^' => "it holds `^`",
+            ':' => "it holds `:`",
+            '?' => "it holds `?`",
+            '*' => "it holds `*`",
+            '[' => "it holds `[`",
+            _ => "it holds `\\`",
+        }
+    } else if name.starts_with('/') || name.ends_with('/') {
+        "it starts or ends with `/`"
+    } else if components.iter().any(|c| c.is_empty()) {
+        "it holds `//` (an empty component)"
+    } else if name.ends_with('.') {
+        "it ends with `.`"
+    } else if components.iter().any(|c| c.starts_with('.')) {
+        "a part of it (between `/`) starts with `.`"
+    } else if components.iter().any(|c| c.ends_with(".lock")) {
+        "a part of it (between `/`) ends with `.lock`"
+    } else {
+        return None;
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -591,8 +648,70 @@ mod tests {
         for bad in ["bad..name", "-x", "--force"] {
             assert!(matches!(
                 ensure(&g, &main, bad, "bad", &default_root(&main)),
-                Err(WorktreeError::InvalidBranch(_))
+                Err(WorktreeError::InvalidBranch { .. })
             ));
         }
+    }
+
+    /// The rules agree with the user's own git on every name, and a name
+    /// git refuses is refused naming the rule.
+    #[test]
+    fn branch_rules_agree_with_git_check_ref_format() {
+        let names = [
+            "feat",
+            "feat/a",
+            "a..b",
+            "a@{b",
+            "a@b",
+            "@",
+            "x.",
+            "a/.b",
+            ".a",
+            "a.lock",
+            "a.lock/b",
+            "b/a.lockx",
+            "a//b",
+            "a/",
+            "/a",
+            "a b",
+            "a:b",
+            "a~1",
+            "a^",
+            "a?",
+            "a*",
+            "a[b",
+            "a\\b",
+            "ä/ö",
+            "a\u{7f}",
+            "a\tb",
+            "-x",
+            "a-",
+            "a.b.c",
+            "",
+        ];
+        for n in names {
+            let git_ok = Command::new("git")
+                .args(["check-ref-format", &format!("refs/heads/{n}")])
+                .output()
+                .expect("git")
+                .status
+                .success()
+                && !n.starts_with('-')
+                && !n.is_empty();
+            assert_eq!(
+                branch_rule_broken(n).is_none(),
+                git_ok,
+                "{n:?}: ours {:?}",
+                branch_rule_broken(n)
+            );
+        }
+        assert_eq!(
+            branch_rule_broken("a..b"),
+            Some("it holds `..` (git reads it as a range)")
+        );
+        assert_eq!(
+            branch_rule_broken("feat/x.lock"),
+            Some("a part of it (between `/`) ends with `.lock`")
+        );
     }
 }

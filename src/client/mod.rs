@@ -151,13 +151,7 @@ impl Client {
                     ))
                     .hint("any `binky` command starts the daemon again; `binky status` shows the world's place"));
                 }
-                Ok(None) => {
-                    return Err(ApiError::new(format!(
-                        "the daemon closed the connection during `{}`",
-                        req.verb()
-                    ))
-                    .hint("see daemon.log in BINKY_HOME; the daemon may have crashed"));
-                }
+                Ok(None) => return Err(daemon_gone(req)),
                 Err(e) => return Err(ApiError::new(format!("bad reply from the daemon: {e}"))),
             }
         }
@@ -180,6 +174,60 @@ impl Client {
     pub fn request(&mut self, req: &Request) -> Result<Response, ApiError> {
         self.call(req, &mut |_| {})
     }
+}
+
+/// What a request whose daemon died before answering did, and whether it
+/// is safe to run again: every lifecycle verb records its intent before it
+/// acts, so a restarted daemon knows an interrupted one (and carries an
+/// admitted `up` on from the queue); a read changed nothing.
+fn daemon_gone(req: &Request) -> ApiError {
+    let verb = req.verb();
+    let world = match req {
+        Request::Up(u) | Request::Reload(u) => Some(u.world.name.as_str()),
+        Request::Down(w) => Some(w.name.as_str()),
+        Request::Remove { world, .. } | Request::Verify { world, .. } => Some(world.name.as_str()),
+        _ => None,
+    };
+    let (what, again) = match (req, world) {
+        (Request::Up(_), Some(w)) => (
+            format!(
+                "the `up` of {w} may have made part of the world; its place in the queue is kept, and the restarted daemon carries the `up` on from what was made"
+            ),
+            format!(
+                "`binky status` shows how it went; `binky up {w}` again is safe (it makes nothing twice)"
+            ),
+        ),
+        (Request::Reload(_) | Request::Down(_) | Request::Remove { .. }, Some(w)) => (
+            format!(
+                "`{verb}` of {w} may have been cut short; the restarted daemon marks it interrupted (status says so), and what it finished stays done"
+            ),
+            format!("`binky {verb} {w}` again is safe: it carries on from where this one stopped"),
+        ),
+        (Request::Verify { .. }, Some(w)) => (
+            format!(
+                "the verify of {w} is recorded as interrupted, its command stopped by the restarted daemon"
+            ),
+            format!("`binky verify {w}` again runs it afresh"),
+        ),
+        (Request::SetReserve { .. } | Request::SetPorts { .. }, _) => (
+            "the setting may or may not have been saved".to_owned(),
+            "`binky config` shows what is in force; running the command again is safe".to_owned(),
+        ),
+        (Request::Gc { .. }, _) => (
+            "gc may have swept part of what it found; what it swept stays swept".to_owned(),
+            "`binky gc` again is safe: it sweeps what is left".to_owned(),
+        ),
+        _ => (
+            "nothing was changed".to_owned(),
+            "running it again is safe".to_owned(),
+        ),
+    };
+    ApiError::new(format!(
+        "the daemon stopped before answering `{verb}`: {what}"
+    ))
+    .hint(format!(
+        "{again}; any `binky` command starts the daemon again (daemon.log in BINKY_HOME says why it stopped)"
+    ))
 }
 
 /// Cancels a client's request in flight: the daemon stops what the

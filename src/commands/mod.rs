@@ -66,7 +66,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Config(args) => settings::config(args),
         Command::Reserve(args) => settings::reserve(args),
         Command::Port(args) => settings::port(args),
-        Command::Metrics => settings::metrics(),
+        Command::Metrics(_) => settings::metrics(),
         Command::Up(args) => world::up(args, project, false),
         Command::Reload(args) => world::up(args, project, true),
         Command::Down(args) => world::down(args, project),

@@ -40,14 +40,8 @@ pub fn config(args: &JsonArgs) -> ExitCode {
     }
 }
 
-/// `binky reserve`.
+/// `binky reserve`: with no flag, the reserves in force; else sets them.
 pub fn reserve(args: &ReserveArgs) -> ExitCode {
-    if args.ram.is_none() && args.disk.is_none() && args.max_parallel.is_none() {
-        eprintln!(
-            "error: give --ram PERCENT, --disk GB and/or --max-parallel N (see `binky config` for the current values)"
-        );
-        return ExitCode::from(2);
-    }
     // JSON has no NaN or infinity: refuse them here rather than send null.
     for (flag, v) in [("--ram", args.ram), ("--disk", args.disk)] {
         if let Some(v) = v
@@ -60,22 +54,50 @@ pub fn reserve(args: &ReserveArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    match settings_of(call(&Request::SetReserve {
-        ram_pct: args.ram,
-        disk_gb: args.disk,
-        max_parallel: args.max_parallel,
-    })) {
+    let max_parallel = match args.max_parallel.map(u32::try_from) {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => {
+            crate::output::error(
+                format!(
+                    "--max-parallel {} is not a count of worlds",
+                    args.max_parallel.unwrap_or_default()
+                ),
+                Some("give a whole number from 0 (no limit) up"),
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let request = if args.ram.is_none() && args.disk.is_none() && max_parallel.is_none() {
+        Request::Config
+    } else {
+        Request::SetReserve {
+            ram_pct: args.ram,
+            disk_gb: args.disk,
+            max_parallel,
+        }
+    };
+    let set = !matches!(request, Request::Config);
+    match settings_of(call(&request)) {
+        Ok(s) if args.json => {
+            print_json(&s);
+            ExitCode::SUCCESS
+        }
         Ok(s) => {
+            let max = if s.max_parallel == 0 {
+                "unlimited".to_owned()
+            } else {
+                s.max_parallel.to_string()
+            };
+            let lead = if set {
+                paint(OK, "✓ ")
+            } else {
+                String::new()
+            };
             anstream::println!(
-                "{} reserves: {} % RAM, {} GB disk; max parallel {}",
-                paint(OK, "✓"),
+                "{lead}reserves: {} % RAM, {} GB disk; max parallel {max}",
                 s.ram_reserve_pct,
                 s.disk_reserve_gb,
-                if s.max_parallel == 0 {
-                    "unlimited".to_owned()
-                } else {
-                    s.max_parallel.to_string()
-                }
             );
             ExitCode::SUCCESS
         }
@@ -83,22 +105,30 @@ pub fn reserve(args: &ReserveArgs) -> ExitCode {
     }
 }
 
-/// `binky port`.
+/// `binky port`: with no flag, the ports in use; else sets them.
 pub fn port(args: &PortArgs) -> ExitCode {
-    if args.proxy.is_none() && args.https.is_none() {
-        eprintln!(
-            "error: give --proxy PORT and/or --https PORT (see `binky config` for the current values)"
-        );
-        return ExitCode::from(2);
-    }
-    match settings_of(call(&Request::SetPorts {
-        proxy: args.proxy,
-        https: args.https,
-    })) {
+    let request = if args.proxy.is_none() && args.https.is_none() {
+        Request::Config
+    } else {
+        Request::SetPorts {
+            proxy: args.proxy,
+            https: args.https,
+        }
+    };
+    let set = !matches!(request, Request::Config);
+    match settings_of(call(&request)) {
+        Ok(s) if args.json => {
+            print_json(&s);
+            ExitCode::SUCCESS
+        }
         Ok(s) => {
+            let lead = if set {
+                paint(OK, "✓ ")
+            } else {
+                String::new()
+            };
             anstream::println!(
-                "{} ports: proxy {}, https {}",
-                paint(OK, "✓"),
+                "{lead}ports: proxy {}, https {}",
                 s.proxy_port,
                 s.https_port
             );

@@ -106,7 +106,10 @@ pub fn print_human(report: &StatusReport) {
                     "      {}",
                     paint(
                         DIM,
-                        format!("{} of {} in the queue — {}", q.position, q.of, q.reason)
+                        format!(
+                            "{} of {} in admission order now (it moves as groups start and stop worlds) — {}",
+                            q.position, q.of, q.reason
+                        )
                     )
                 );
             }

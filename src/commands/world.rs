@@ -204,9 +204,20 @@ pub fn down(args: &NameArgs, project: Option<&str>) -> ExitCode {
         Ok(o) => {
             if args.json {
                 print_json(&o);
-            } else {
+            } else if o.left_queue && o.world.path.is_empty() {
                 anstream::println!(
-                    "{} down: {} (files, ports and data kept; `binky up {}` resumes it)",
+                    "{} down: {} was queued and never made: it left the queue; nothing else existed",
+                    paint(OK, "✓"),
+                    o.world.name
+                );
+            } else {
+                let queue = if o.left_queue {
+                    "; its queued `up` left the queue"
+                } else {
+                    ""
+                };
+                anstream::println!(
+                    "{} down: {} (files, ports and data kept{queue}; `binky up {}` resumes it)",
                     paint(OK, "✓"),
                     o.world.name,
                     o.world.name
@@ -234,6 +245,12 @@ pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
         Ok(o) => {
             if args.json {
                 print_json(&o);
+            } else if o.left_queue && o.world.path.is_empty() {
+                anstream::println!(
+                    "{} removed: {} was queued and never made: it left the queue; there was no worktree, slice or port to release",
+                    paint(OK, "✓"),
+                    o.world.name
+                );
             } else {
                 notes(&o);
                 let slices = if o.left_for_gc.is_empty() {

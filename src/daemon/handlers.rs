@@ -36,6 +36,7 @@ pub(super) async fn handle(
                 .map(|mut r| {
                     world::fill_urls(d, &mut r);
                     super::admission::fill_queue(d, &mut r, project.as_deref());
+                    r.sort_naturally();
                     Response::Status(r)
                 })
                 .map_err(internal)

@@ -457,6 +457,11 @@ pub struct WorldOutcome {
     /// `binky gc` to sweep.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_for_gc: Vec<String>,
+    /// `down`/`remove` took a queued `up` of the world out of the queue.
+    /// With `world.path` empty the world was never made, and nothing else
+    /// was done.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub left_queue: bool,
 }
 
 /// `binky env`.
@@ -515,8 +520,61 @@ pub struct Settings {
 /// Every world, grouped by project.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct StatusReport {
-    /// Projects in name order.
+    /// Projects in name order (natural: `w2` before `w10`).
     pub projects: Vec<ProjectStatus>,
+}
+
+impl StatusReport {
+    /// Orders projects, and each project's worlds, by name as a person
+    /// reads them: runs of digits compare as numbers (`w2` < `w10`).
+    pub fn sort_naturally(&mut self) {
+        self.projects.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+        for p in &mut self.projects {
+            p.worlds.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+        }
+    }
+}
+
+/// `a` against `b` with runs of ASCII digits compared as numbers (by
+/// length once leading zeros are dropped, then digit by digit, so no run is
+/// too long), everything else byte by byte; ties by plain order, so the
+/// order is total.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    while i < x.len() && j < y.len() {
+        if x[i].is_ascii_digit() && y[j].is_ascii_digit() {
+            let run = |s: &[u8], mut k: usize| {
+                while k < s.len() && s[k] == b'0' {
+                    k += 1;
+                }
+                let start = k;
+                while k < s.len() && s[k].is_ascii_digit() {
+                    k += 1;
+                }
+                (start, k)
+            };
+            let ((xs, xe), (ys, ye)) = (run(x, i), run(y, j));
+            let by_value = (xe - xs)
+                .cmp(&(ye - ys))
+                .then_with(|| x[xs..xe].cmp(&y[ys..ye]));
+            if by_value != Ordering::Equal {
+                return by_value;
+            }
+            i = xe;
+            j = ye;
+        } else {
+            match x[i].cmp(&y[j]) {
+                Ordering::Equal => {
+                    i += 1;
+                    j += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+    (x.len() - i).cmp(&(y.len() - j)).then_with(|| a.cmp(b))
 }
 
 /// One project's worlds.
@@ -564,12 +622,15 @@ pub struct WorldStatus {
 /// A queued world's place in admission order.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct QueuePlace {
-    /// 1-based place in admission order.
+    /// 1-based place in admission order as it stands at this moment: a
+    /// snapshot, since fairness across groups moves a place as groups'
+    /// worlds start and stop.
     pub position: u32,
     /// How many are queued.
     pub of: u32,
-    /// Why the next one waits (`max_parallel 4 reached`, `waiting for RAM:
-    /// …`, `disk: …`).
+    /// Why this world waits, its own reason (`max_parallel 4 reached`,
+    /// `waiting for RAM: …` with its own footprint, `disk: …`, or its turn
+    /// behind the ones ahead).
     pub reason: String,
 }
 
@@ -674,3 +735,38 @@ impl std::fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+#[cfg(test)]
+mod tests {
+    use super::natural_cmp;
+    use proptest::prelude::*;
+    use std::cmp::Ordering;
+
+    #[test]
+    fn names_sort_as_people_read_them() {
+        let mut v = vec![
+            "w10", "w2", "w1", "feat-b", "w02", "feat-a10", "feat-a9", "w",
+        ];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            v,
+            [
+                "feat-a9", "feat-a10", "feat-b", "w", "w1", "w02", "w2", "w10"
+            ]
+        );
+        // A run too long for any integer type still compares.
+        let long = format!("w{}", "9".repeat(60));
+        assert_eq!(natural_cmp(&long, "w10"), Ordering::Greater);
+    }
+
+    proptest! {
+        #[test]
+        fn the_order_is_total(a in "[a-c0-9]{0,6}", b in "[a-c0-9]{0,6}", c in "[a-c0-9]{0,6}") {
+            prop_assert_eq!(natural_cmp(&a, &b), natural_cmp(&b, &a).reverse());
+            prop_assert_eq!(natural_cmp(&a, &b) == Ordering::Equal, a == b);
+            if natural_cmp(&a, &b) != Ordering::Greater && natural_cmp(&b, &c) != Ordering::Greater {
+                prop_assert_ne!(natural_cmp(&a, &c), Ordering::Greater);
+            }
+        }
+    }
+}

@@ -96,7 +96,7 @@ fn max_parallel_queues_the_rest_in_order_and_serves_them_as_worlds_go_down() {
     let status = repo.ok(&home, &["status", "--json"]).json();
     let text = repo.ok(&home, &["status"]).stdout();
     assert!(
-        text.contains("2 of 2 in the queue — max_parallel 2 reached"),
+        text.contains("2 of 2 in admission order now (it moves as groups start and stop worlds) — max_parallel 2 reached"),
         "{text}\n{status}"
     );
     let m = home.ok(&["metrics"]).json();
@@ -885,5 +885,95 @@ fn admission_durations_from_the_environment_are_checked_and_named_in_the_daemon_
     assert!(
         log.contains("suspend hold 30s, sample every 250ms"),
         "{log}"
+    );
+}
+
+/// Issue (errors that point the wrong way): a queued world is named as
+/// queued by every verb, down/remove of one never made say what they did to
+/// its place, groups are checked like world names, `reserve` with no flag
+/// shows the reserves, `--max-parallel -1` is Binky's error, `metrics
+/// --json` is taken, and status sorts `w2` before `w10`.
+#[test]
+fn verbs_on_a_queued_world_and_small_cli_edges_say_what_is_true() {
+    let home = Home::new();
+    let repo = sleeper("qedges");
+    // reserve with no flag shows what is in force; --json as data.
+    let shown = home.ok(&["reserve"]);
+    assert!(shown.stdout().starts_with("reserves: "), "{shown}");
+    let v = home.ok(&["reserve", "--json"]).json();
+    assert!(v["ram_reserve_pct"].is_number(), "{v}");
+    let bad = home.run(&["reserve", "--max-parallel", "-1"]);
+    assert_eq!(bad.code(), 2, "{bad}");
+    assert!(
+        bad.stderr()
+            .contains("--max-parallel -1 is not a count of worlds"),
+        "{bad}"
+    );
+    assert!(home.ok(&["metrics", "--json"]).json()["queue_length"].is_number());
+    home.ok(&[
+        "reserve",
+        "--max-parallel",
+        "2",
+        "--ram",
+        "0",
+        "--disk",
+        "0",
+    ]);
+    // Natural order in status.
+    for w in ["w10", "w2"] {
+        assert_eq!(
+            no_wait(&repo, &home, w, None).json()["world"]["state"],
+            "running"
+        );
+    }
+    let st = repo.ok(&home, &["status", "--json"]).json();
+    let names: Vec<&str> = st["projects"][0]["worlds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["w2", "w10"], "status order");
+    // Groups: empty, too long, a shell character.
+    for g in ["", &"g".repeat(65), "a b", "x;y"] {
+        let out = repo.run(&home, &["up", "w3", "--group", g, "--no-wait"]);
+        assert_eq!(out.code(), 1, "--group {g:?}: {out}");
+        assert!(out.stderr().contains("group name"), "{out}");
+    }
+    assert!(
+        !repo.worlds(&home).contains_key("w3"),
+        "a refused group queued nothing"
+    );
+    // Two queued, never made.
+    for w in ["q1", "q2"] {
+        assert_eq!(
+            no_wait(&repo, &home, w, None).json()["world"]["state"],
+            "queued"
+        );
+    }
+    for verb in [&["reload", "q1"][..], &["env", "q1"]] {
+        let out = repo.run(&home, verb);
+        assert_eq!(out.code(), 1, "{verb:?}: {out}");
+        assert!(
+            out.to_string().contains("`q1` is queued and not made yet (1 of 2 in admission order now: max_parallel 2 reached)"),
+            "{verb:?}: {out}"
+        );
+    }
+    let down = repo.ok(&home, &["down", "q1"]);
+    assert!(
+        down.stdout()
+            .contains("q1 was queued and never made: it left the queue; nothing else existed"),
+        "{down}"
+    );
+    let rm = repo.ok(&home, &["remove", "q2"]);
+    assert!(
+        rm.stdout().contains("q2 was queued and never made: it left the queue; there was no worktree, slice or port to release"),
+        "{rm}"
+    );
+    assert!(!rm.stdout().contains("released;"), "{rm}");
+    let j = repo.ok(&home, &["down", "w2", "--json"]).json();
+    assert!(
+        j.get("left_queue").is_none(),
+        "a world that was not queued: {j}"
     );
 }

@@ -63,6 +63,12 @@ fn run_point(point: &str, op: &[&str]) -> String {
         0,
         "{point}: the operation should have been cut short\n{out}"
     );
+    // The CLI says whether the command took effect and that it may run again.
+    assert!(
+        out.stderr().contains("the daemon stopped before answering")
+            && out.stderr().contains("again"),
+        "{point}: {out}"
+    );
     assert!(
         wait_until(Duration::from_secs(5), || !alive(crashed)),
         "{point}: daemon did not die"

@@ -199,6 +199,29 @@ pub fn decide(queue: &[Waiting], room: &Room) -> Decision {
     }
 }
 
+/// Each request's own reason to wait, in [`order`]: `(index into queue,
+/// reason)`. The head waits for what [`decide`] says; one behind it waits
+/// for its own shortfall when it would not fit even at the head (its own
+/// footprint), else for its turn, since nobody overtakes.
+pub fn reasons(queue: &[Waiting], room: &Room) -> Vec<(usize, String)> {
+    order(queue, room)
+        .into_iter()
+        .enumerate()
+        .map(|(place, i)| {
+            let w = &queue[i];
+            let needs = w.footprint + if w.resume { room.resume_margin } else { 0 };
+            let why = match fits(room, needs) {
+                Err(b) => b.to_string(),
+                Ok(()) if place == 0 => "being admitted".to_owned(),
+                Ok(()) => format!(
+                    "room for it now, but {place} ahead of it in admission order go first (no overtaking)"
+                ),
+            };
+            (i, why)
+        })
+        .collect()
+}
+
 /// One world that runs, for choosing whom to suspend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Active {
@@ -228,6 +251,34 @@ pub fn to_suspend(running: &[Active], ram: Ram) -> Option<i64> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn each_queued_world_shows_its_own_reason() {
+        // RAM for one 100 MiB world above the reserve: the head is blocked
+        // by nothing, a 1 GiB world behind it by its own size, and a small
+        // one behind both only by its turn.
+        let mut big = w(2, "");
+        big.footprint = 1024 * MIB;
+        let queue = vec![w(1, ""), big, w(3, "")];
+        let r = Room {
+            ram: Some(Ram {
+                available: 1000 * MIB,
+                reserve: 800 * MIB,
+                reserve_pct: 10,
+                pending: 0,
+            }),
+            ..room(0, &[])
+        };
+        let got = reasons(&queue, &r);
+        assert_eq!(got[0], (0, "being admitted".to_owned()));
+        assert_eq!(got[1].0, 1);
+        assert!(
+            got[1].1.starts_with("waiting for RAM") && got[1].1.contains("1.0 GiB needed"),
+            "{got:?}"
+        );
+        assert_eq!(got[2].0, 2);
+        assert!(got[2].1.contains("2 ahead of it"), "{got:?}");
+    }
 
     const MIB: u64 = 1 << 20;
 

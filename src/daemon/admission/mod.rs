@@ -396,15 +396,18 @@ fn look(d: &Arc<Daemon>, ticket: i64) -> Result<Step, ApiError> {
             ticket,
         }));
     }
-    let order = decide::order(&queue, &room);
-    let position = order.iter().position(|&i| i == me).unwrap_or(0) + 1;
-    let reason = match decision {
-        Decision::Wait(b) => b.to_string(),
+    let reasons = decide::reasons(&queue, &room);
+    let position = reasons.iter().position(|(i, _)| *i == me).unwrap_or(0);
+    let reason = match (position, decision) {
         // Another ticket is next and fits: it is being admitted.
-        _ => "waiting for its turn".to_owned(),
+        (0, Decision::Wait(b)) => b.to_string(),
+        (_, _) => reasons
+            .get(position)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_default(),
     };
     Ok(Step::Waiting(Standing {
-        position,
+        position: position + 1,
         of: rows.len(),
         reason,
     }))
@@ -594,20 +597,16 @@ fn standings(d: &Daemon, rows: &[QueueRow]) -> HashMap<(String, String), Standin
     let Ok(room) = room(d, &st, rows) else {
         return HashMap::new();
     };
-    let reason = match decide::decide(&queue, &room) {
-        Decision::Wait(b) => b.to_string(),
-        _ => "being admitted".to_owned(),
-    };
-    decide::order(&queue, &room)
+    decide::reasons(&queue, &room)
         .into_iter()
         .enumerate()
-        .map(|(pos, i)| {
+        .map(|(pos, (i, reason))| {
             (
                 (rows[i].project.clone(), rows[i].world.clone()),
                 Standing {
                     position: pos + 1,
                     of: rows.len(),
-                    reason: reason.clone(),
+                    reason,
                 },
             )
         })
@@ -642,8 +641,7 @@ pub(crate) fn fill_queue(
     };
     let places = standings(d, &rows);
     for r in rows {
-        // A resume is shown by its world's own state, `suspended`.
-        if r.resume || project.is_some_and(|p| p != r.project) {
+        if project.is_some_and(|p| p != r.project) {
             continue;
         }
         let place = places
@@ -678,7 +676,11 @@ pub(crate) fn fill_queue(
                     .expect("just added")
             }
         };
-        w.state = crate::protocol::WorldState::Queued;
+        // A resume keeps its world's own state, `suspended`, with the place
+        // and reason it waits for now.
+        if !r.resume {
+            w.state = crate::protocol::WorldState::Queued;
+        }
         w.queue = place;
     }
 }

@@ -29,7 +29,9 @@ pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome
     // in. The sampler looks again too, and stops if nothing else runs.
     d.admission.wake();
     d.admission.resample();
-    outcome(d, &loc.name, w.id, noop, left)
+    let mut out = outcome(d, &loc.name, w.id, noop && !was_queued, left)?;
+    out.left_queue = was_queued;
+    Ok(out)
 }
 
 /// Suspends running world `name` of `project` for admission: its
@@ -74,6 +76,7 @@ pub(crate) async fn reload(
     req: UpRequest,
     progress: &ProgressTx,
 ) -> Result<WorldOutcome, ApiError> {
+    check_group(req.group.as_deref())?;
     let loc = locate(d, &req.world)?;
     let lock = d
         .worlds

@@ -109,6 +109,18 @@ pub(super) fn check_name(name: &str) -> Result<(), ApiError> {
     })
 }
 
+/// An admission group that is empty, too long or holds a character a world
+/// name may not is refused before anything is queued (see
+/// [`crate::slug::check_group`]).
+pub(super) fn check_group(group: Option<&str>) -> Result<(), ApiError> {
+    match group {
+        Some(g) => crate::slug::check_group(g).map_err(|e| {
+            ApiError::new(e).hint("name the group as a world is named, e.g. `--group agents-run-7`")
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Characters a path rendered into a command (`${worktree.path}`) must not
 /// hold: each would let the path change the command's shape. Spaces are
 /// allowed (quote `"${worktree.path}"` in commands).
@@ -129,15 +141,41 @@ pub(super) fn check_path(path: &Path) -> Result<(), ApiError> {
 }
 
 pub(super) fn find_world(d: &Daemon, loc: &Located, name: &str) -> Result<WorldRow, ApiError> {
-    let reg = d.registry();
-    let pid = reg.project_id(&loc.name).map_err(internal)?;
-    pid.and_then(|pid| reg.find_world(pid, name).transpose())
-        .transpose()
-        .map_err(internal)?
-        .ok_or_else(|| {
-            ApiError::new(format!("no world `{name}` in project {}", loc.name))
-                .hint("`binky status` lists the worlds")
-        })
+    let found = {
+        let reg = d.registry();
+        let pid = reg.project_id(&loc.name).map_err(internal)?;
+        pid.and_then(|pid| reg.find_world(pid, name).transpose())
+            .transpose()
+            .map_err(internal)?
+    };
+    found.ok_or_else(|| match queued_unmade(d, &loc.name, name) {
+        Some(place) => ApiError::new(format!(
+            "`{name}` is queued and not made yet ({place}): it has no worktree, services or addresses"
+        ))
+        .hint(format!(
+            "`binky up {name}` waits for its turn and shows it; `binky down {name}` takes it out of the queue"
+        )),
+        None => ApiError::new(format!("no world `{name}` in project {}", loc.name))
+            .hint("`binky status` lists the worlds"),
+    })
+}
+
+/// Where world `name` of `project` stands in the queue (`2nd of 3 now:
+/// max_parallel 2 reached`), when it is queued.
+fn queued_unmade(d: &Daemon, project: &str, name: &str) -> Option<String> {
+    let mut report = crate::protocol::StatusReport::default();
+    admission::fill_queue(d, &mut report, Some(project));
+    let q = report
+        .projects
+        .iter()
+        .flat_map(|p| &p.worlds)
+        .find(|w| w.name == name)?
+        .queue
+        .clone()?;
+    Some(format!(
+        "{} of {} in admission order now: {}",
+        q.position, q.of, q.reason
+    ))
 }
 
 #[cfg(test)]

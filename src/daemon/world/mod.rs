@@ -218,10 +218,9 @@ fn withdrawn(loc: &Located, name: &str, state: WorldState) -> WorldOutcome {
         project: loc.name.clone(),
         world,
         noop: false,
-        notes: vec![format!(
-            "{name} was queued and never made: it left the queue, nothing else to do"
-        )],
+        notes: Vec::new(),
         left_for_gc: Vec::new(),
+        left_queue: true,
     }
 }
 
@@ -246,6 +245,7 @@ fn outcome(
         noop,
         notes,
         left_for_gc: Vec::new(),
+        left_queue: false,
     })
 }
 

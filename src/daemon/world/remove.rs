@@ -64,6 +64,7 @@ pub(crate) async fn remove(
         noop: false,
         notes,
         left_for_gc,
+        left_queue: was_queued,
     })
 }
 

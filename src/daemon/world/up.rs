@@ -11,6 +11,7 @@ pub(crate) async fn up(
     progress: &ProgressTx,
 ) -> Result<WorldOutcome, ApiError> {
     check_name(&req.world.name)?;
+    check_group(req.group.as_deref())?;
     let loc = locate(d, &req.world)?;
     let known = {
         let reg = d.registry();
@@ -97,6 +98,7 @@ fn queued_outcome(
         noop: false,
         notes: vec![standing.message()],
         left_for_gc: Vec::new(),
+        left_queue: false,
     }
 }
 
@@ -260,7 +262,9 @@ fn worktree_error(d: &Daemon, project_id: i64, name: &str, e: worktree::Worktree
         worktree::WorktreeError::CheckedOutElsewhere { .. } => {
             "switch that checkout to another branch, or run `binky up` with a different name"
         }
-        worktree::WorktreeError::InvalidBranch(_) => "use a valid git branch name",
+        worktree::WorktreeError::InvalidBranch { .. } => {
+            "pick a name git takes as a branch (`git check-ref-format --branch <name>` says), e.g. `feat-login`"
+        }
         _ => "check the repository with `git worktree list` and `git status`",
     };
     ApiError::new(e.to_string()).hint(hint)
