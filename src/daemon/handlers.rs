@@ -121,6 +121,7 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         .collect();
     let queue_length = d.registry().queue().map_err(internal)?.len() as u64;
     let (rss_bytes, cpu_time_ms) = self_usage();
+    let memory = crate::platform::memory();
     let now = Instant::now();
     let cpu_percent = {
         let mut last = d.cpu_sample.lock().unwrap_or_else(|p| p.into_inner());
@@ -144,6 +145,8 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         admissions: d.admission.admissions(),
         memory_watch: d.admission.watch().to_owned(),
         memory_samples: d.admission.samples(),
+        memory_total: memory.map(|m| m.total),
+        memory_available: memory.map(|m| m.available),
         memory_stalls: d.admission.stalls(),
         footprints,
         port_reservations,

@@ -695,6 +695,15 @@ pub struct Metrics {
     /// Memory samples taken since the daemon started.
     #[serde(default)]
     pub memory_samples: u64,
+    /// RAM as admission reads it now, bytes: `MemTotal` and `MemAvailable`,
+    /// each bounded by the daemon's memory cgroup limit where it has one
+    /// (what a reserve's percentage is taken of); `None` where the machine
+    /// does not say.
+    #[serde(default)]
+    pub memory_total: Option<u64>,
+    /// See [`Metrics::memory_total`].
+    #[serde(default)]
+    pub memory_available: Option<u64>,
     /// Pressure-stall triggers the kernel fired since the daemon started.
     #[serde(default)]
     pub memory_stalls: u64,

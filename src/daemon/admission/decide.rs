@@ -62,6 +62,11 @@ pub struct Ram {
     /// Expected footprints of worlds admitted but not yet settled: their
     /// memory is not yet gone from `available`, bytes.
     pub pending: u64,
+    /// The lowest reading of the last few seconds, once there are enough
+    /// of them ([`super::steady::Trend::steady`]): what a resume is judged
+    /// on, since its headroom must have lasted. `None`: not yet known, and a
+    /// resume waits.
+    pub steady: Option<u64>,
 }
 
 /// One filesystem's free space against the disk reserve.
@@ -83,6 +88,9 @@ pub enum Blocker {
         /// The limit.
         limit: u32,
     },
+    /// A resume waits for its headroom to have lasted: too few readings
+    /// yet.
+    Settling,
     /// Not enough RAM above the reserve.
     Ram {
         /// The measurement.
@@ -99,14 +107,21 @@ impl std::fmt::Display for Blocker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Blocker::MaxParallel { limit } => write!(f, "max_parallel {limit} reached"),
-            Blocker::Ram { ram, needs } => write!(
+            Blocker::Settling => write!(
                 f,
-                "waiting for RAM: {} available, {} kept in reserve ({} %), {} needed",
-                gib(ram.available.saturating_sub(ram.pending)),
-                gib(ram.reserve),
-                ram.reserve_pct,
-                gib(*needs)
+                "waiting for free RAM to last {} s before resuming",
+                super::steady::SUSTAIN / 1000
             ),
+            Blocker::Ram { ram, needs } => {
+                let (available, reserve) =
+                    super::steady::apart(ram.available.saturating_sub(ram.pending), ram.reserve);
+                write!(
+                    f,
+                    "waiting for RAM: {available} available, {reserve} kept in reserve ({} %), {} needed",
+                    ram.reserve_pct,
+                    gib(*needs)
+                )
+            }
             Blocker::Disk(d) => write!(
                 f,
                 "disk: {:.1} GB free under {}, {:.1} GB kept",
@@ -166,8 +181,9 @@ pub fn order(queue: &[Waiting], room: &Room) -> Vec<usize> {
 }
 
 /// Whether one more world of `needs` bytes fits now; `Err` names what is
-/// short.
-pub fn fits(room: &Room, needs: u64) -> Result<(), Blocker> {
+/// short. A `resume` is judged on the headroom that lasted
+/// ([`Ram::steady`]), a new world on the reading now.
+pub fn fits(room: &Room, needs: u64, resume: bool) -> Result<(), Blocker> {
     let active: u32 = room.active.values().sum();
     if room.max_parallel > 0 && active >= room.max_parallel {
         return Err(Blocker::MaxParallel {
@@ -175,7 +191,12 @@ pub fn fits(room: &Room, needs: u64) -> Result<(), Blocker> {
         });
     }
     if let Some(ram) = room.ram {
-        let free = ram.available.saturating_sub(ram.pending);
+        let seen = if resume {
+            ram.steady.ok_or(Blocker::Settling)?.min(ram.available)
+        } else {
+            ram.available
+        };
+        let free = seen.saturating_sub(ram.pending);
         if free < ram.reserve.saturating_add(needs) {
             return Err(Blocker::Ram { ram, needs });
         }
@@ -193,7 +214,7 @@ pub fn decide(queue: &[Waiting], room: &Room) -> Decision {
     };
     let w = &queue[next];
     let needs = w.footprint + if w.resume { room.resume_margin } else { 0 };
-    match fits(room, needs) {
+    match fits(room, needs, w.resume) {
         Ok(()) => Decision::Admit(next),
         Err(b) => Decision::Wait(b),
     }
@@ -210,7 +231,7 @@ pub fn reasons(queue: &[Waiting], room: &Room) -> Vec<(usize, String)> {
         .map(|(place, i)| {
             let w = &queue[i];
             let needs = w.footprint + if w.resume { room.resume_margin } else { 0 };
-            let why = match fits(room, needs) {
+            let why = match fits(room, needs, w.resume) {
                 Err(b) => b.to_string(),
                 Ok(()) if place == 0 => "being admitted".to_owned(),
                 Ok(()) => format!(
@@ -234,12 +255,10 @@ pub struct Active {
     pub suspendable: bool,
 }
 
-/// The world to suspend when available RAM has fallen below the reserve:
-/// the newest suspendable one; `None` while RAM covers the reserve.
-pub fn to_suspend(running: &[Active], ram: Ram) -> Option<i64> {
-    if ram.available >= ram.reserve {
-        return None;
-    }
+/// The newest world of `running` that may be suspended now (past its
+/// hold): suspending the last admitted undoes the admission that most
+/// likely overran the reserve, and spares the worlds that ran longest.
+pub fn newest_suspendable(running: &[Active]) -> Option<i64> {
     running
         .iter()
         .filter(|a| a.suspendable)
@@ -266,6 +285,7 @@ mod tests {
                 reserve: 800 * MIB,
                 reserve_pct: 10,
                 pending: 0,
+                steady: None,
             }),
             ..room(0, &[])
         };
@@ -346,6 +366,7 @@ mod tests {
             reserve: 850 * MIB,
             reserve_pct: 15,
             pending: 0,
+            steady: None,
         });
         assert_eq!(decide(&q, &r), Decision::Admit(0));
         // An admitted world not yet settled counts with its footprint.
@@ -389,17 +410,30 @@ mod tests {
             reserve: 1000 * MIB,
             reserve_pct: 10,
             pending: 0,
+            steady: None,
         });
         assert_eq!(decide(&q, &r), Decision::Admit(0));
         q[0].resume = true;
+        // Not known to have lasted yet: a resume waits.
+        assert_eq!(decide(&q, &r), Decision::Wait(Blocker::Settling));
+        // Lasted, but without the margin.
+        r.ram.as_mut().unwrap().steady = Some(1150 * MIB);
         assert!(matches!(
             decide(&q, &r),
             Decision::Wait(Blocker::Ram { .. })
         ));
+        // The lowest of the lasting readings decides, not the newest.
+        r.ram.as_mut().unwrap().available = 2000 * MIB;
+        assert!(matches!(
+            decide(&q, &r),
+            Decision::Wait(Blocker::Ram { .. })
+        ));
+        r.ram.as_mut().unwrap().steady = Some(1200 * MIB);
+        assert_eq!(decide(&q, &r), Decision::Admit(0));
     }
 
     #[test]
-    fn the_newest_suspendable_world_is_suspended_only_below_the_reserve() {
+    fn the_newest_suspendable_world_is_suspended() {
         let running = [
             Active {
                 world: 1,
@@ -417,18 +451,8 @@ mod tests {
                 suspendable: true,
             },
         ];
-        let low = Ram {
-            available: 90,
-            reserve: 100,
-            ..Ram::default()
-        };
-        assert_eq!(to_suspend(&running, low), Some(3));
-        let ok = Ram {
-            available: 100,
-            ..low
-        };
-        assert_eq!(to_suspend(&running, ok), None);
-        assert_eq!(to_suspend(&running[1..2], low), None);
+        assert_eq!(newest_suspendable(&running), Some(3));
+        assert_eq!(newest_suspendable(&running[1..2]), None);
     }
 
     fn queue_strategy() -> impl Strategy<Value = Vec<Waiting>> {
@@ -461,7 +485,7 @@ mod tests {
             let mut q = queue.clone();
             let mut r = Room {
                 max_parallel: max,
-                ram: Some(Ram { available: avail_mib * MIB, reserve: reserve_mib * MIB, reserve_pct: 10, pending: 0 }),
+                ram: Some(Ram { available: avail_mib * MIB, reserve: reserve_mib * MIB, reserve_pct: 10, pending: 0, steady: Some(avail_mib * MIB) }),
                 ..Room::default()
             };
             let mut admitted: Vec<Waiting> = Vec::new();

@@ -15,6 +15,7 @@
 //! ([`resume_queue`]).
 
 pub mod decide;
+pub mod steady;
 
 use super::{Daemon, ProgressTx};
 use crate::protocol::{ApiError, ClientEnv, UpRequest, WorldRef};
@@ -150,6 +151,41 @@ struct State {
     sampling: bool,
     /// Peak RSS seen per running world, bytes.
     peaks: HashMap<i64, u64>,
+    /// Recent `MemAvailable` readings, judged by [`steady`].
+    trend: steady::Trend,
+    /// Per world, its suspend hold (doubled each time it is suspended again
+    /// soon after a resume) and when it last resumed.
+    backoff: HashMap<(String, String), Backoff>,
+}
+
+/// One world's suspend hold and last resume.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    hold: Duration,
+    resumed: Option<std::time::Instant>,
+}
+
+/// The longest a world's doubled hold grows.
+pub const MAX_HOLD: Duration = Duration::from_secs(3600);
+/// How often the sampler reads memory while a verdict is pending (a
+/// reading below the reserve, or a resume waiting for its headroom to
+/// last), so a lasting shortfall or headroom is judged in seconds.
+pub const CONFIRM: Duration = Duration::from_secs(1);
+
+/// Milliseconds on one monotonic clock, for [`steady::Trend`].
+fn mono_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
+
+impl State {
+    /// World `key`'s hold now: [`hold`], or more after repeated suspends.
+    fn hold_of(&self, key: &(String, String)) -> Duration {
+        self.backoff.get(key).map_or_else(hold, |b| b.hold)
+    }
 }
 
 impl Admission {
@@ -328,6 +364,7 @@ fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, ApiError> {
         available: m.available,
         reserve: (m.total as f64 * s.ram_reserve_pct / 100.0) as u64,
         reserve_pct: s.ram_reserve_pct.round() as u32,
+        steady: st.trend.steady(),
         pending: st.pending.values().map(|(_, f)| f).sum::<u64>()
             + st.settling
                 .iter()
@@ -358,7 +395,8 @@ fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, ApiError> {
         active,
         ram,
         disks,
-        resume_margin: RESUME_MARGIN,
+        // Above the noise, so a resume is not undone by the next dip.
+        resume_margin: RESUME_MARGIN.max(st.trend.band()),
     })
 }
 
@@ -381,6 +419,13 @@ fn look(d: &Arc<Daemon>, ticket: i64) -> Result<Step, ApiError> {
         let key = (row.project.clone(), row.world.clone());
         st.pending
             .insert(key.clone(), (row.group.clone(), queue[me].footprint));
+        if row.resume {
+            let b = st.backoff.entry(key.clone()).or_insert(Backoff {
+                hold: hold(),
+                resumed: None,
+            });
+            b.resumed = Some(std::time::Instant::now());
+        }
         d.admission.admissions.fetch_add(1, Ordering::Relaxed);
         let name = if row.resume { "resumed" } else { "admitted" };
         let mut ev = super::world::world_event(name, &row.project, &row.world);
@@ -776,14 +821,20 @@ pub(crate) fn ensure_sampler(d: &Arc<Daemon>) {
             .inspect_err(|e| tracing::debug!("no memory pressure trigger ({e}): sampling"))
             .ok();
         let mut last_event: Option<std::time::Instant> = None;
+        let mut confirming = false;
         loop {
             let psi = trigger.is_some();
             d.admission.watch.store(
                 if psi { WATCH_PSI } else { WATCH_SAMPLING },
                 Ordering::Relaxed,
             );
+            let every = if confirming {
+                sample_interval(psi).min(CONFIRM)
+            } else {
+                sample_interval(psi)
+            };
             let stalled = tokio::select! {
-                () = tokio::time::sleep(sample_interval(psi)) => false,
+                () = tokio::time::sleep(every) => false,
                 () = d.admission.resample.notified() => false,
                 r = stalled(trigger.as_ref()) => match r {
                     Ok(()) => true,
@@ -802,11 +853,13 @@ pub(crate) fn ensure_sampler(d: &Arc<Daemon>) {
                 }
             }
             d.admission.samples.fetch_add(1, Ordering::Relaxed);
-            let busy = sample(&d).await;
+            let (busy, confirm) = sample(&d, stalled).await;
+            confirming = confirm;
             let mut st = d.admission.lock();
             if !busy && st.pending.is_empty() {
                 st.sampling = false;
                 st.peaks.clear();
+                st.trend.clear();
                 d.admission.watch.store(WATCH_IDLE, Ordering::Relaxed);
                 return;
             }
@@ -839,53 +892,77 @@ fn pressure_event(d: &Daemon) {
 }
 
 /// One sample: each running world's RSS (its peak learned as its project's
-/// footprint), then, when available RAM is below the reserve, the newest
-/// world not admitted within [`hold`] is suspended. Whether any world is
-/// running or starting.
-async fn sample(d: &Arc<Daemon>) -> bool {
+/// footprint), and a `MemAvailable` reading into the trend; when the trend
+/// shows a real shortfall below the reserve ([`steady`]), the newest world
+/// past its hold is suspended. The last running world is suspended only
+/// when the pressure is beyond doubt (a stall, or a drop far below the
+/// line): suspending every world leaves nothing done, and a shortfall other
+/// programs cause is not ended by it.
+///
+/// Returns whether anything is running or waiting to resume (the sampler
+/// goes on), and whether a verdict is pending (sample again soon).
+async fn sample(d: &Arc<Daemon>, stalled: bool) -> (bool, bool) {
     let Ok(active) = d.registry().active_worlds() else {
-        return true;
+        return (true, false);
     };
+    let resuming = d
+        .registry()
+        .queue()
+        .is_ok_and(|q| q.iter().any(|r| r.resume));
     let running: Vec<_> = active
         .iter()
         .filter(|w| w.state != crate::protocol::WorldState::Suspended)
         .collect();
+    let (Some(mem), Ok(s)) = (crate::platform::memory(), d.registry().settings()) else {
+        return (!running.is_empty() || resuming, false);
+    };
+    let reserve = (mem.total as f64 * s.ram_reserve_pct / 100.0) as u64;
+    let pct = s.ram_reserve_pct.round() as u32;
+    let shortfall = {
+        let mut st = d.admission.lock();
+        st.trend.push(mono_ms(), mem.available);
+        st.trend.shortfall(reserve, stalled)
+    };
+    // A resume waits on lasting headroom: wake it as readings come in.
+    if resuming {
+        d.admission.wake();
+    }
+    let confirm = resuming || mem.available < reserve;
     if running.is_empty() {
-        return false;
+        return (resuming, confirm);
     }
     let worlds: Vec<(i64, &str)> = running.iter().map(|w| (w.id, w.project.as_str())).collect();
     measure(d, &worlds);
-    let (Some(mem), Ok(s)) = (crate::platform::memory(), d.registry().settings()) else {
-        return true;
+    let Some(shortfall) = shortfall else {
+        return (true, confirm);
     };
-    let ram = decide::Ram {
-        available: mem.available,
-        reserve: (mem.total as f64 * s.ram_reserve_pct / 100.0) as u64,
-        reserve_pct: s.ram_reserve_pct.round() as u32,
-        pending: 0,
-    };
+    let beyond_doubt = !matches!(shortfall, steady::Shortfall::Lasting { .. });
     let now = crate::registry::now_ms();
-    let candidates: Vec<decide::Active> = running
-        .iter()
-        .filter(|w| w.state == crate::protocol::WorldState::Running)
-        .map(|w| decide::Active {
-            world: w.id,
-            since: w.admitted_at.unwrap_or(0).max(0) as u64,
-            suspendable: now - w.admitted_at.unwrap_or(0) >= hold().as_millis() as i64,
-        })
-        .collect();
-    if let Some(id) = decide::to_suspend(&candidates, ram)
+    let candidates: Vec<decide::Active> = {
+        let st = d.admission.lock();
+        running
+            .iter()
+            .filter(|w| w.state == crate::protocol::WorldState::Running)
+            .map(|w| decide::Active {
+                world: w.id,
+                since: w.admitted_at.unwrap_or(0).max(0) as u64,
+                suspendable: now - w.admitted_at.unwrap_or(0)
+                    >= st
+                        .hold_of(&(w.project.clone(), w.world.clone()))
+                        .as_millis() as i64,
+            })
+            .collect()
+    };
+    if running.len() <= 1 && !beyond_doubt {
+        return (true, confirm);
+    }
+    if let Some(id) = decide::newest_suspendable(&candidates)
         && let Some(w) = running.iter().find(|w| w.id == id)
     {
-        let why = format!(
-            "suspended: available RAM {} fell below the reserve {} ({} %)",
-            decide::gib(ram.available),
-            decide::gib(ram.reserve),
-            ram.reserve_pct
-        );
+        let why = format!("suspended: {}", shortfall.describe(reserve, pct));
         suspend(d, w, &why).await;
     }
-    true
+    (true, confirm)
 }
 
 /// Measures each world's RSS now (`(world id, project)`; the sum over its
@@ -957,8 +1034,12 @@ async fn suspend(d: &Arc<Daemon>, w: &crate::registry::ActiveRow, why: &str) {
             return;
         }
     };
+    let held = back_off(d, &w.project, &w.world);
     let mut ev = super::world::world_event("suspended", &w.project, &w.world);
-    ev.detail = Some(why.to_owned());
+    ev.detail = Some(format!(
+        "{why}; not suspended again for {} after it resumes",
+        humantime::format_duration(held)
+    ));
     d.event(ev);
     let env = d.worlds.env_for(w.id, &ClientEnv::current());
     let req = UpRequest {
@@ -968,6 +1049,31 @@ async fn suspend(d: &Arc<Daemon>, w: &crate::registry::ActiveRow, why: &str) {
         wait: true,
     };
     run_unwatched(d, ticket, req);
+}
+
+/// World `project`/`world` was just suspended: when that came soon after its
+/// last resume (within twice its hold), its hold doubles (up to
+/// [`MAX_HOLD`]), else it is the base [`hold`] again. Returns the hold.
+fn back_off(d: &Daemon, project: &str, world: &str) -> Duration {
+    let mut st = d.admission.lock();
+    let b = st
+        .backoff
+        .entry((project.to_owned(), world.to_owned()))
+        .or_insert(Backoff {
+            hold: hold(),
+            resumed: None,
+        });
+    let soon = b
+        .resumed
+        .is_some_and(|r| r.elapsed() < b.hold.saturating_mul(2));
+    b.hold = if soon {
+        b.hold
+            .saturating_mul(2)
+            .clamp(Duration::from_secs(1), MAX_HOLD)
+    } else {
+        hold()
+    };
+    b.hold
 }
 
 /// A world stopped running: its peak RSS becomes its project's footprint

@@ -70,7 +70,10 @@ pub(crate) async fn suspend(
     Ok(())
 }
 
-/// `binky reload`: stop, then up on the same ports and data.
+/// `binky reload`: stop, then up on the same ports and data. A world that
+/// is not running goes through admission first, as `up` does: a reload
+/// never starts more worlds than the room holds, and a world is queued or
+/// running, never both.
 pub(crate) async fn reload(
     d: &Arc<Daemon>,
     req: UpRequest,
@@ -78,6 +81,16 @@ pub(crate) async fn reload(
 ) -> Result<WorldOutcome, ApiError> {
     check_group(req.group.as_deref())?;
     let loc = locate(d, &req.world)?;
+    // Only a world that exists is reloaded (`up` makes one).
+    find_world(d, &loc, &req.world.name)
+        .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
+    let admitted = match admit(d, &loc, req.clone(), progress).await? {
+        Ok(a) => a,
+        Err(queued) => return Ok(queued),
+    };
+    if admitted.is_some() {
+        admission::ensure_sampler(d);
+    }
     let lock = d
         .worlds
         .lock_for(&format!("{}/{}", loc.name, req.world.name));
@@ -94,7 +107,7 @@ pub(crate) async fn reload(
     d.registry()
         .set_world_state(w.id, WorldState::Stopped, None, None)
         .map_err(internal)?;
-    up_locked(
+    let out = up_locked(
         d,
         &loc,
         &req.world.name,
@@ -102,5 +115,7 @@ pub(crate) async fn reload(
         &req.env,
         progress,
     )
-    .await
+    .await;
+    drop(admitted);
+    out
 }

@@ -13,6 +13,27 @@ pub(crate) async fn up(
     check_name(&req.world.name)?;
     check_group(req.group.as_deref())?;
     let loc = locate(d, &req.world)?;
+    match admit(d, &loc, req.clone(), progress).await? {
+        Ok(admitted) => up_with(d, &loc, &req, admitted, progress).await,
+        Err(queued) => Ok(queued),
+    }
+}
+
+/// Admission for a verb that starts a world's processes (`up`, and
+/// `reload` of a world that is not running): `Ok(None)` when the world runs
+/// already (it holds its room) or another waiter on its ticket was
+/// admitted; `Ok(Some)` once admitted, counting against the room until
+/// dropped; `Err(outcome)` for a `--no-wait` request that is queued, which
+/// the daemon brings up when admitted.
+///
+/// # Errors
+/// Cancelled while queued, or taken out of the queue.
+pub(super) async fn admit(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    req: UpRequest,
+    progress: &ProgressTx,
+) -> Result<Result<Option<admission::Admitted>, WorldOutcome>, ApiError> {
     let known = {
         let reg = d.registry();
         match reg.project_id(&loc.name).map_err(internal)? {
@@ -20,24 +41,30 @@ pub(crate) async fn up(
             None => None,
         }
     };
-    let running = known.is_some_and(|w| fully_running(d, &w));
-    if running {
-        return up_with(d, &loc, &req, None, progress).await;
+    if known.is_some_and(|w| fully_running(d, &w)) {
+        return Ok(Ok(None));
     }
     let disk_path = loc.main_root().display().to_string();
     let (ticket, owns) = admission::enqueue(d, &loc.name, &req, &disk_path)?;
-    let admitted = match admission::try_admit(d, ticket, &loc.name, &req.world.name)? {
-        Ok(a) => a,
+    match admission::try_admit(d, ticket, &loc.name, &req.world.name)? {
+        Ok(a) => Ok(Ok(a)),
         Err(standing) if !req.wait => {
-            let out = queued_outcome(d, &loc, &req, &standing);
+            let out = queued_outcome(d, loc, &req, &standing);
             admission::run_unwatched(d, ticket, req);
-            return Ok(out);
+            Ok(Err(out))
         }
-        Err(_) => admission::wait(d, ticket, &loc.name, &req.world.name, owns, progress).await?,
-    };
-    // `None`: another waiter on the same ticket (a resume) was admitted;
-    // under the world's lock this `up` then finds it running.
-    up_with(d, &loc, &req, admitted, progress).await
+        // `None`: another waiter on the same ticket (a resume) was admitted;
+        // under the world's lock the verb then finds it running.
+        Err(_) => Ok(Ok(admission::wait(
+            d,
+            ticket,
+            &loc.name,
+            &req.world.name,
+            owns,
+            progress,
+        )
+        .await?)),
+    }
 }
 
 /// The `up` of a ticket admitted from the queue with nobody waiting on it
