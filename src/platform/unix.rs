@@ -570,6 +570,63 @@ pub fn process_env(pid: u32) -> Option<Vec<(String, String)>> {
     )
 }
 
+/// A process that carries a mark in its environment: the value of a
+/// variable it was started with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marked {
+    /// What `/proc/<pid>/stat` says of it now.
+    pub stat: ProcStat,
+    /// The value of the marking variable.
+    pub mark: String,
+}
+
+/// Every live process whose environment holds `home_var=home` and a
+/// `mark_var`, with that mark: processes a daemon of this home started,
+/// found whatever process group or session they moved to since (a server
+/// that daemonizes itself, a double fork). An environment is fixed when a
+/// process is exec'd, so what each `(pid, start time)` holds is read once
+/// and remembered; only this user's processes can be read at all.
+pub fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marked> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    type Seen = HashMap<(u32, u64), Option<(String, String)>>;
+    static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
+    let procs = all_processes();
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    let seen = seen.get_or_insert_with(HashMap::new);
+    // Forget processes that are gone, so the memory stays bounded.
+    seen.retain(|(pid, start), _| {
+        procs
+            .iter()
+            .any(|p| p.pid == *pid && p.start_time == *start)
+    });
+    let mut out = Vec::new();
+    for p in procs.into_iter().filter(|p| !p.is_zombie()) {
+        let entry = seen.entry((p.pid, p.start_time)).or_insert_with(|| {
+            let env = process_env(p.pid)?;
+            let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            Some((get(home_var)?, get(mark_var)?))
+        });
+        if let Some((h, mark)) = entry
+            && h == home
+        {
+            out.push(Marked {
+                mark: mark.clone(),
+                stat: p,
+            });
+        }
+    }
+    out
+}
+
+/// The size of a memory page, bytes.
+pub fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map_or(4096, |p| p as u64)
+}
+
 /// This process's session id.
 pub fn session_id() -> u32 {
     nix::unistd::getsid(None).map_or(0, |p| p.as_raw() as u32)
@@ -924,10 +981,7 @@ pub fn disk_free(path: &Path) -> Option<u64> {
 /// hold. One pass over `/proc` for all of them (a pass per group cost the
 /// sampler 15 ms a sample with six worlds).
 pub fn groups_rss(pgids: &[u32]) -> Vec<u64> {
-    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .map_or(4096, |p| p as u64);
+    let page = page_size();
     let mut sums = vec![0u64; pgids.len()];
     if pgids.is_empty() {
         return sums;

@@ -4,7 +4,7 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 7;
+pub const LATEST: i64 = 8;
 
 /// All migrations, oldest first.
 pub fn migrations() -> Migrations<'static> {
@@ -16,6 +16,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V5),
         M::up(V6),
         M::up(V7),
+        M::up(V8),
     ])
 }
 
@@ -163,4 +164,14 @@ CREATE TABLE fingerprint_key (
     key         TEXT NOT NULL
 );
 INSERT INTO fingerprint_key(id, key) VALUES (1, lower(hex(randomblob(32))));
+"#;
+
+/// v8: a random token per world, set in every process the world starts
+/// (`BINKY_WORLD_TOKEN`), so a process that leaves its process group and
+/// session (a server that daemonizes itself) is still found as the world's:
+/// counted in its footprint, stopped with it. `binky env` never hands it
+/// out, so a shell that sourced a world's variables carries no such mark.
+const V8: &str = r#"
+ALTER TABLE worlds ADD COLUMN token TEXT;
+UPDATE worlds SET token = lower(hex(randomblob(16))) WHERE token IS NULL;
 "#;

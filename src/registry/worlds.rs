@@ -138,12 +138,13 @@ impl Registry {
     ) -> Result<i64, RegistryError> {
         self.conn
             .query_row(
-                "INSERT INTO worlds(project_id, name, slug, path, state, intent, grp, error, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, unixepoch(), unixepoch())
+                "INSERT INTO worlds(project_id, name, slug, path, state, intent, grp, error, created_at, updated_at, token)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, unixepoch(), unixepoch(), lower(hex(randomblob(16))))
                  ON CONFLICT(project_id, name) DO UPDATE SET
                    slug = excluded.slug, path = excluded.path, state = excluded.state,
                    intent = excluded.intent, grp = COALESCE(excluded.grp, worlds.grp),
-                   error = NULL, updated_at = unixepoch()
+                   error = NULL, updated_at = unixepoch(),
+                   token = COALESCE(worlds.token, excluded.token)
                  RETURNING id",
                 params![project_id, name, slug, path, state, intent, group],
                 |r| r.get(0),
@@ -437,6 +438,27 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 
+    /// World `id`'s token (see schema v8), if it has one.
+    pub fn world_token(&self, id: i64) -> Result<Option<String>, RegistryError> {
+        self.conn
+            .query_row("SELECT token FROM worlds WHERE id = ?1", [id], |r| r.get(0))
+            .optional()
+            .map(Option::flatten)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Every world's token, with its id and state.
+    pub fn world_tokens(&self) -> Result<Vec<(i64, String, WorldState)>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id, token, state FROM worlds WHERE token IS NOT NULL")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
     /// Forgets a slice.
     pub fn delete_slice(&self, adapter: &str, slice: &str) -> Result<(), RegistryError> {
         self.conn
@@ -473,6 +495,11 @@ pub struct RecordedProcess {
     pub pid: Option<u32>,
     /// Its start time, clock ticks since boot.
     pub start_time: Option<u64>,
+    /// Its state as last recorded.
+    pub state: ServiceState,
+    /// Why, as last recorded (an exit, a failure, a probe that did not
+    /// pass).
+    pub last_exit: Option<String>,
 }
 
 impl RecordedProcess {
@@ -544,7 +571,9 @@ impl Registry {
     pub fn world_processes(&self, world_id: i64) -> Result<Vec<RecordedProcess>, RegistryError> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT name, pid, start_time FROM services WHERE world_id = ?1")
+            .prepare_cached(
+                "SELECT name, pid, start_time, state, last_exit FROM services WHERE world_id = ?1",
+            )
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map([world_id], |r| {
@@ -552,6 +581,8 @@ impl Registry {
                     name: r.get(0)?,
                     pid: r.get(1)?,
                     start_time: r.get::<_, Option<i64>>(2)?.map(|t| t as u64),
+                    state: r.get(3)?,
+                    last_exit: r.get(4)?,
                 })
             })
             .map_err(|e| self.err(e))?;

@@ -245,14 +245,19 @@ pub fn spawn(spec: ServiceSpec, events: Recorder) -> Handle {
 /// group): waits for its exit through the platform's exit notification
 /// (pidfd on Linux), then carries on as [`spawn`] would, restart policy
 /// included. Its exit status is not ours to read; an adopted exit counts as a
-/// failure.
-pub fn adopt(spec: ServiceSpec, pid: u32, events: Recorder) -> Handle {
-    let (state_tx, state_rx) = watch::channel(State::Running { pid });
+/// failure. `unhealthy`: the process never passed its probe (the reason as
+/// recorded); it is adopted in that state, not taken for healthy.
+pub fn adopt(spec: ServiceSpec, pid: u32, unhealthy: Option<String>, events: Recorder) -> Handle {
+    let now = match unhealthy {
+        Some(reason) => State::Unhealthy { pid, reason },
+        None => State::Running { pid },
+    };
+    let (state_tx, state_rx) = watch::channel(now.clone());
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
     let watcher = start_watcher(&spec, ctl_tx.clone());
     tokio::spawn(async move {
         let _watcher = watcher;
-        run_adopted(spec, pid, state_tx, ctl_rx, events).await;
+        run_adopted(spec, now, pid, state_tx, ctl_rx, events).await;
     });
     Handle {
         state: state_rx,
@@ -262,6 +267,7 @@ pub fn adopt(spec: ServiceSpec, pid: u32, events: Recorder) -> Handle {
 
 async fn run_adopted(
     spec: ServiceSpec,
+    now: State,
     pid: u32,
     state: watch::Sender<State>,
     mut ctl: mpsc::UnboundedReceiver<Control>,
@@ -271,7 +277,7 @@ async fn run_adopted(
         events(Event::State(s.clone()));
         let _ = state.send(s);
     };
-    set(State::Running { pid });
+    set(now);
     let exited = platform::wait_exit(pid);
     tokio::pin!(exited);
     tokio::select! {

@@ -459,3 +459,55 @@ fn events_never_carry_settings_values_and_rotate_lines_are_json() {
         }
     }
 }
+
+/// Issue (states that change by themselves): after a daemon restart a
+/// service that never became healthy was re-adopted as `running`, and one
+/// its failed `up` never started changed state. Both keep what they were.
+#[test]
+fn a_restart_keeps_an_unhealthy_service_unhealthy_and_a_never_started_one_as_it_was() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.a]\ncmd = \"exec sleep 600\"\nports = [\"p\"]\nhealth = {{ tcp = \"127.0.0.1:${{self.ports.p}}\", timeout = \"1s\", interval = \"100ms\" }}\n[services.b]\ncmd = \"exec sleep 600\"\ndepends_on = [\"a\"]\nenv = {{ NEEDS = \"${{env.ONLY_IN_THIS_SHELL}}\" }}\n",
+        crate::project::project_header("keepstate", 2)
+    );
+    let repo = crate::project::Repo::new(&toml);
+    let up = repo.run_with(&home, &["up", "w"], &[("ONLY_IN_THIS_SHELL", "x")]);
+    assert_eq!(up.code(), 1, "{up}");
+    let states = || -> Vec<(String, String)> {
+        repo.worlds(&home)["w"]["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["name"].as_str().unwrap().to_owned(),
+                    s["state"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let before = states();
+    assert_eq!(
+        before,
+        [
+            ("a".into(), "unhealthy".into()),
+            ("b".into(), "stopped".into())
+        ]
+    );
+    let a_pid = repo.worlds(&home)["w"]["services"][0]["pid"]
+        .as_u64()
+        .unwrap();
+    // A graceful restart, then a kill -9 one: the same answer each time.
+    home.ok(&["daemon", "stop"]);
+    assert_eq!(states(), before, "after a daemon restart");
+    kill9(home.daemon_pid().unwrap());
+    assert_eq!(states(), before, "after kill -9 and a restart");
+    assert_eq!(
+        repo.worlds(&home)["w"]["services"][0]["pid"].as_u64(),
+        Some(a_pid),
+        "the process itself is adopted"
+    );
+    assert_eq!(repo.worlds(&home)["w"]["state"], "failed");
+    repo.ok(&home, &["down", "w"]);
+    assert!(!alive(a_pid as u32));
+}

@@ -113,3 +113,140 @@ fn a_url_service_without_a_probe_is_up_only_once_it_listens_on_its_port() {
     );
     repo.ok(&home, &["remove", "x", "--force"]);
 }
+
+/// A server that daemonizes itself: it forks, the child calls `setsid()`
+/// (leaving the service's process group and session), holds memory, and
+/// the parent exits only when told to stop.
+const DAEMONIZES: &str = r#"
+import os, signal, sys, time
+marker = sys.argv[1]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        ballast = b"x" * (200 << 20)
+        open("stray.pid", "w").write(str(os.getpid()))
+        sys.argv[0] = marker
+        while True:
+            time.sleep(1)
+    os._exit(0)
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+while True:
+    time.sleep(1)
+"#;
+
+/// A process started outside Binky that carries `env`; stopped when dropped.
+struct Outsider(std::process::Child);
+
+impl Outsider {
+    fn start(marker: &str, env: &[(&str, &str)]) -> Outsider {
+        Outsider(
+            std::process::Command::new("sh")
+                .args(["-c", &format!("exec sleep 600 # {marker}")])
+                .envs(env.iter().copied())
+                .spawn()
+                .unwrap(),
+        )
+    }
+    fn alive(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Outsider {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Issue: a service's child that called `setsid()` was missing from the
+/// world's footprint and kept running after `binky down`. Now it is found
+/// by the world's token whatever group or session it moved to, counted,
+/// and stopped by down, suspend's stop and remove — and across a daemon
+/// restart; a process without the world's own token is never touched.
+#[test]
+fn a_child_that_leaves_its_group_is_counted_and_stopped_with_its_world() {
+    let home = Home::new();
+    let marker = format!("STRAY{}", std::process::id());
+    let toml = format!(
+        "{}[services.app]\ncmd = \"exec python3 daemonizes.py {marker}\"\n",
+        project_header("strays", 1)
+    );
+    let repo = Repo::with("", &toml, &[("daemonizes.py", DAEMONIZES)]);
+    home.start_daemon_with(&[("BINKY_SAMPLE_INTERVAL", "250ms")]);
+    home.ok(&["reserve", "--ram", "0", "--disk", "0"]);
+    repo.ok(&home, &["up", "w"]);
+    let wt = std::path::PathBuf::from(repo.worlds(&home)["w"]["path"].as_str().unwrap().to_owned());
+    let stray_pid = || -> Option<u32> {
+        std::fs::read_to_string(wt.join("stray.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    };
+    assert!(wait_until(std::time::Duration::from_secs(10), || {
+        stray_pid().is_some()
+    }));
+    let stray = stray_pid().unwrap();
+    let service = repo.worlds(&home)["w"]["services"][0]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    let sid = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap()
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .nth(3)
+            .unwrap()
+            .to_owned()
+    };
+    assert_ne!(
+        sid(stray),
+        sid(service),
+        "the stray left the service's session"
+    );
+    // Outsiders: the world's names without its token (a shell that ran
+    // `eval "$(binky env w --export)"`), and a token that is not the world's.
+    let home_var = home.path().display().to_string();
+    let mut plain = Outsider::start(&marker, &[("BINKY_HOME", &home_var), ("BINKY_WORLD", "w")]);
+    let mut forged = Outsider::start(
+        &marker,
+        &[
+            ("BINKY_HOME", &home_var),
+            ("BINKY_WORLD_TOKEN", "0123456789abcdef"),
+        ],
+    );
+    // Counted: the world's footprint holds the stray's 200 MiB.
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || {
+            home.ok(&["metrics"]).json()["footprints"]["strays"]
+                .as_u64()
+                .is_some_and(|f| f >= 190 << 20)
+        }),
+        "{}",
+        home.ok(&["metrics"]).json()
+    );
+    // Across a daemon restart, and stopped by down.
+    home.ok(&["daemon", "stop"]);
+    assert!(alive(stray), "a daemon stop stops no service");
+    repo.ok(&home, &["down", "w"]);
+    assert!(!alive(stray), "down left the stray running");
+    assert!(
+        plain.alive() && forged.alive(),
+        "a process that is not the world's was stopped"
+    );
+    // And by remove.
+    repo.ok(&home, &["up", "w"]);
+    assert!(wait_until(std::time::Duration::from_secs(10), || {
+        stray_pid().is_some_and(|p| p != stray && alive(p))
+    }));
+    let second = stray_pid().unwrap();
+    repo.ok(&home, &["remove", "w", "--force"]);
+    assert!(!alive(second), "remove left the stray running");
+    assert!(plain.alive() && forged.alive());
+    assert!(
+        pids_with(&marker)
+            .iter()
+            .all(|p| *p != stray && *p != second)
+    );
+}

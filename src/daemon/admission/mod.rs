@@ -980,6 +980,19 @@ fn measure(d: &Daemon, worlds: &[(i64, &str)]) {
     for ((i, _), bytes) in groups.iter().zip(crate::platform::groups_rss(&pgids)) {
         rss[*i] += bytes;
     }
+    // And what each world started that left its groups (a daemonized
+    // server): found by the world's token, counted once.
+    let strays = super::world::strays::by_token(d);
+    for (i, (id, _)) in worlds.iter().enumerate() {
+        let Ok(Some(token)) = d.registry().world_token(*id) else {
+            continue;
+        };
+        for (_, pgrp, bytes) in strays.get(&token).into_iter().flatten() {
+            if !pgids.contains(pgrp) {
+                rss[i] += bytes;
+            }
+        }
+    }
     // Each project's footprint raised once, to its largest world's peak.
     let mut largest: HashMap<&str, u64> = HashMap::new();
     {

@@ -16,6 +16,7 @@
 //! | [`processes`] | stopping a world's processes, recording the supervisor's reports |
 //! | [`routes`] | URLs, the HTTPS front (Caddy) |
 //! | [`reconcile`] | after a daemon restart: adopt, stop what no world owns |
+//! | [`strays`] | a world's processes that left its process groups (daemonized), by the token in their environment |
 //! | [`up`], [`down`] (and `reload`), [`remove`], [`env`], [`verify`], [`gc`] | one verb each |
 //!
 //! Here: the daemon's live [`Worlds`], and what every verb's reply is made
@@ -52,6 +53,7 @@ mod remove;
 mod routes;
 mod slices;
 mod start;
+pub(crate) mod strays;
 mod templates;
 mod up;
 mod verify;

@@ -237,6 +237,9 @@ pub(super) struct Plan {
     /// Said under a failure when the world's `binky.toml` (its branch's) is
     /// not the main checkout's: a fix made on main has not reached it.
     pub(super) config_note: Option<String>,
+    /// The world's token, set as `BINKY_WORLD_TOKEN` in every process it
+    /// starts (see [`super::strays`]).
+    pub(super) token: Option<String>,
 }
 
 /// The note for [`Plan::config_note`]: `None` when the world is the main
@@ -445,6 +448,9 @@ impl EnvBase<'_> {
         for (k, v) in self.project_env {
             env.insert(k.clone(), v.clone());
         }
+        // Only the daemon marks a process as a world's: a token in the
+        // caller's shell or an env_file is never passed on.
+        env.shift_remove(super::strays::TOKEN_VAR);
         env.insert(
             crate::paths::HOME_ENV.into(),
             self.home.display().to_string(),
@@ -488,6 +494,9 @@ pub(super) fn base_env(
     }
     .build();
     env.insert("BINKY_SERVICE".into(), service.to_owned());
+    if let Some(t) = &plan.token {
+        env.insert(super::strays::TOKEN_VAR.into(), t.clone());
+    }
     if let Some(p) = plan.facts.get(service).and_then(|f| f.port) {
         env.insert("PORT".into(), p.to_string());
     }

@@ -26,7 +26,9 @@ pub(super) fn recorder(
                 d.routes.set_state(&project, &world, &service, s.label());
                 let exit = match &s {
                     State::Stopped { exit } => exit.clone(),
-                    State::Failed { reason } => Some(reason.clone()),
+                    State::Failed { reason } | State::Unhealthy { reason, .. } => {
+                        Some(reason.clone())
+                    }
                     _ => None,
                 };
                 let _ = d.registry().service_state(
@@ -63,8 +65,9 @@ pub(super) fn recorder(
     })
 }
 
-/// Stops a world's processes in reverse dependency order and returns once
-/// every process of every group is gone (bounded per group by
+/// Stops a world's processes in reverse dependency order, then any that
+/// left their groups ([`super::strays`]), and returns once every process of
+/// every group is gone (bounded per group by
 /// [`supervisor::KILL_WAIT`] after SIGKILL); what outlived that is returned,
 /// for the verb to report.
 pub(super) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
@@ -113,6 +116,8 @@ pub(super) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
             }
         }
     }
+    // What left its groups (a server that daemonized itself) goes too.
+    left.extend(super::strays::stop(d, w).await);
     let reg = d.registry();
     let _ = reg.processes_stopped(w.id);
     if let Ok(Some((project, _))) = reg.world_names(w.id) {

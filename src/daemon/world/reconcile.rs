@@ -21,6 +21,7 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
     };
     reap_interrupted_verifies(d).await;
     stop_unknown(d).await;
+    super::strays::stop_orphans(d).await;
     for crate::registry::WorldBrief {
         id,
         project,
@@ -141,13 +142,7 @@ pub(super) async fn stop_unknown(d: &Arc<Daemon>) {
             });
         } else {
             set.spawn(async move {
-                let _ = platform::signal_process(pid, Some(nix::sys::signal::Signal::SIGTERM));
-                let _ = tokio::time::timeout(
-                    crate::config::DEFAULT_STOP_TIMEOUT,
-                    platform::wait_exit(pid),
-                )
-                .await;
-                let _ = platform::signal_process(pid, Some(nix::sys::signal::Signal::SIGKILL));
+                super::strays::terminate(pid).await;
             });
         }
     }
@@ -231,8 +226,10 @@ pub(super) async fn adopt_world(
         let Some(p) = cfg.services[sname].process() else {
             continue;
         };
-        let alive = recorded.get(sname).and_then(RecordedProcess::live_pid);
-        if let Some(h) = adopt_service(&cx, sname, p, &mut plan, alive, restart_dead)? {
+        let Some(rec) = recorded.get(sname) else {
+            continue;
+        };
+        if let Some(h) = adopt_service(&cx, sname, p, &mut plan, rec, restart_dead)? {
             handles.insert(sname.clone(), Arc::new(h));
         }
     }
@@ -276,6 +273,7 @@ async fn adoption_plan(
         strict: true,
         slices_ready: false,
         config_note: None,
+        token: d.registry().world_token(world_id).map_err(internal)?,
     };
     let env_fn = lookup_env(&plan.project_env, no_env);
     for (n, s) in &cfg.services {
@@ -324,10 +322,13 @@ async fn adoption_plan(
 }
 
 /// Takes one process service back under supervision: the process itself
-/// when `alive` (its recorded pid, still that very process); else it is
-/// restarted per its restart policy when `restart_dead`, or recorded as
-/// stopped (or failed, when its command cannot be rendered now). `None`:
-/// nothing is supervised for it.
+/// when its recorded pid is still that very process (in the state it was
+/// recorded in: one that never passed its probe stays unhealthy); else, if
+/// it had been running, it is restarted per its restart policy when
+/// `restart_dead`, or recorded as stopped (or failed, when its command
+/// cannot be rendered now). A service that never started (its world's `up`
+/// failed before it) keeps the state it has. `None`: nothing is supervised
+/// for it.
 ///
 /// The shell the world was built from is gone with the old daemon: a
 /// `${env.NAME}` only it had cannot be rendered now. A process that runs
@@ -337,9 +338,15 @@ fn adopt_service(
     sname: &str,
     p: &config::Process,
     plan: &mut Plan,
-    alive: Option<u32>,
+    recorded: &RecordedProcess,
     restart_dead: bool,
 ) -> Result<Option<Handle>, ApiError> {
+    let alive = recorded.live_pid();
+    if alive.is_none() && recorded.pid.is_none() {
+        // Never started, or stopped and recorded so: nothing died while the
+        // daemon was away, and its state stays as recorded.
+        return Ok(None);
+    }
     let WorldCtx {
         d,
         project,
@@ -381,7 +388,13 @@ fn adopt_service(
     Ok(match alive {
         Some(pid) => {
             event("adopted", format!("pid {pid}"));
-            Some(supervisor::adopt(spec, pid, rec))
+            let unhealthy = (recorded.state == ServiceState::Unhealthy).then(|| {
+                recorded
+                    .last_exit
+                    .clone()
+                    .unwrap_or_else(|| "it never passed its health probe".into())
+            });
+            Some(supervisor::adopt(spec, pid, unhealthy, rec))
         }
         None if let Some(e) = &unrenderable => {
             gone(

@@ -569,6 +569,7 @@ async fn make_plan(
         home: d.paths.home().to_path_buf(),
         strict: true,
         slices_ready: false,
+        token: d.registry().world_token(world_id).map_err(internal)?,
     })
 }
 
