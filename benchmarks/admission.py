@@ -26,6 +26,14 @@ kernels, sandboxes among them, move it by less than the RSS). Standard
 library only; a release build unless --binary is given.
 
     python3 benchmarks/admission.py [--binary target/release/binky] [--json]
+
+`--noise` measures flapping instead: three --hold-mib worlds while a
+filler moves memory by --swing-mib (400) every --period (1) s, for two
+phases of --phase (120) s: the mean above the reserve (goal: no
+transition), then half a world below it (goal: one suspension, at most one
+transition per world in any minute).
+
+    python3 benchmarks/admission.py --noise [--phase 120] [--json]
 """
 
 from __future__ import annotations
@@ -404,6 +412,102 @@ def print_report(r: dict) -> None:
     print(f"\nadmission order: {' '.join(r['admission_order'])}")
 
 
+FILLER = """
+import sys, time
+swing, period = int(sys.argv[1]) << 20, float(sys.argv[2])
+while True:
+    b = bytearray(swing)
+    for i in range(0, swing, 4096):
+        b[i] = 1
+    time.sleep(period)
+    del b
+    time.sleep(period)
+"""
+
+
+def noise(args: argparse.Namespace, binary: Path, root: Path) -> dict:
+    """Three worlds under memory that other programs move: a filler swings
+    MemAvailable by --swing-mib every --period seconds. Phase 1 puts the
+    reserve a quarter of the seen swing above its trough (the mean stays
+    above it: no world should be suspended); phase 2 puts it half a world
+    above the mean with all three running (one suspension is right, and
+    none more: after it the mean is above the line, within the noise).
+    Counted: suspend/resume transitions per phase and the most any world
+    made in one minute. The daemon runs with its default sample interval and
+    hold, as a user's does."""
+    b = Bench(binary, root, args.hold_mib, 3)
+    filler = None
+    try:
+        b.run("daemon", "start")
+        b.run("reserve", "--ram", "0", "--disk", "0", "--max-parallel", "0")
+        for w in ("n1", "n2", "n3"):
+            b.run("up", w)
+        deadline = time.monotonic() + 30
+        while "admbench" not in json.loads(b.run("metrics").stdout).get("footprints", {}):
+            if time.monotonic() > deadline:
+                raise BenchError("the daemon never learned the footprint")
+            time.sleep(0.5)
+        footprint = json.loads(b.run("metrics").stdout)["footprints"]["admbench"]
+        filler = subprocess.Popen([sys.executable, "-c", FILLER, str(args.swing_mib),
+                                   str(args.period)])
+        # The swing as the daemon reads it (bounded by its cgroup).
+        readings = []
+        for _ in range(int(8 * args.period / 0.2)):
+            readings.append(json.loads(b.run("metrics").stdout)["memory_available"])
+            time.sleep(0.2)
+        hi, lo = max(readings), min(readings)
+        mean = statistics.mean(readings)
+        seen = hi - lo
+        total = json.loads(b.run("metrics").stdout)["memory_total"]
+        phases = []
+        for name, line in (("mean above the line", lo + seen / 4),
+                           ("mean half a world below the line", mean + footprint / 2)):
+            pct = line / total * 100
+            if not 0 <= pct <= 90:
+                raise BenchError(f"cannot place the reserve: {pct:.1f} % of RAM")
+            start = time.time()
+            b.run("reserve", "--ram", f"{pct:.3f}")
+            log(f"{name}: reserve {line / MIB:.0f} MiB for {args.phase:.0f} s")
+            time.sleep(args.phase)
+            phases.append((name, start, time.time(), line))
+        events = [e for e in b.events() if e["event"] in ("suspended", "resumed")]
+
+        def at(e: dict) -> float:
+            from datetime import datetime
+            return datetime.fromisoformat(e["ts"].replace("Z", "+00:00")).timestamp()
+
+        out = []
+        for name, start, end, line in phases:
+            ev = [e for e in events if start <= at(e) < end]
+            per_minute = 0
+            for e in ev:
+                same = [f for f in ev if f["worktree"] == e["worktree"]
+                        and at(e) <= at(f) < at(e) + 60]
+                per_minute = max(per_minute, len(same))
+            out.append({"phase": name, "reserve_mib": line / MIB, "seconds": end - start,
+                        "transitions": len(ev), "most_per_world_minute": per_minute,
+                        "events": [f"{e['event']} {e['worktree']}" for e in ev]})
+        return {"swing_mib": args.swing_mib, "seen_swing_mib": seen / MIB,
+                "footprint_mib": footprint / MIB, "period_s": args.period, "phases": out}
+    finally:
+        if filler:
+            filler.kill()
+            filler.wait()
+        b.stop()
+
+
+def print_noise(r: dict) -> None:
+    print(f"\nthree worlds of {r['footprint_mib']:.0f} MiB; a filler swings {r['swing_mib']} MiB every "
+          f"{r['period_s']} s (the daemon sees {r['seen_swing_mib']:.0f} MiB peak to trough)\n")
+    print("| phase | reserve | transitions | most by one world in a minute | goal | |")
+    print("|---|---|---|---|---|---|")
+    for p, goal in zip(r["phases"], (0, 1)):
+        ok = p["transitions"] <= goal and p["most_per_world_minute"] <= 1
+        print(f"| {p['phase']} ({p['seconds']:.0f} s) | {p['reserve_mib']:.0f} MiB | {p['transitions']} "
+              f"({', '.join(p['events']) or 'none'}) | {p['most_per_world_minute']} | <= {goal}, <= 1 a minute "
+              f"| {verdict(ok)} |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--binary", help="binky to measure (default: a release build)")
@@ -418,17 +522,24 @@ def main() -> int:
                     help="seconds an up may wait before the run is called stalled")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     ap.add_argument("--events", help="copy the daemon's events.log here, to study a run")
+    ap.add_argument("--noise", action="store_true",
+                    help="instead: three worlds under memory a filler swings (flapping figures)")
+    ap.add_argument("--swing-mib", type=int, default=400, help="--noise: the filler's swing")
+    ap.add_argument("--period", type=float, default=1.0, help="--noise: seconds held, then freed")
+    ap.add_argument("--phase", type=float, default=120.0, help="--noise: seconds of each phase")
     args = ap.parse_args()
     args.worlds = args.group_a + args.group_b
     try:
         binary = ensure_binary(args.binary, args.build)
         with tempfile.TemporaryDirectory(prefix="binky-admission-") as d:
-            r = benchmark(args, binary, Path(d))
+            r = noise(args, binary, Path(d)) if args.noise else benchmark(args, binary, Path(d))
     except BenchError as e:
         log(f"error: {e}")
         return 1
     if args.json:
         print(json.dumps(r, indent=2))
+    elif args.noise:
+        print_noise(r)
     else:
         print_report(r)
     return 0

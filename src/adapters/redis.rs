@@ -354,6 +354,31 @@ impl Adapter for Redis {
 mod tests {
     use super::*;
 
+    /// The README's examples of the one naming rule, as the code makes them.
+    #[test]
+    fn the_readmes_slice_names_are_the_ones_made() {
+        let slug = crate::slug::world_slug("feature/Login-Page");
+        assert_eq!(slug, "feature-login-page-1cd8fc");
+        assert_eq!(
+            Redis.slice_name("shop", &slug),
+            "shop:feature-login-page-1cd8fc:"
+        );
+        use crate::adapters::kafka::Kafka;
+        assert_eq!(Kafka.slice_name("shop", "feat-a"), "shop-feat-a-203252-");
+        assert_eq!(
+            Kafka.slice_name("shop", &slug),
+            "shop-feature-login-page-1cd8fc-9a9368-"
+        );
+        let readme = include_str!("../../README.md");
+        for name in [
+            "shop:feature-login-page-1cd8fc:",
+            "shop-feat-a-203252-orders",
+            "shop-feature-login-page-1cd8fc-9a9368-",
+        ] {
+            assert!(readme.contains(name), "{name}");
+        }
+    }
+
     #[test]
     fn prefixes_match_only_themselves() {
         assert_eq!(Redis.slice_name("shop", "feat-a"), "shop:feat-a:");

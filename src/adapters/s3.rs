@@ -270,6 +270,9 @@ impl Api {
             "AccessDenied" => {
                 "; the account in admin_url may not do this: give it the right to create and delete buckets".to_owned()
             }
+            "" if f.status == 403 => {
+                "; the server gave no reason: check the access key and secret in admin_url, and that the account may create and delete buckets".to_owned()
+            }
             _ => String::new(),
         };
         AdapterError::new(format!(
@@ -332,6 +335,24 @@ struct DeleteMarker {
     version_id: Option<String>,
 }
 
+/// One page of `GET /bucket?list-type=2`: only the keys are read, since
+/// servers differ in what else they give (s3s-fs sends no `ETag`).
+#[derive(Debug, Default, FromXml)]
+#[xml(
+    rename = "ListBucketResult",
+    ns("http://s3.amazonaws.com/doc/2006-03-01/")
+)]
+struct Listing {
+    contents: Vec<Listed>,
+}
+
+#[derive(Debug, FromXml)]
+#[xml(rename = "Contents", ns("http://s3.amazonaws.com/doc/2006-03-01/"))]
+struct Listed {
+    #[xml(rename = "Key")]
+    key: String,
+}
+
 /// Every object version and delete marker of the bucket, deleted a page at
 /// a time; returns how many. Each page is listed from the start again: the
 /// one before it is gone, and a marker naming a deleted key is not one
@@ -373,9 +394,12 @@ async fn empty(api: &Api, bucket: &Bucket) -> Result<u64, AdapterError> {
         let text = String::from_utf8_lossy(&f.body);
         if !f.status.is_success() || text.contains("<Error>") {
             let failed = text.matches("<Error>").count();
-            let key = xml_text(&text, "Key").unwrap_or_default();
-            let code = xml_text(&text, "Code").unwrap_or_default();
-            let message = xml_text(&text, "Message").unwrap_or_default();
+            // The first failure's own fields: a server that ignores `Quiet`
+            // lists the keys it deleted before the ones it did not.
+            let first = text.find("<Error>").map_or(&*text, |at| &text[at..]);
+            let key = xml_text(first, "Key").unwrap_or_default();
+            let code = xml_text(first, "Code").unwrap_or_default();
+            let message = xml_text(first, "Message").unwrap_or_default();
             return Err(AdapterError::new(format!(
                 "s3 at {}: emptying {} answered {}: {} of {} object(s) not deleted, the first `{key}`: {code} {message}",
                 server(&api.endpoint),
@@ -456,8 +480,8 @@ async fn list_objects(
     if !f.status.is_success() {
         return Err(api.refused(&format!("listing {}", bucket.name()), &f));
     }
-    let page = rusty_s3::actions::ListObjectsV2::parse_response(&String::from_utf8_lossy(&f.body))
-        .map_err(|e| not_s3(bucket, e))?;
+    let page: Listing =
+        instant_xml::from_str(&String::from_utf8_lossy(&f.body)).map_err(|e| not_s3(bucket, e))?;
     Ok(page
         .contents
         .into_iter()
@@ -546,10 +570,21 @@ impl Adapter for S3 {
         let f = api
             .send("HEAD", action.sign(SIGNED_FOR), &[], Bytes::new())
             .await?;
+        let what = format!("looking up bucket {}", slice.name);
         match f.status.as_u16() {
             200..=299 => Ok(true),
             404 => Ok(false),
-            _ => Err(api.refused(&format!("looking up bucket {}", slice.name), &f)),
+            // A HEAD answer has no body, so no error code: ask again with
+            // a GET (a one-key listing) to learn why it was refused.
+            _ if f.body.is_empty() => {
+                let mut list = bucket.list_objects_v2(Some(&api.credentials));
+                list.with_max_keys(1);
+                let g = api
+                    .send("GET", list.sign(SIGNED_FOR), &[], Bytes::new())
+                    .await?;
+                Err(api.refused(&what, if g.status.is_success() { &f } else { &g }))
+            }
+            _ => Err(api.refused(&what, &f)),
         }
     }
 

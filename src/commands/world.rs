@@ -253,10 +253,12 @@ pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
                 );
             } else {
                 notes(&o);
-                let slices = if o.left_for_gc.is_empty() {
-                    "slices, ".to_owned()
-                } else {
-                    String::new()
+                // Only what this remove did: a world that never made a
+                // slice (or whose slices were gone already) released none.
+                let slices = match o.torn_down.len() {
+                    0 => String::new(),
+                    1 => format!("slice {}, ", o.torn_down[0]),
+                    _ => format!("slices {}, ", o.torn_down.join(", ")),
                 };
                 anstream::println!(
                     "{} removed: {} (worktree, {slices}logs and ports released; the branch is kept)",

@@ -143,6 +143,7 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         queue_length,
         suspended,
         admissions: d.admission.admissions(),
+        admission_looks: d.admission.looks(),
         memory_watch: d.admission.watch().to_owned(),
         memory_samples: d.admission.samples(),
         memory_total: memory.map(|m| m.total),

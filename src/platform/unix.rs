@@ -968,12 +968,19 @@ pub fn memory_pressure_avg10() -> Option<f64> {
 /// Bytes free for an unprivileged user on the filesystem holding `path`
 /// (its nearest existing ancestor), `None` when it cannot be read.
 pub fn disk_free(path: &Path) -> Option<u64> {
+    disk_space(path).map(|(free, _)| free)
+}
+
+/// Bytes free for an unprivileged user, and the size, of the filesystem
+/// holding `path` (its nearest existing ancestor).
+pub fn disk_space(path: &Path) -> Option<(u64, u64)> {
     let mut p = path;
     while !p.exists() {
         p = p.parent()?;
     }
     let s = nix::sys::statvfs::statvfs(p).ok()?;
-    Some(s.blocks_available() as u64 * s.fragment_size() as u64)
+    let unit = s.fragment_size() as u64;
+    Some((s.blocks_available() as u64 * unit, s.blocks() as u64 * unit))
 }
 
 /// The resident memory of each process group in `pgids`, summed over its

@@ -453,6 +453,10 @@ pub struct WorldOutcome {
     /// Things worth telling the user (a re-created worktree, a moved port).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Slices `remove` deleted on the server each was made on, in teardown
+    /// order (one found missing there is in `notes`, not here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub torn_down: Vec<String>,
     /// Slices `remove --force` could not tear down: still recorded, for
     /// `binky gc` to sweep.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -687,6 +691,10 @@ pub struct Metrics {
     /// `up`s admitted since the daemon started.
     #[serde(default)]
     pub admissions: u64,
+    /// Times a queued request looked at the room since the daemon started
+    /// (each wake, and every second while queued).
+    #[serde(default)]
+    pub admission_looks: u64,
     /// How the daemon watches memory now: `"psi"` (kernel pressure-stall
     /// triggers plus a slow sample), `"sampling"` (a sample every 2 s, where
     /// the kernel has no PSI) or `"idle"` (no world runs: nothing is read).

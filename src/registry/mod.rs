@@ -203,6 +203,18 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 
+    /// Whether setting `key` was ever stored (`binky reserve` set it), as
+    /// opposed to its default applying.
+    pub fn setting_is_set(&self, key: &str) -> Result<bool, RegistryError> {
+        self.conn
+            .query_row(
+                "SELECT EXISTS(SELECT 1 FROM settings WHERE key = ?1)",
+                [key],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))
+    }
+
     /// The settings, defaults filled in for keys never set.
     pub fn settings(&self) -> Result<Settings, RegistryError> {
         let mut s = default_settings();

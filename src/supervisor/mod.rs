@@ -174,15 +174,20 @@ pub enum Event {
         /// Why.
         reason: String,
     },
-    /// A watched file changed.
-    WatchRestart,
+    /// A watched file changed: the service restarts.
+    WatchRestart {
+        /// What changed, relative to the watch root (the first few, sorted),
+        /// and how many more did.
+        changed: Vec<String>,
+    },
 }
 
 /// What the daemon can ask of a running service task.
 enum Control {
     /// Stop for good; answered with what is left of the group, if anything.
     Stop(oneshot::Sender<Option<String>>),
-    Restart,
+    /// Restart for a watched change; what changed.
+    Restart(Vec<String>),
 }
 
 /// Controls one service task.
@@ -285,7 +290,8 @@ async fn run_adopted(
         c = ctl.recv() => {
             let left = stop_pgid(pid, &spec.stop_signal, spec.stop_timeout, &mut exited).await;
             match c {
-                Some(Control::Restart) => {
+                Some(Control::Restart(changed)) => {
+                    events(Event::WatchRestart { changed });
                     run(spec, state, ctl, events, true).await;
                 }
                 Some(Control::Stop(done)) => {
@@ -400,19 +406,20 @@ fn start_watcher(
     // A change is noted at once; the restart follows once changes have
     // stopped for WATCH_SETTLE. The thread ends with the watcher (its
     // sender is in the watcher's callback).
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<String>>();
     std::thread::Builder::new()
         .name("binky-watch".into())
         .spawn(move || {
-            while rx.recv().is_ok() {
+            while let Ok(first) = rx.recv() {
+                let mut changed: std::collections::BTreeSet<String> = first.into_iter().collect();
                 loop {
                     match rx.recv_timeout(WATCH_SETTLE) {
-                        Ok(()) => continue,
+                        Ok(more) => changed.extend(more),
                         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
                         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
                     }
                 }
-                if ctl.send(Control::Restart).is_err() {
+                if ctl.send(Control::Restart(shown(&changed))).is_err() {
                     return;
                 }
             }
@@ -420,13 +427,18 @@ fn start_watcher(
         .ok()?;
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         let Ok(event) = res else { return };
-        let hit = is_change(&event.kind)
-            && event
-                .paths
-                .iter()
-                .any(|p| p.strip_prefix(&root_cb).is_ok_and(|rel| set.is_match(rel)));
-        if hit {
-            let _ = tx.send(());
+        if !is_change(&event.kind) {
+            return;
+        }
+        let hits: Vec<String> = event
+            .paths
+            .iter()
+            .filter_map(|p| p.strip_prefix(&root_cb).ok())
+            .filter(|rel| set.is_match(rel))
+            .map(|rel| rel.to_string_lossy().into_owned())
+            .collect();
+        if !hits.is_empty() {
+            let _ = tx.send(hits);
         }
     })
     .ok()?;
@@ -434,6 +446,17 @@ fn start_watcher(
         .watch(&root, notify::RecursiveMode::Recursive)
         .ok()?;
     Some(watcher)
+}
+
+/// The first few of `changed` (sorted) and how many more, for the restart's
+/// event.
+fn shown(changed: &std::collections::BTreeSet<String>) -> Vec<String> {
+    const MOST: usize = 5;
+    let mut out: Vec<String> = changed.iter().take(MOST).cloned().collect();
+    if changed.len() > MOST {
+        out.push(format!("{} more", changed.len() - MOST));
+    }
+    out
 }
 
 /// How long, at most, a service's exit waits for its log writer to write
@@ -536,8 +559,8 @@ async fn obey(
             let _ = done.send(left);
             false
         }
-        Some(Control::Restart) => {
-            events(Event::WatchRestart);
+        Some(Control::Restart(changed)) => {
+            events(Event::WatchRestart { changed });
             // Restarting from now on, not once it has stopped: the proxy
             // holds requests for a restarting service (see proxy
             // ride_through) instead of dialling a port that is closing.
@@ -757,7 +780,7 @@ async fn run(
                             let _ = done.send(None);
                             return;
                         }
-                        Some(Control::Restart) => {}
+                        Some(Control::Restart(_)) => {}
                         None => return,
                     },
                 }

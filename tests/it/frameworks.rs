@@ -241,18 +241,27 @@ verify = ["python3 manage.py test items --noinput"]
     // and the port refuses for a moment. Requests meanwhile wait for it.
     let beta_tree = alpha_tree.parent().unwrap().join("beta");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let hammer = {
-        let (stop, h) = (stop.clone(), host("beta"));
+        let (stop, h, n) = (stop.clone(), host("beta"), answered.clone());
         std::thread::spawn(move || {
             let mut statuses = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 statuses.push(get(port, &h, "/healthz").0);
+                n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(20));
             }
             statuses
         })
     };
-    std::thread::sleep(Duration::from_millis(300));
+    // Until `n` more requests have been answered (not a fixed time).
+    let more = |n: usize| {
+        let now = answered.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(wait_until(Duration::from_secs(30), || answered
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= now + n));
+    };
+    more(10);
     let urls = beta_tree.join("shop/urls.py");
     let mut text = std::fs::read_to_string(&urls).unwrap();
     text.push_str("\n# touched\n");
@@ -269,7 +278,7 @@ verify = ["python3 manage.py test items --noinput"]
         "/healthz"
     )
     .0 == 200));
-    std::thread::sleep(Duration::from_millis(500));
+    more(10);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let statuses = hammer.join().unwrap();
     assert!(statuses.len() > 20, "{statuses:?}");

@@ -51,7 +51,13 @@ impl Home {
     /// `binky ARGS` with only this home's variables set: every inherited
     /// `BINKY_*` is removed so a developer's own settings never leak in.
     pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(binky_exe());
+        self.program(binky_exe(), args)
+    }
+
+    /// `program ARGS` (an MCP client, a wrapper that runs binky) with the
+    /// environment `cmd` gives binky: this home, no other `BINKY_*`.
+    pub fn program(&self, program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Command {
+        let mut c = Command::new(program);
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("BINKY_") {
                 c.env_remove(k);
@@ -174,6 +180,65 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// A command running in the background whose stderr is read as it comes,
+/// so a test can wait for what it says (`queued: …`) instead of sleeping.
+pub struct Watched {
+    child: std::process::Child,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watched {
+    /// Spawns `cmd` with stderr piped (and stdout discarded).
+    pub fn spawn(mut cmd: Command) -> Watched {
+        use std::io::Read;
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut pipe = child.stderr.take().unwrap();
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Watched {
+            child,
+            stderr,
+            reader: Some(reader),
+        }
+    }
+
+    /// Waits (up to `timeout`) until its stderr holds `needle`.
+    pub fn wait_for(&self, needle: &str, timeout: Duration) -> bool {
+        wait_until(timeout, || self.stderr.lock().unwrap().contains(needle))
+    }
+
+    /// Its pid.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for it to end: its exit code (-1 if killed) and all of stderr.
+    pub fn finish(mut self) -> (i32, String) {
+        let status = self.child.wait().expect("wait");
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        let text = self.stderr.lock().unwrap().clone();
+        (status.code().unwrap_or(-1), text)
+    }
+}
+
 /// A finished command's output.
 pub struct Out(pub Output);
 
@@ -212,6 +277,41 @@ impl std::fmt::Display for Out {
 /// A PATH with every program of this process's PATH but `name`: a folder of
 /// symlinks under `dir` (first of each name wins, as in a PATH lookup). For
 /// tests of what happens when an optional program is not installed.
+/// Links the example external adapter `examples/adapters/<name>.py` into
+/// `dir` as `binky-adapter-<name>`, for a `PATH` with `dir` on it.
+pub fn link_example_adapter(dir: &Path, name: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/adapters")
+        .join(format!("{name}.py"));
+    std::os::unix::fs::symlink(script, dir.join(format!("binky-adapter-{name}"))).unwrap();
+}
+
+/// `PATH` with `dir` first.
+pub fn path_with(dir: &Path) -> String {
+    format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// A test tool built outside the clone: `$env` when set, else
+/// `~/.cache/<cached>` (where `.ci/run` builds it), else `name` on `PATH`.
+pub fn cached_tool(env: &str, cached: &str, name: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
+        return Some(p.into());
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        let p = PathBuf::from(home).join(".cache").join(cached);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
 pub fn path_without(name: &str, dir: &Path) -> String {
     std::fs::create_dir_all(dir).unwrap();
     for d in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {

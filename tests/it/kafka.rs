@@ -18,17 +18,7 @@ struct Tansu {
 
 /// The tansu binary: `BINKY_TANSU`, the one `.ci/run` builds, or `PATH`'s.
 fn tansu_bin() -> Option<std::path::PathBuf> {
-    if let Some(p) = std::env::var_os("BINKY_TANSU") {
-        return Some(p.into());
-    }
-    let home = std::env::var_os("HOME").map(std::path::PathBuf::from)?;
-    let cached = home.join(".cache/binky-tansu/bin/tansu");
-    if cached.is_file() {
-        return Some(cached);
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join("tansu"))
-        .find(|p| p.is_file())
+    cached_tool("BINKY_TANSU", "binky-tansu/bin/tansu", "tansu")
 }
 
 impl Tansu {
@@ -390,7 +380,7 @@ fn a_broker_that_keeps_deleted_topics_fails_teardown_naming_them() {
 }
 
 #[test]
-fn a_dead_broker_is_named_and_up_leaves_nothing() {
+fn a_dead_broker_is_named_and_the_failed_world_holds_no_slice() {
     let home = Home::new();
     let repo = Repo::new(&kafka_project("kdead", ""));
     let out = Out(repo
@@ -417,6 +407,23 @@ fn a_dead_broker_is_named_and_up_leaves_nothing() {
         assert_eq!(worlds[w]["state"], "failed", "{worlds:?}");
     }
     assert!(!format!("{worlds:?}").contains("Hunter2Secret"));
+    // Nothing was made on a broker that never answered: no slice is
+    // recorded for `remove` or `gc` to reach, and `remove` says none.
+    let conn = rusqlite::Connection::open(home.file("registry.db")).unwrap();
+    let slices: i64 = conn
+        .query_row("SELECT count(*) FROM slices", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(slices, 0);
+    for w in ["a", "b"] {
+        let rm = repo.run_with(
+            &home,
+            &["remove", w],
+            &[("KAFKA_URL", "kafka://127.0.0.1:1")],
+        );
+        assert_eq!(rm.code(), 0, "{rm}");
+        assert!(!rm.to_string().contains("slices"), "{rm}");
+    }
+    assert!(repo.worlds(&home).is_empty());
 }
 
 #[test]
@@ -490,4 +497,30 @@ fn a_world_made_on_one_broker_is_torn_down_there_whatever_admin_url_names_now() 
         .collect();
     assert!(left.is_empty(), "left on the first broker: {left:?}");
     assert!(second.topics().iter().all(|t| !t.contains(&p)));
+}
+
+/// `options.partitions` reaches the broker: each topic is made with the
+/// partitions asked for. (tansu accepts any replication factor on one broker
+/// and reports none back, so `replication_factor` cannot be observed here.)
+#[test]
+fn partitions_are_applied_to_every_topic() {
+    let Some(kafka) = Tansu::start("memory://tansu/") else {
+        skip(NO_TANSU);
+        return;
+    };
+    let home = Home::new();
+    let url = kafka.url();
+    let repo = Repo::new(&kafka_project("kparts", ", partitions = 3"));
+    let up = repo.run_with(&home, &["up", "w"], &[("KAFKA_URL", &url)]);
+    assert_eq!(up.code(), 0, "{up}");
+    let c = kafka.client();
+    let topics = kafka.rt.block_on(c.list_topics()).unwrap();
+    let ours: Vec<_> = topics
+        .iter()
+        .filter(|t| t.name.starts_with(&prefix("kparts", "w")))
+        .collect();
+    assert_eq!(ours.len(), 2, "{topics:?}");
+    for t in &ours {
+        assert_eq!(t.partitions.len(), 3, "{t:?}");
+    }
 }

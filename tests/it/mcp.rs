@@ -30,15 +30,8 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
     let repo = Repo::new(&toml);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp_client.py");
     // The client starts `binky mcp` itself, with this home's environment.
-    let probe = home.cmd(&[]);
-    let mut py = std::process::Command::new("python3");
-    py.arg(script).arg(binky_exe()).arg(&repo.project);
-    for (k, v) in probe.get_envs() {
-        match v {
-            Some(v) => py.env(k, v),
-            None => py.env_remove(k),
-        };
-    }
+    let mut py = home.program("python3", &[script]);
+    py.arg(binky_exe()).arg(&repo.project);
     py.env("MCP_TEST_TOKEN", "mcp-secret-token");
     let out = Out(py.output().unwrap());
     assert_eq!(out.code(), 0, "{out}");
@@ -110,6 +103,84 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
     );
     assert_eq!(v["down"]["structured"]["world"]["state"], "stopped");
     assert_eq!(v["alive"], 5);
+}
+
+/// The queue over MCP: `up` with `wait: false` returns the queued place at
+/// once with the group kept; a waiting `up` sends progress while queued;
+/// `down` of a queued world takes it out of the queue.
+#[test]
+fn mcp_up_queues_with_wait_false_and_a_group_and_reports_progress_while_queued() {
+    if !have_python_sdk() {
+        skip("the MCP Python SDK is not installed (`pip install mcp`; .ci/run installs it)");
+        return;
+    }
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n",
+        project_header("mcpq", 2)
+    );
+    let repo = Repo::new(&toml);
+    home.ok(&[
+        "reserve",
+        "--max-parallel",
+        "1",
+        "--ram",
+        "0",
+        "--disk",
+        "0",
+    ]);
+    repo.ok(&home, &["up", "q-1"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp_queue.py");
+    let mut py = home.program("python3", &[script]);
+    py.arg(binky_exe()).arg(&repo.project);
+    let out = Out(py.output().unwrap());
+    assert_eq!(out.code(), 0, "{out}");
+    let v = out.json();
+    let queued = &v["no_wait"]["structured"]["world"];
+    assert_eq!(v["no_wait"]["isError"], false, "{v}");
+    assert_eq!(queued["state"], "queued", "{v}");
+    assert_eq!(queued["group"], "orch", "{v}");
+    assert_eq!(queued["queue"]["position"], 1, "{v}");
+    let listed = v["status_queued"]["structured"]["projects"][0]["worlds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "q-2")
+        .cloned()
+        .unwrap_or_else(|| panic!("q-2 not in status: {v}"));
+    assert_eq!(listed["state"], "queued", "{v}");
+    assert_eq!(listed["group"], "orch", "{v}");
+    assert_eq!(v["saw_queued"], true, "no queued progress: {v}");
+    assert!(
+        v["progress_while_queued"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m.as_str().is_some_and(|m| m.contains("max_parallel 1"))),
+        "the progress says why: {v}"
+    );
+    assert_eq!(v["down_queued"]["isError"], false, "{v}");
+    assert!(
+        v["down_queued"]["text"].as_str().unwrap().contains("queue")
+            || v["down_queued"]["structured"]["left_queue"] == true,
+        "{v}"
+    );
+    assert_eq!(v["waited"]["isError"], false, "{v}");
+    assert_eq!(
+        v["waited"]["structured"]["world"]["state"], "running",
+        "{v}"
+    );
+    let worlds = repo.worlds(&home);
+    assert!(!worlds.contains_key("q-2"), "{worlds:?}");
+    assert_eq!(worlds["q-3"]["state"], "running");
+    assert_eq!(worlds["q-1"]["state"], "stopped");
+    let withdrawn: Vec<_> = home
+        .events()
+        .into_iter()
+        .filter(|e| e["event"] == "admission_withdrawn")
+        .collect();
+    assert_eq!(withdrawn.len(), 1, "{withdrawn:?}");
+    assert_eq!(withdrawn[0]["worktree"], "q-2", "{withdrawn:?}");
 }
 
 #[test]
@@ -188,15 +259,8 @@ fn the_mcp_inspector_cli_lists_the_five_tools() {
         return;
     }
     let home = Home::new();
-    let probe = home.cmd(&[]);
-    let mut c = std::process::Command::new(&inspector);
-    c.args(["--cli", binky_exe(), "mcp", "--method", "tools/list"]);
-    for (k, v) in probe.get_envs() {
-        match v {
-            Some(v) => c.env(k, v),
-            None => c.env_remove(k),
-        };
-    }
+    let mut c = home.program(&inspector, &["--cli"]);
+    c.args([binky_exe(), "mcp", "--method", "tools/list"]);
     let out = Out(c.output().unwrap());
     assert_eq!(out.code(), 0, "{out}");
     let v = out.json();

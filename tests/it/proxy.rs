@@ -134,8 +134,10 @@ fn unknown_stopped_and_refused_give_pages_a_person_can_act_on() {
 #[test]
 fn a_starting_service_gets_503_with_retry_after() {
     let home = Home::new();
+    // The service listens only once the test has seen its 503 (it waits
+    // for a file), however slow the machine is to get there.
     let repo = echo_repo(
-        "[services.slow]\ncmd = \"sleep 3; exec python3 echo.py\"\nurl = \"slow\"\nhealth = { tcp = \"localhost:${self.port}\", timeout = \"20s\", interval = \"50ms\" }\n",
+        "[services.slow]\ncmd = \"while [ ! -f go ]; do sleep 0.05; done; exec python3 echo.py\"\nurl = \"slow\"\nhealth = { tcp = \"localhost:${self.port}\", timeout = \"120s\", interval = \"50ms\" }\n",
     );
     let mut up = repo
         .cmd(&home, &["up", "feat"])
@@ -145,7 +147,7 @@ fn a_starting_service_gets_503_with_retry_after() {
         .unwrap();
     // Wait until the proxy knows the route, then ask while it starts.
     let mut seen = None;
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let port = proxy_port(&home);
     while Instant::now() < deadline {
         if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
@@ -157,6 +159,7 @@ fn a_starting_service_gets_503_with_retry_after() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    std::fs::write(repo.worktree_root().join("feat/go"), "").unwrap();
     let (status, head, body) = seen.expect("a 503 while starting");
     assert_eq!(status, 503);
     assert!(
@@ -166,6 +169,40 @@ fn a_starting_service_gets_503_with_retry_after() {
     assert!(body.contains("starting"), "{body}");
     assert!(up.wait().unwrap().success());
     assert_eq!(get(proxy_port(&home), "slow.feat.px.localhost", "/").0, 200);
+}
+
+/// A service that crashed and waits out its restart backoff is unavailable
+/// for a while, not gone: 503 with Retry-After and a page saying so.
+#[test]
+fn a_service_waiting_out_its_restart_backoff_gets_503_with_retry_after() {
+    let home = Home::new();
+    // Serves until the test drops `die`, then exits 1; every later start
+    // exits at once, so the supervisor waits out its 60 s backoff.
+    let repo = echo_repo(
+        "[services.flaky]\ncmd = \"[ -f die ] && exit 1; python3 echo.py & while [ ! -f die ]; do sleep 0.05; done; exit 1\"\nurl = \"flaky\"\nhealth = { tcp = \"localhost:${self.port}\", timeout = \"20s\", interval = \"50ms\" }\nrestart = { policy = \"on-failure\", backoff = \"60s\", max_backoff = \"60s\" }\n",
+    );
+    repo.ok(&home, &["up", "feat"]);
+    let port = proxy_port(&home);
+    assert_eq!(get(port, "flaky.feat.px.localhost", "/").0, 200);
+    std::fs::write(repo.worktree_root().join("feat/die"), "").unwrap();
+    let restarting = wait_until(Duration::from_secs(30), || {
+        repo.worlds(&home)["feat"]["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "flaky" && s["state"] == "restarting")
+    });
+    assert!(restarting, "{:?}", repo.worlds(&home));
+    let (status, head, body) = get(port, "flaky.feat.px.localhost", "/");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 2"),
+        "{head}"
+    );
+    assert!(
+        body.contains("being restarted after a backoff") && body.contains("binky logs feat flaky"),
+        "{body}"
+    );
 }
 
 #[test]
@@ -1034,8 +1071,10 @@ fn hammer(
     port: u16,
     host: &'static str,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::thread::JoinHandle<Vec<u16>> {
-    std::thread::spawn(move || {
+) -> Hammer {
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = count.clone();
+    let thread = std::thread::spawn(move || {
         let mut seen = Vec::new();
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             let (code, _, body) = get(port, host, "/");
@@ -1043,10 +1082,36 @@ fn hammer(
                 eprintln!("502 body: {body}");
             }
             seen.push(code);
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(20));
         }
         seen
-    })
+    });
+    Hammer { thread, count }
+}
+
+/// Requests sent one after another from a thread until stopped.
+struct Hammer {
+    thread: std::thread::JoinHandle<Vec<u16>>,
+    count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Hammer {
+    /// Waits until `n` more requests have been answered.
+    fn answered(&self, n: usize) {
+        let now = self.count.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            wait_until(Duration::from_secs(30), || {
+                self.count.load(std::sync::atomic::Ordering::Relaxed) >= now + n
+            }),
+            "the requests stopped being answered"
+        );
+    }
+
+    /// Every status seen, in order (the caller has stopped it).
+    fn join(self) -> std::thread::Result<Vec<u16>> {
+        self.thread.join()
+    }
 }
 
 #[test]
@@ -1066,7 +1131,7 @@ fn a_watch_restart_is_ridden_through_and_past_the_wait_a_503_never_a_502() {
         assert_eq!(get(port, "re.feat.px.localhost", "/").0, 200);
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let h = hammer(port, "re.feat.px.localhost", stop.clone());
-        std::thread::sleep(Duration::from_millis(200));
+        h.answered(5);
         let pid = |home: &Home| {
             repo.worlds(home)["feat"]["services"]
                 .as_array()
@@ -1090,7 +1155,7 @@ fn a_watch_restart_is_ridden_through_and_past_the_wait_a_503_never_a_502() {
             "/"
         )
         .0 == 200));
-        std::thread::sleep(Duration::from_millis(300));
+        h.answered(5);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let seen = h.join().unwrap();
         assert!(

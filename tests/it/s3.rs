@@ -423,3 +423,266 @@ fn a_bucket_made_on_one_endpoint_is_torn_down_there_whatever_admin_url_names_now
         404
     );
 }
+
+/// The s3s-fs binary: `BINKY_S3S`, the one `.ci/run` builds, or `PATH`'s.
+fn s3s_bin() -> Option<std::path::PathBuf> {
+    cached_tool("BINKY_S3S", "binky-s3s/bin/s3s-fs", "s3s-fs")
+}
+
+const NO_S3S: &str = "no s3s-fs (cargo install s3s-fs --features binary, or set BINKY_S3S)";
+
+/// The access key and secret the s3s-fs server of a test accepts.
+const S3S_KEY: &str = "AKIAS3STEST";
+const S3S_SECRET: &str = "Hunter2SecretS3s";
+
+/// An s3s-fs server for one test: an S3-protocol server that verifies the
+/// SigV4 signature of every request against one key pair, keeping its
+/// buckets as folders. Stopped when dropped.
+struct S3s {
+    child: std::process::Child,
+    port: u16,
+    _data: tempfile::TempDir,
+}
+
+impl S3s {
+    fn start() -> Option<S3s> {
+        let bin = s3s_bin()?;
+        let data = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let child = std::process::Command::new(bin)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", S3S_KEY, "--secret-key", S3S_SECRET])
+            .arg(data.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let up = wait_until(Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        assert!(up, "s3s-fs did not listen on {port}");
+        Some(S3s {
+            child,
+            port,
+            _data: data,
+        })
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// An `admin_url` with `secret` as the secret key.
+    fn admin_url(&self, secret: &str) -> String {
+        format!("http://{S3S_KEY}:{secret}@127.0.0.1:{}", self.port)
+    }
+
+    /// One signed call through boto3 (a client that signs as AWS's SDKs
+    /// do): `op` is `buckets`, `create BUCKET`, `put BUCKET KEY` or `list
+    /// BUCKET`; prints the bucket or key names, one a line.
+    fn call(&self, op: &[&str]) -> Vec<String> {
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(BOTO)
+            .arg(self.url())
+            .args([S3S_KEY, S3S_SECRET])
+            .args(op)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "boto3 {op:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for S3s {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const BOTO: &str = r#"
+import sys, boto3
+from botocore.config import Config
+url, key, secret, op, *rest = sys.argv[1:]
+s3 = boto3.client("s3", endpoint_url=url, aws_access_key_id=key, aws_secret_access_key=secret,
+                  region_name="us-east-1", config=Config(s3={"addressing_style": "path"}))
+if op == "buckets":
+    for b in s3.list_buckets().get("Buckets", []): print(b["Name"])
+elif op == "create":
+    s3.create_bucket(Bucket=rest[0])
+elif op == "put":
+    s3.put_object(Bucket=rest[0], Key=rest[1], Body=b"x")
+elif op == "list":
+    for o in s3.list_objects_v2(Bucket=rest[0]).get("Contents", []): print(o["Key"])
+"#;
+
+fn s3s_project(name: &str) -> String {
+    format!(
+        "{}[services.store]\nadapter = \"s3\"\nadmin_url = \"${{env.S3_URL}}\"\n",
+        project_header(name, 2)
+    )
+}
+
+/// Every call Binky makes (create, list, delete of objects and bucket) is
+/// signed as a server that checks SigV4 accepts.
+#[test]
+fn a_server_that_checks_signatures_accepts_every_call_binky_signs() {
+    let Some(s3) = S3s::start() else {
+        skip(NO_S3S);
+        return;
+    };
+    let home = Home::new();
+    let repo = Repo::new(&s3s_project("s3sig"));
+    let admin = s3.admin_url(S3S_SECRET);
+    let up = repo.run_with(&home, &["up", "feature/Sig"], &[("S3_URL", &admin)]);
+    assert_eq!(up.code(), 0, "{up}");
+    let env = repo
+        .run_with(
+            &home,
+            &["env", "feature/Sig", "--json"],
+            &[("S3_URL", &admin)],
+        )
+        .json();
+    let bucket = env["store.bucket"]
+        .as_str()
+        .expect("store.bucket")
+        .to_owned();
+    assert_eq!(s3.call(&["buckets"]), [bucket.as_str()]);
+    // Objects, one with a key that needs escaping in a signed query.
+    for key in ["a.txt", "dir/b c+d.txt"] {
+        s3.call(&["put", &bucket, key]);
+    }
+    assert_eq!(s3.call(&["list", &bucket]).len(), 2);
+    let rm = repo.run_with(&home, &["remove", "feature/Sig"], &[("S3_URL", &admin)]);
+    assert_eq!(rm.code(), 0, "{rm}");
+    assert!(rm.stdout().contains(&format!("slice {bucket},")), "{rm}");
+    assert!(s3.call(&["buckets"]).is_empty(), "{rm}");
+    assert!(!format!("{up}{rm}").contains(S3S_SECRET));
+}
+
+/// A wrong secret is refused by the server's signature check: `up` says the
+/// credentials were refused, never the secret, and makes nothing.
+#[test]
+fn a_wrong_secret_is_refused_by_the_signature_check_and_named_as_such() {
+    let Some(s3) = S3s::start() else {
+        skip(NO_S3S);
+        return;
+    };
+    let home = Home::new();
+    let repo = Repo::new(&s3s_project("s3bad"));
+    let wrong = "WrongSecretValue99";
+    let up = repo.run_with(&home, &["up", "w"], &[("S3_URL", &s3.admin_url(wrong))]);
+    assert_eq!(up.code(), 1, "{up}");
+    let text = up.to_string();
+    assert!(text.contains("SignatureDoesNotMatch"), "{up}");
+    assert!(text.contains("secret"), "what to check: {up}");
+    assert!(!text.contains(wrong), "{up}");
+    assert!(s3.call(&["buckets"]).is_empty());
+}
+
+/// A bucket of the world's name that Binky did not make is never taken
+/// over: `up` refuses it and leaves it, and its objects, as they were.
+#[test]
+fn an_existing_bucket_of_the_worlds_name_is_refused_and_left_alone() {
+    let Some(s3) = S3s::start() else {
+        skip(NO_S3S);
+        return;
+    };
+    let home = Home::new();
+    let repo = Repo::new(&s3s_project("s3taken"));
+    let admin = s3.admin_url(S3S_SECRET);
+    // The name the world would get, from a first world made and removed.
+    assert_eq!(
+        repo.run_with(&home, &["up", "w"], &[("S3_URL", &admin)])
+            .code(),
+        0
+    );
+    let bucket = s3.call(&["buckets"]).pop().expect("the world's bucket");
+    assert_eq!(
+        repo.run_with(&home, &["remove", "w"], &[("S3_URL", &admin)])
+            .code(),
+        0
+    );
+    s3.call(&["create", &bucket]);
+    s3.call(&["put", &bucket, "theirs.txt"]);
+    let up = repo.run_with(&home, &["up", "w"], &[("S3_URL", &admin)]);
+    assert_eq!(up.code(), 1, "{up}");
+    assert!(
+        up.stderr().contains(&format!(
+            "`{bucket}` already exists on the server, and this Binky did not make it"
+        )),
+        "{up}"
+    );
+    let rm = repo.run_with(&home, &["remove", "w"], &[("S3_URL", &admin)]);
+    assert_eq!(rm.code(), 0, "{rm}");
+    assert_eq!(s3.call(&["buckets"]), [bucket.as_str()]);
+    assert_eq!(s3.call(&["list", &bucket]), ["theirs.txt"]);
+}
+
+/// A DeleteObjects answered 200 that lists per-key errors is a failed
+/// teardown: `remove` says how many objects stayed and which, keeps the
+/// world to retry, and succeeds once the server lets them go.
+#[test]
+fn a_partial_delete_is_an_error_that_names_the_objects_left() {
+    let Some(moto) = Moto::start() else {
+        skip("no moto server (pip install 'moto[server]')");
+        return;
+    };
+    let home = Home::new();
+    let repo = Repo::new(&s3s_project("s3held"));
+    let admin = format!("http://AKIAEXAMPLE:Hunter2Secret@127.0.0.1:{}", moto.port);
+    let env = [("S3_URL", admin.as_str())];
+    assert_eq!(repo.run_with(&home, &["up", "w"], &env).code(), 0);
+    let bucket = repo.run_with(&home, &["env", "w", "--json"], &env).json()["store.bucket"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let base = format!("{}/{bucket}", moto.url());
+    // Object Lock on the (still empty) bucket, and a legal hold on one
+    // object: the server refuses to delete that one version.
+    let steps = [
+        (
+            format!("{base}?versioning"),
+            "<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>",
+        ),
+        (
+            format!("{base}?object-lock"),
+            "<ObjectLockConfiguration><ObjectLockEnabled>Enabled</ObjectLockEnabled></ObjectLockConfiguration>",
+        ),
+        (format!("{base}/free.txt"), "x"),
+        (format!("{base}/held.txt"), "x"),
+        (
+            format!("{base}/held.txt?legal-hold"),
+            "<LegalHold><Status>ON</Status></LegalHold>",
+        ),
+    ];
+    for (url, body) in &steps {
+        let (code, text) = http("PUT", url, Some(body));
+        assert_eq!(code, 200, "PUT {url}: {text}");
+    }
+    let rm = repo.run_with(&home, &["remove", "w"], &env);
+    assert_eq!(rm.code(), 1, "{rm}");
+    assert!(
+        rm.stderr().contains("1 of 2 object(s) not deleted") && rm.stderr().contains("`held.txt`"),
+        "{rm}"
+    );
+    assert!(repo.worlds(&home).contains_key("w"), "kept to retry");
+    assert_eq!(http("HEAD", &base, None).0, 200, "the bucket stays");
+    let (code, text) = http(
+        "PUT",
+        &format!("{base}/held.txt?legal-hold"),
+        Some("<LegalHold><Status>OFF</Status></LegalHold>"),
+    );
+    assert_eq!(code, 200, "{text}");
+    let rm = repo.run_with(&home, &["remove", "w"], &env);
+    assert_eq!(rm.code(), 0, "{rm}");
+    assert_eq!(http("HEAD", &base, None).0, 404);
+}

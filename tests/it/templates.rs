@@ -465,14 +465,6 @@ fn example_binary(name: &str) -> std::path::PathBuf {
 }
 
 /// `dir` in front of this process's PATH.
-fn path_with(dir: &std::path::Path) -> String {
-    format!(
-        "{}:{}",
-        dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    )
-}
-
 fn script(dir: &std::path::Path, name: &str, body: &str) {
     use std::os::unix::fs::PermissionsExt;
     let p = dir.join(name);
@@ -485,14 +477,7 @@ fn external_adapters_in_python_and_rust_serve_up_clone_and_remove() {
     let home = Home::new();
     let bin = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/examples/adapters/filestore.py"
-        ),
-        bin.path().join("binky-adapter-filestore"),
-    )
-    .unwrap();
+    link_example_adapter(bin.path(), "filestore");
     std::os::unix::fs::symlink(
         example_binary("binky-adapter-dirstore"),
         bin.path().join("binky-adapter-dirstore"),

@@ -64,6 +64,16 @@ fn sample_interval(psi: bool) -> Duration {
     });
     set.unwrap_or(if psi { SAMPLE_WITH_PSI } else { SAMPLE })
 }
+/// Whether the sampler may arm a pressure-stall trigger: `BINKY_PSI=off`
+/// (read when the daemon starts) makes it sample only, as on a kernel
+/// without PSI, for a kernel whose triggers misfire.
+fn psi_allowed() -> bool {
+    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALLOWED.get_or_init(|| {
+        !std::env::var("BINKY_PSI").is_ok_and(|v| matches!(v.trim(), "off" | "0" | "false" | "no"))
+    })
+}
+
 /// A world admitted or resumed less than this ago is never suspended, so
 /// the daemon does not flap; `BINKY_SUSPEND_HOLD` (a duration such as
 /// `"10s"`, read when the daemon starts) overrides it.
@@ -116,6 +126,10 @@ pub const SETTLE: Duration = Duration::from_secs(5);
 /// suspension freed.
 pub const RESUME_MARGIN: u64 = 256 << 20;
 
+/// The default disk reserve on a filesystem is at most its size divided by
+/// this (a tenth); one the user set is not capped.
+pub const DISK_RESERVE_SHARE: u64 = 10;
+
 /// Admission's in-memory state; the queue itself is in the registry.
 #[derive(Default)]
 pub(crate) struct Admission {
@@ -124,6 +138,9 @@ pub(crate) struct Admission {
     changed: tokio::sync::Notify,
     /// `up`s admitted since the daemon started.
     admissions: AtomicU64,
+    /// Looks at the room (a queued ticket's, or `status`'s) since the daemon
+    /// started: a test's proof that admission looked again.
+    looks: AtomicU64,
     /// Asks the sampler for a sample now (a reserve changed); a permit is
     /// kept when it is busy, so none is lost.
     resample: tokio::sync::Notify,
@@ -197,6 +214,11 @@ impl Admission {
     /// `up`s admitted since the daemon started.
     pub(crate) fn admissions(&self) -> u64 {
         self.admissions.load(Ordering::Relaxed)
+    }
+
+    /// Looks at the room since the daemon started.
+    pub(crate) fn looks(&self) -> u64 {
+        self.looks.load(Ordering::Relaxed)
     }
 
     /// Takes a memory sample now, if the sampler runs (any world does).
@@ -373,6 +395,14 @@ fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, ApiError> {
                 .sum::<u64>(),
     });
     let reserve = (s.disk_reserve_gb * 1e9) as u64;
+    // The default reserve (5 GB) is a guess made for a large disk: on a
+    // small filesystem (a 1 GB /tmp) it would keep every `up` queued for
+    // good, so it is at most a tenth of each. A reserve the user set is
+    // kept as set.
+    let chosen = d
+        .registry()
+        .setting_is_set("disk_reserve_gb")
+        .map_err(internal)?;
     let mut paths: Vec<String> = vec![d.paths.home().display().to_string()];
     for r in rows {
         if !paths.contains(&r.disk_path) {
@@ -382,11 +412,15 @@ fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, ApiError> {
     let disks = paths
         .into_iter()
         .filter_map(|path| {
-            let free = crate::platform::disk_free(std::path::Path::new(&path))?;
+            let (free, size) = crate::platform::disk_space(std::path::Path::new(&path))?;
             Some(decide::Disk {
                 path,
                 free,
-                reserve,
+                reserve: if chosen {
+                    reserve
+                } else {
+                    reserve.min(size / DISK_RESERVE_SHARE)
+                },
             })
         })
         .collect();
@@ -404,6 +438,7 @@ fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, ApiError> {
 /// fits (under the lock, so two tickets never take the same room).
 fn look(d: &Arc<Daemon>, ticket: i64) -> Result<Step, ApiError> {
     let started = std::time::Instant::now();
+    d.admission.looks.fetch_add(1, Ordering::Relaxed);
     let mut st = d.admission.lock();
     let rows = d.registry().queue().map_err(internal)?;
     let Some(me) = rows.iter().position(|r| r.ticket == ticket) else {
@@ -775,10 +810,15 @@ pub(crate) fn resume_queue(d: &Arc<Daemon>) {
     // Read the environment now, so a bad value is reported as the daemon
     // starts, not at its first sample.
     tracing::info!(
-        "admission: suspend hold {}, sample every {} ({} without PSI)",
+        "admission: suspend hold {}, sample every {} ({} without PSI){}",
         humantime::format_duration(hold()),
         humantime::format_duration(sample_interval(true)),
-        humantime::format_duration(sample_interval(false))
+        humantime::format_duration(sample_interval(false)),
+        if psi_allowed() {
+            ""
+        } else {
+            ", PSI off (BINKY_PSI)"
+        }
     );
     // A ticket admitted when the last daemon died never finished its `up`.
     let _ = d.registry().readmit_all();
@@ -817,9 +857,13 @@ pub(crate) fn ensure_sampler(d: &Arc<Daemon>) {
     }
     let d = Arc::clone(d);
     tokio::spawn(async move {
-        let mut trigger = crate::platform::PressureTrigger::memory(PSI_STALL, PSI_WINDOW)
-            .inspect_err(|e| tracing::debug!("no memory pressure trigger ({e}): sampling"))
-            .ok();
+        let mut trigger = if psi_allowed() {
+            crate::platform::PressureTrigger::memory(PSI_STALL, PSI_WINDOW)
+                .inspect_err(|e| tracing::debug!("no memory pressure trigger ({e}): sampling"))
+                .ok()
+        } else {
+            None
+        };
         let mut last_event: Option<std::time::Instant> = None;
         let mut confirming = false;
         loop {

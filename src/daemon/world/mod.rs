@@ -221,6 +221,7 @@ fn withdrawn(loc: &Located, name: &str, state: WorldState) -> WorldOutcome {
         world,
         noop: false,
         notes: Vec::new(),
+        torn_down: Vec::new(),
         left_for_gc: Vec::new(),
         left_queue: true,
     }
@@ -246,6 +247,7 @@ fn outcome(
         world,
         noop,
         notes,
+        torn_down: Vec::new(),
         left_for_gc: Vec::new(),
         left_queue: false,
     })

@@ -60,7 +60,9 @@ pub(super) fn recorder(
                 );
                 d.event(ev("gave_up").detail(reason));
             }
-            supervisor::Event::WatchRestart => d.event(ev("watch_restart")),
+            supervisor::Event::WatchRestart { changed } => {
+                d.event(ev("watch_restart").detail(format!("changed: {}", changed.join(", "))))
+            }
         }
     })
 }

@@ -47,7 +47,7 @@ pub(crate) async fn remove(
     d.admission.resample();
     notes.extend(left_in_place);
     fault_point("remove:stopped");
-    let left_for_gc = rm.tear_down(teardowns, &mut notes).await?;
+    let (torn_down, left_for_gc) = rm.tear_down(teardowns, &mut notes).await?;
     rm.delete_files(git, ours).await?;
     {
         let reg = d.registry();
@@ -63,6 +63,7 @@ pub(crate) async fn remove(
         world,
         noop: false,
         notes,
+        torn_down,
         left_for_gc,
         left_queue: was_queued,
     })
@@ -221,8 +222,8 @@ impl Removal<'_> {
         &self,
         teardowns: Vec<Teardown>,
         notes: &mut Vec<String>,
-    ) -> Result<Vec<String>, ApiError> {
-        let mut left = Vec::new();
+    ) -> Result<(Vec<String>, Vec<String>), ApiError> {
+        let (mut torn, mut left) = (Vec::new(), Vec::new());
         let (d, loc, w) = (self.d, self.loc, self.w);
         for (s, adapter, reached) in teardowns {
             let key = SliceKey {
@@ -248,9 +249,9 @@ impl Removal<'_> {
                 Err(e) => (Err(e.message), None),
             };
             if let Ok(found) = result {
-                if found == TornDown::NotFound
-                    && let Some(slice) = &shown
-                {
+                if found == TornDown::Deleted {
+                    torn.push(s.slice.clone());
+                } else if let Some(slice) = &shown {
                     notes.push(not_found_note(d, adapter.as_ref(), slice));
                 }
                 let reg = d.registry();
@@ -282,7 +283,7 @@ impl Removal<'_> {
             ev.adapter = Some(s.adapter.clone());
             d.event(ev);
         }
-        Ok(left)
+        Ok((torn, left))
     }
 
     /// Deletes the worktree (when it is Binky's, or drops git's

@@ -117,13 +117,18 @@ fn queued_outcome(
     };
     let known = row.and_then(|w| world_status(d, &loc.name, w.id).ok());
     let mut world = known.unwrap_or_else(|| admission::unmade(name, req.group.clone()));
-    world.state = WorldState::Queued;
+    // A suspended world waits on its resume, in its own place: it stays
+    // `suspended` (as `status` shows it), never a second, queued entry.
+    if world.state != WorldState::Suspended {
+        world.state = WorldState::Queued;
+    }
     world.queue = Some(standing.place());
     WorldOutcome {
         project: loc.name.clone(),
         world,
         noop: false,
         notes: vec![standing.message()],
+        torn_down: Vec::new(),
         left_for_gc: Vec::new(),
         left_queue: false,
     }
