@@ -124,6 +124,27 @@ const fn clone_strategy(choices: &'static [&'static str]) -> OptionSpec {
 }
 
 impl Entry {
+    /// A rendered option value in the type its option takes: tokens render
+    /// to text, so `acl = "${env.ACL}"` with `ACL=true` becomes `true`, and
+    /// `partitions = "${env.P}"` with `P=3` becomes `3`. Only for `Bool`
+    /// and `Count` options, and only text that spells a value of that kind;
+    /// anything else is left for [`Entry::check_options`] to refuse.
+    pub fn typed(&self, key: &str, rendered: toml::Value) -> toml::Value {
+        let kind = self.options.iter().find(|o| o.name == key).map(|o| o.kind);
+        let Some(text) = rendered.as_str().map(str::trim) else {
+            return rendered;
+        };
+        match kind {
+            Some(OptionKind::Bool) => match text {
+                "true" => toml::Value::Boolean(true),
+                "false" => toml::Value::Boolean(false),
+                _ => rendered,
+            },
+            Some(OptionKind::Count) => text.parse::<i64>().map_or(rendered, toml::Value::Integer),
+            _ => rendered,
+        }
+    }
+
     /// Checks a resource's options once their tokens are rendered, as
     /// `binky check` checks literal ones; an option this adapter does not
     /// read was refused by `check` already and is ignored here.

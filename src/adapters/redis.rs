@@ -115,12 +115,35 @@ pub(crate) fn open(url: &str) -> Result<redis::Client, String> {
     redis::Client::open(url).map_err(|e| {
         crate::secrets::redact_url(
             &format!(
-                "admin_url for {} is not a redis URL the client takes: {e}",
-                server_of(url)
+                "admin_url for {} is not a redis URL the client takes: {}",
+                server_of(url),
+                plain(&e)
             ),
             Some(url),
         )
     })
+}
+
+/// A redis client error in words: the crate's text without the debug name
+/// of its kind it carries (`… - Server(ResponseError): detail` reads
+/// `…: detail`).
+fn plain(e: &impl std::fmt::Display) -> String {
+    let text = e.to_string();
+    let Some(at) = text.find(" - ") else {
+        return text;
+    };
+    let rest = &text[at + 3..];
+    let (kind, detail) = match rest.split_once(": ") {
+        Some((k, d)) => (k, Some(d)),
+        None => (rest, None),
+    };
+    if kind.contains(' ') || !kind.starts_with(|c: char| c.is_ascii_uppercase()) {
+        return text;
+    }
+    match detail {
+        Some(d) => format!("{}: {d}", &text[..at]),
+        None => text[..at].to_owned(),
+    }
 }
 
 /// Whether the server turned the connection's credentials down: a wrong
@@ -164,7 +187,20 @@ async fn connect(slice: &Slice) -> Result<MultiplexedConnection, AdapterError> {
     match tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection()).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) if refused_credentials(&e) => Err(credentials_refused(slice)),
-        Ok(Err(e)) => Err(unreachable(&e)),
+        // The server answers, but has no such database.
+        Ok(Err(e)) if e.to_string().contains("switch database") => {
+            let db = url::Url::parse(url)
+                .ok()
+                .map(|u| u.path().trim_start_matches('/').to_owned())
+                .unwrap_or_default();
+            Err(AdapterError::new(format!(
+                "redis at {} has no database {db} (the /{db} of admin_url): {}; name one below its `databases` setting (16 by default: 0 to 15)",
+                server_of(url),
+                plain(&e)
+            ))
+            .redacted(slice))
+        }
+        Ok(Err(e)) => Err(unreachable(&plain(&e))),
         Err(_) => Err(unreachable(&format!("no answer within {TIMEOUT:?}"))),
     }
 }
@@ -353,6 +389,21 @@ impl Adapter for Redis {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_errors_read_without_debug_names() {
+        let e = redis::Client::open("redis://127.0.0.1:6379/abc")
+            .err()
+            .unwrap();
+        assert_eq!(plain(&e), "Invalid database number");
+        assert_eq!(
+            plain(
+                &"Redis server refused to switch database - Server(ResponseError): DB index is out of range"
+            ),
+            "Redis server refused to switch database: DB index is out of range"
+        );
+        assert_eq!(plain(&"a - b c"), "a - b c");
+    }
 
     /// The README's examples of the one naming rule, as the code makes them.
     #[test]

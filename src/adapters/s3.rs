@@ -127,7 +127,19 @@ pub(crate) fn parse_admin_url(url: &str) -> Result<(url::Url, String, String), S
             "admin_url has no scheme: write {schemes}KEY:SECRET@host:port"
         ));
     }
-    let mut endpoint = url::Url::parse(url).map_err(|e| format!("admin_url is not a URL: {e}"))?;
+    let mut endpoint = url::Url::parse(url).map_err(|e| {
+        // AWS secrets hold `/` and `+`: unescaped, a `/` ends the host part
+        // and the rest reads as a port.
+        let rest = &url[url.find("://").map_or(0, |i| i + 3)..];
+        let userinfo = rest.rfind('@').map_or("", |at| &rest[..at]);
+        if userinfo.contains(['/', '?', '#']) {
+            format!(
+                "admin_url is not a URL ({e}): its key or secret holds `/`, `?` or `#`; percent-encode them (`/` is %2F, `?` %3F, `#` %23, and `+` %2B)"
+            )
+        } else {
+            format!("admin_url is not a URL: {e}")
+        }
+    })?;
     if !crate::http::SCHEMES.contains(&endpoint.scheme()) {
         return Err(format!(
             "admin_url for {} must be {schemes} (this build speaks no other scheme{})",
@@ -148,6 +160,13 @@ pub(crate) fn parse_admin_url(url: &str) -> Result<(url::Url, String, String), S
         return Err(format!(
             "admin_url for {} has no access key and secret: write http://KEY:SECRET@host:port",
             server(&endpoint)
+        ));
+    }
+    if !matches!(endpoint.path(), "" | "/") {
+        return Err(format!(
+            "admin_url for {} has a path ({}): buckets are made at the server's root, so write it without one",
+            server(&endpoint),
+            endpoint.path()
         ));
     }
     let _ = endpoint.set_username("");
@@ -634,6 +653,18 @@ mod tests {
         for bad in ["ab", "Upper", "a_b", "-ab", "ab-", "xn--ab", "ab-s3alias"] {
             assert!(bucket_name_error(bad).is_some(), "{bad}");
         }
+    }
+
+    #[test]
+    fn admin_urls_with_a_raw_slash_in_the_secret_or_a_path_say_what_to_write() {
+        let e = parse_admin_url("http://AK:wJal/rXU+tn@127.0.0.1:9000").unwrap_err();
+        assert!(e.contains("percent-encode") && e.contains("%2F"), "{e}");
+        assert!(!e.contains("rXU"), "{e}");
+        let (_, _, secret) = parse_admin_url("http://AK:wJal%2FrXU%2Btn@127.0.0.1:9000").unwrap();
+        assert_eq!(secret, "wJal/rXU+tn");
+        let e = parse_admin_url("http://AK:SK@127.0.0.1:9000/some/path").unwrap_err();
+        assert!(e.contains("has a path (/some/path)"), "{e}");
+        assert!(parse_admin_url("http://AK:SK@127.0.0.1:9000/").is_ok());
     }
 
     #[test]

@@ -261,9 +261,14 @@ pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
                     _ => format!("slices {}, ", o.torn_down.join(", ")),
                 };
                 anstream::println!(
-                    "{} removed: {} (worktree, {slices}logs and ports released; the branch is kept)",
+                    "{} removed: {} (worktree, {slices}logs and ports released; the branch is kept){}",
                     paint(OK, "✓"),
-                    o.world.name
+                    o.world.name,
+                    if o.left_queue {
+                        "; its queued `up` left the queue"
+                    } else {
+                        ""
+                    }
                 );
                 if !o.left_for_gc.is_empty() {
                     anstream::println!("  left for `binky gc`: {}", o.left_for_gc.join(", "));
@@ -484,7 +489,7 @@ pub fn shell_lines(env: &crate::protocol::WorldEnv, export: bool) -> String {
     for k in withheld {
         let _ = writeln!(
             out,
-            "# {k} is withheld: its value comes from ${{env.…}} (your environment); add --reveal to print it"
+            "# {k} is withheld: binky.toml takes its value from your environment; add --reveal to print it"
         );
     }
     out
@@ -559,7 +564,12 @@ pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
     let mut out = anstream::stdout().lock();
     for (_, i, _, text) in merged {
         let svc = &files[i].0;
-        let _ = writeln!(out, "{} {text}", paint(DIM, format!("{svc:<width$} |")));
+        let _ = writeln!(
+            out,
+            "{} {}",
+            paint(DIM, format!("{svc:<width$} |")),
+            crate::output::untrusted(&text)
+        );
     }
     if !args.follow {
         return ExitCode::SUCCESS;
@@ -581,7 +591,11 @@ pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
             while let Some(pos) = partial[i].find('\n') {
                 let line: String = partial[i].drain(..=pos).collect();
                 let text = crate::supervisor::logs::split_stamp(line.trim_end_matches('\n')).1;
-                anstream::println!("{} {text}", paint(DIM, format!("{svc:<width$} |")));
+                anstream::println!(
+                    "{} {}",
+                    paint(DIM, format!("{svc:<width$} |")),
+                    crate::output::untrusted(text)
+                );
             }
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -1089,6 +1089,18 @@ fn verbs_on_a_queued_world_and_small_cli_edges_say_what_is_true() {
         j.get("left_queue").is_none(),
         "a world that was not queued: {j}"
     );
+    // A made world, stopped, queued again: `remove` says its place went too.
+    repo.ok(&home, &["up", "q3"]);
+    assert_eq!(
+        no_wait(&repo, &home, "w2", None).json()["world"]["state"],
+        "queued"
+    );
+    let rm = repo.ok(&home, &["remove", "w2"]);
+    assert!(
+        rm.stdout()
+            .contains("released; the branch is kept); its queued `up` left the queue"),
+        "{rm}"
+    );
 }
 
 /// How many of `repo`'s worlds run or start now, and how many are queued
@@ -1325,7 +1337,10 @@ fn a_suspension_waits_out_the_hold_and_up_and_down_act_on_a_suspended_world() {
     if skips_without_room(&home, 2 << 30) {
         return;
     }
-    let _filler = cap_available(&home, 80);
+    // The line is drawn 600 MiB above what is available and may be at most
+    // 90 % of RAM: a filler holds what a big or idle machine has above that.
+    let total = daemon_memory(&home).0;
+    let _filler = cap_available(&home, 88 - 600 * MIB * 100 / total);
     let mut asked = std::collections::HashMap::new();
     for w in ["old", "new"] {
         asked.insert(w, std::time::Instant::now());

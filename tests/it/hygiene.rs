@@ -429,3 +429,37 @@ sys.stdout.write(out.decode("utf-8", "replace"))
     assert!(usage.contains("required"), "{usage}");
     assert!(!usage.contains('\u{1b}'), "{usage:?}");
 }
+
+/// What a service prints is untrusted on a terminal: with colour on (as on
+/// a terminal), `logs` and a failed `up`'s excerpt keep its colours but no
+/// other escape sequence (a window title, the clipboard, a screen clear),
+/// and a carriage return shows as `^M` rather than overwriting the line.
+#[test]
+fn service_output_cannot_drive_the_terminal() {
+    let home = Home::new();
+    let hostile =
+        r"printf 'a\033]0;pwned\007b\033]52;c;Y2xpcA==\033\\c\033[2Jd\033[31mred\033[0m e\rf\n'";
+    let toml = format!(
+        "{}[services.loud]\ncmd = \"{}; exec sleep 600\"\n[services.bad]\ncmd = \"{}; exit 3\"\nrestart = \"no\"\n",
+        crate::project::project_header("loud", 2),
+        hostile.replace('\\', "\\\\").replace('"', "\\\""),
+        hostile.replace('\\', "\\\\").replace('"', "\\\"")
+    );
+    let repo = crate::project::Repo::new(&toml);
+    let up = Out(repo
+        .cmd(&home, &["--color", "always", "up", "w"])
+        .output()
+        .unwrap());
+    assert_eq!(up.code(), 1, "the bad service fails up: {up}");
+    let logs = Out(repo
+        .cmd(&home, &["--color", "always", "logs", "w", "loud"])
+        .output()
+        .unwrap());
+    for text in [up.stderr(), logs.stdout()] {
+        assert!(text.contains("abcd"), "{text:?}");
+        assert!(text.contains("\u{1b}[31mred\u{1b}[0m e^Mf"), "{text:?}");
+        for bad in ["\u{1b}]", "pwned", "\u{1b}[2J", "\r"] {
+            assert!(!text.contains(bad), "{bad:?} in {text:?}");
+        }
+    }
+}

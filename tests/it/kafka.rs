@@ -500,7 +500,7 @@ fn a_world_made_on_one_broker_is_torn_down_there_whatever_admin_url_names_now() 
 }
 
 /// `options.partitions` reaches the broker: each topic is made with the
-/// partitions asked for. (tansu accepts any replication factor on one broker
+/// partitions asked for, written as a number or rendered from a token. (tansu accepts any replication factor on one broker
 /// and reports none back, so `replication_factor` cannot be observed here.)
 #[test]
 fn partitions_are_applied_to_every_topic() {
@@ -523,4 +523,21 @@ fn partitions_are_applied_to_every_topic() {
     for t in &ours {
         assert_eq!(t.partitions.len(), 3, "{t:?}");
     }
+    // From a token: rendered text, read as the count it spells.
+    let repo = Repo::new(&kafka_project("ktoken", ", partitions = \"${env.P}\""));
+    assert_eq!(repo.run(&home, &["check"]).code(), 0);
+    let up = repo.run_with(&home, &["up", "w"], &[("KAFKA_URL", &url), ("P", "2")]);
+    assert_eq!(up.code(), 0, "{up}");
+    let topics = kafka.rt.block_on(c.list_topics()).unwrap();
+    let ours: Vec<_> = topics
+        .iter()
+        .filter(|t| t.name.starts_with(&prefix("ktoken", "w")))
+        .collect();
+    assert_eq!(ours.len(), 2, "{topics:?}");
+    for t in &ours {
+        assert_eq!(t.partitions.len(), 2, "{t:?}");
+    }
+    let bad = repo.run_with(&home, &["up", "x"], &[("KAFKA_URL", &url), ("P", "many")]);
+    assert_eq!(bad.code(), 1, "{bad}");
+    assert!(bad.stderr().contains("options.partitions"), "{bad}");
 }

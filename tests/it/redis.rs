@@ -498,7 +498,7 @@ fn a_teardown_reaches_the_server_the_slice_was_made_on() {
 /// Issue: a wrong password was answered "check that the server runs and
 /// that admin_url names it"; the server runs, it refused the credentials.
 #[test]
-fn refused_credentials_are_named_as_such_never_shown() {
+fn refused_credentials_and_a_missing_database_are_named_as_such_never_shown() {
     let Some(other) = OtherRedis::start("Right5ecret") else {
         skip("cannot start a redis-server");
         return;
@@ -517,6 +517,12 @@ fn refused_credentials_are_named_as_such_never_shown() {
         (
             format!("redis://127.0.0.1:{}/0", other.port),
             "refused the credentials: admin_url gives no password and the server requires one",
+        ),
+        // A database the server does not have: it answers, so "is it
+        // running" is the wrong question too.
+        (
+            format!("redis://:Right5ecret@127.0.0.1:{}/16", other.port),
+            "has no database 16 (the /16 of admin_url): Redis server refused to switch database: DB index is out of range",
         ),
     ] {
         let out = repo.run_with(&home, &["up", "a"], &[("R_URL", &url)]);

@@ -190,14 +190,18 @@ pub(super) fn render_options(
             other => other.clone(),
         })
     }
+    let entry = crate::adapters::catalog::find(&r.adapter);
     let mut out = toml::Table::new();
     for (k, v) in &r.options {
-        out.insert(
-            k.clone(),
-            walk(v, &format!("services.{service}.options.{k}"), service, &fx)?,
-        );
+        let mut rendered = walk(v, &format!("services.{service}.options.{k}"), service, &fx)?;
+        if let Some(entry) = entry
+            && crate::config::render::value_has_binky_token(v)
+        {
+            rendered = entry.typed(k, rendered);
+        }
+        out.insert(k.clone(), rendered);
     }
-    if let Some(entry) = crate::adapters::catalog::find(&r.adapter) {
+    if let Some(entry) = entry {
         entry.check_options(&out).map_err(|e| {
             ApiError::new(format!(
                 "services.{service}.{e}, once its tokens are rendered"
