@@ -157,8 +157,9 @@ pub fn run(args: &JsonArgs) -> ExitCode {
             None,
         ));
     } else {
-        let mut fix = String::from(
-            "server-side code should use ${SVC.local_url}; to make the names resolve everywhere either install nss-myhostname (Debian: apt-get install libnss-myhostname) and add `myhostname` to the hosts: line of /etc/nsswitch.conf",
+        let mut fix = format!(
+            "server-side code should use ${{SVC.local_url}}; to make the names resolve everywhere {}install nss-myhostname (Debian: apt-get install libnss-myhostname) and add `myhostname` to the hosts: line of /etc/nsswitch.conf",
+            if hosts.is_empty() { "" } else { "either " }
         );
         if !hosts.is_empty() {
             fix.push_str(", or add these lines to /etc/hosts:\n");

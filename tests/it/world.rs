@@ -1231,7 +1231,7 @@ fn doctor_prints_hosts_lines_for_running_worlds_when_localhost_does_not_resolve(
         project_header("doc", 4),
         http_service("web", "")
     ));
-    repo.ok(&home, &["up", "x"]);
+    home.ok(&["daemon", "start"]);
     let dir = tempfile::tempdir().unwrap();
     let nss = dir.path().join("nsswitch.conf");
     std::fs::write(&nss, "hosts: files\n").unwrap();
@@ -1261,6 +1261,14 @@ fn doctor_prints_hosts_lines_for_running_worlds_when_localhost_does_not_resolve(
         assert_eq!(find("proxy")["status"], "ok", "{v}");
         find("*.localhost")
     };
+    // No world yet: the one way to fix it, as a whole sentence.
+    let alone = doctor("127.0.0.1 localhost\n");
+    let fix = alone["fix"].as_str().unwrap();
+    assert!(
+        !fix.contains("either") && !fix.contains("/etc/hosts:"),
+        "{alone}"
+    );
+    repo.ok(&home, &["up", "x"]);
     let resolving = doctor("127.0.0.1 localhost\n127.0.0.1 binky-doctor-probe.localhost\n");
     assert_eq!(resolving["status"], "ok", "{resolving}");
     assert!(resolving.get("fix").is_none(), "{resolving}");
