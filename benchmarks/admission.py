@@ -437,6 +437,7 @@ def noise(args: argparse.Namespace, binary: Path, root: Path) -> dict:
     hold, as a user's does."""
     b = Bench(binary, root, args.hold_mib, 3)
     filler = None
+    fillers: list[subprocess.Popen] = []
     try:
         b.run("daemon", "start")
         b.run("reserve", "--ram", "0", "--disk", "0", "--max-parallel", "0")
@@ -448,6 +449,14 @@ def noise(args: argparse.Namespace, binary: Path, root: Path) -> dict:
                 raise BenchError("the daemon never learned the footprint")
             time.sleep(0.5)
         footprint = json.loads(b.run("metrics").stdout)["footprints"]["admbench"]
+        # A reserve may be at most 90 % of RAM: on a machine with more free,
+        # a steady filler holds what is above 80 % first.
+        m = json.loads(b.run("metrics").stdout)
+        extra = m["memory_available"] - m["memory_total"] * 8 // 10
+        if extra > 0:
+            cap = subprocess.Popen([sys.executable, "-c", FILLER, str(extra >> 20), "86400"])
+            fillers.append(cap)
+            time.sleep(3 + extra / (2 << 30))
         filler = subprocess.Popen([sys.executable, "-c", FILLER, str(args.swing_mib),
                                    str(args.period)])
         # The swing as the daemon reads it (bounded by its cgroup).
@@ -490,9 +499,9 @@ def noise(args: argparse.Namespace, binary: Path, root: Path) -> dict:
         return {"swing_mib": args.swing_mib, "seen_swing_mib": seen / MIB,
                 "footprint_mib": footprint / MIB, "period_s": args.period, "phases": out}
     finally:
-        if filler:
-            filler.kill()
-            filler.wait()
+        for f in fillers + ([filler] if filler else []):
+            f.kill()
+            f.wait()
         b.stop()
 
 
