@@ -456,7 +456,16 @@ def noise(args: argparse.Namespace, binary: Path, root: Path) -> dict:
         if extra > 0:
             cap = subprocess.Popen([sys.executable, "-c", FILLER, str(extra >> 20), "86400"])
             fillers.append(cap)
-            time.sleep(3 + extra / (2 << 30))
+            # Until it is written and MemAvailable is still again: a swing
+            # measured while it settles puts the lines in the wrong place.
+            time.sleep(3 + extra / (1 << 30))
+            last = json.loads(b.run("metrics").stdout)["memory_available"]
+            for _ in range(30):
+                time.sleep(1)
+                now = json.loads(b.run("metrics").stdout)["memory_available"]
+                if abs(now - last) < 64 * MIB:
+                    break
+                last = now
         filler = subprocess.Popen([sys.executable, "-c", FILLER, str(args.swing_mib),
                                    str(args.period)])
         # The swing as the daemon reads it (bounded by its cgroup).
@@ -503,6 +512,9 @@ def noise(args: argparse.Namespace, binary: Path, root: Path) -> dict:
             f.kill()
             f.wait()
         b.stop()
+        if args.events:
+            import shutil
+            shutil.copy(b.home / "events.log", args.events)
 
 
 def print_noise(r: dict) -> None:

@@ -189,6 +189,25 @@ pub const MAX_HOLD: Duration = Duration::from_secs(3600);
 /// last), so a lasting shortfall or headroom is judged in seconds.
 pub const CONFIRM: Duration = Duration::from_secs(1);
 
+/// `every` moved by up to a quarter either way, at random: readings at a
+/// fixed interval alias with memory that other programs move periodically
+/// (a load cycling at twice the interval is read at the same two points of
+/// its cycle every time, which may both lie in its trough); spread, they
+/// sample the whole cycle.
+fn jittered(every: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // A fresh random seed each call (std's hasher keys), no crate needed.
+    let r = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let quarter = every.as_millis() as u64 / 4;
+    if quarter == 0 {
+        return every;
+    }
+    let shift = r % (2 * quarter + 1);
+    every + Duration::from_millis(shift) - Duration::from_millis(quarter)
+}
+
 /// Milliseconds on one monotonic clock, for [`steady::Trend`].
 fn mono_ms() -> u64 {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
@@ -872,11 +891,11 @@ pub(crate) fn ensure_sampler(d: &Arc<Daemon>) {
                 if psi { WATCH_PSI } else { WATCH_SAMPLING },
                 Ordering::Relaxed,
             );
-            let every = if confirming {
+            let every = jittered(if confirming {
                 sample_interval(psi).min(CONFIRM)
             } else {
                 sample_interval(psi)
-            };
+            });
             let stalled = tokio::select! {
                 () = tokio::time::sleep(every) => false,
                 () = d.admission.resample.notified() => false,
@@ -1144,6 +1163,16 @@ pub(crate) fn learned(d: &Daemon, world_id: i64, project: &str) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sample_intervals_are_spread_within_a_quarter() {
+        let every = std::time::Duration::from_secs(1);
+        let seen: std::collections::HashSet<u128> = (0..200)
+            .map(|_| super::jittered(every).as_millis())
+            .collect();
+        assert!(seen.iter().all(|ms| (750..=1250).contains(ms)), "{seen:?}");
+        assert!(seen.len() > 50, "not spread: {seen:?}");
+    }
+
     use super::*;
 
     #[test]
