@@ -328,11 +328,23 @@ pub struct JsonArgs {
     pub json: bool,
 }
 
+/// A percentage as people write it: `10`, `10.5` or `10%`. The range is
+/// checked by `reserve`, which names it.
+fn percent(s: &str) -> Result<f64, String> {
+    let n = s.trim().strip_suffix('%').unwrap_or(s.trim()).trim();
+    match n.parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a percentage; write a number such as 10 or 10%"
+        )),
+    }
+}
+
 /// `binky reserve`.
 #[derive(Debug, Args)]
 pub struct ReserveArgs {
-    /// Percent of RAM to keep free (0–90).
-    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
+    /// Percent of RAM to keep free (0–90; `10` or `10%`).
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true, value_parser = percent)]
     pub ram: Option<f64>,
     /// Gigabytes of disk to keep free (≥ 0).
     #[arg(long, value_name = "GB", allow_negative_numbers = true)]

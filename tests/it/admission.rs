@@ -191,6 +191,12 @@ fn a_disk_reserve_above_free_disk_queues_until_it_is_lowered() {
         assert_eq!(out.code(), 1, "{out}");
         assert!(out.stderr().contains("from 0 to 1000000"), "{out}");
     }
+    // A percentage as people write it; anything else named as such.
+    let set = home.ok(&["reserve", "--ram", "10%", "--json"]).json();
+    assert_eq!(set["ram_reserve_pct"], 10.0, "{set}");
+    let bad = home.run(&["reserve", "--ram", "ten"]);
+    assert_ne!(bad.code(), 0, "{bad}");
+    assert!(bad.stderr().contains("not a percentage"), "{bad}");
     home.ok(&["reserve", "--disk", "1000000", "--ram", "0"]);
     let o = no_wait(&repo, &home, "w", None).json();
     assert_eq!(o["world"]["state"], "queued", "{o}");
