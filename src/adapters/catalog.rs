@@ -240,11 +240,18 @@ pub const ENTRIES: &[Entry] = &[
         name: "redis",
         aliases: &["valkey"],
         make: || Arc::new(super::redis::Redis),
-        options: &[OptionSpec {
-            name: "acl",
-            kind: OptionKind::Bool,
-            help: "a Redis ACL user per world, allowed only the world's keys",
-        }],
+        options: &[
+            OptionSpec {
+                name: "acl",
+                kind: OptionKind::Bool,
+                help: "a Redis ACL user per world, allowed only the world's keys",
+            },
+            OptionSpec {
+                name: "timeout",
+                kind: OptionKind::Duration,
+                help: "how long a connection and each command may take",
+            },
+        ],
         fields: &["prefix"],
         needs_admin_url: false,
         schemes: &["redis", "redis+unix", "unix"],

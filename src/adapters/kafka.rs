@@ -47,7 +47,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_TOPIC: usize = 249;
 /// The longest prefix: a project name (a DNS label, 63 bytes), a world slug,
 /// a six-digit hash and three `-`.
-pub const MAX_PREFIX: usize = 63 + crate::slug::MAX_SLUG_LEN + 6 + 3;
+pub const MAX_PREFIX: usize = super::kit::names::TOPIC_PREFIX.max_len;
 /// The longest name in `options.topics`, so that every world's topic fits.
 pub const MAX_TOPIC_SUFFIX: usize = MAX_TOPIC - MAX_PREFIX;
 /// How a slice's marker topic starts.
@@ -391,8 +391,7 @@ impl Adapter for Kafka {
     }
 
     fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        let hash = crate::slug::short_hash(&format!("{project}\0{world_slug}"));
-        format!("{project}-{world_slug}-{hash}-")
+        super::kit::names::TOPIC_PREFIX.name(project, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

@@ -11,6 +11,7 @@ pub mod external;
 pub mod golden;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+pub mod kit;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
@@ -88,12 +89,31 @@ pub struct AdapterError {
 }
 
 impl AdapterError {
-    /// A plain failure.
+    /// A plain failure: the server answered, and said no.
     pub fn new(message: impl Into<String>) -> Self {
         AdapterError {
             message: message.into(),
             environmental: false,
         }
+    }
+
+    /// A failure of the surroundings, not of the slice: the server cannot be
+    /// reached, a client program is missing, a grant is lacking. A clone
+    /// may then fall back to provision + migrate + seed.
+    pub fn environmental(message: impl Into<String>) -> Self {
+        AdapterError {
+            message: message.into(),
+            environmental: true,
+        }
+    }
+
+    /// A teardown refused because the slice on the server is not one Binky
+    /// made: `found` says what is there instead (no marker, another
+    /// owner's). Binky never deletes what it did not make.
+    pub fn not_ours(adapter: &str, server: &str, slice: &str, found: &str) -> Self {
+        AdapterError::new(format!(
+            "{adapter} at {server}: refusing to delete {slice}: {found}, so Binky did not make it; delete it by hand if it is yours to delete"
+        ))
     }
 
     /// The same error with `slice`'s credentials blanked out of its text:
@@ -186,50 +206,7 @@ pub fn server_of(adapter: &dyn Adapter, slice: &Slice, key: &str) -> Option<serv
 /// PostgreSQL and MySQL, by closing the session that holds it).
 pub type TemplateLock = Box<dyn Send + Sync>;
 
-/// Fits `name` into `max` bytes: unchanged when it fits, else a prefix plus
-/// `_` and a short hash of the whole name, so two long names that share a
-/// prefix never map to one slice.
-pub fn fit_identifier(name: &str, max: usize) -> String {
-    if name.len() <= max {
-        return name.to_owned();
-    }
-    let hash = crate::slug::short_hash(name);
-    let mut cut = max - hash.len() - 1;
-    while !name.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}_{hash}", name[..cut].trim_end_matches(['_', '-']))
-}
-
-/// `admin_url` with its database (the URL path) replaced by `db`,
-/// percent-encoded; the query string is kept.
-pub fn url_with_database(admin_url: &str, db: &str) -> String {
-    let (base, query) = match admin_url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (admin_url, None),
-    };
-    let after_scheme = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let path_start = base[after_scheme..]
-        .find('/')
-        .map(|i| after_scheme + i)
-        .unwrap_or(base.len());
-    let encoded: String = db
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
-    let mut out = format!("{}/{encoded}", &base[..path_start]);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
-}
+pub use kit::names::fit_identifier;
 
 pub use crate::platform::find_executable;
 

@@ -16,8 +16,7 @@
 //!   is built by provision + migrate + seed instead (`clone_fallback`).
 
 use super::{
-    Adapter, AdapterError, Capabilities, Slice, TemplateLock, find_executable, fit_identifier,
-    stderr_tail, url_with_database,
+    Adapter, AdapterError, Capabilities, Slice, TemplateLock, find_executable, stderr_tail,
 };
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
@@ -25,7 +24,7 @@ use mysql_async::{Conn, Opts, Row};
 
 /// MySQL's identifier limit for databases, in characters (slice names are
 /// ASCII, so bytes).
-pub const MAX_IDENT: usize = 64;
+pub const MAX_IDENT: usize = super::kit::names::MYSQL_DATABASE.max_len;
 
 /// The mysql adapter.
 pub struct Mysql;
@@ -368,7 +367,7 @@ impl Adapter for Mysql {
     }
 
     fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        fit_identifier(&format!("{project}_{world_slug}"), MAX_IDENT)
+        super::kit::names::MYSQL_DATABASE.name(project, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -379,7 +378,8 @@ impl Adapter for Mysql {
     }
 
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
-        Ok(url_with_database(admin(slice)?, &slice.name))
+        super::kit::address::with_database(admin(slice)?, &slice.name)
+            .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name())))
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {

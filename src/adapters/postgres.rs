@@ -9,13 +9,11 @@
 //! fails (environmental, so the world is built by provision + migrate +
 //! seed) naming who holds it.
 
-use super::{
-    Adapter, AdapterError, Capabilities, Slice, TemplateLock, fit_identifier, url_with_database,
-};
+use super::{Adapter, AdapterError, Capabilities, Slice, TemplateLock};
 use async_trait::async_trait;
 
 /// PostgreSQL's identifier limit (NAMEDATALEN - 1), in bytes.
-pub const MAX_IDENT: usize = 63;
+pub const MAX_IDENT: usize = super::kit::names::POSTGRES_DATABASE.max_len;
 
 /// The postgres adapter.
 pub struct Postgres;
@@ -214,7 +212,7 @@ impl Adapter for Postgres {
     }
 
     fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        fit_identifier(&format!("{project}_{world_slug}"), MAX_IDENT)
+        super::kit::names::POSTGRES_DATABASE.name(project, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -225,7 +223,8 @@ impl Adapter for Postgres {
     }
 
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
-        Ok(url_with_database(admin(slice)?, &slice.name))
+        super::kit::address::with_database(admin(slice)?, &slice.name)
+            .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name())))
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -339,14 +338,15 @@ mod tests {
     #[test]
     fn database_is_replaced_in_the_url() {
         assert_eq!(
-            url_with_database(
+            crate::adapters::kit::address::with_database(
                 "postgresql://root@127.0.0.1:5432/postgres?sslmode=disable",
                 "acme_x"
-            ),
+            )
+            .unwrap(),
             "postgresql://root@127.0.0.1:5432/acme_x?sslmode=disable"
         );
         assert_eq!(
-            url_with_database("postgres://u:p@h", "a b"),
+            crate::adapters::kit::address::with_database("postgres://u:p@h", "a b").unwrap(),
             "postgres://u:p@h/a%20b"
         );
     }

@@ -14,7 +14,7 @@
 //! Vhost creation is cluster-wide and can be slow; each call waits
 //! `options.timeout` (default 30 s) and an error says so.
 
-use super::{Adapter, AdapterError, Capabilities, Slice, fit_identifier};
+use super::{Adapter, AdapterError, Capabilities, Slice};
 use crate::http::{Client, Fetched};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -27,7 +27,7 @@ pub const MANAGEMENT_PORT: u16 = 15672;
 /// Default wait for one management call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// RabbitMQ's longest vhost name, bytes.
-pub const MAX_VHOST: usize = 255;
+pub const MAX_VHOST: usize = super::kit::names::VHOST.max_len;
 
 /// The RabbitMQ adapter.
 pub struct RabbitMq;
@@ -257,7 +257,7 @@ impl Adapter for RabbitMq {
     }
 
     fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        fit_identifier(&format!("{project}_{world_slug}"), MAX_VHOST)
+        super::kit::names::VHOST.name(project, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

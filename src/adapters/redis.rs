@@ -28,6 +28,8 @@
 //! `capabilities().clone` is false: `clone_from` builds each world by
 //! provision + migrate + seed.
 
+use super::kit::address::{self, Address};
+use super::kit::owner::{self, Found};
 use super::{Adapter, AdapterError, Capabilities, Slice};
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
@@ -37,12 +39,9 @@ use std::time::Duration;
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
 /// Keys asked for per `SCAN` and deleted per `UNLINK`.
 pub const BATCH: usize = 1000;
-/// Longest wait for a connection, and for each command's answer.
-const TIMEOUT: Duration = Duration::from_secs(10);
-/// Where a slice's marker lives: `_` starts no project name, so no world's
-/// prefix (`<project>:<slug>:`) covers a marker, and a world's teardown can
-/// never delete another's.
-const MARKER: &str = "_binky:slice:";
+/// Longest wait for a connection, and for each command's answer, when
+/// `options.timeout` is not given.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The Redis adapter.
 pub struct Redis;
@@ -51,21 +50,16 @@ fn server_url(slice: &Slice) -> &str {
     slice.admin_url.as_deref().unwrap_or(DEFAULT_URL)
 }
 
-/// `host:port` of a URL, without its user info: where, for errors, never
-/// with a password.
-pub(crate) fn server_of(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if hostport.is_empty() {
-        "the server".to_owned()
-    } else {
-        hostport.to_owned()
-    }
+/// Where `url` points, for errors: `host:port` (or a socket's path), never
+/// a password.
+fn server_of(url: &str) -> String {
+    address::shown(url)
 }
 
+/// The slice's marker key (the kit's spelling, outside every world's
+/// prefix).
 fn marker(slice: &Slice) -> String {
-    format!("{MARKER}{}", slice.name)
+    owner::marker(':', &slice.name)
 }
 
 /// The ACL user of a slice: `binky_<project>_<slug>`.
@@ -112,6 +106,8 @@ fn err(slice: &Slice, what: &str, e: impl std::fmt::Display) -> AdapterError {
 /// # Errors
 /// What is wrong with the URL, naming the server but never a password.
 pub(crate) fn open(url: &str) -> Result<redis::Client, String> {
+    // The kit's reader first: it names a bad port or a missing scheme.
+    Address::parse(url, &[], DEFAULT_URL).map_err(|e| format!("admin_url {e}"))?;
     redis::Client::open(url).map_err(|e| {
         crate::secrets::redact_url(
             &format!(
@@ -174,17 +170,16 @@ fn credentials_refused(slice: &Slice) -> AdapterError {
 /// A connection with the admin URL.
 async fn connect(slice: &Slice) -> Result<MultiplexedConnection, AdapterError> {
     let url = server_url(slice);
+    let timeout = slice.timeout(DEFAULT_TIMEOUT);
     let unreachable = |e: &dyn std::fmt::Display| {
-        let mut e = AdapterError::new(format!(
+        AdapterError::environmental(format!(
             "redis: cannot connect to {} (admin_url): {e}; check that the server runs and that admin_url names it",
             server_of(url)
         ))
-        .redacted(slice);
-        e.environmental = true;
-        e
+        .redacted(slice)
     };
     let client = open(url).map_err(|e| AdapterError::new(format!("redis: {e}")).redacted(slice))?;
-    match tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection()).await {
+    match tokio::time::timeout(timeout, client.get_multiplexed_async_connection()).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) if refused_credentials(&e) => Err(credentials_refused(slice)),
         // The server answers, but has no such database.
@@ -201,22 +196,29 @@ async fn connect(slice: &Slice) -> Result<MultiplexedConnection, AdapterError> {
             .redacted(slice))
         }
         Ok(Err(e)) => Err(unreachable(&plain(&e))),
-        Err(_) => Err(unreachable(&format!("no answer within {TIMEOUT:?}"))),
+        Err(_) => Err(unreachable(&format!(
+            "no answer within {timeout:?} (options.timeout)"
+        ))),
     }
 }
 
-/// Runs one command within [`TIMEOUT`].
+/// Runs one command within `options.timeout`.
 async fn run<T: redis::FromRedisValue>(
     slice: &Slice,
     con: &mut MultiplexedConnection,
     cmd: &redis::Cmd,
     what: &str,
 ) -> Result<T, AdapterError> {
-    match tokio::time::timeout(TIMEOUT, cmd.query_async::<T>(con)).await {
+    let timeout = slice.timeout(DEFAULT_TIMEOUT);
+    match tokio::time::timeout(timeout, cmd.query_async::<T>(con)).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) if refused_credentials(&e) => Err(credentials_refused(slice)),
         Ok(Err(e)) => Err(err(slice, what, e)),
-        Err(_) => Err(err(slice, what, format!("no answer within {TIMEOUT:?}"))),
+        Err(_) => Err(err(
+            slice,
+            what,
+            format!("no answer within {timeout:?} (raise options.timeout if it is only slow)"),
+        )),
     }
 }
 
@@ -248,20 +250,50 @@ async fn delete_keys(slice: &Slice, con: &mut MultiplexedConnection) -> Result<u
     }
 }
 
+/// Whether any key lies under the slice's prefix (a scan that stops at
+/// the first one).
+async fn any_key(slice: &Slice, con: &mut MultiplexedConnection) -> Result<bool, AdapterError> {
+    let pattern = format!("{}*", glob_escape(&slice.name));
+    let mut cursor: u64 = 0;
+    loop {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(BATCH);
+        let (next, keys): (u64, Vec<Vec<u8>>) =
+            run(slice, con, &scan, "looking for the world's keys").await?;
+        if !keys.is_empty() {
+            return Ok(true);
+        }
+        if next == 0 {
+            return Ok(false);
+        }
+        cursor = next;
+    }
+}
+
 /// The world's URL: the server URL with the prefix as fragment, and the
 /// ACL user's credentials in place of the admin's when it has one (else the
 /// admin URL's own, which a password-protected server needs).
-fn world_url(server: &str, user: Option<(&str, &str)>, prefix: &str) -> String {
-    let server = server.split('#').next().unwrap_or(server);
-    let Some((u, p)) = user else {
-        return format!("{server}#{prefix}");
+///
+/// # Errors
+/// `server` is not a URL (the adapter has connected with it, so only a URL
+/// the redis client reads and the `url` crate does not).
+fn world_url(
+    server: &str,
+    user: Option<(&str, &str)>,
+    prefix: &str,
+) -> Result<String, AdapterError> {
+    let a = Address::parse(server, &[], DEFAULT_URL)
+        .map_err(|e| AdapterError::new(format!("redis: admin_url {e}")))?;
+    let a = match user {
+        Some((u, p)) => Address::parse(&a.with_credentials(u, Some(p)), &[], DEFAULT_URL)
+            .map_err(|e| AdapterError::new(format!("redis: admin_url {e}")))?,
+        None => a,
     };
-    let (scheme, rest) = server.split_once("://").unwrap_or(("redis", server));
-    let rest = match rest.split_once('@') {
-        Some((userinfo, host)) if !userinfo.contains('/') => host,
-        _ => rest,
-    };
-    format!("{scheme}://{u}:{p}@{rest}#{prefix}")
+    Ok(a.with_fragment(prefix))
 }
 
 #[async_trait]
@@ -279,7 +311,7 @@ impl Adapter for Redis {
     }
 
     fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        format!("{project}:{world_slug}:")
+        super::kit::names::KEY_PREFIX.name(project, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -337,7 +369,7 @@ impl Adapter for Redis {
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
         let server = server_url(slice);
         if !wants_acl(slice) {
-            return Ok(world_url(server, None, &slice.name));
+            return world_url(server, None, &slice.name);
         }
         let mut con = connect(slice).await?;
         let mut get = redis::cmd("GET");
@@ -347,7 +379,7 @@ impl Adapter for Redis {
         match password.filter(|p| !p.is_empty()) {
             Some(p) => {
                 crate::secrets::register(&p);
-                Ok(world_url(server, Some((&acl_user(slice), &p)), &slice.name))
+                world_url(server, Some((&acl_user(slice), &p)), &slice.name)
             }
             None => Err(AdapterError::new(format!(
                 "redis: the slice {} has no ACL user (it was made without options.acl); run `binky remove` and `binky up` to make it again",
@@ -358,6 +390,19 @@ impl Adapter for Redis {
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
         let mut con = connect(slice).await?;
+        // Only a marked prefix is Binky's: keys under an unmarked one are
+        // someone else's (or a world's whose marker was deleted by hand).
+        let found = if self.exists(slice).await? {
+            Found::Ours
+        } else if any_key(slice, &mut con).await? {
+            Found::Unmarked(format!("keys lie under {}", slice.name))
+        } else {
+            Found::Gone
+        };
+        let server = server_of(server_url(slice));
+        if !owner::guard("redis", &server, &slice.name, found)? {
+            return Ok(());
+        }
         // The user first: deleting it ends its connections, so nothing
         // writes a key behind the scan.
         let mut deluser = redis::cmd("ACL");
@@ -442,7 +487,7 @@ mod tests {
     #[test]
     fn world_urls_keep_the_server_and_swap_the_credentials() {
         assert_eq!(
-            world_url("redis://127.0.0.1:6379/2", None, "shop:a:"),
+            world_url("redis://127.0.0.1:6379/2", None, "shop:a:").unwrap(),
             "redis://127.0.0.1:6379/2#shop:a:"
         );
         assert_eq!(
@@ -450,11 +495,12 @@ mod tests {
                 "redis://admin:s3cret@h:6380/0#old",
                 Some(("binky_shop_a", "pw")),
                 "shop:a:"
-            ),
+            )
+            .unwrap(),
             "redis://binky_shop_a:pw@h:6380/0#shop:a:"
         );
         assert_eq!(
-            world_url("rediss://:pw@h/1", None, "p:w:"),
+            world_url("rediss://:pw@h/1", None, "p:w:").unwrap(),
             "rediss://:pw@h/1#p:w:"
         );
         assert_eq!(server_of("redis://admin:s3cret@h:6380/0"), "h:6380");

@@ -39,49 +39,17 @@ const SIGNED_FOR: Duration = Duration::from_secs(300);
 /// Keys (or versions) listed and deleted per request.
 const BATCH: usize = 1000;
 
-const RESERVED_PREFIXES: &[&str] = &["xn--", "sthree-", "amzn-s3-demo-"];
+use super::kit::names::RESERVED_BUCKET_PREFIXES as RESERVED_PREFIXES;
 const RESERVED_SUFFIXES: &[&str] = &["-s3alias", "--ol-s3", "--x-s3", "--table-s3"];
 
 /// The S3 adapter.
 pub struct S3;
 
-/// A bucket name for world `world_slug` of `project` that S3 accepts,
-/// ending in a hash of the pair: `-` joins the two and may also sit inside
-/// either (`my-app` + `x` and `my` + `app-x`), and the rules below rewrite
-/// some names, so without it two worlds could share a bucket.
+/// A bucket name for world `world_slug` of `project` that S3 accepts:
+/// [`names::BUCKET`](super::kit::names::BUCKET), which always ends in a hash
+/// of the pair (`-` joins the two and may sit inside either).
 pub fn bucket_name(project: &str, world_slug: &str) -> String {
-    let raw = format!("{project}-{world_slug}").to_ascii_lowercase();
-    let hash = crate::slug::short_hash(&format!("{project}\0{world_slug}"));
-    let mut name = String::with_capacity(raw.len());
-    for c in raw.chars() {
-        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {
-            c
-        } else {
-            '-'
-        };
-        // No `--` runs: they are how the reserved suffixes are spelled.
-        if !(c == '-' && name.ends_with('-')) {
-            name.push(c);
-        }
-    }
-    let mut name = name.trim_matches('-').to_owned();
-    for p in RESERVED_PREFIXES {
-        if let Some(rest) = name.strip_prefix(p.trim_end_matches('-')) {
-            name = format!("b-{}", rest.trim_start_matches('-'));
-        }
-    }
-    // Room for `-<hash>`; the hash (hex) also keeps the name off every
-    // reserved suffix and from looking like an IP address.
-    let cut = MAX_BUCKET - hash.len() - 1;
-    if name.len() > cut {
-        name.truncate(cut);
-    }
-    let name = name.trim_end_matches('-');
-    if name.is_empty() {
-        format!("b-{hash}")
-    } else {
-        format!("{name}-{hash}")
-    }
+    super::kit::names::BUCKET.name(project, world_slug)
 }
 
 /// Why `name` is not a bucket name S3 accepts, if it is not.

@@ -535,3 +535,56 @@ fn refused_credentials_and_a_missing_database_are_named_as_such_never_shown() {
         assert!(!out.to_string().contains("Wrong5ecret"), "{out}");
     }
 }
+
+/// The adapter's own teardown, on the real server: a prefix without
+/// Binky's marker is refused and its keys kept; a prefix with neither keys
+/// nor marker is already gone; a marked one is deleted, marker last.
+#[test]
+fn teardown_deletes_only_a_marked_prefix_and_takes_a_gone_one_as_done() {
+    use binky::adapters::{Adapter, Slice, redis::Redis};
+    if !redis_up() {
+        skip("no Redis on 127.0.0.1:6379");
+        return;
+    }
+    let p = project("own");
+    let _cleanup = Cleanup(p.clone());
+    let slice = |world: &str| Slice {
+        name: Redis.slice_name(&p, world),
+        project: p.clone(),
+        admin_url: Some(SERVER.to_owned()),
+        options: toml::Table::new(),
+        data_dir: std::env::temp_dir(),
+        search_path: None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Someone else's keys under a prefix Binky would give a world.
+    let theirs = slice("theirs");
+    set(&format!("{}order:1", theirs.name), "kept");
+    let e = rt.block_on(Redis.teardown(&theirs)).unwrap_err();
+    assert!(
+        e.message.contains("refusing to delete") && e.message.contains("no Binky marker"),
+        "{e}"
+    );
+    assert!(e.message.contains("127.0.0.1:6379"), "{e}");
+    assert_eq!(
+        get(&format!("{}order:1", theirs.name)).as_deref(),
+        Some("kept")
+    );
+    // Nothing there at all: done, and nothing is touched.
+    rt.block_on(Redis.teardown(&slice("gone"))).unwrap();
+    // Binky's own: made, written to, torn down.
+    let ours = slice("ours");
+    rt.block_on(Redis.provision(&ours)).unwrap();
+    set(&format!("{}k", ours.name), "v");
+    assert!(rt.block_on(Redis.exists(&ours)).unwrap());
+    rt.block_on(Redis.teardown(&ours)).unwrap();
+    assert_eq!(keys(&format!("{}*", ours.name)), Vec::<String>::new());
+    assert!(!rt.block_on(Redis.exists(&ours)).unwrap());
+    assert_eq!(
+        get(&format!("{}order:1", theirs.name)).as_deref(),
+        Some("kept")
+    );
+}

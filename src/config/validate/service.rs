@@ -359,6 +359,43 @@ pub(super) fn check_adapter_options(
     }
 }
 
+/// An adapter that is neither built in nor an external
+/// `binky-adapter-<name>` on this `PATH` is one `up` refuses: an error when
+/// the name is a near miss of a built-in one (`postgress`), else a warning,
+/// since the external adapter may be installed before `up` runs.
+fn check_adapter_exists(cx: &mut Cx<'_>, name: &str, adapter: &str) {
+    use crate::adapters::{catalog, external};
+    if !is_service_name(adapter)
+        || catalog::find(adapter).is_some()
+        || external::External::find(adapter, None).is_some()
+    {
+        return;
+    }
+    let path = keypath!["services", name, "adapter"];
+    let external = format!("{}{adapter}", external::PREFIX);
+    match suggest(adapter, catalog::names()) {
+        Some(near) => cx.error(
+            "unknown-adapter",
+            &path,
+            format!("no adapter named `{adapter}`"),
+            Some(format!(
+                "did you mean `{near}`? (an external adapter would be an executable {external} on PATH)"
+            )),
+        ),
+        None => cx.warn(
+            "unknown-adapter",
+            &path,
+            format!(
+                "no adapter named `{adapter}` is built in, and no {external} is on PATH: `up` will refuse it until one is"
+            ),
+            Some(format!(
+                "built-in adapters: {}",
+                catalog::names().join(", ")
+            )),
+        ),
+    }
+}
+
 pub(super) fn build_resource(
     cx: &mut Cx<'_>,
     name: &str,
@@ -373,6 +410,7 @@ pub(super) fn build_resource(
             None,
         );
     }
+    check_adapter_exists(cx, name, adapter);
     if rs.admin_url.is_none()
         && crate::adapters::catalog::find(adapter).is_some_and(|e| e.needs_admin_url)
     {

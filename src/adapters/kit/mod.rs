@@ -1,0 +1,14 @@
+//! The adapter kit: what every adapter needs and none should write again.
+//!
+//! | module | gives |
+//! |---|---|
+//! | [`address`] | server URLs read and rebuilt by the `url` crate: credentials, percent-coding, IPv6, default ports; the one lenient reader for text that is not a URL |
+//! | [`names`] | `(project, world slug)` → a slice name under one rule per kind, with one hashing rule so no two worlds share a name |
+//! | [`owner`] | the ownership guard every teardown runs: delete only what Binky made, take "already gone" as done |
+//!
+//! Errors are [`super::AdapterError`]'s constructors (`new`,
+//! `environmental`, `not_ours`), which never take a credential.
+
+pub mod address;
+pub mod names;
+pub mod owner;
