@@ -17,6 +17,7 @@
 //! A service's own log file is the user's and stays as the service wrote it.
 //! The set lives in daemon memory only and is never written anywhere.
 
+use crate::adapters::kit::address::userinfo;
 use std::borrow::Cow;
 use std::sync::RwLock;
 
@@ -60,10 +61,7 @@ pub fn register_url(url: &str) {
 
 /// The user name of `url`, as written.
 fn url_user(url: &str) -> Option<&str> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let userinfo = authority.rsplit_once('@')?.0;
-    Some(userinfo.split_once(':').map_or(userinfo, |(u, _)| u))
+    userinfo(url).map(|(user, _)| user)
 }
 
 /// Registers what a variable `name = value` holds that is secret: the whole
@@ -138,31 +136,13 @@ pub fn redact_url(text: &str, url: Option<&str>) -> String {
 
 /// The password in `scheme://user:password@host…`, as written.
 pub fn url_password(url: &str) -> Option<String> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let userinfo = authority.rsplit_once('@')?.0;
-    let pw = userinfo.split_once(':')?.1;
+    // The lenient reader: a message or a malformed URL is redacted too.
+    let pw = userinfo(url)?.1?;
     (!pw.is_empty()).then(|| pw.to_owned())
 }
 
 fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && let Some(v) = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    crate::adapters::kit::address::decode(s)
 }
 
 /// A writer that scrubs each buffer before passing it on (for `daemon.log`,

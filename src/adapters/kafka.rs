@@ -30,6 +30,8 @@
 //! A broker has no server-side copy of a topic, so `capabilities().clone`
 //! is false.
 
+use super::kit::address;
+use super::kit::owner::{self, Found};
 use super::{Adapter, AdapterError, Capabilities, Slice};
 use async_trait::async_trait;
 use rskafka::client::error::{Error as KafkaError, ProtocolError};
@@ -50,7 +52,7 @@ pub const MAX_TOPIC: usize = 249;
 pub const MAX_PREFIX: usize = super::kit::names::TOPIC_PREFIX.max_len;
 /// The longest name in `options.topics`, so that every world's topic fits.
 pub const MAX_TOPIC_SUFFIX: usize = MAX_TOPIC - MAX_PREFIX;
-/// How a slice's marker topic starts.
+/// How a slice's marker topic starts (the kit's spelling).
 const MARKER: &str = "_binky-slice-";
 /// Longest rskafka retries a lost or refused connection before giving up
 /// (its default is forever): a dead broker fails fast, whatever the timeout.
@@ -67,53 +69,11 @@ pub struct Kafka;
 /// Another scheme, credentials (SASL is not supported), a path, or a
 /// server without a host or with a bad port.
 pub(crate) fn bootstrap(url: &str) -> Result<Vec<String>, String> {
-    let rest = url.strip_prefix("kafka://").ok_or(
-        "admin_url must be a kafka:// URL listing bootstrap servers, e.g. kafka://127.0.0.1:9092",
-    )?;
-    let authority = rest.strip_suffix('/').unwrap_or(rest);
-    if authority.contains(['/', '?', '#']) {
-        return Err(
-            "admin_url must hold only bootstrap servers (kafka://host:port,host:port), no path"
-                .into(),
-        );
-    }
-    if authority.contains('@') {
+    // Credentials first: the kit's reader would take them as a host's.
+    if address::userinfo(url).is_some() {
         return Err("admin_url holds credentials, but the kafka adapter does not support SASL yet: use a listener without authentication".into());
     }
-    let mut servers = Vec::new();
-    for server in authority.split(',') {
-        let server = server.trim();
-        let (host, port) = match server.strip_prefix('[') {
-            Some(v6) => {
-                let (h, p) = v6
-                    .split_once(']')
-                    .ok_or_else(|| format!("`{server}` has a bad IPv6 host"))?;
-                (format!("[{h}]"), p.strip_prefix(':'))
-            }
-            None => match server.rsplit_once(':') {
-                Some((h, p)) => (h.to_owned(), Some(p)),
-                None => (server.to_owned(), None),
-            },
-        };
-        if host.is_empty() || host == "[]" {
-            return Err(format!(
-                "`{server}` in admin_url has no host; write host:port"
-            ));
-        }
-        let port = match port {
-            None => DEFAULT_PORT,
-            Some(p) => p
-                .parse::<u16>()
-                .ok()
-                .filter(|p| *p != 0)
-                // The host only: what follows a `:` may be a password.
-                .ok_or_else(|| {
-                    format!("the server `{host}:…` in admin_url has a bad port (1–65535)")
-                })?,
-        };
-        servers.push(format!("{host}:{port}"));
-    }
-    Ok(servers)
+    address::parse_list(url, "kafka", DEFAULT_URL).map_err(|e| format!("admin_url {e}"))
 }
 
 /// The one spelling Kafka sees for a topic name: `.` and `_` are one
@@ -160,7 +120,7 @@ pub fn check_topics(v: &toml::Value) -> Result<(), String> {
 }
 
 fn marker(slice: &Slice) -> String {
-    format!("{MARKER}{}", slice.name)
+    owner::marker('-', &slice.name)
 }
 
 /// The world's topics among `topics`: those under its prefix that are not
@@ -230,11 +190,9 @@ impl Admin {
             .backoff_config(backoff)
             .build();
         let unreachable = |e: String| {
-            let mut err = AdapterError::new(format!(
+            AdapterError::environmental(format!(
                 "kafka: cannot connect to {shown} (admin_url): {e}; check that the broker runs, that admin_url names it and that it advertises an address this machine reaches"
-            ));
-            err.environmental = true;
-            err
+            ))
         };
         let client = match tokio::time::timeout(timeout, build).await {
             Ok(Ok(c)) => c,
@@ -458,23 +416,31 @@ impl Adapter for Kafka {
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
-        if !slice.name.ends_with('-') || slice.name.starts_with('_') {
-            return Err(AdapterError::new(format!(
-                "kafka: refusing to act on prefix `{}`: it is not one Binky names",
-                slice.name
-            )));
-        }
+        let url = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
+        let server = bootstrap(url).map_or_else(|_| "the broker".to_owned(), |s| s.join(","));
+        owner::check_name(
+            "kafka",
+            &server,
+            &super::kit::names::TOPIC_PREFIX,
+            &slice.name,
+        )?;
         let admin = Admin::connect(slice).await?;
         let topics = admin.list().await?;
         let marker = marker(slice);
+        let world = world_topics(&slice.name, &topics);
         // No marker, no slice: topics under the prefix that Binky did not
         // make (the ones a failed provision refused) are not its to delete.
-        if !topics.contains(&marker) {
+        let found = if topics.contains(&marker) {
+            Found::Ours
+        } else if world.is_empty() {
+            Found::Gone
+        } else {
+            Found::Unmarked(format!("the topics {} lie under it", world.join(", ")))
+        };
+        if !owner::guard("kafka", &admin.servers, &slice.name, found)? {
             return Ok(());
         }
-        admin
-            .delete_all(&world_topics(&slice.name, &topics))
-            .await?;
+        admin.delete_all(&world).await?;
         admin.delete_all(&[marker]).await
     }
 

@@ -55,14 +55,12 @@ async fn connect(slice: &Slice) -> Result<tokio_postgres::Client, AdapterError> 
         .connect(tokio_postgres::NoTls)
         .await
         .map_err(|e| {
-            let mut err = AdapterError::new(format!(
+            AdapterError::environmental(format!(
                 "postgres: cannot connect to {} (admin_url): {}; check that the server runs and that the account may create databases",
                 target(url),
                 describe(&e)
             ))
-            .redacted(slice);
-            err.environmental = true;
-            err
+            .redacted(slice)
         })?;
     tokio::spawn(async move {
         let _ = conn.await;
@@ -291,25 +289,26 @@ impl Adapter for Postgres {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }
-            let mut err = if in_use {
+            // Either way the clone may fall back to provision + migrate.
+            let err = if in_use {
                 let who = sessions_on(&c, &template.name).await;
                 let holders = if who.is_empty() {
                     "sessions the admin role may not see (grant it pg_read_all_stats, or ask a superuser, to see who)".to_owned()
                 } else {
                     who.join("; ")
                 };
-                AdapterError::new(format!(
+                AdapterError::environmental(format!(
                     "postgres: the template {} is in use by other sessions for more than {} s: {holders}; close them to let worlds be cloned (binky never ends a session it did not open)",
                     quote(&template.name),
                     TEMPLATE_FREE_WAIT.as_secs()
                 ))
             } else {
-                sql_err(
+                let plain = sql_err(
                     &format!("CREATE DATABASE {} TEMPLATE", quote(&slice.name)),
                     e,
-                )
+                );
+                AdapterError::environmental(plain.message)
             };
-            err.environmental = true;
             return Err(err);
         }
     }

@@ -14,6 +14,8 @@
 //! Vhost creation is cluster-wide and can be slow; each call waits
 //! `options.timeout` (default 30 s) and an error says so.
 
+use super::kit::address::{self, Address, encode};
+use super::kit::{names, owner};
 use super::{Adapter, AdapterError, Capabilities, Slice};
 use crate::http::{Client, Fetched};
 use async_trait::async_trait;
@@ -42,59 +44,21 @@ pub(crate) struct Amqp {
     port: u16,
 }
 
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-fn encode(s: &str) -> String {
-    const SET: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-        .remove(b'-')
-        .remove(b'_')
-        .remove(b'.')
-        .remove(b'~');
-    percent_encoding::utf8_percent_encode(s, SET).to_string()
-}
-
-fn decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
-}
-
-/// Parses `amqp[s]://user:password@host[:port][/vhost]`.
+/// Reads `amqp[s]://user:password@host[:port][/vhost]` by the kit's
+/// reader; no user info means RabbitMQ's own `guest:guest`.
 pub(crate) fn parse_amqp(url: &str) -> Result<Amqp, String> {
-    let (scheme, rest) = url
-        .split_once("://")
-        .filter(|(s, _)| *s == "amqp" || *s == "amqps")
-        .ok_or("admin_url must be an amqp:// URL, e.g. amqp://guest:guest@127.0.0.1:5672/")?;
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let (userinfo, hostport) = authority
-        .rsplit_once('@')
-        .unwrap_or(("guest:guest", authority));
-    let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-    let default_port = if scheme == "amqps" { 5671 } else { 5672 };
-    let (host, port) = match hostport.strip_prefix('[') {
-        Some(v6) => {
-            let (h, p) = v6.split_once(']').ok_or("admin_url has a bad IPv6 host")?;
-            (h, p.strip_prefix(':'))
-        }
-        None => match hostport.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (hostport, None),
-        },
+    let a = Address::parse(url, &["amqp", "amqps"], DEFAULT_URL)
+        .map_err(|e| format!("admin_url {e}"))?;
+    let (user, password) = match address::userinfo(url) {
+        Some(_) => (a.user(), a.password().unwrap_or_default()),
+        None => ("guest".to_owned(), "guest".to_owned()),
     };
-    let port = match port {
-        None | Some("") => default_port,
-        Some(p) => p
-            .parse()
-            .map_err(|_| "admin_url has a bad port".to_owned())?,
-    };
-    if host.is_empty() {
-        return Err("admin_url has no host".into());
-    }
     Ok(Amqp {
-        scheme: scheme.to_owned(),
-        user: decode(user),
-        password: decode(password),
-        host: host.to_owned(),
-        port,
+        scheme: a.scheme().to_owned(),
+        user,
+        password,
+        host: a.host(),
+        port: a.port_or(5672),
     })
 }
 
@@ -166,7 +130,7 @@ impl Api {
             .fetch(&url, req)
             .await
             .map_err(|e| {
-                let mut err = AdapterError::new(match e.kind {
+                let message = match e.kind {
                     crate::http::HttpErrorKind::Connect => format!(
                         "rabbitmq: cannot reach the management API at {} ({e}); enable it with `rabbitmq-plugins enable rabbitmq_management`, or set options.management_url",
                         self.server()
@@ -182,9 +146,12 @@ impl Api {
                         }
                     ),
                     _ => format!("rabbitmq: management API at {}: {e}", self.server()),
-                });
-                err.environmental = e.kind == crate::http::HttpErrorKind::Connect;
-                err
+                };
+                if e.kind == crate::http::HttpErrorKind::Connect {
+                    AdapterError::environmental(message)
+                } else {
+                    AdapterError::new(message)
+                }
             })
     }
 
@@ -226,15 +193,16 @@ impl Api {
     }
 }
 
-/// Refuses a vhost name no world has: Binky acts only on its own.
+/// Refuses a vhost name no world has (`/`, `production`): Binky acts
+/// only on its own.
 fn check_ours(slice: &Slice) -> Result<(), AdapterError> {
-    if slice.name.is_empty() || slice.name == "/" || !slice.name.contains('_') {
-        return Err(AdapterError::new(format!(
-            "rabbitmq: refusing to act on vhost `{}`: it is not one Binky names",
-            slice.name
-        )));
-    }
-    Ok(())
+    let server = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
+    owner::check_name(
+        "rabbitmq",
+        &address::shown(server),
+        &names::VHOST,
+        &slice.name,
+    )
 }
 
 #[async_trait]
@@ -269,11 +237,9 @@ impl Adapter for RabbitMq {
         if let Err(e) =
             crate::http::dial(&api.amqp.host, api.amqp.port, Duration::from_secs(5)).await
         {
-            let mut err = AdapterError::new(format!(
+            return Err(AdapterError::environmental(format!(
                 "rabbitmq: nothing answers AMQP at {amqp} (admin_url): {e}; check its host and port"
-            ));
-            err.environmental = true;
-            return Err(err);
+            )));
         }
         let vhost = encode(&slice.name);
         if self.exists(slice).await? {
@@ -305,17 +271,12 @@ impl Adapter for RabbitMq {
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
         let api = Api::of(slice)?;
         let a = &api.amqp;
-        let host = if a.host.contains(':') {
-            format!("[{}]", a.host)
-        } else {
-            a.host.clone()
-        };
         Ok(format!(
-            "{}://{}:{}@{host}:{}/{}",
+            "{}://{}:{}@{}/{}",
             a.scheme,
             encode(&a.user),
             encode(&a.password),
-            a.port,
+            address::host_port(&a.host, a.port),
             encode(&slice.name)
         ))
     }

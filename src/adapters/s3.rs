@@ -20,6 +20,8 @@
 //! it. There is no server-side copy of a bucket, so `clone_from` builds each
 //! world by provision + migrate + seed.
 
+use super::kit::address::{self, decode};
+use super::kit::{names, owner};
 use super::{Adapter, AdapterError, Capabilities, Slice};
 use crate::http::{Client, Fetched};
 use async_trait::async_trait;
@@ -221,7 +223,7 @@ impl Api {
         self.client.fetch(&url, req).await.map_err(|e| {
             // The message names the path, whose query holds the signature:
             // keep only the path.
-            let mut err = AdapterError::new(format!(
+            let message = format!(
                 "s3: {method} {}{}: {}",
                 server(&self.endpoint),
                 signed.path(),
@@ -235,9 +237,12 @@ impl Api {
                     ),
                     _ => "the exchange failed".to_owned(),
                 }
-            ));
-            err.environmental = e.kind == crate::http::HttpErrorKind::Connect;
-            err
+            );
+            if e.kind == crate::http::HttpErrorKind::Connect {
+                AdapterError::environmental(message)
+            } else {
+                AdapterError::new(message)
+            }
         })
     }
 
@@ -270,18 +275,9 @@ impl Api {
     }
 }
 
-fn decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
-}
-
+/// `host:port` of the endpoint, for messages.
 fn server(u: &url::Url) -> String {
-    format!(
-        "{}:{}",
-        u.host_str().unwrap_or("?"),
-        u.port_or_known_default().unwrap_or(80)
-    )
+    address::shown(u.as_str())
 }
 
 /// The text of the first `<tag>` in an S3 error body (`Code`), for
@@ -533,11 +529,9 @@ impl Adapter for S3 {
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
-        if bucket_name_error(&slice.name).is_some() {
-            // Not a name Binky makes: nothing of ours to delete.
-            return Ok(());
-        }
         let api = Api::of(slice)?;
+        // Not a name Binky gives a world: someone else's bucket.
+        owner::check_name("s3", &server(&api.endpoint), &names::BUCKET, &slice.name)?;
         let bucket = api.bucket(&slice.name)?;
         empty(&api, &bucket).await?;
         let action = bucket.delete_bucket(&api.credentials);
@@ -614,6 +608,37 @@ mod tests {
         let b = bucket_name("p", &format!("{}b", "x".repeat(80)));
         assert_ne!(a, b);
         assert!(a.len() <= MAX_BUCKET && b.len() <= MAX_BUCKET);
+    }
+
+    /// The guard runs before any request: a bucket Binky would not name
+    /// is refused (it was taken as done before), a name Binky gives is sent
+    /// on to the server (here: none, so the error is the connection's).
+    #[test]
+    fn teardown_refuses_a_bucket_binky_does_not_name() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let slice = |name: &str| Slice {
+            name: name.to_owned(),
+            project: "shop".into(),
+            admin_url: Some("http://KEY:SECRET@127.0.0.1:1".into()),
+            options: toml::Table::new(),
+            data_dir: std::env::temp_dir(),
+            search_path: None,
+        };
+        for theirs in ["prod-backups", "Prod_Backups", "shop-feat-a"] {
+            let e = rt.block_on(S3.teardown(&slice(theirs))).unwrap_err();
+            assert!(
+                e.message
+                    .starts_with("s3 at 127.0.0.1:1: refusing to delete bucket"),
+                "{e}"
+            );
+            assert!(!e.message.contains("SECRET"), "{e}");
+        }
+        let ours = bucket_name("shop", "feat-a");
+        let e = rt.block_on(S3.teardown(&slice(&ours))).unwrap_err();
+        assert!(e.environmental, "{e}");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! names another; it is an HMAC-style SHA-256 under a random key kept in the
 //! registry, so it cannot be looked up in a table of common passwords.
 
+use super::kit::address::{self, Address, decode};
 use sha2::{Digest, Sha256};
 
 /// The server a slice lives on, as recorded.
@@ -25,52 +26,32 @@ pub struct Server {
 
 /// The user and password of `url`, percent-decoded; empty when absent.
 pub fn credentials(url: &str) -> (String, String) {
-    match url::Url::parse(url) {
-        Ok(u) => (
-            decode(u.username()),
-            u.password().map(decode).unwrap_or_default(),
-        ),
-        // Not a URL the parser takes (`kafka://h1:9092,h2:9092`): read the
-        // user info by hand.
-        Err(_) => match userinfo(url) {
-            Some(ui) => {
-                let (u, p) = ui.split_once(':').unwrap_or((ui, ""));
-                (decode(u), decode(p))
-            }
+    match Address::parse(url, &[], "") {
+        Ok(a) => (a.user(), a.password().unwrap_or_default()),
+        // Not a URL the parser takes (`kafka://h1:9092,h2:9092`).
+        Err(_) => match address::userinfo(url) {
+            Some((u, p)) => (decode(u), p.map(decode).unwrap_or_default()),
             None => Default::default(),
         },
     }
 }
 
-/// The address of `url` with no credentials, query or fragment: scheme,
-/// host and port (the scheme's default port written out), and the path
-/// when `keep_path` (a trailing `/` dropped, so `redis://h:6379/0` and
-/// `redis://h:6379/0/` are one server).
+/// The address of `url` with no credentials, query or fragment:
+/// [`Address::server`], or for a text the parser does not take (a Kafka
+/// server list) the text without its user info, query and fragment.
 pub fn address(url: &str, keep_path: bool) -> String {
-    match url::Url::parse(url) {
-        Ok(u) if u.has_host() => {
-            let host = match u.host() {
-                Some(url::Host::Ipv6(a)) => format!("[{a}]"),
-                Some(h) => h.to_string(),
-                None => String::new(),
-            };
-            let port = u
-                .port_or_known_default()
-                .or_else(|| default_port(u.scheme()))
-                .map(|p| format!(":{p}"))
-                .unwrap_or_default();
-            let path = if keep_path {
-                u.path().trim_end_matches('/').to_owned()
-            } else {
-                String::new()
-            };
-            format!("{}://{host}{port}{path}", u.scheme())
-        }
-        _ => {
-            // By hand: drop the user info, the query and the fragment.
+    match Address::parse(url, &[], "") {
+        Ok(a) => a.server(keep_path),
+        Err(_) => {
             let base = url.split(['?', '#']).next().unwrap_or(url);
-            let base = match userinfo(base) {
-                Some(ui) => base.replacen(&format!("{ui}@"), "", 1),
+            let base = match base.split_once("://") {
+                Some((scheme, rest)) => {
+                    let rest = match rest.rsplit_once('@') {
+                        Some((_, host)) if address::userinfo(base).is_some() => host,
+                        _ => rest,
+                    };
+                    format!("{scheme}://{rest}")
+                }
                 None => base.to_owned(),
             };
             base.trim_end_matches('/').to_owned()
@@ -78,24 +59,10 @@ pub fn address(url: &str, keep_path: bool) -> String {
     }
 }
 
-/// `url` moved to the server at `address` (from [`address`]): its own
-/// credentials and query kept, its scheme, host, port — and path, when the
-/// address has one — taken from `address`. `None` when either does not
-/// parse as a URL with a host.
+/// `url` moved to the server at `address` (from [`address`]): see
+/// [`Address::rebased`]. `None` when either is not a URL with a host.
 pub fn rebase(url: &str, address: &str) -> Option<String> {
-    let mut u = url::Url::parse(url).ok()?;
-    let a = url::Url::parse(address).ok()?;
-    let host = a.host_str()?;
-    if u.scheme() != a.scheme() {
-        u.set_scheme(a.scheme()).ok()?;
-    }
-    u.set_host(Some(host)).ok()?;
-    u.set_port(a.port()).ok()?;
-    if !a.path().is_empty() && a.path() != "/" {
-        u.set_path(a.path());
-    }
-    u.set_fragment(None);
-    Some(u.to_string())
+    Address::parse(url, &[], "").ok()?.rebased(address)
 }
 
 /// The fingerprint of `(user, password)` under `key`: `fp1:` and 16 hex
@@ -120,33 +87,6 @@ pub fn of(url: &str, keep_path: bool, key: &str) -> Server {
         address: address(url, keep_path),
         credentials: fingerprint(key, &user, &password),
     }
-}
-
-/// Default ports of schemes the `url` crate does not know.
-fn default_port(scheme: &str) -> Option<u16> {
-    Some(match scheme {
-        "redis" | "valkey" => 6379,
-        "rediss" => 6380,
-        "postgres" | "postgresql" => 5432,
-        "mysql" | "mariadb" => 3306,
-        "amqp" => 5672,
-        "amqps" => 5671,
-        "kafka" => 9092,
-        _ => return None,
-    })
-}
-
-/// The user info of `scheme://userinfo@host…`, as written.
-fn userinfo(url: &str) -> Option<&str> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    Some(authority.rsplit_once('@')?.0)
-}
-
-fn decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
 }
 
 #[cfg(test)]

@@ -203,6 +203,13 @@ impl Rule {
             },
             None => name,
         };
+        // Every name joins a project and a slug.
+        if !body.contains(self.separator) {
+            return Some(format!(
+                "`{name}` has no `{}`, which joins the project and the world in every {} Binky makes",
+                self.separator, self.kind
+            ));
+        }
         // Rule 2 of the module docs: a name joined by `-` ends in its hash.
         if self.separator == '-' {
             let hash = body.rsplit('-').next().unwrap_or(body);

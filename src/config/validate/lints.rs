@@ -187,15 +187,9 @@ pub(super) fn check_credentials(cx: &mut Cx<'_>, raw: &RawConfig) {
 
 /// `scheme://user:password@host` with a non-empty password that is not a token.
 pub(super) fn url_has_literal_password(s: &str) -> bool {
-    let Some((_, rest)) = s.split_once("://") else {
-        return false;
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let Some((userinfo, _)) = authority.rsplit_once('@') else {
-        return false;
-    };
-    match userinfo.split_once(':') {
-        Some((_, pw)) => !pw.is_empty() && !pw.contains("${"),
-        None => false,
+    // The lenient reader: a value holding `${…}` is no URL yet.
+    match crate::adapters::kit::address::userinfo(s) {
+        Some((_, Some(pw))) => !pw.is_empty() && !pw.contains("${"),
+        _ => false,
     }
 }

@@ -101,16 +101,12 @@ pub(super) async fn ensure_https(d: &Daemon, project: &str, world: &str) -> Opti
 }
 
 /// The host of a URL-shaped address (`scheme://[user@]host[:port]/…`), IPv6
-/// brackets removed; `None` when there is none.
+/// brackets removed, as the adapter kit reads it; `None` when there is none.
 pub(super) fn host_of(address: &str) -> Option<String> {
-    let rest = address.split_once("://")?.1;
-    let authority = rest.split('/').next()?;
-    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = match hostport.strip_prefix('[') {
-        Some(v6) => v6.split(']').next()?,
-        None => hostport.split(':').next()?,
-    };
-    (!host.is_empty()).then(|| host.to_owned())
+    let host = crate::adapters::kit::address::Address::parse(address, &[], "")
+        .ok()?
+        .host();
+    (!host.is_empty()).then_some(host)
 }
 
 #[cfg(test)]
@@ -172,7 +168,9 @@ mod tests {
             // A password holding `@` and `:`: the last `@` ends the userinfo.
             ("postgres://u:p@ss:w@h:1/d", Some("h")),
             ("no-scheme:5432", None),
-            ("http:///path", None),
+            ("http://", None),
+            // As every HTTP client reads it (WHATWG): the host is `path`.
+            ("http:///path", Some("path")),
         ] {
             assert_eq!(host_of(address).as_deref(), host, "{address}");
         }

@@ -229,7 +229,11 @@ pub(super) async fn provision(
     if let Err(e) = p.fill().await {
         // Leave nothing half-made: drop the slice, and its record once it
         // is really gone (else the record is what `gc` sweeps).
-        if adapter.teardown(&slice).await.is_ok() {
+        // A teardown that refuses what it finds (another's topics a
+        // refused provision left) made nothing either: no slice, no record.
+        let gone = adapter.teardown(&slice).await.is_ok()
+            || adapter.exists(&slice).await.is_ok_and(|there| !there);
+        if gone {
             let _ = d.registry().delete_slice(adapter.name(), &slice_name);
         }
         return Err(e);
