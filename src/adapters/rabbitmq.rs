@@ -15,7 +15,7 @@
 //! `options.timeout` (default 30 s) and an error says so.
 
 use super::kit::address::{self, Address, encode};
-use super::kit::{names, owner};
+use super::kit::{api, names, owner};
 use super::{Adapter, AdapterError, Capabilities, Slice};
 use crate::http::{Client, Fetched};
 use async_trait::async_trait;
@@ -86,17 +86,12 @@ impl Api {
             }
             None => (amqp.host.clone(), MANAGEMENT_PORT, false),
         };
-        let timeout = slice.timeout(DEFAULT_TIMEOUT);
         Ok(Api {
             amqp,
             host,
             port,
             tls,
-            client: Client {
-                read_timeout: timeout,
-                max_body: 1024 * 1024,
-                ..Client::default()
-            },
+            client: api::client(slice, DEFAULT_TIMEOUT, 1024 * 1024),
         })
     }
 
@@ -130,28 +125,19 @@ impl Api {
             .fetch(&url, req)
             .await
             .map_err(|e| {
-                let message = match e.kind {
-                    crate::http::HttpErrorKind::Connect => format!(
-                        "rabbitmq: cannot reach the management API at {} ({e}); enable it with `rabbitmq-plugins enable rabbitmq_management`, or set options.management_url",
+                api::Exchange {
+                    call: &format!(
+                        "rabbitmq: the management API at {}, {method} {path}",
                         self.server()
                     ),
-                    crate::http::HttpErrorKind::Timeout => format!(
-                        "rabbitmq: the management API at {} did not answer {method} {path} within {:?}: {}; raise options.timeout if it is only slow",
-                        self.server(),
-                        self.client.read_timeout,
-                        if method == "GET" {
-                            "it accepts connections but does not serve them (stuck, or not RabbitMQ)"
-                        } else {
-                            "vhost changes are cluster-wide and can be slow"
-                        }
-                    ),
-                    _ => format!("rabbitmq: management API at {}: {e}", self.server()),
-                };
-                if e.kind == crate::http::HttpErrorKind::Connect {
-                    AdapterError::environmental(message)
-                } else {
-                    AdapterError::new(message)
+                    unreachable: "enable it with `rabbitmq-plugins enable rabbitmq_management`, or set options.management_url",
+                    slow: if method == "GET" {
+                        "it accepts connections but does not serve them (stuck, or not RabbitMQ)"
+                    } else {
+                        "vhost changes are cluster-wide and can be slow"
+                    },
                 }
+                .error(&e, self.client.read_timeout)
             })
     }
 
@@ -291,9 +277,9 @@ impl Adapter for RabbitMq {
                 "",
             )
             .await?;
-        match f.status.as_u16() {
-            200..=299 | 404 => Ok(()),
-            _ => Err(api.refused(&format!("deleting vhost {}", slice.name), &f)),
+        match api::deleted(f.status.as_u16()) {
+            Some(_) => Ok(()),
+            None => Err(api.refused(&format!("deleting vhost {}", slice.name), &f)),
         }
     }
 

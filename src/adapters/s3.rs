@@ -21,7 +21,7 @@
 //! world by provision + migrate + seed.
 
 use super::kit::address::{self, decode};
-use super::kit::{names, owner};
+use super::kit::{api, names, owner};
 use super::{Adapter, AdapterError, Capabilities, Slice};
 use crate::http::{Client, Fetched};
 use async_trait::async_trait;
@@ -174,11 +174,7 @@ impl Api {
             endpoint,
             credentials: Credentials::new(key, secret),
             region,
-            client: Client {
-                max_body: 8 * 1024 * 1024,
-                read_timeout: slice.timeout(DEFAULT_TIMEOUT),
-                ..Client::default()
-            },
+            client: api::client(slice, DEFAULT_TIMEOUT, 8 * 1024 * 1024),
         })
     }
 
@@ -221,28 +217,13 @@ impl Api {
         let req = crate::http::request(method, &url, headers, body)
             .map_err(|e| AdapterError::new(format!("s3: {e}")))?;
         self.client.fetch(&url, req).await.map_err(|e| {
-            // The message names the path, whose query holds the signature:
-            // keep only the path.
-            let message = format!(
-                "s3: {method} {}{}: {}",
-                server(&self.endpoint),
-                signed.path(),
-                match e.kind {
-                    crate::http::HttpErrorKind::Connect =>
-                        "cannot connect; check that the server runs and that admin_url names it"
-                            .to_owned(),
-                    crate::http::HttpErrorKind::Timeout => format!(
-                        "no answer within {:?}: the endpoint accepts connections but does not serve them (stuck, or not an S3 server); raise options.timeout if it is only slow",
-                        self.client.read_timeout
-                    ),
-                    _ => "the exchange failed".to_owned(),
-                }
-            );
-            if e.kind == crate::http::HttpErrorKind::Connect {
-                AdapterError::environmental(message)
-            } else {
-                AdapterError::new(message)
+            api::Exchange {
+                // The path only: the query holds the signature.
+                call: &format!("s3: {method} {}{}", server(&self.endpoint), signed.path()),
+                unreachable: "check that the server runs and that admin_url names it",
+                slow: "the endpoint accepts connections but does not serve them (stuck, or not an S3 server)",
             }
+            .error(&e, self.client.read_timeout)
         })
     }
 
@@ -538,9 +519,9 @@ impl Adapter for S3 {
         let f = api
             .send("DELETE", action.sign(SIGNED_FOR), &[], Bytes::new())
             .await?;
-        match f.status.as_u16() {
-            200..=299 | 404 => Ok(()),
-            _ => Err(api.refused(&format!("deleting bucket {}", slice.name), &f)),
+        match api::deleted(f.status.as_u16()) {
+            Some(_) => Ok(()),
+            None => Err(api.refused(&format!("deleting bucket {}", slice.name), &f)),
         }
     }
 
