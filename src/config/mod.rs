@@ -59,10 +59,19 @@ pub fn find(start: &Path) -> Result<PathBuf, LoadError> {
         return Ok(start.to_path_buf());
     }
     if !start.is_dir() {
-        // A path that names no folder is a file the user expected to exist.
+        // A path that names no folder is a file the user expected to exist;
+        // one that exists is a device, a FIFO or a socket (`/dev/null`).
+        let source = if start.exists() {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file: name a binky.toml, or a folder holding one",
+            )
+        } else {
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file")
+        };
         return Err(LoadError::Read {
             path: start.to_path_buf(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            source,
         });
     }
     for dir in start.ancestors() {
