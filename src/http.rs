@@ -244,12 +244,14 @@ impl Client {
         url: &Url,
         req: Request<Full<Bytes>>,
     ) -> Result<Response<Incoming>, HttpError> {
+        // The path only: a query may carry a signature or a token (an S3
+        // presigned URL's `X-Amz-Signature`), and errors reach terminals.
         let what = format!(
             "{} {}://{}{}",
             req.method(),
             if url.tls { "https" } else { "http" },
             host_header(&url.host, url.port),
-            req.uri()
+            req.uri().path()
         );
         let stream = dial(&url.host, url.port, self.connect_timeout)
             .await
@@ -582,6 +584,19 @@ mod tests {
         let e = c.fetch(&at(dead), get(dead)).await.unwrap_err();
         assert_eq!(e.kind, HttpErrorKind::Connect, "{e}");
         assert!(e.message.contains(&format!("127.0.0.1:{dead}")), "{e}");
+        // A query may carry a signature (S3's presigned URLs): errors name
+        // the path only.
+        let signed = parse_url(&format!(
+            "http://127.0.0.1:{dead}/b?X-Amz-Signature=deadbeef&X-Amz-Credential=AKIA"
+        ))
+        .unwrap();
+        let req = request("HEAD", &signed, &[], Bytes::new()).unwrap();
+        let e = c.fetch(&signed, req).await.unwrap_err();
+        assert!(e.message.contains(&format!("127.0.0.1:{dead}/b")), "{e}");
+        assert!(
+            !e.message.contains("deadbeef") && !e.message.contains("AKIA"),
+            "{e}"
+        );
     }
 
     /// A real TLS server: openssl makes a CA and a certificate for

@@ -80,9 +80,10 @@ fn target(url: &str) -> String {
         None => "localhost".into(),
     };
     let port = c.get_ports().first().copied().unwrap_or(5432);
+    let at = super::kit::address::host_port(&host, port);
     match c.get_user() {
-        Some(u) => format!("{host}:{port} as {u}"),
-        None => format!("{host}:{port}"),
+        Some(u) => format!("{at} as {u}"),
+        None => at,
     }
 }
 
@@ -332,6 +333,12 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(Postgres.slice_name("acme", "login-fix"), "acme_login-fix");
         assert_eq!(quote("a\"b"), "\"a\"\"b\"");
+    }
+
+    #[test]
+    fn errors_name_ipv6_hosts_in_brackets() {
+        assert_eq!(target("postgresql://u@[::1]:5433/x"), "[::1]:5433 as u");
+        assert_eq!(target("postgresql://h/x"), "h:5432");
     }
 
     #[test]

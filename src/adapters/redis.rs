@@ -29,6 +29,7 @@
 //! provision + migrate + seed.
 
 use super::kit::address::{self, Address};
+use super::kit::batch;
 use super::kit::owner::{self, Found};
 use super::{Adapter, AdapterError, Capabilities, Slice};
 use async_trait::async_trait;
@@ -225,28 +226,52 @@ async fn run<T: redis::FromRedisValue>(
 /// Deletes every key under the slice's prefix, a batch at a time; returns
 /// how many were deleted.
 async fn delete_keys(slice: &Slice, con: &mut MultiplexedConnection) -> Result<u64, AdapterError> {
-    let pattern = format!("{}*", glob_escape(&slice.name));
-    let mut cursor: u64 = 0;
-    let mut deleted = 0;
-    loop {
+    let what = format!(
+        "redis at {}: deleting the keys under {}",
+        server_of(server_url(slice)),
+        slice.name
+    );
+    let within = batch::within(slice.timeout(DEFAULT_TIMEOUT));
+    let mut keys = Keys {
+        slice,
+        con,
+        pattern: format!("{}*", glob_escape(&slice.name)),
+        cursor: 0,
+    };
+    batch::drain(&what, within, &mut keys).await
+}
+
+/// A world's keys, listed by `SCAN` and deleted by `UNLINK`.
+struct Keys<'a> {
+    slice: &'a Slice,
+    con: &'a mut MultiplexedConnection,
+    pattern: String,
+    cursor: u64,
+}
+
+impl batch::Listing for Keys<'_> {
+    type Name = Vec<u8>;
+
+    async fn page(&mut self) -> Result<batch::Page<Vec<u8>>, AdapterError> {
         let mut scan = redis::cmd("SCAN");
-        scan.arg(cursor)
+        scan.arg(self.cursor)
             .arg("MATCH")
-            .arg(&pattern)
+            .arg(&self.pattern)
             .arg("COUNT")
             .arg(BATCH);
         let (next, keys): (u64, Vec<Vec<u8>>) =
-            run(slice, con, &scan, "listing the world's keys").await?;
-        if !keys.is_empty() {
-            let mut unlink = redis::cmd("UNLINK");
-            unlink.arg(&keys);
-            let n: u64 = run(slice, con, &unlink, "deleting the world's keys").await?;
-            deleted += n;
-        }
-        if next == 0 {
-            return Ok(deleted);
-        }
-        cursor = next;
+            run(self.slice, self.con, &scan, "listing the world's keys").await?;
+        self.cursor = next;
+        Ok(batch::Page {
+            names: keys,
+            more: next != 0,
+        })
+    }
+
+    async fn delete(&mut self, keys: Vec<Vec<u8>>) -> Result<u64, AdapterError> {
+        let mut unlink = redis::cmd("UNLINK");
+        unlink.arg(&keys);
+        run(self.slice, self.con, &unlink, "deleting the world's keys").await
     }
 }
 
@@ -316,6 +341,15 @@ impl Adapter for Redis {
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
         let mut con = connect(slice).await?;
+        // Keys already under the prefix are someone else's: a world that
+        // took them over would delete them at its teardown.
+        if any_key(slice, &mut con).await? {
+            return Err(AdapterError::new(format!(
+                "redis at {}: keys already lie under the prefix {} and Binky did not make them; delete them, or name the world differently",
+                server_of(server_url(slice)),
+                slice.name
+            )));
+        }
         let acl = wants_acl(slice);
         let password = if acl {
             crate::platform::random_hex(24)

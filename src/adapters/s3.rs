@@ -21,7 +21,7 @@
 //! world by provision + migrate + seed.
 
 use super::kit::address::{self, decode};
-use super::kit::{api, names, owner};
+use super::kit::{api, batch, names, owner};
 use super::{Adapter, AdapterError, Capabilities, Slice};
 use crate::http::{Client, Fetched};
 use async_trait::async_trait;
@@ -119,6 +119,12 @@ pub(crate) fn parse_admin_url(url: &str) -> Result<(url::Url, String, String), S
             } else {
                 "; https needs binky built with `--features tls`"
             }
+        ));
+    }
+    if endpoint.port() == Some(0) {
+        return Err(format!(
+            "admin_url for {} has port 0: write the port the server listens on",
+            endpoint.host_str().unwrap_or("?")
         ));
     }
     if endpoint.host_str().is_none_or(str::is_empty) {
@@ -322,59 +328,96 @@ struct Listed {
 /// one before it is gone, and a marker naming a deleted key is not one
 /// every server pages from (moto answers an empty page).
 async fn empty(api: &Api, bucket: &Bucket) -> Result<u64, AdapterError> {
-    let mut deleted = 0;
-    let mut versioned = true;
-    loop {
-        let objects = match if versioned {
-            list_versions(api, bucket).await?
+    let what = format!(
+        "s3 at {}: emptying {}",
+        server(&api.endpoint),
+        bucket.name()
+    );
+    let within = batch::within(api.client.read_timeout);
+    let mut objects = Objects {
+        api,
+        bucket,
+        versioned: true,
+    };
+    batch::drain(&what, within, &mut objects).await
+}
+
+/// A bucket's object versions (or objects, on a server without
+/// versioning), listed from the start each time: the page before is gone,
+/// and a marker naming a deleted key is not one every server pages from.
+struct Objects<'a> {
+    api: &'a Api,
+    bucket: &'a Bucket,
+    versioned: bool,
+}
+
+impl batch::Listing for Objects<'_> {
+    type Name = rusty_s3::actions::ObjectIdentifier;
+
+    async fn page(&mut self) -> Result<batch::Page<Self::Name>, AdapterError> {
+        let listed = if self.versioned {
+            list_versions(self.api, self.bucket).await?
         } else {
-            Some(list_objects(api, bucket).await?)
-        } {
+            None
+        };
+        let names = match listed {
             Some(o) => o,
             // The server has no versioning (it answered 501/405 to
             // `?versions`): then every object is its only version.
             None => {
-                versioned = false;
-                continue;
+                self.versioned = false;
+                list_objects(self.api, self.bucket).await?
             }
         };
-        if objects.is_empty() {
-            return Ok(deleted);
-        }
-        let mut action = bucket.delete_objects(Some(&api.credentials), objects.iter());
-        action.set_quiet(true);
-        let signed = action.sign(SIGNED_FOR);
-        let (body, md5) = action.body_with_md5();
-        let f = api
-            .send(
-                "POST",
-                signed,
-                &[("Content-MD5", &md5), ("Content-Type", "application/xml")],
-                Bytes::from(body),
-            )
-            .await?;
-        // A 200 can still carry per-key failures: never report an emptied
-        // bucket that is not.
-        let text = String::from_utf8_lossy(&f.body);
-        if !f.status.is_success() || text.contains("<Error>") {
-            let failed = text.matches("<Error>").count();
-            // The first failure's own fields: a server that ignores `Quiet`
-            // lists the keys it deleted before the ones it did not.
-            let first = text.find("<Error>").map_or(&*text, |at| &text[at..]);
-            let key = xml_text(first, "Key").unwrap_or_default();
-            let code = xml_text(first, "Code").unwrap_or_default();
-            let message = xml_text(first, "Message").unwrap_or_default();
-            return Err(AdapterError::new(format!(
-                "s3 at {}: emptying {} answered {}: {} of {} object(s) not deleted, the first `{key}`: {code} {message}",
-                server(&api.endpoint),
-                bucket.name(),
-                f.status,
-                failed.max(1),
-                objects.len()
-            )));
-        }
-        deleted += objects.len() as u64;
+        // Listed from the start: an empty page is the end.
+        let more = !names.is_empty();
+        Ok(batch::Page { names, more })
     }
+
+    async fn delete(&mut self, names: Vec<Self::Name>) -> Result<u64, AdapterError> {
+        delete_page(self.api, self.bucket, &names).await
+    }
+}
+
+/// Deletes one listed page by name; returns how many.
+async fn delete_page(
+    api: &Api,
+    bucket: &Bucket,
+    objects: &[rusty_s3::actions::ObjectIdentifier],
+) -> Result<u64, AdapterError> {
+    let mut action = bucket.delete_objects(Some(&api.credentials), objects.iter());
+    action.set_quiet(true);
+    let signed = action.sign(SIGNED_FOR);
+    let (body, md5) = action.body_with_md5();
+    let f = api
+        .send(
+            "POST",
+            signed,
+            &[("Content-MD5", &md5), ("Content-Type", "application/xml")],
+            Bytes::from(body),
+        )
+        .await?;
+    // A 200 can still carry per-key failures: never report an emptied
+    // bucket that is not.
+    let text = String::from_utf8_lossy(&f.body);
+    if !f.status.is_success() || text.contains("<Error>") {
+        let failed = text.matches("<Error>").count();
+        // The first failure's own fields: a server that ignores `Quiet`
+        // lists the keys it deleted before the ones it did not.
+        let first = text.find("<Error>").map_or(&*text, |at| &text[at..]);
+        let key = xml_text(first, "Key").unwrap_or_default();
+        let code = xml_text(first, "Code").unwrap_or_default();
+        let message = xml_text(first, "Message").unwrap_or_default();
+        return Err(AdapterError::new(format!(
+            "s3 at {}: emptying {} answered {}: {} of {} object(s) not deleted, the first `{key}`: {code} {message}",
+            server(&api.endpoint),
+            bucket.name(),
+            f.status,
+            failed.max(1),
+            objects.len()
+        )));
+    }
+    Ok(objects.len() as u64)
 }
 
 /// One page of every version and delete marker in `bucket`, each named by
@@ -633,6 +676,8 @@ mod tests {
     fn admin_urls_with_a_raw_slash_in_the_secret_or_a_path_say_what_to_write() {
         let e = parse_admin_url("http://AK:wJal/rXU+tn@127.0.0.1:9000").unwrap_err();
         assert!(e.contains("percent-encode") && e.contains("%2F"), "{e}");
+        let e = parse_admin_url("http://AK:SK@127.0.0.1:0").unwrap_err();
+        assert!(e.contains("port 0"), "{e}");
         assert!(!e.contains("rXU"), "{e}");
         let (_, _, secret) = parse_admin_url("http://AK:wJal%2FrXU%2Btn@127.0.0.1:9000").unwrap();
         assert_eq!(secret, "wJal/rXU+tn");

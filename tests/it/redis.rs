@@ -560,9 +560,19 @@ fn teardown_deletes_only_a_marked_prefix_and_takes_a_gone_one_as_done() {
         .enable_all()
         .build()
         .unwrap();
-    // Someone else's keys under a prefix Binky would give a world.
+    // Someone else's keys under a prefix Binky would give a world: not
+    // taken over by provision, not deleted by teardown.
     let theirs = slice("theirs");
     set(&format!("{}order:1", theirs.name), "kept");
+    let e = rt.block_on(Redis.provision(&theirs)).unwrap_err();
+    assert!(
+        e.message.contains("keys already lie under the prefix"),
+        "{e}"
+    );
+    assert!(
+        !rt.block_on(Redis.exists(&theirs)).unwrap(),
+        "no marker made"
+    );
     let e = rt.block_on(Redis.teardown(&theirs)).unwrap_err();
     assert!(
         e.message.contains("refusing to delete") && e.message.contains("no Binky marker"),
@@ -587,4 +597,40 @@ fn teardown_deletes_only_a_marked_prefix_and_takes_a_gone_one_as_done() {
         get(&format!("{}order:1", theirs.name)).as_deref(),
         Some("kept")
     );
+}
+
+/// `remove` of a world whose marker was deleted by hand while its keys
+/// stayed: the teardown's guard refuses (the keys may no longer be the
+/// world's), the keys stay, and the record is kept rather than dropped as
+/// "not on the server".
+#[test]
+fn remove_refuses_keys_under_a_prefix_whose_marker_is_gone() {
+    if !redis_up() {
+        skip("no Redis on 127.0.0.1:6379");
+        return;
+    }
+    let p = project("nomark");
+    let _cleanup = Cleanup(p.clone());
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.cache]\nadapter = \"redis\"\n",
+        project_header(&p, 2)
+    );
+    let repo = Repo::new(&toml);
+    repo.ok(&home, &["up", "w"]);
+    let key = format!("{p}:w:data");
+    set(&key, "v");
+    let _: () = redis::cmd("DEL")
+        .arg(format!("_binky:slice:{p}:w:"))
+        .query(&mut admin())
+        .unwrap();
+    let rm = Out(repo.cmd(&home, &["remove", "w"]).output().unwrap());
+    assert_ne!(rm.code(), 0, "{rm}");
+    assert!(rm.stderr().contains("no Binky marker"), "{rm}");
+    assert!(!rm.stderr().contains("not on"), "{rm}");
+    assert_eq!(get(&key).as_deref(), Some("v"));
+    // Once the keys are gone by hand, the same remove finishes.
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut admin()).unwrap();
+    let rm = Out(repo.cmd(&home, &["remove", "w"]).output().unwrap());
+    assert_eq!(rm.code(), 0, "{rm}");
 }

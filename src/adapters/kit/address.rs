@@ -263,13 +263,36 @@ pub fn shown(text: &str) -> String {
 
 /// `url` with its path replaced by `/db` (percent-encoded), the query kept
 /// and the fragment dropped. Unlike [`Address::parse`] it takes a URL with
-/// no host (`postgresql:///postgres?host=/run/postgresql`, a Unix socket).
+/// no host (`postgresql:///postgres?host=/run/postgresql`, a Unix socket)
+/// and libpq's multi-host form (`postgresql://h1:5432,h2:5433/postgres`),
+/// which no URL parser takes: there the path is spliced in after the
+/// authority.
 ///
 /// # Errors
-/// `url` is not a URL; the text never quotes it.
+/// `url` has no `scheme://`; the text never quotes it.
 pub fn with_database(url: &str, db: &str) -> Result<String, AddressError> {
-    let u = url::Url::parse(url).map_err(|e| AddressError::Invalid(e.to_string()))?;
-    Ok(set_database(u, db))
+    if let Ok(u) = url::Url::parse(url) {
+        return Ok(set_database(u, db));
+    }
+    let Some(after) = url.find("://").map(|i| i + 3) else {
+        return Err(AddressError::NoScheme {
+            example: "postgresql://host:5432/postgres".into(),
+        });
+    };
+    let rest = &url[after..];
+    let authority = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let tail = &rest[authority..];
+    let query = tail
+        .find('?')
+        .map(|q| &tail[q..])
+        .map(|q| q.split('#').next().unwrap_or(q))
+        .unwrap_or("");
+    Ok(format!(
+        "{}{}/{}{query}",
+        &url[..after],
+        &rest[..authority],
+        encode(db)
+    ))
 }
 
 fn set_database(mut u: url::Url, db: &str) -> String {
@@ -434,6 +457,14 @@ mod tests {
         assert_eq!(
             with_database("postgresql:///postgres?host=/run/postgresql", "shop_a").unwrap(),
             "postgresql:///shop_a?host=/run/postgresql"
+        );
+        assert_eq!(
+            with_database("postgresql://u:p@h1:5432,h2:5433/postgres?x=1#f", "shop_a").unwrap(),
+            "postgresql://u:p@h1:5432,h2:5433/shop_a?x=1"
+        );
+        assert_eq!(
+            with_database("postgresql://h1,h2", "a b").unwrap(),
+            "postgresql://h1,h2/a%20b"
         );
         assert_eq!(
             parse("amqp://h")

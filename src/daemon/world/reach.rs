@@ -150,11 +150,16 @@ pub(super) async fn tear_down(
     adapter: &dyn adapters::Adapter,
     slice: &Slice,
 ) -> Result<TornDown, adapters::AdapterError> {
-    if !adapter.exists(slice).await? {
-        return Ok(TornDown::NotFound);
-    }
+    let existed = adapter.exists(slice).await?;
+    // Run even when the slice is missing: the adapter's ownership guard
+    // refuses what it finds there that Binky did not make (keys under a
+    // prefix whose marker is gone), and takes an empty place as gone.
     adapter.teardown(slice).await?;
-    Ok(TornDown::Deleted)
+    Ok(if existed {
+        TornDown::Deleted
+    } else {
+        TornDown::NotFound
+    })
 }
 
 /// The note for a slice that was not where it was made.
