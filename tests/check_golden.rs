@@ -65,18 +65,21 @@ fn run_check(args: &[String]) -> String {
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("NO_COLOR", "1")
-        .envs(
-            [
-                "APP_API_TOKEN",
-                "CLICKHOUSE_URL",
-                "MYSQL_ADMIN_URL",
-                "PG_ADMIN_URL",
-                "PG_URL",
-                "REDIS_URL",
-                "SESSION_TOKEN",
-            ]
-            .map(|v| (v, "set-for-the-golden-tests")),
-        )
+        .envs(["APP_API_TOKEN", "SESSION_TOKEN"].map(|v| (v, "set-for-the-golden-tests")))
+        // Server URLs as a user would export them: `check` reads an
+        // admin_url through its variables. `BAD_REDIS_URL` has no scheme.
+        .envs([
+            ("CLICKHOUSE_URL", "http://127.0.0.1:8123"),
+            ("MYSQL_ADMIN_URL", "mysql://root@127.0.0.1:3306/"),
+            ("PG_ADMIN_URL", "postgresql://root@127.0.0.1:5432/postgres"),
+            ("PG_URL", "postgresql://root@127.0.0.1:5432/postgres"),
+            ("REDIS_URL", "redis://127.0.0.1:6379/0"),
+            ("BAD_REDIS_URL", "127.0.0.1:6379"),
+            (
+                "BAD_AMQP_URL",
+                "amqp://guest:Hunter2Secret@127.0.0.1:99999/",
+            ),
+        ])
         .output()
         .expect("run binky");
     let code = out

@@ -178,15 +178,14 @@ impl Entry {
                 .iter()
                 .any(|s| url.starts_with(&format!("{s}://")))
         {
-            let missing = if url.contains("://") {
-                ""
+            let schemes = self.schemes.join("://, ");
+            return Err(if url.contains("://") {
+                format!(
+                    "admin_url must start with {schemes}:// (this build speaks no other scheme)"
+                )
             } else {
-                " (it has no scheme)"
-            };
-            return Err(format!(
-                "admin_url must start with {}://{missing} (this build speaks no other scheme)",
-                self.schemes.join("://, ")
-            ));
+                format!("admin_url has no scheme: it must start with {schemes}://")
+            });
         }
         match self.check_url {
             Some(check) => check(url),

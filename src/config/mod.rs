@@ -98,14 +98,17 @@ pub fn check_file(path: &Path) -> Result<Report, LoadError> {
 /// `${env.NAME}` that neither this process's environment nor one of the
 /// file's `env_file`s sets (`up` from this shell would fail on it).
 pub fn check_file_here(path: &Path) -> Result<Report, LoadError> {
-    check_file_in_env(path, &|name| std::env::var_os(name).is_some())
+    check_file_in_env(path, &|name| std::env::var(name).ok())
 }
 
-/// [`check_file`], warning (`unset-env`) about each `${env.NAME}` that
-/// neither `is_set` nor one of the file's `env_file`s sets. `binky check`
-/// asks its own shell; `up` asks the environment it renders with, so it can
-/// refuse before it makes anything.
-pub fn check_file_in_env(path: &Path, is_set: &dyn Fn(&str) -> bool) -> Result<Report, LoadError> {
+/// [`check_file`] against an environment (see
+/// [`validate::check_str_in_env`]): `env`, else the file's `env_file`s.
+/// `binky check` asks its own shell; `up` asks the environment it renders
+/// with, so it can refuse before it makes anything.
+pub fn check_file_in_env(
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Report, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.to_path_buf(),
         source,
@@ -118,19 +121,16 @@ pub fn check_file_in_env(path: &Path, is_set: &dyn Fn(&str) -> bool) -> Result<R
             .values()
             .filter_map(|s| s.process()?.env_file.as_ref()),
     );
-    let mut keys = std::collections::BTreeSet::new();
+    let mut from_files = std::collections::BTreeMap::new();
     for f in files {
         if let Ok(t) = std::fs::read_to_string(resolve_against(&cfg.root, f)) {
-            keys.extend(
-                dotenv::parse(&t)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, _)| k),
-            );
+            for (k, v) in dotenv::parse(&t).unwrap_or_default() {
+                from_files.entry(k).or_insert(v);
+            }
         }
     }
-    let is_set = |name: &str| is_set(name) || keys.contains(name);
-    Ok(validate::check_str_in_env(&text, path, &is_set))
+    let env = |name: &str| env(name).or_else(|| from_files.get(name).cloned());
+    Ok(validate::check_str_in_env(&text, path, &env))
 }
 
 /// Reads, checks and returns the model, or every error found.

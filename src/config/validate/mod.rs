@@ -52,18 +52,27 @@ impl Report {
 /// input (a fuzz target holds it to that). Pure: it does not look at the
 /// environment (see [`check_str_in_env`]).
 pub fn check_str(text: &str, path: &Path) -> Report {
-    check_str_in_env(text, path, &|_| true)
+    check(text, path, None)
 }
 
-/// [`check_str`], also warning about each `${env.NAME}` for which `is_set`
-/// says no: `binky check` asks the shell it runs in and the `env_file`s,
-/// which is where `up` from that shell would look.
-pub fn check_str_in_env(text: &str, path: &Path, is_set: &dyn Fn(&str) -> bool) -> Report {
+/// [`check_str`] against an environment: warns about each `${env.NAME}`
+/// that `env` has no value for, and checks a built-in adapter's
+/// `admin_url` made only of literal text and `${env.NAME}` with the values
+/// `env` gives, as `up` would. `binky check` asks the shell it runs in and
+/// the `env_file`s, which is where `up` from that shell would look.
+pub fn check_str_in_env(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Report {
+    check(text, path, Some(env))
+}
+
+/// The value of an environment variable where `up` would run, if it has one.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn check(text: &str, path: &Path, env: Option<EnvLookup<'_>>) -> Report {
     let loc = Locator::new(text);
     let mut cx = Cx {
         loc: &loc,
         diags: Vec::new(),
-        env_is_set: is_set,
+        env,
     };
     // Every unknown key at once (serde stops at the first), each with its
     // nearest known key.
@@ -98,9 +107,34 @@ impl<'s> At<'s> {
 struct Cx<'a> {
     loc: &'a Locator<'a>,
     diags: Vec<Diagnostic>,
-    /// Whether a variable `${env.NAME}` names has a value where `up` would
-    /// run.
-    env_is_set: &'a dyn Fn(&str) -> bool,
+    /// The value a variable `${env.NAME}` names has where `up` would run;
+    /// `None`: not known (a pure check: every variable counts as set).
+    env: Option<EnvLookup<'a>>,
+}
+
+impl Cx<'_> {
+    /// Whether `${env.var}` has no value where `up` would run.
+    fn env_unset(&self, var: &str) -> bool {
+        self.env.is_some_and(|env| env(var).is_none())
+    }
+
+    /// `s` with each `${env.NAME}` replaced by its value, when `s` holds no
+    /// other token and every variable has a value; else `None`.
+    fn env_rendered(&self, s: &str) -> Option<String> {
+        use super::render::Piece;
+        let env = self.env?;
+        let mut out = String::new();
+        for piece in super::render::pieces(s) {
+            match piece {
+                Piece::Literal(t) => out.push_str(t),
+                Piece::Token(o) => match classify(o.body) {
+                    Some(Token::Env(var)) => out.push_str(&env(var)?),
+                    _ => return None,
+                },
+            }
+        }
+        Some(out)
+    }
 }
 
 impl Cx<'_> {

@@ -424,17 +424,29 @@ pub(super) fn build_resource(
             )),
         );
     }
-    if let (Some(url), Some(e)) = (&rs.admin_url, crate::adapters::catalog::find(adapter))
-        && !crate::config::render::has_binky_token(url)
-        && let Err(why) = e.check_admin_url(url)
-    {
-        // What `up` would refuse, said before a worktree is made.
-        cx.error(
-            "invalid-admin-url",
-            &keypath!["services", name, "admin_url"],
-            format!("{adapter}: {why}"),
-            None,
-        );
+    if let (Some(url), Some(e)) = (&rs.admin_url, crate::adapters::catalog::find(adapter)) {
+        // What `up` would refuse, said before a worktree is made: a literal
+        // URL, or one made of `${env.NAME}`s with the values this
+        // environment gives them (named by their tokens, never shown).
+        let (value, from) = if crate::config::render::has_binky_token(url) {
+            (
+                cx.env_rendered(url),
+                format!(" (admin_url = \"{url}\" as this environment sets it)"),
+            )
+        } else {
+            (Some(url.clone()), String::new())
+        };
+        if let Some(value) = value
+            && let Err(why) = e.check_admin_url(&value)
+        {
+            let why = crate::secrets::redact_url(&why, Some(&value));
+            cx.error(
+                "invalid-admin-url",
+                &keypath!["services", name, "admin_url"],
+                format!("{adapter}: {why}{from}"),
+                None,
+            );
+        }
     }
     if let Some(c) = &rs.clone_from
         && !is_service_name(c)

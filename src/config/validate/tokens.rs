@@ -319,7 +319,7 @@ pub(super) fn check_token(
                 );
             }
         },
-        Some(Token::Env(var)) if !(cx.env_is_set)(var) => cx.push_at(
+        Some(Token::Env(var)) if cx.env_unset(var) => cx.push_at(
             Severity::Warning,
             "unset-env",
             path,

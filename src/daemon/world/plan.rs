@@ -385,11 +385,30 @@ pub(super) fn preflight_env(
         Some(w) => d.worlds.env_for(w.id, client_env),
         None => client_env.clone(),
     };
-    let is_set =
-        |name: &str| env.0.iter().any(|(k, _)| k == name) || std::env::var_os(name).is_some();
-    let Ok(report) = config::check_file_in_env(&path, &is_set) else {
+    let lookup = |name: &str| {
+        env.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(name).ok())
+    };
+    let Ok(report) = config::check_file_in_env(&path, &lookup) else {
         return Ok(());
     };
+    // An admin_url that reads as no URL once its variables are filled in
+    // is refused here too, before anything is made.
+    if let Some(diag) = report
+        .diagnostics
+        .iter()
+        .find(|d| d.code == "invalid-admin-url")
+    {
+        return Err(
+            ApiError::new(format!("{}: {}", diag.key, diag.message)).hint(format!(
+                "fix the variable's value (or admin_url in {}); nothing was made",
+                path.display()
+            )),
+        );
+    }
     match report.diagnostics.iter().find(|d| d.code == "unset-env") {
         Some(diag) => {
             let token = diag
