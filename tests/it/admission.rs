@@ -572,19 +572,39 @@ fn a_daemon_that_dies_as_it_admits_or_while_a_cli_waits_loses_no_request() {
     ) == "running"));
     // A CLI waiting in the queue when its daemon dies says so; the world
     // stays queued and the next daemon serves it in its turn.
-    let waiting = repo
+    let mut waiting = repo
         .cmd(&home, &["up", "b"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || state(
-        &repo, &home, "b"
-    ) == "queued"));
+    // The registry says `queued` a moment before the CLI reads its
+    // "queued:" progress line: kill the daemon once the CLI has it.
+    let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let said = said.clone();
+        let mut stderr = waiting.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut stderr, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                said.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    assert!(wait_until(Duration::from_secs(10), || {
+        state(&repo, &home, "b") == "queued" && said.lock().unwrap().contains("queued")
+    }));
     kill9(home.daemon_pid().unwrap());
-    let out = Out(waiting.wait_with_output().unwrap());
-    assert_ne!(out.code(), 0, "{out}");
-    assert!(out.stderr().contains("b is still queued"), "{out}");
+    let status = waiting.wait().unwrap();
+    reader.join().unwrap();
+    let stderr = said.lock().unwrap().clone();
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("b is still queued"), "{stderr}");
     assert_eq!(state(&repo, &home, "b"), "queued");
     repo.ok(&home, &["down", "a"]);
     wait_state(&repo, &home, "b", "running");
