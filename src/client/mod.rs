@@ -135,7 +135,7 @@ impl Client {
         loop {
             match read_frame::<_, Reply>(&mut self.reader) {
                 Ok(Some(Reply::Progress(p))) => {
-                    queued = p.step == "admission" && p.message.starts_with("queued:");
+                    queued = p.step == crate::protocol::ProgressStep::Queued;
                     on_progress(&p);
                 }
                 Ok(Some(Reply::Ok(r))) => return Ok(r),

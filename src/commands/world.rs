@@ -299,7 +299,7 @@ pub fn verify(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode 
         if json {
             return;
         }
-        if p.step == "output" {
+        if p.step == crate::protocol::ProgressStep::Output {
             println!("{}", p.message);
         } else {
             anstream::println!("{}", paint(crate::output::BOLD, &p.message));

@@ -5,6 +5,7 @@ use super::events::{Event, EventLog};
 use super::world;
 use crate::paths::Paths;
 use crate::protocol::Progress;
+use crate::protocol::ProgressStep;
 use crate::proxy::ProxyCounters;
 use crate::registry::Registry;
 use std::sync::{Arc, Mutex};
@@ -43,9 +44,9 @@ pub(crate) struct ProgressTx {
 
 impl ProgressTx {
     /// Reports one step.
-    pub(crate) fn say(&self, step: &str, service: Option<&str>, message: String) {
+    pub(crate) fn say(&self, step: ProgressStep, service: Option<&str>, message: String) {
         let _ = self.tx.send(Progress {
-            step: step.to_owned(),
+            step,
             service: service.map(str::to_owned),
             message,
         });

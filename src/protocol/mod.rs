@@ -18,7 +18,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a frame changes shape.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// This build's package version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -324,13 +324,42 @@ pub enum Reply {
 /// A progress event of a long operation.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Progress {
-    /// A short step name, e.g. `worktree`, `ports`, `start`.
-    pub step: String,
+    /// Which step of the verb this is.
+    pub step: ProgressStep,
     /// The service concerned, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
     /// Human text.
     pub message: String,
+}
+
+/// A step a long verb reports, one spelling on the wire (snake case).
+/// Clients act on the step, never on the message's text.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgressStep {
+    /// `up` was admitted (the machine has room).
+    Admitted,
+    /// `up` waits in the admission queue; the message gives its place.
+    Queued,
+    /// The worktree is made, reused or re-made.
+    Worktree,
+    /// Ports are reserved.
+    Ports,
+    /// A resource's slice is made.
+    Provision,
+    /// A slice's `migrate` runs to catch up with the branch.
+    Migrate,
+    /// A service is started.
+    Start,
+    /// A service answers its probe (or finished as a one-shot).
+    Ready,
+    /// A world's processes are stopped.
+    Stop,
+    /// A `verify` command starts.
+    Verify,
+    /// A line a `verify` command printed.
+    Output,
 }
 
 /// A failure the user can act on.

@@ -624,7 +624,11 @@ pub(crate) async fn wait(
         match look(d, ticket)? {
             Step::Admitted(a) => {
                 if !last.is_empty() {
-                    progress.say("admission", None, format!("admitted: {world}"));
+                    progress.say(
+                        crate::protocol::ProgressStep::Admitted,
+                        None,
+                        format!("admitted: {world}"),
+                    );
                 }
                 return Ok(Some(a));
             }
@@ -639,7 +643,7 @@ pub(crate) async fn wait(
                             Some(format!("position {} of {}: {}", s.position, s.of, s.reason));
                         d.event(ev);
                     }
-                    progress.say("admission", None, msg.clone());
+                    progress.say(crate::protocol::ProgressStep::Queued, None, msg.clone());
                     last = msg;
                 }
             }

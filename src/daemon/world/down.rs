@@ -101,7 +101,11 @@ pub(crate) async fn reload(
     d.registry()
         .set_world_state(w.id, w.state, Some("reload"), None)
         .map_err(internal)?;
-    progress.say("stop", None, format!("stopping {}", w.name));
+    progress.say(
+        crate::protocol::ProgressStep::Stop,
+        None,
+        format!("stopping {}", w.name),
+    );
     stop_processes(d, &w).await;
     fault_point("reload:stopped");
     d.registry()

@@ -486,7 +486,7 @@ pub(super) async fn catch_up(
     let WorldCtx { d, cfg, world, .. } = *cx;
     let SliceJob { service, log, .. } = *job;
     progress.say(
-        "migrate",
+        crate::protocol::ProgressStep::Migrate,
         Some(service),
         format!("{service}: running migrate to catch up with the branch ({why})"),
     );

@@ -83,7 +83,11 @@ fn start_level(
             continue;
         };
         let spec = process_spec(cx, sname, p, plan, &log_dir)?;
-        progress.say("start", Some(sname), format!("starting {sname}"));
+        progress.say(
+            crate::protocol::ProgressStep::Start,
+            Some(sname),
+            format!("starting {sname}"),
+        );
         d.registry()
             .service_state(world_id, sname, ServiceState::Starting, None, false)
             .map_err(internal)?;
@@ -128,12 +132,20 @@ async fn await_level(
                     .port
                     .map(|p| format!("  :{p}"))
                     .unwrap_or_default();
-                progress.say("ready", Some(&sname), format!("{sname}  pid {pid}{port}"));
+                progress.say(
+                    crate::protocol::ProgressStep::Ready,
+                    Some(&sname),
+                    format!("{sname}  pid {pid}{port}"),
+                );
             }
             // A probe-less one-shot that did its work inside the grace
             // period (see supervisor::NO_PROBE_GRACE).
             s if s.exited_cleanly() => {
-                progress.say("ready", Some(&sname), format!("{sname}  finished (exit 0)"));
+                progress.say(
+                    crate::protocol::ProgressStep::Ready,
+                    Some(&sname),
+                    format!("{sname}  finished (exit 0)"),
+                );
             }
             other => {
                 failure.get_or_insert(start_failure(name, &sname, &other, &log, plan));

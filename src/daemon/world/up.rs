@@ -182,7 +182,7 @@ pub(super) async fn up_locked(
             "the worktree folder {} was missing and has been re-created",
             ensured.path.display()
         );
-        progress.say("worktree", None, msg.clone());
+        progress.say(crate::protocol::ProgressStep::Worktree, None, msg.clone());
         notes.push(msg);
         d.event(world_event("worktree_recreated", project, name));
     }
@@ -255,7 +255,11 @@ async fn make_worktree(
     client_env: &ClientEnv,
     progress: &ProgressTx,
 ) -> Result<worktree::Ensured, ApiError> {
-    progress.say("worktree", None, format!("worktree for {name}"));
+    progress.say(
+        crate::protocol::ProgressStep::Worktree,
+        None,
+        format!("worktree for {name}"),
+    );
     let root = match &loc.config.project.worktree_root {
         Some(r) => config::resolve_against(&loc.main_root(), r),
         None => worktree::default_root(&loc.main),
@@ -532,7 +536,7 @@ fn reserve_ports(
         d.event(ev);
     }
     progress.say(
-        "ports",
+        crate::protocol::ProgressStep::Ports,
         None,
         format!("{} port(s) reserved", allocated.len()),
     );
@@ -588,7 +592,11 @@ async fn provision_slices(
     for (n, s) in &cx.cfg.services {
         if let ServiceKind::Resource(r) = &s.kind {
             check_cancelled(progress, cx.world)?;
-            progress.say("provision", Some(n), format!("{} slice for {n}", r.adapter));
+            progress.say(
+                crate::protocol::ProgressStep::Provision,
+                Some(n),
+                format!("{} slice for {n}", r.adapter),
+            );
             let resolved = provision(cx, n, r, plan, progress).await?;
             resolved.apply(plan.facts.get_mut(n).expect("fact per service"));
             cx.d.registry()

@@ -40,7 +40,11 @@ pub(crate) async fn verify(
         if (!all_ok && !keep_going) || cancelled {
             break;
         }
-        progress.say("verify", None, format!("$ {cmd}"));
+        progress.say(
+            crate::protocol::ProgressStep::Verify,
+            None,
+            format!("$ {cmd}"),
+        );
         let t0 = std::time::Instant::now();
         let (code, ok, stopped) = run_check(d, w.id, rendered, world_root, &env, progress).await?;
         cancelled |= stopped;
@@ -181,7 +185,11 @@ async fn run_check(
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
-            progress.say("output", None, format!("cannot run: {e}"));
+            progress.say(
+                crate::protocol::ProgressStep::Output,
+                None,
+                format!("cannot run: {e}"),
+            );
             return Ok((None, false, false));
         }
     };
@@ -199,7 +207,7 @@ async fn run_check(
         if let Some(out) = stdout {
             let mut lines = tokio::io::BufReader::new(out).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                progress.say("output", None, line);
+                progress.say(crate::protocol::ProgressStep::Output, None, line);
             }
         }
         child.wait().await
@@ -220,7 +228,7 @@ async fn run_check(
                 .await;
             }
             let _ = child.wait().await;
-            progress.say("output", None, "cancelled".into());
+            progress.say(crate::protocol::ProgressStep::Output, None, "cancelled".into());
             Ok((None, false, true))
         }
     }
