@@ -13,6 +13,13 @@ impl From<AdapterError> for ApiError {
     }
 }
 
+/// An error from inside the daemon (the registry, the filesystem) as the
+/// reply: its text, scrubbed as every reply is at the server boundary. The
+/// one such conversion for every verb.
+pub(crate) fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

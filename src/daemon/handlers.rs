@@ -6,9 +6,7 @@ use crate::protocol::{ApiError, DaemonInfo, Metrics, Request, Response, VERSION}
 use std::sync::Arc;
 use std::time::Instant;
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(e.to_string())
-}
+use super::errors::internal;
 
 /// Dispatches one request.
 pub(super) async fn handle(

@@ -359,9 +359,7 @@ enum Step {
     Gone,
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(e.to_string())
-}
+use super::errors::internal;
 
 /// The queue as [`decide`] sees it, row for row.
 fn waiting(d: &Daemon, rows: &[QueueRow]) -> Vec<Waiting> {

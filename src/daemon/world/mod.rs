@@ -195,9 +195,7 @@ impl Worlds {
 
 use crate::faults::point as fault_point;
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(e.to_string())
-}
+use super::errors::internal;
 
 fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_owned()
