@@ -17,13 +17,107 @@ pub const ROTATE_BYTES: u64 = 10 * 1024 * 1024;
 /// Rotated generations kept (`events.log.1` … `.3`).
 pub const KEEP: u32 = 3;
 
+/// What happened: one spelling each, snake case in `events.log` (the names
+/// scripts and tests read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// `daemon_started`
+    DaemonStarted,
+    /// `daemon_stopped`
+    DaemonStopped,
+    /// `settings_changed`
+    SettingsChanged,
+    /// `connection_refused`
+    ConnectionRefused,
+    /// `proxy_bind_failed`
+    ProxyBindFailed,
+    /// `https_unavailable`
+    HttpsUnavailable,
+    /// `memory_pressure`
+    MemoryPressure,
+    /// `admission_queued`
+    AdmissionQueued,
+    /// `admission_cancelled`
+    AdmissionCancelled,
+    /// `admission_withdrawn`
+    AdmissionWithdrawn,
+    /// `admitted`
+    Admitted,
+    /// `resumed`
+    Resumed,
+    /// `suspended`
+    Suspended,
+    /// `up_started`
+    UpStarted,
+    /// `up`
+    Up,
+    /// `up_failed`
+    UpFailed,
+    /// `up_cancelled`
+    UpCancelled,
+    /// `interrupted`
+    Interrupted,
+    /// `down`
+    Down,
+    /// `removed`
+    Removed,
+    /// `teardown_deferred`
+    TeardownDeferred,
+    /// `gc`
+    Gc,
+    /// `worktree_recreated`
+    WorktreeRecreated,
+    /// `port_moved`
+    PortMoved,
+    /// `port_skipped`
+    PortSkipped,
+    /// `provisioned`
+    Provisioned,
+    /// `migrated`
+    Migrated,
+    /// `clone_fallback`
+    CloneFallback,
+    /// `golden_built`
+    GoldenBuilt,
+    /// `golden_moved`
+    GoldenMoved,
+    /// `adopted`
+    Adopted,
+    /// `adopt_failed`
+    AdoptFailed,
+    /// `orphan_stopped`
+    OrphanStopped,
+    /// `exited`
+    Exited,
+    /// `failed`
+    Failed,
+    /// `unhealthy`
+    Unhealthy,
+    /// `restarting`
+    Restarting,
+    /// `gave_up`
+    GaveUp,
+    /// `watch_restart`
+    WatchRestart,
+    /// `verify_passed`
+    VerifyPassed,
+    /// `verify_failed`
+    VerifyFailed,
+    /// `verify_interrupted`
+    VerifyInterrupted,
+    /// `test_event` (the log's own tests)
+    #[cfg(test)]
+    TestEvent,
+}
+
 /// One event.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Event {
     /// RFC 3339 time, filled in by [`EventLog::emit`].
     pub ts: String,
-    /// Event name, e.g. `daemon_started`, `port_skipped`, `gave_up`.
-    pub event: String,
+    /// What happened.
+    pub event: EventKind,
     /// Project name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub project: Option<String>,
@@ -43,10 +137,15 @@ pub struct Event {
 
 impl Event {
     /// An event with only a name.
-    pub fn named(event: &str) -> Self {
+    pub fn named(event: EventKind) -> Self {
         Event {
-            event: event.to_owned(),
-            ..Default::default()
+            ts: String::new(),
+            event,
+            project: None,
+            worktree: None,
+            service: None,
+            adapter: None,
+            detail: None,
         }
     }
     /// Sets the detail.
@@ -134,13 +233,29 @@ impl EventLog {
 mod tests {
     use super::*;
 
+    /// The names scripts and tests read in `events.log` are the ones the
+    /// strings were before the enum.
+    #[test]
+    fn kinds_are_written_in_snake_case() {
+        for (kind, name) in [
+            (EventKind::UpStarted, "up_started"),
+            (EventKind::Up, "up"),
+            (EventKind::AdmissionWithdrawn, "admission_withdrawn"),
+            (EventKind::GaveUp, "gave_up"),
+            (EventKind::Gc, "gc"),
+        ] {
+            assert_eq!(serde_json::to_string(&kind).unwrap(), format!("\"{name}\""));
+        }
+    }
+
     #[test]
     fn lines_are_json_and_rotate() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("events.log");
         let log = EventLog::with_rotation(p.clone(), 2000);
         for i in 0..100 {
-            let mut e = Event::named("test_event").detail(format!("n={i}"));
+            let mut e =
+                Event::named(crate::daemon::events::EventKind::TestEvent).detail(format!("n={i}"));
             e.project = Some("acme".into());
             log.emit(e);
         }

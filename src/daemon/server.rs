@@ -129,7 +129,8 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     super::admission::resume_queue(&daemon);
     start_proxy(&daemon, proxy_port_rx).await?;
     daemon.event(
-        Event::named("daemon_started").detail(format!("pid {} version {VERSION}", platform::pid())),
+        Event::named(crate::daemon::events::EventKind::DaemonStarted)
+            .detail(format!("pid {} version {VERSION}", platform::pid())),
     );
     tracing::info!(pid = platform::pid(), version = VERSION, socket = %socket.display(), "daemon ready");
     if opts.handle_signals {
@@ -137,7 +138,9 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     }
     accept_loop(&daemon, listener, shutdown_rx).await;
     let _ = std::fs::remove_file(&socket);
-    daemon.event(Event::named("daemon_stopped"));
+    daemon.event(Event::named(
+        crate::daemon::events::EventKind::DaemonStopped,
+    ));
     tracing::info!("daemon stopped");
     drop(lock);
     Ok(())
@@ -210,7 +213,7 @@ async fn start_proxy(daemon: &Arc<Daemon>, port_rx: watch::Receiver<u16>) -> Res
         daemon.proxy_bound.clone(),
         move |msg| {
             tracing::warn!("{msg}");
-            d.event(Event::named("proxy_bind_failed").detail(msg));
+            d.event(Event::named(crate::daemon::events::EventKind::ProxyBindFailed).detail(msg));
         },
     ));
     wait_proxy_bound(daemon, port).await;
@@ -307,7 +310,10 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
         Ok(true) => {}
         Ok(false) => {
             tracing::warn!("refused a connection from another user");
-            daemon.event(Event::named("connection_refused").detail("peer is another user"));
+            daemon.event(
+                Event::named(crate::daemon::events::EventKind::ConnectionRefused)
+                    .detail("peer is another user"),
+            );
             return;
         }
         Err(e) => {

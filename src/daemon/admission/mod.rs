@@ -479,7 +479,11 @@ fn look(d: &Arc<Daemon>, ticket: i64) -> Result<Step, ApiError> {
             b.resumed = Some(std::time::Instant::now());
         }
         d.admission.admissions.fetch_add(1, Ordering::Relaxed);
-        let name = if row.resume { "resumed" } else { "admitted" };
+        let name = if row.resume {
+            crate::daemon::events::EventKind::Resumed
+        } else {
+            crate::daemon::events::EventKind::Admitted
+        };
         let mut ev = super::world::world_event(name, &row.project, &row.world);
         ev.detail = Some(format!(
             "ticket {ticket}, {}; decided in {:.2} ms",
@@ -636,7 +640,11 @@ pub(crate) async fn wait(
                 let msg = s.message();
                 if msg != last {
                     if last.is_empty() && owns {
-                        let mut ev = super::world::world_event("admission_queued", project, world);
+                        let mut ev = super::world::world_event(
+                            crate::daemon::events::EventKind::AdmissionQueued,
+                            project,
+                            world,
+                        );
                         ev.detail =
                             Some(format!("position {} of {}: {}", s.position, s.of, s.reason));
                         d.event(ev);
@@ -657,7 +665,7 @@ pub(crate) async fn wait(
                     .hint(format!("`binky down {world}` takes it out of the queue")));
                 }
                 if d.registry().dequeue(ticket).unwrap_or(false) {
-                    d.event(super::world::world_event("admission_cancelled", project, world));
+                    d.event(super::world::world_event(crate::daemon::events::EventKind::AdmissionCancelled, project, world));
                     d.admission.wake();
                 }
                 return Err(ApiError::new(format!(
@@ -679,7 +687,7 @@ pub(crate) fn withdraw(d: &Daemon, project: &str, world: &str) -> Result<bool, A
         .is_some();
     if gone {
         d.event(super::world::world_event(
-            "admission_withdrawn",
+            crate::daemon::events::EventKind::AdmissionWithdrawn,
             project,
             world,
         ));
@@ -953,7 +961,10 @@ fn pressure_event(d: &Daemon) {
             decide::gib(reserve)
         ));
     }
-    d.event(super::events::Event::named("memory_pressure").detail(detail));
+    d.event(
+        super::events::Event::named(crate::daemon::events::EventKind::MemoryPressure)
+            .detail(detail),
+    );
 }
 
 /// One sample: each running world's RSS (its peak learned as its project's
@@ -1113,7 +1124,11 @@ async fn suspend(d: &Arc<Daemon>, w: &crate::registry::ActiveRow, why: &str) {
         }
     };
     let held = back_off(d, &w.project, &w.world);
-    let mut ev = super::world::world_event("suspended", &w.project, &w.world);
+    let mut ev = super::world::world_event(
+        crate::daemon::events::EventKind::Suspended,
+        &w.project,
+        &w.world,
+    );
     ev.detail = Some(format!(
         "{why}; not suspended again for {} after it resumes",
         humantime::format_duration(held)

@@ -24,7 +24,11 @@ pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome
         .set_world_state(w.id, WorldState::Stopped, None, None)
         .map_err(internal)?;
     admission::learned(d, w.id, &loc.name);
-    d.event(world_event("down", &loc.name, &w.name));
+    d.event(world_event(
+        crate::daemon::events::EventKind::Down,
+        &loc.name,
+        &w.name,
+    ));
     // After the event: the log then reads down, then the admission it let
     // in. The sampler looks again too, and stops if nothing else runs.
     d.admission.wake();

@@ -16,7 +16,10 @@ pub(crate) async fn gc(d: &Arc<Daemon>, dry_run: bool, client_env: ClientEnv) ->
     sweep_worktrees(d, dry_run, &client_env, &mut out);
     sweep_markers(d, dry_run, &mut out).await;
     if !dry_run && !out.is_empty() {
-        d.event(LogEvent::named("gc").detail(format!("{} item(s)", out.len())));
+        d.event(
+            LogEvent::named(crate::daemon::events::EventKind::Gc)
+                .detail(format!("{} item(s)", out.len())),
+        );
     }
     out
 }

@@ -22,7 +22,7 @@
 //! Here: the daemon's live [`Worlds`], and what every verb's reply is made
 //! of (a world's status and ports).
 
-use super::events::Event as LogEvent;
+use super::events::{Event as LogEvent, EventKind};
 use super::{Daemon, ProgressTx, admission};
 use crate::adapters::{self, Slice, golden};
 use crate::config::render::{Facts, ServiceFacts, render};
@@ -225,7 +225,7 @@ fn withdrawn(loc: &Located, name: &str, state: WorldState) -> WorldOutcome {
     }
 }
 
-pub(crate) fn world_event(ev: &str, project: &str, world: &str) -> LogEvent {
+pub(crate) fn world_event(ev: EventKind, project: &str, world: &str) -> LogEvent {
     let mut e = LogEvent::named(ev);
     e.project = Some(project.to_owned());
     e.worktree = Some(world.to_owned());

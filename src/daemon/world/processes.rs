@@ -11,7 +11,7 @@ pub(super) fn recorder(
     service: String,
 ) -> supervisor::Recorder {
     Arc::new(move |e: supervisor::Event| {
-        let ev = |name: &str| {
+        let ev = |name: crate::daemon::events::EventKind| {
             let mut e = world_event(name, &project, &world);
             e.service = Some(service.clone());
             e
@@ -39,17 +39,24 @@ pub(super) fn recorder(
                     s.pid().is_some(),
                 );
                 match &s {
-                    State::Unhealthy { reason, .. } => {
-                        d.event(ev("unhealthy").detail(reason.clone()))
+                    State::Unhealthy { reason, .. } => d.event(
+                        ev(crate::daemon::events::EventKind::Unhealthy).detail(reason.clone()),
+                    ),
+                    State::Failed { reason } => {
+                        d.event(ev(crate::daemon::events::EventKind::Failed).detail(reason.clone()))
                     }
-                    State::Failed { reason } => d.event(ev("failed").detail(reason.clone())),
-                    State::Stopped { exit: Some(x) } => d.event(ev("exited").detail(x.clone())),
+                    State::Stopped { exit: Some(x) } => {
+                        d.event(ev(crate::daemon::events::EventKind::Exited).detail(x.clone()))
+                    }
                     _ => {}
                 }
             }
             supervisor::Event::Restarting { exit, delay } => {
                 let _ = d.registry().service_restarted(world_id, &service);
-                d.event(ev("restarting").detail(format!("{exit}; restarting in {delay:?}")));
+                d.event(
+                    ev(crate::daemon::events::EventKind::Restarting)
+                        .detail(format!("{exit}; restarting in {delay:?}")),
+                );
             }
             supervisor::Event::GaveUp { reason } => {
                 let _ = d.registry().set_world_state(
@@ -58,11 +65,12 @@ pub(super) fn recorder(
                     None,
                     Some(&format!("{service}: {reason}")),
                 );
-                d.event(ev("gave_up").detail(reason));
+                d.event(ev(crate::daemon::events::EventKind::GaveUp).detail(reason));
             }
-            supervisor::Event::WatchRestart { changed } => {
-                d.event(ev("watch_restart").detail(format!("changed: {}", changed.join(", "))))
-            }
+            supervisor::Event::WatchRestart { changed } => d.event(
+                ev(crate::daemon::events::EventKind::WatchRestart)
+                    .detail(format!("changed: {}", changed.join(", "))),
+            ),
         }
     })
 }

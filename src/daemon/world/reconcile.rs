@@ -38,7 +38,12 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
                 .registry()
                 .set_world_state(id, WorldState::Failed, None, Some(&reason));
             d.event(
-                world_event("interrupted", &project, &name).detail(format!("{op} interrupted")),
+                world_event(
+                    crate::daemon::events::EventKind::Interrupted,
+                    &project,
+                    &name,
+                )
+                .detail(format!("{op} interrupted")),
             );
         }
         if !matches!(
@@ -57,7 +62,14 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
         .await
         {
             tracing::warn!(project, world = name, error = %e.message, "could not re-adopt world");
-            d.event(world_event("adopt_failed", &project, &name).detail(first_line(&e.message)));
+            d.event(
+                world_event(
+                    crate::daemon::events::EventKind::AdoptFailed,
+                    &project,
+                    &name,
+                )
+                .detail(first_line(&e.message)),
+            );
         }
     }
 }
@@ -124,7 +136,7 @@ pub(super) async fn stop_unknown(d: &Arc<Daemon>) {
             }
         );
         tracing::warn!("stopping {what}: an earlier daemon started it and did not record it");
-        let mut ev = LogEvent::named("orphan_stopped").detail(what);
+        let mut ev = LogEvent::named(crate::daemon::events::EventKind::OrphanStopped).detail(what);
         ev.project = get("BINKY_PROJECT");
         ev.worktree = world;
         ev.service = service;
@@ -176,7 +188,11 @@ pub(super) async fn reap_interrupted_verifies(d: &Arc<Daemon>) {
         let names = reg.world_names(world_id).ok().flatten();
         drop(reg);
         if let Some((project, world)) = names {
-            d.event(world_event("verify_interrupted", &project, &world));
+            d.event(world_event(
+                crate::daemon::events::EventKind::VerifyInterrupted,
+                &project,
+                &world,
+            ));
         }
     }
 }
@@ -373,7 +389,7 @@ fn adopt_service(
         name.to_owned(),
         sname.to_owned(),
     );
-    let event = |what: &str, detail: String| {
+    let event = |what: crate::daemon::events::EventKind, detail: String| {
         let mut e = world_event(what, project, name).detail(detail);
         e.service = Some(sname.to_owned());
         d.event(e);
@@ -387,7 +403,10 @@ fn adopt_service(
     };
     Ok(match alive {
         Some(pid) => {
-            event("adopted", format!("pid {pid}"));
+            event(
+                crate::daemon::events::EventKind::Adopted,
+                format!("pid {pid}"),
+            );
             let unhealthy = (recorded.state == ServiceState::Unhealthy).then(|| {
                 recorded
                     .last_exit
@@ -408,7 +427,7 @@ fn adopt_service(
         }
         None if restart_dead && p.restart.policy != config::RestartPolicy::No => {
             event(
-                "restarting",
+                crate::daemon::events::EventKind::Restarting,
                 "its process died while the daemon was away".into(),
             );
             let _ = d.registry().service_restarted(world_id, sname);

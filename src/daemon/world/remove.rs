@@ -55,7 +55,11 @@ pub(crate) async fn remove(
         reg.delete_world(w.id).map_err(internal)?;
     }
     d.routes.remove_world(&loc.name, &w.name);
-    d.event(world_event("removed", &loc.name, &w.name));
+    d.event(world_event(
+        crate::daemon::events::EventKind::Removed,
+        &loc.name,
+        &w.name,
+    ));
     let mut world = before;
     world.state = WorldState::Removed;
     Ok(WorldOutcome {
@@ -277,8 +281,12 @@ impl Removal<'_> {
             }
             notes.push(format!("{message}; `binky gc` retries it"));
             left.push(s.slice.clone());
-            let mut ev =
-                world_event("teardown_deferred", &loc.name, &w.name).detail(first_line(&message));
+            let mut ev = world_event(
+                crate::daemon::events::EventKind::TeardownDeferred,
+                &loc.name,
+                &w.name,
+            )
+            .detail(first_line(&message));
             ev.service = Some(s.service.clone());
             ev.adapter = Some(s.adapter.clone());
             d.event(ev);

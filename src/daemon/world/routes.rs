@@ -94,7 +94,14 @@ pub(super) async fn ensure_https(d: &Daemon, project: &str, world: &str) -> Opti
         }
         Err(e) => {
             tracing::warn!("https unavailable: {e}");
-            d.event(world_event("https_unavailable", project, world).detail(e.clone()));
+            d.event(
+                world_event(
+                    crate::daemon::events::EventKind::HttpsUnavailable,
+                    project,
+                    world,
+                )
+                .detail(e.clone()),
+            );
             Some(format!("HTTPS is off: {e}; URLs stay http"))
         }
     }

@@ -244,7 +244,11 @@ pub(super) async fn provision(
             .set_slice_migrated(adapter.name(), &slice_name, key)
             .map_err(internal)?;
     }
-    let mut ev = world_event("provisioned", project, world);
+    let mut ev = world_event(
+        crate::daemon::events::EventKind::Provisioned,
+        project,
+        world,
+    );
     ev.service = Some(service.to_owned());
     ev.adapter = Some(adapter.name().to_owned());
     d.event(ev);
@@ -497,7 +501,12 @@ pub(super) async fn catch_up(
             "binky: running migrate to catch up with the branch ({why})"
         );
     }
-    let mut ev = world_event("migrated", &cfg.project.name, world).detail(why.to_owned());
+    let mut ev = world_event(
+        crate::daemon::events::EventKind::Migrated,
+        &cfg.project.name,
+        world,
+    )
+    .detail(why.to_owned());
     ev.service = Some(service.to_owned());
     d.event(ev);
     run_data_commands(cx, job, plan, address, false, dropped).await

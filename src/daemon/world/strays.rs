@@ -87,7 +87,7 @@ pub(super) async fn stop_orphans(d: &Arc<Daemon>) {
         for (pid, _, _) in procs {
             let what = format!("pid {pid}, of a {state} world, outside its process groups");
             tracing::warn!("stopping {what}");
-            d.event(LogEvent::named("orphan_stopped").detail(what));
+            d.event(LogEvent::named(crate::daemon::events::EventKind::OrphanStopped).detail(what));
             set.spawn(terminate(pid));
         }
     }

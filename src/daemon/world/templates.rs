@@ -97,7 +97,14 @@ impl Provisioning<'_> {
                 server,
             };
             std::fs::write(&marker, m.render()).map_err(internal)?;
-            d.event(world_event("golden_built", project, world).detail(tname.clone()));
+            d.event(
+                world_event(
+                    crate::daemon::events::EventKind::GoldenBuilt,
+                    project,
+                    world,
+                )
+                .detail(tname.clone()),
+            );
         }
         Ok(Template {
             name: tname,
@@ -135,7 +142,12 @@ impl Provisioning<'_> {
             TornDown::Deleted => "dropped it there",
             TornDown::NotFound => "it was no longer there",
         };
-        let mut ev = world_event("golden_moved", self.cx.project, self.cx.world).detail(format!(
+        let mut ev = world_event(
+            crate::daemon::events::EventKind::GoldenMoved,
+            self.cx.project,
+            self.cx.world,
+        )
+        .detail(format!(
             "{}: {how}; building it anew",
             old.note.unwrap_or_default()
         ));
@@ -196,8 +208,12 @@ impl Provisioning<'_> {
                         e.message
                     );
                 }
-                let mut ev =
-                    world_event("clone_fallback", project, world).detail(e.message.clone());
+                let mut ev = world_event(
+                    crate::daemon::events::EventKind::CloneFallback,
+                    project,
+                    world,
+                )
+                .detail(e.message.clone());
                 ev.service = Some(service.to_owned());
                 ev.adapter = Some(adapter.name().to_owned());
                 d.event(ev);

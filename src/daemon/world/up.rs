@@ -184,7 +184,11 @@ pub(super) async fn up_locked(
         );
         progress.say(crate::protocol::ProgressStep::Worktree, None, msg.clone());
         notes.push(msg);
-        d.event(world_event("worktree_recreated", project, name));
+        d.event(world_event(
+            crate::daemon::events::EventKind::WorktreeRecreated,
+            project,
+            name,
+        ));
     }
     let world_root = join_subdir(&ensured.path, &loc.subdir);
     check_path(&world_root)?;
@@ -193,7 +197,11 @@ pub(super) async fn up_locked(
     // Record the intent before acting, so a crash can be reconciled.
     let world_id = record_world(d, project_id, name, &slug, &ensured.path, group, &cfg)?;
     d.worlds.remember_env(world_id, client_env);
-    d.event(world_event("up_started", project, name));
+    d.event(world_event(
+        crate::daemon::events::EventKind::UpStarted,
+        project,
+        name,
+    ));
 
     let cx = WorldCtx {
         d,
@@ -408,7 +416,11 @@ async fn settle_up(
             d.registry()
                 .set_world_state(world_id, WorldState::Running, None, None)
                 .map_err(internal)?;
-            d.event(world_event("up", project, name));
+            d.event(world_event(
+                crate::daemon::events::EventKind::Up,
+                project,
+                name,
+            ));
             outcome(d, project, world_id, false, notes)
         }
         Err(_) if progress.cancelled() => {
@@ -425,14 +437,21 @@ async fn settle_up(
                 None,
                 Some("`up` was cancelled by its caller"),
             );
-            d.event(world_event("up_cancelled", project, name));
+            d.event(world_event(
+                crate::daemon::events::EventKind::UpCancelled,
+                project,
+                name,
+            ));
             Err(cancelled_error(name))
         }
         Err(e) => {
             let _ =
                 d.registry()
                     .set_world_state(world_id, WorldState::Failed, None, Some(&e.message));
-            d.event(world_event("up_failed", project, name).detail(first_line(&e.message)));
+            d.event(
+                world_event(crate::daemon::events::EventKind::UpFailed, project, name)
+                    .detail(first_line(&e.message)),
+            );
             Err(e)
         }
     }
@@ -520,13 +539,14 @@ fn reserve_ports(
         })?
     };
     for n in port_notes {
-        let mut ev = world_event("port_skipped", project, name);
+        let mut ev = world_event(crate::daemon::events::EventKind::PortSkipped, project, name);
         match n {
             PortNote::Skipped(p) => ev = ev.detail(format!("port {p} is held outside binky")),
             PortNote::Moved { service, from, to } => {
-                ev = world_event("port_moved", project, name).detail(format!(
-                    "port {from} was taken outside binky; moved to {to}"
-                ));
+                ev = world_event(crate::daemon::events::EventKind::PortMoved, project, name)
+                    .detail(format!(
+                        "port {from} was taken outside binky; moved to {to}"
+                    ));
                 ev.service = Some(service.clone());
                 notes.push(format!(
                     "{service}: port {from} was taken outside binky; now {to}"

@@ -74,9 +74,9 @@ pub(crate) async fn verify(
     d.event(
         world_event(
             if all_ok {
-                "verify_passed"
+                crate::daemon::events::EventKind::VerifyPassed
             } else {
-                "verify_failed"
+                crate::daemon::events::EventKind::VerifyFailed
             },
             &loc.name,
             &w.name,
