@@ -29,4 +29,5 @@ pub mod registry;
 pub mod secrets;
 pub mod slug;
 pub mod supervisor;
+pub mod tunables;
 pub mod worktree;

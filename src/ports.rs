@@ -7,9 +7,8 @@
 //! port that an outside program took meanwhile is replaced.
 
 use crate::config::PortRange;
+use crate::registry::{Registry, RegistryError};
 use indexmap::IndexMap;
-use rusqlite::{Connection, params};
-use std::collections::HashSet;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 
 /// One port a world needs: `(service, name)`, name `""` for the primary port.
@@ -29,8 +28,8 @@ pub enum PortError {
         hi: u16,
     },
     /// Registry failure.
-    #[error("registry: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
 }
 
 /// Whether nothing holds `port` on loopback or the wildcard addresses, IPv4
@@ -74,7 +73,7 @@ pub enum PortNote {
 /// # Errors
 /// The range is exhausted; a registry error.
 pub fn allocate(
-    conn: &mut Connection,
+    reg: &mut Registry,
     project: &str,
     world_id: i64,
     range: PortRange,
@@ -82,27 +81,9 @@ pub fn allocate(
     in_use_by_us: &dyn Fn(u16) -> bool,
     notes: &mut Vec<PortNote>,
 ) -> Result<IndexMap<PortKey, u16>, PortError> {
-    let tx = conn.transaction()?;
-    let mut existing: IndexMap<PortKey, u16> = IndexMap::new();
-    {
-        let mut stmt =
-            tx.prepare("SELECT service, name, port FROM port_reservations WHERE world_id = ?1")?;
-        let rows = stmt.query_map([world_id], |r| {
-            Ok((
-                (r.get::<_, String>(0)?, r.get::<_, String>(1)?),
-                r.get::<_, u16>(2)?,
-            ))
-        })?;
-        for row in rows {
-            let (k, p) = row?;
-            existing.insert(k, p);
-        }
-    }
-    let mut taken: HashSet<u16> = {
-        let mut stmt = tx.prepare("SELECT port FROM port_reservations")?;
-        let rows = stmt.query_map([], |r| r.get::<_, u16>(0))?;
-        rows.collect::<Result<_, _>>()?
-    };
+    let book = reg.port_book()?;
+    let existing = book.reservations(world_id)?;
+    let mut taken = book.taken()?;
     let mut out = IndexMap::new();
     let mut moved_from: IndexMap<PortKey, u16> = IndexMap::new();
     for key in needs {
@@ -117,7 +98,7 @@ pub fn allocate(
     // Release what is no longer wanted (or moved away from).
     for (key, port) in &existing {
         if !out.contains_key(key) {
-            tx.execute("DELETE FROM port_reservations WHERE port = ?1", [port])?;
+            book.release(*port)?;
             taken.remove(port);
         }
     }
@@ -145,10 +126,7 @@ pub fn allocate(
             }
             break p;
         };
-        tx.execute(
-            "INSERT INTO port_reservations(port, world_id, service, name) VALUES (?1, ?2, ?3, ?4)",
-            params![port, world_id, key.0, key.1],
-        )?;
+        book.reserve(port, world_id, key)?;
         taken.insert(port);
         if let Some(from) = moved_from.get(key) {
             notes.push(PortNote::Moved {
@@ -159,33 +137,27 @@ pub fn allocate(
         }
         out.insert(key.clone(), port);
     }
-    tx.commit()?;
+    book.commit()?;
     Ok(out)
-}
-
-/// Releases every port of a world.
-pub fn release(conn: &Connection, world_id: i64) -> rusqlite::Result<usize> {
-    conn.execute(
-        "DELETE FROM port_reservations WHERE world_id = ?1",
-        [world_id],
-    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::Registry;
+    use std::collections::HashSet;
 
     fn world(reg: &mut Registry, name: &str) -> i64 {
         let pid = reg.upsert_project("p", "/x").unwrap();
-        reg.conn()
-            .query_row(
-                "INSERT INTO worlds(project_id, name, slug, path, state, created_at, updated_at)
-                 VALUES (?1, ?2, ?2, '/x', 'starting', 0, 0) RETURNING id",
-                params![pid, name],
-                |r| r.get(0),
-            )
-            .unwrap()
+        reg.upsert_world(
+            pid,
+            name,
+            name,
+            "/x",
+            crate::protocol::WorldState::Starting,
+            None,
+            None,
+        )
+        .unwrap()
     }
 
     fn free_range(len: u16) -> PortRange {
@@ -219,15 +191,15 @@ mod tests {
         let range = free_range(4);
         let needs = vec![("web".into(), "".into()), ("api".into(), "".into())];
         let mut notes = vec![];
-        let pa = allocate(reg.conn(), "p", a, range, &needs, &|_| false, &mut notes).unwrap();
-        let pb = allocate(reg.conn(), "p", b, range, &needs, &|_| false, &mut notes).unwrap();
+        let pa = allocate(&mut reg, "p", a, range, &needs, &|_| false, &mut notes).unwrap();
+        let pb = allocate(&mut reg, "p", b, range, &needs, &|_| false, &mut notes).unwrap();
         let all: HashSet<u16> = pa.values().chain(pb.values()).copied().collect();
         assert_eq!(all.len(), 4);
         // Kept on a second allocation.
-        let again = allocate(reg.conn(), "p", a, range, &needs, &|_| false, &mut notes).unwrap();
+        let again = allocate(&mut reg, "p", a, range, &needs, &|_| false, &mut notes).unwrap();
         assert_eq!(again, pa);
         let c = world(&mut reg, "c");
-        let err = allocate(reg.conn(), "p", c, range, &needs, &|_| false, &mut notes).unwrap_err();
+        let err = allocate(&mut reg, "p", c, range, &needs, &|_| false, &mut notes).unwrap_err();
         assert_eq!(
             err.to_string(),
             format!(
@@ -236,15 +208,7 @@ mod tests {
             )
         );
         // Nothing half-reserved for c.
-        let n: i64 = reg
-            .conn()
-            .query_row(
-                "SELECT COUNT(*) FROM port_reservations WHERE world_id = ?1",
-                [c],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(n, 0);
+        assert_eq!(reg.world_ports(c).unwrap(), []);
     }
 
     #[test]
@@ -262,7 +226,7 @@ mod tests {
         };
         let needs = vec![("web".into(), "".into())];
         let mut notes = vec![];
-        let got = allocate(reg.conn(), "p", a, range, &needs, &|_| false, &mut notes).unwrap();
+        let got = allocate(&mut reg, "p", a, range, &needs, &|_| false, &mut notes).unwrap();
         assert_ne!(got[&needs[0]], range.lo);
         assert!(notes.contains(&PortNote::Skipped(range.lo)));
         drop(holder);
@@ -270,7 +234,7 @@ mod tests {
         let mine = got[&needs[0]];
         let _thief = TcpListener::bind((Ipv4Addr::LOCALHOST, mine)).unwrap();
         let mut notes = vec![];
-        let moved = allocate(reg.conn(), "p", a, range, &needs, &|_| false, &mut notes).unwrap();
+        let moved = allocate(&mut reg, "p", a, range, &needs, &|_| false, &mut notes).unwrap();
         assert_ne!(moved[&needs[0]], mine);
         assert!(matches!(notes.last(), Some(PortNote::Moved { from, .. }) if *from == mine));
     }

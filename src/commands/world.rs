@@ -385,7 +385,10 @@ pub fn gc(args: &crate::cli::GcArgs) -> ExitCode {
                     println!("(dry run: nothing was changed; run `binky gc` to sweep)");
                 }
             }
-            if items.iter().any(|i| i.outcome.starts_with("not swept")) {
+            if items
+                .iter()
+                .any(|i| i.result == crate::protocol::SweepResult::NotSwept)
+            {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS

@@ -254,8 +254,7 @@ mod tests {
         let p = dir.path().join("events.log");
         let log = EventLog::with_rotation(p.clone(), 2000);
         for i in 0..100 {
-            let mut e =
-                Event::named(crate::daemon::events::EventKind::TestEvent).detail(format!("n={i}"));
+            let mut e = Event::named(EventKind::TestEvent).detail(format!("n={i}"));
             e.project = Some("acme".into());
             log.emit(e);
         }

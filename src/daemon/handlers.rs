@@ -1,6 +1,7 @@
 //! One function per request verb.
 
 use super::{Daemon, ProgressTx, settings, world};
+use crate::daemon::events::EventKind;
 use crate::platform;
 use crate::protocol::{ApiError, DaemonInfo, Metrics, Request, Response, VERSION};
 use std::sync::Arc;
@@ -50,10 +51,7 @@ pub(super) async fn handle(
             max_parallel,
         } => {
             let s = settings::set_reserve(d, ram_pct, disk_gb, max_parallel)?;
-            d.event(
-                super::events::Event::named(crate::daemon::events::EventKind::SettingsChanged)
-                    .detail("reserve"),
-            );
+            d.event(super::events::Event::named(EventKind::SettingsChanged).detail("reserve"));
             // Takes effect now: a lowered reserve admits, a raised one
             // may suspend.
             d.admission.wake();
@@ -66,10 +64,7 @@ pub(super) async fn handle(
             let _ = d.proxy_port.send(s.proxy_port);
             // Answer once it listens there, so the next request finds it.
             super::wait_proxy_bound(d, s.proxy_port).await;
-            d.event(
-                super::events::Event::named(crate::daemon::events::EventKind::SettingsChanged)
-                    .detail("ports"),
-            );
+            d.event(super::events::Event::named(EventKind::SettingsChanged).detail("ports"));
             Ok(Response::Settings(s))
         }
         Request::Metrics => metrics(d).map(Response::Metrics),

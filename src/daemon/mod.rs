@@ -31,4 +31,4 @@ mod world;
 
 pub use server::{RunOptions, log_writer, run, run_blocking};
 pub use state::Daemon;
-pub(crate) use state::{ProgressTx, wait_proxy_bound};
+pub(crate) use state::{ProgressTx, WorldKey, wait_proxy_bound};

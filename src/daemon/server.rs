@@ -5,6 +5,7 @@
 use super::events::{Event, EventLog};
 use super::state::{Daemon, ProgressTx, wait_proxy_bound};
 use super::{handlers, settings, world};
+use crate::daemon::events::EventKind;
 use crate::paths::Paths;
 use crate::platform;
 use crate::protocol::codec::{read_frame_async, write_frame_async};
@@ -44,7 +45,8 @@ impl Default for RunOptions {
 /// there too. A daemon run in a terminal (`binky daemon run`) logs to its
 /// stderr.
 pub fn log_writer() -> tracing_subscriber::fmt::writer::BoxMakeWriter {
-    use crate::supervisor::{LOG_GENERATIONS, LOG_ROLL_BYTES, logs::LogFile};
+    use crate::supervisor::logs::LogFile;
+    use crate::supervisor::{LOG_GENERATIONS, LOG_ROLL_BYTES};
     let opened = Paths::from_env().ok().and_then(|p| {
         let log = p.daemon_log();
         if !platform::stderr_is(&log) {
@@ -129,7 +131,7 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     super::admission::resume_queue(&daemon);
     start_proxy(&daemon, proxy_port_rx).await?;
     daemon.event(
-        Event::named(crate::daemon::events::EventKind::DaemonStarted)
+        Event::named(EventKind::DaemonStarted)
             .detail(format!("pid {} version {VERSION}", platform::pid())),
     );
     tracing::info!(pid = platform::pid(), version = VERSION, socket = %socket.display(), "daemon ready");
@@ -138,9 +140,7 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     }
     accept_loop(&daemon, listener, shutdown_rx).await;
     let _ = std::fs::remove_file(&socket);
-    daemon.event(Event::named(
-        crate::daemon::events::EventKind::DaemonStopped,
-    ));
+    daemon.event(Event::named(EventKind::DaemonStopped));
     tracing::info!("daemon stopped");
     drop(lock);
     Ok(())
@@ -213,7 +213,7 @@ async fn start_proxy(daemon: &Arc<Daemon>, port_rx: watch::Receiver<u16>) -> Res
         daemon.proxy_bound.clone(),
         move |msg| {
             tracing::warn!("{msg}");
-            d.event(Event::named(crate::daemon::events::EventKind::ProxyBindFailed).detail(msg));
+            d.event(Event::named(EventKind::ProxyBindFailed).detail(msg));
         },
     ));
     wait_proxy_bound(daemon, port).await;
@@ -310,10 +310,7 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
         Ok(true) => {}
         Ok(false) => {
             tracing::warn!("refused a connection from another user");
-            daemon.event(
-                Event::named(crate::daemon::events::EventKind::ConnectionRefused)
-                    .detail("peer is another user"),
-            );
+            daemon.event(Event::named(EventKind::ConnectionRefused).detail("peer is another user"));
             return;
         }
         Err(e) => {

@@ -2,6 +2,7 @@
 
 use super::Daemon;
 use crate::protocol::{ApiError, Settings};
+use crate::registry::Setting;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 
 /// The proxy's port when port 80 cannot be bound (not root, or taken).
@@ -45,7 +46,7 @@ pub(super) fn init_defaults(d: &Daemon) -> anyhow::Result<()> {
                 FALLBACK_PROXY_PORT
             }
         });
-        pairs.push(("proxy_port", p.to_string()));
+        pairs.push(Setting::ProxyPort(p));
     }
     if s.https_port == 0 {
         let p = env_port(HTTPS_PORT_ENV).unwrap_or_else(|| {
@@ -55,7 +56,7 @@ pub(super) fn init_defaults(d: &Daemon) -> anyhow::Result<()> {
                 FALLBACK_HTTPS_PORT
             }
         });
-        pairs.push(("https_port", p.to_string()));
+        pairs.push(Setting::HttpsPort(p));
     }
     if !pairs.is_empty() {
         reg.set_settings(&pairs)?;
@@ -81,14 +82,14 @@ pub(super) fn set_reserve(
             return Err(ApiError::new(format!("--max-parallel {n} is out of range"))
                 .hint("give a number of worlds from 1 to 10000, or 0 for no limit"));
         }
-        pairs.push(("max_parallel", n.to_string()));
+        pairs.push(Setting::MaxParallel(n));
     }
     if let Some(r) = ram {
         if !(0.0..=90.0).contains(&r) || r.is_nan() {
             return Err(ApiError::new(format!("--ram {r} is out of range"))
                 .hint("give a percentage from 0 to 90"));
         }
-        pairs.push(("ram_reserve_pct", r.to_string()));
+        pairs.push(Setting::RamReservePct(r));
     }
     if let Some(g) = disk {
         // A petabyte: past it a reserve is a typo (and beyond what the
@@ -97,7 +98,7 @@ pub(super) fn set_reserve(
             return Err(ApiError::new(format!("--disk {g} is out of range"))
                 .hint("give gigabytes from 0 to 1000000"));
         }
-        pairs.push(("disk_reserve_gb", g.to_string()));
+        pairs.push(Setting::DiskReserveGb(g));
     }
     store(d, &pairs)
 }
@@ -136,18 +137,18 @@ pub(super) fn set_ports(
         if p == current.https_port && new_https.is_none() {
             return Err(ApiError::new(format!("port {p} is already the HTTPS port")));
         }
-        pairs.push(("proxy_port", p.to_string()));
+        pairs.push(Setting::ProxyPort(p));
     }
     if let Some(p) = new_https {
         if p == current.proxy_port && new_proxy.is_none() {
             return Err(ApiError::new(format!("port {p} is already the proxy port")));
         }
-        pairs.push(("https_port", p.to_string()));
+        pairs.push(Setting::HttpsPort(p));
     }
     store(d, &pairs)
 }
 
-fn store(d: &Daemon, pairs: &[(&str, String)]) -> Result<Settings, ApiError> {
+fn store(d: &Daemon, pairs: &[Setting]) -> Result<Settings, ApiError> {
     let mut reg = d.registry();
     if !pairs.is_empty() {
         reg.set_settings(pairs)

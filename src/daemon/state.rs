@@ -4,8 +4,7 @@
 use super::events::{Event, EventLog};
 use super::world;
 use crate::paths::Paths;
-use crate::protocol::Progress;
-use crate::protocol::ProgressStep;
+use crate::protocol::{Progress, ProgressStep};
 use crate::proxy::ProxyCounters;
 use crate::registry::Registry;
 use std::sync::{Arc, Mutex};
@@ -86,5 +85,28 @@ impl Daemon {
     /// Appends to the event log.
     pub(crate) fn event(&self, ev: Event) {
         self.events.emit(ev);
+    }
+}
+
+/// A world by name: its project and its own name (the branch). The key of
+/// every per-world map and lock in the daemon; shown as `project/world`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct WorldKey {
+    pub(crate) project: String,
+    pub(crate) name: String,
+}
+
+impl WorldKey {
+    pub(crate) fn new(project: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            project: project.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for WorldKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.project, self.name)
     }
 }

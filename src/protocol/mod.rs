@@ -12,13 +12,16 @@
 pub mod codec;
 pub mod states;
 
-pub use states::{ServiceKind, ServiceState, SliceState, UnknownState, WorldState};
+pub use states::{
+    Intent, ServiceKind, ServiceState, SliceState, SweepKind, SweepResult, UnknownState,
+    VerifyOutcome, WorldState,
+};
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a frame changes shape.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// This build's package version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -416,13 +419,15 @@ pub enum Response {
 /// One thing `gc` found.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SweepItem {
-    /// `slice`, `worktree`, `registration` or `golden_marker`.
-    pub kind: String,
+    /// What it is a kind of.
+    pub kind: SweepKind,
     /// What it is (slice name, path).
     pub what: String,
     /// Why it is garbage.
     pub why: String,
-    /// Swept, or why it was not.
+    /// What was done with it.
+    pub result: SweepResult,
+    /// The same in words: swept, or why it was not and what to do.
     pub outcome: String,
 }
 

@@ -119,6 +119,78 @@ states! {
     }
 }
 
+states! {
+    /// The verb in flight on a world (`worlds.intent`), recorded before it
+    /// acts: a daemon that restarts and finds one knows that verb was cut
+    /// short.
+    Intent {
+        /// `up`: making or starting the world.
+        Up = "up",
+        /// `down`: stopping it.
+        Down = "down",
+        /// `reload`: restarting it with its config as on its branch now.
+        Reload = "reload",
+        /// `remove`: destroying it.
+        Remove = "remove",
+        /// Admission stopping it under memory pressure.
+        Suspend = "suspend",
+    }
+}
+
+states! {
+    /// How a `verify` run ended (`verify_results.outcome`).
+    VerifyOutcome {
+        /// Every command passed.
+        Passed = "passed",
+        /// A command failed (or none could run).
+        Failed = "failed",
+        /// A daemon restart cut it short.
+        Interrupted = "interrupted",
+    }
+}
+
+states! {
+    /// What `gc` found (`SweepItem::kind`).
+    SweepKind {
+        /// A slice left in provisioning or teardown with no live world.
+        Slice = "slice",
+        /// A worktree folder under the worktree root no world records.
+        Worktree = "worktree",
+        /// A worktree git lists whose folder is gone.
+        Registration = "registration",
+        /// A golden template's marker with no template behind it.
+        GoldenMarker = "golden_marker",
+    }
+}
+
+states! {
+    /// What `gc` did with one thing it found (`SweepItem::result`); the
+    /// item's `outcome` says it in words.
+    SweepResult {
+        /// A dry run: it would be swept.
+        WouldSweep = "would_sweep",
+        /// Deleted.
+        Swept = "swept",
+        /// Its record (or marker) was dropped: the thing itself was not on
+        /// its server, so nothing was deleted there.
+        Forgotten = "forgotten",
+        /// Left as it was; the outcome says why and what to do.
+        NotSwept = "not_swept",
+    }
+}
+
+impl Intent {
+    /// The command that does again what this verb was doing for `world`
+    /// (a suspension is undone by `up`: there is no `suspend` verb).
+    pub fn retry(self, world: &str) -> String {
+        let verb = match self {
+            Intent::Suspend => "up",
+            other => other.as_str(),
+        };
+        format!("binky {verb} {world}")
+    }
+}
+
 impl WorldState {
     /// Whether the world's processes are (meant to be) up.
     pub fn is_live(self) -> bool {
@@ -189,6 +261,26 @@ mod tests {
         round_trip(ServiceState::ALL);
         round_trip(SliceState::ALL);
         round_trip(ServiceKind::ALL);
+        round_trip(Intent::ALL);
+        round_trip(VerifyOutcome::ALL);
+        round_trip(SweepKind::ALL);
+        round_trip(SweepResult::ALL);
+    }
+
+    /// An interrupted verb is retried with a verb that exists: a suspension
+    /// is undone by `up` (there is no `binky suspend`).
+    #[test]
+    fn every_retry_names_a_verb_binky_has() {
+        for &i in Intent::ALL {
+            let retry = i.retry("w");
+            let verb = retry.split(' ').nth(1).unwrap();
+            assert!(
+                ["up", "down", "reload", "remove"].contains(&verb),
+                "{i}: {retry}"
+            );
+        }
+        assert_eq!(Intent::Suspend.retry("feat"), "binky up feat");
+        assert_eq!(Intent::Reload.retry("feat"), "binky reload feat");
     }
 
     #[test]

@@ -1192,10 +1192,11 @@ async fn accept_loop(
 fn ride_through() -> Duration {
     static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *T.get_or_init(|| {
-        std::env::var("BINKY_PROXY_RIDE_THROUGH_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map_or(Duration::from_secs(2), Duration::from_millis)
+        crate::tunables::duration(
+            "BINKY_PROXY_RIDE_THROUGH_MS",
+            Duration::ZERO..=Duration::from_secs(3600),
+        )
+        .unwrap_or(Duration::from_secs(2))
     })
 }
 
@@ -1205,10 +1206,11 @@ fn ride_through() -> Duration {
 fn header_read_timeout() -> Duration {
     static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *T.get_or_init(|| {
-        std::env::var("BINKY_TEST_HEADER_TIMEOUT_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map_or(Duration::from_secs(20), Duration::from_millis)
+        crate::tunables::duration(
+            "BINKY_TEST_HEADER_TIMEOUT_MS",
+            Duration::ZERO..=Duration::from_secs(3600),
+        )
+        .unwrap_or(Duration::from_secs(20))
     })
 }
 

@@ -5,10 +5,12 @@
 //! registry from a newer Binky, a corrupt file or a file locked by another
 //! process is reported and never overwritten.
 
+mod ports;
 mod queue;
 mod schema;
 mod worlds;
 
+pub use ports::PortBook;
 pub use queue::{ActiveRow, QueueRow, now_ms};
 pub use worlds::{
     OrphanSlice, RecordedProcess, RouteRow, SliceKey, SliceRow, WorldBrief, WorldRow,
@@ -42,7 +44,9 @@ state_column!(
     crate::protocol::WorldState,
     crate::protocol::ServiceState,
     crate::protocol::SliceState,
-    crate::protocol::ServiceKind
+    crate::protocol::ServiceKind,
+    crate::protocol::Intent,
+    crate::protocol::VerifyOutcome
 );
 
 /// How long a statement waits for a lock held by another connection.
@@ -102,6 +106,75 @@ pub fn default_settings() -> Settings {
         max_parallel: 16,
         proxy_port: 0,
         https_port: 0,
+    }
+}
+
+/// One machine-global setting as stored (`settings.key`, `settings.value`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Setting {
+    /// Percent of RAM admission keeps free.
+    RamReservePct(f64),
+    /// Gigabytes of disk admission keeps free.
+    DiskReserveGb(f64),
+    /// Most worlds running at once (0: no limit).
+    MaxParallel(u32),
+    /// The HTTP proxy's port.
+    ProxyPort(u16),
+    /// The HTTPS (Caddy) port.
+    HttpsPort(u16),
+}
+
+impl Setting {
+    /// Its key in the table.
+    pub fn key(self) -> &'static str {
+        match self {
+            Setting::RamReservePct(_) => "ram_reserve_pct",
+            Setting::DiskReserveGb(_) => "disk_reserve_gb",
+            Setting::MaxParallel(_) => "max_parallel",
+            Setting::ProxyPort(_) => "proxy_port",
+            Setting::HttpsPort(_) => "https_port",
+        }
+    }
+
+    /// Its value as stored.
+    pub fn value(self) -> String {
+        match self {
+            Setting::RamReservePct(v) | Setting::DiskReserveGb(v) => v.to_string(),
+            Setting::MaxParallel(v) => v.to_string(),
+            Setting::ProxyPort(v) | Setting::HttpsPort(v) => v.to_string(),
+        }
+    }
+
+    /// A stored row: `Ok(None)` for a key this Binky does not know.
+    ///
+    /// # Errors
+    /// The value does not parse as the key's type.
+    pub fn parse(key: &str, value: &str) -> Result<Option<Setting>, String> {
+        fn num<T: std::str::FromStr>(v: &str) -> Result<T, String>
+        where
+            T::Err: std::fmt::Display,
+        {
+            v.trim().parse().map_err(|e: T::Err| e.to_string())
+        }
+        Ok(Some(match key {
+            "ram_reserve_pct" => Setting::RamReservePct(num(value)?),
+            "disk_reserve_gb" => Setting::DiskReserveGb(num(value)?),
+            "max_parallel" => Setting::MaxParallel(num(value)?),
+            "proxy_port" => Setting::ProxyPort(num(value)?),
+            "https_port" => Setting::HttpsPort(num(value)?),
+            _ => return Ok(None),
+        }))
+    }
+
+    /// Sets its field of `s`.
+    pub fn apply(self, s: &mut Settings) {
+        match self {
+            Setting::RamReservePct(v) => s.ram_reserve_pct = v,
+            Setting::DiskReserveGb(v) => s.disk_reserve_gb = v,
+            Setting::MaxParallel(v) => s.max_parallel = v,
+            Setting::ProxyPort(v) => s.proxy_port = v,
+            Setting::HttpsPort(v) => s.https_port = v,
+        }
     }
 }
 
@@ -191,6 +264,19 @@ impl Registry {
         classify(&self.path, e)
     }
 
+    /// The first column of the one row `sql` returns, or `None` when it
+    /// returns none.
+    fn one<T: rusqlite::types::FromSql>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<Option<T>, RegistryError> {
+        self.conn
+            .query_row(sql, params, |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -215,7 +301,9 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 
-    /// The settings, defaults filled in for keys never set.
+    /// The settings, defaults filled in for keys never set. A stored value
+    /// that does not parse (a registry edited by hand, or by a newer Binky)
+    /// is named in `daemon.log` as an error, and the default stands in.
     pub fn settings(&self) -> Result<Settings, RegistryError> {
         let mut s = default_settings();
         let mut stmt = self
@@ -227,27 +315,33 @@ impl Registry {
             .map_err(|e| self.err(e))?;
         for row in rows {
             let (k, v) = row.map_err(|e| self.err(e))?;
-            match k.as_str() {
-                "ram_reserve_pct" => s.ram_reserve_pct = v.parse().unwrap_or(s.ram_reserve_pct),
-                "disk_reserve_gb" => s.disk_reserve_gb = v.parse().unwrap_or(s.disk_reserve_gb),
-                "max_parallel" => s.max_parallel = v.parse().unwrap_or(s.max_parallel),
-                "proxy_port" => s.proxy_port = v.parse().unwrap_or(s.proxy_port),
-                "https_port" => s.https_port = v.parse().unwrap_or(s.https_port),
-                _ => {}
+            match Setting::parse(&k, &v) {
+                Ok(Some(setting)) => setting.apply(&mut s),
+                Ok(None) => tracing::warn!(
+                    key = k,
+                    "the registry holds a setting this Binky does not know; it is ignored"
+                ),
+                Err(e) => tracing::error!(
+                    registry = %self.path.display(),
+                    key = k,
+                    value = v,
+                    error = %e,
+                    "a stored setting does not parse; its default stands in until it is set again (`binky reserve` or `binky config`)"
+                ),
             }
         }
         Ok(s)
     }
 
     /// Stores several settings in one transaction.
-    pub fn set_settings(&mut self, pairs: &[(&str, String)]) -> Result<(), RegistryError> {
+    pub fn set_settings(&mut self, settings: &[Setting]) -> Result<(), RegistryError> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| classify(&path, e))?;
-        for (k, v) in pairs {
+        for s in settings {
             tx.execute(
                 "INSERT INTO settings(key, value) VALUES (?1, ?2)
                  ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![k, v],
+                params![s.key(), s.value()],
             )
             .map_err(|e| classify(&path, e))?;
         }
@@ -289,12 +383,9 @@ impl Registry {
             .conn
             .prepare_cached(
                 "SELECT id, project_id, name, slug, state, path, grp, error,
-                   (SELECT CASE WHEN passed = 1 THEN 'passed'
-                                 WHEN detail LIKE 'interrupted%' THEN 'interrupted'
-                                 ELSE 'failed' END
+                   (SELECT outcome
                            || COALESCE(' at ' || substr(commit_sha, 1, 12), '')
-                           || CASE WHEN detail LIKE '%with uncommitted changes%'
-                                   THEN ' plus uncommitted changes' ELSE '' END
+                           || CASE WHEN dirty THEN ' plus uncommitted changes' ELSE '' END
                       FROM verify_results v WHERE v.world_id = worlds.id
                      ORDER BY v.id DESC LIMIT 1),
                    suspended_at
@@ -501,22 +592,7 @@ impl Registry {
 
     /// A project's id by name.
     pub fn project_id(&self, name: &str) -> Result<Option<i64>, RegistryError> {
-        self.conn
-            .query_row("SELECT id FROM projects WHERE name = ?1", [name], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(|e| self.err(e))
-    }
-
-    /// Direct access for modules that own their own tables (ports, worlds).
-    pub fn conn(&mut self) -> &mut Connection {
-        &mut self.conn
-    }
-
-    /// Read access to the connection.
-    pub fn conn_ref(&self) -> &Connection {
-        &self.conn
+        self.one("SELECT id FROM projects WHERE name = ?1", [name])
     }
 }
 
@@ -534,16 +610,94 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut r = Registry::open(&dir.path().join("r.db")).unwrap();
         assert_eq!(r.settings().unwrap(), default_settings());
-        r.set_settings(&[
-            ("ram_reserve_pct", "15".into()),
-            ("proxy_port", "8080".into()),
-        ])
-        .unwrap();
+        r.set_settings(&[Setting::RamReservePct(15.0), Setting::ProxyPort(8080)])
+            .unwrap();
         let s = r.settings().unwrap();
         assert_eq!(s.ram_reserve_pct, 15.0);
         assert_eq!(s.proxy_port, 8080);
         assert!(r.status(None).unwrap().projects.is_empty());
         assert_eq!(r.schema_version().unwrap(), schema::LATEST);
+    }
+
+    /// A stored value that does not parse is an error (for the log), and
+    /// the default stands in; every setting survives its own round trip.
+    #[test]
+    fn a_bad_stored_setting_is_refused_by_its_parser_and_the_default_stands() {
+        assert!(Setting::parse("proxy_port", "99999").is_err());
+        assert!(Setting::parse("ram_reserve_pct", "ten").is_err());
+        assert_eq!(Setting::parse("colour", "blue"), Ok(None));
+        for s in [
+            Setting::RamReservePct(12.5),
+            Setting::DiskReserveGb(0.0),
+            Setting::MaxParallel(3),
+            Setting::ProxyPort(8080),
+            Setting::HttpsPort(8443),
+        ] {
+            assert_eq!(Setting::parse(s.key(), &s.value()), Ok(Some(s)));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Registry::open(&dir.path().join("r.db")).unwrap();
+        r.set_settings(&[Setting::MaxParallel(3)]).unwrap();
+        r.conn
+            .execute_batch(
+                "INSERT INTO settings(key, value) VALUES ('proxy_port', 'eighty'), ('colour', 'blue')",
+            )
+            .unwrap();
+        let s = r.settings().unwrap();
+        assert_eq!(s.proxy_port, default_settings().proxy_port);
+        assert_eq!(s.max_parallel, 3);
+    }
+
+    /// Verify results recorded before v9 keep what they said: the
+    /// migration reads their outcome once from their words, and status
+    /// then reads only the columns.
+    #[test]
+    fn old_verify_results_keep_their_outcome_through_v9() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.db");
+        {
+            let mut c = Connection::open(&p).unwrap();
+            schema::migrations().to_version(&mut c, 8).unwrap();
+            c.execute_batch(
+                "INSERT INTO projects(id, name, root, created_at) VALUES (1, 'shop', '/r', 0);
+                 INSERT INTO worlds(id, project_id, name, slug, path, state, created_at, updated_at)
+                   VALUES (1, 1, 'a', 'a', '/a', 'stopped', 0, 0),
+                          (2, 1, 'b', 'b', '/b', 'stopped', 0, 0),
+                          (3, 1, 'c', 'c', '/c', 'stopped', 0, 0);
+                 INSERT INTO verify_results(world_id, passed, duration_ms, commit_sha, started_at, detail)
+                   VALUES (1, 1, 5, 'abcdef0123456789', 0, '2/2 passed'),
+                          (2, 0, 5, 'abcdef0123456789', 0, '1/2 passed, with uncommitted changes'),
+                          (3, 0, 0, NULL, 0, 'interrupted by a daemon restart; run `binky verify` again');",
+            )
+            .unwrap();
+        }
+        let r = Registry::open(&p).unwrap();
+        let verify: Vec<_> = r.status(None).unwrap().projects[0]
+            .worlds
+            .iter()
+            .map(|w| (w.name.clone(), w.verify.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            verify,
+            [
+                ("a", "passed at abcdef012345"),
+                ("b", "failed at abcdef012345 plus uncommitted changes"),
+                ("c", "interrupted"),
+            ]
+            .map(|(w, v)| (w.to_owned(), v.to_owned()))
+        );
+        // A new result is read from its columns, whatever its words say.
+        r.record_verify(
+            3,
+            crate::protocol::VerifyOutcome::Failed,
+            true,
+            1,
+            None,
+            "interrupted, so to speak",
+        )
+        .unwrap();
+        let c = r.status(None).unwrap().projects[0].worlds[2].verify.clone();
+        assert_eq!(c.as_deref(), Some("failed plus uncommitted changes"));
     }
 
     #[test]

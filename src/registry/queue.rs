@@ -145,14 +145,10 @@ impl Registry {
         project: &str,
         world: &str,
     ) -> Result<Option<i64>, RegistryError> {
-        self.conn
-            .query_row(
-                "DELETE FROM admission_queue WHERE project = ?1 AND world = ?2 RETURNING ticket",
-                params![project, world],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))
+        self.one(
+            "DELETE FROM admission_queue WHERE project = ?1 AND world = ?2 RETURNING ticket",
+            params![project, world],
+        )
     }
 
     /// Marks `ticket` admitted: it leaves the queue's order but keeps its

@@ -4,7 +4,7 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 8;
+pub const LATEST: i64 = 9;
 
 /// All migrations, oldest first.
 pub fn migrations() -> Migrations<'static> {
@@ -17,6 +17,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V6),
         M::up(V7),
         M::up(V8),
+        M::up(V9),
     ])
 }
 
@@ -174,4 +175,18 @@ INSERT INTO fingerprint_key(id, key) VALUES (1, lower(hex(randomblob(32))));
 const V8: &str = r#"
 ALTER TABLE worlds ADD COLUMN token TEXT;
 UPDATE worlds SET token = lower(hex(randomblob(16))) WHERE token IS NULL;
+"#;
+
+/// v9: how each `verify` run ended and whether the worktree held changes
+/// beyond its commit, as columns: `status` reads them instead of matching
+/// the words of `detail`. Rows from before are read once, here, from those
+/// words (the only text they have).
+const V9: &str = r#"
+ALTER TABLE verify_results ADD COLUMN outcome TEXT;          -- passed, failed, interrupted
+ALTER TABLE verify_results ADD COLUMN dirty INTEGER NOT NULL DEFAULT 0;
+UPDATE verify_results SET
+    outcome = CASE WHEN passed = 1 THEN 'passed'
+                   WHEN detail LIKE 'interrupted%' THEN 'interrupted'
+                   ELSE 'failed' END,
+    dirty = (detail LIKE '%with uncommitted changes%');
 "#;

@@ -2,7 +2,7 @@
 
 use super::{Registry, RegistryError};
 use crate::adapters::server::Server;
-use crate::protocol::{ServiceKind, ServiceState, SliceState, WorldState};
+use crate::protocol::{Intent, ServiceKind, ServiceState, SliceState, VerifyOutcome, WorldState};
 use rusqlite::{OptionalExtension, params};
 
 /// A world's row.
@@ -20,8 +20,8 @@ pub struct WorldRow {
     pub path: String,
     /// Where it is.
     pub state: WorldState,
-    /// Operation in flight.
-    pub intent: Option<String>,
+    /// The verb in flight.
+    pub intent: Option<Intent>,
 }
 
 /// A slice's row.
@@ -89,12 +89,7 @@ fn server_from(address: Option<String>, credentials: Option<String>) -> Option<S
 impl Registry {
     /// A project's root folder by name.
     pub fn project_root(&self, name: &str) -> Result<Option<String>, RegistryError> {
-        self.conn
-            .query_row("SELECT root FROM projects WHERE name = ?1", [name], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(|e| self.err(e))
+        self.one("SELECT root FROM projects WHERE name = ?1", [name])
     }
 
     /// The world `name` of a project.
@@ -133,7 +128,7 @@ impl Registry {
         slug: &str,
         path: &str,
         state: WorldState,
-        intent: Option<&str>,
+        intent: Option<Intent>,
         group: Option<&str>,
     ) -> Result<i64, RegistryError> {
         self.conn
@@ -157,7 +152,7 @@ impl Registry {
         &self,
         id: i64,
         state: WorldState,
-        intent: Option<&str>,
+        intent: Option<Intent>,
         error: Option<&str>,
     ) -> Result<(), RegistryError> {
         // An error may quote a command's output: no secret is stored.
@@ -326,14 +321,10 @@ impl Registry {
 
     /// The project that recorded slice `slice` of `adapter`, if any.
     pub fn slice_owner(&self, adapter: &str, slice: &str) -> Result<Option<String>, RegistryError> {
-        self.conn
-            .query_row(
-                "SELECT project FROM slices WHERE adapter = ?1 AND slice = ?2",
-                params![adapter, slice],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))
+        self.one(
+            "SELECT project FROM slices WHERE adapter = ?1 AND slice = ?2",
+            params![adapter, slice],
+        )
     }
 
     /// The slices of a world.
@@ -406,14 +397,10 @@ impl Registry {
         project_id: i64,
         path: &str,
     ) -> Result<Option<String>, RegistryError> {
-        self.conn
-            .query_row(
-                "SELECT name FROM worlds WHERE project_id = ?1 AND path = ?2",
-                rusqlite::params![project_id, path],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))
+        self.one(
+            "SELECT name FROM worlds WHERE project_id = ?1 AND path = ?2",
+            rusqlite::params![project_id, path],
+        )
     }
 
     /// The worktree paths of a project's worlds.
@@ -529,7 +516,7 @@ pub struct WorldBrief {
     /// Where it is.
     pub state: WorldState,
     /// The verb in flight when it was recorded, if any.
-    pub intent: Option<String>,
+    pub intent: Option<Intent>,
 }
 
 impl Registry {
@@ -599,22 +586,6 @@ impl Registry {
             )
             .map(|_| ())
             .map_err(|e| self.err(e))
-    }
-
-    /// A world's reserved ports: `((service, name), port)`, `name` empty for
-    /// the primary port.
-    pub fn world_ports(
-        &self,
-        world_id: i64,
-    ) -> Result<Vec<(crate::ports::PortKey, u16)>, RegistryError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT service, name, port FROM port_reservations WHERE world_id = ?1")
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([world_id], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 }
 
@@ -704,10 +675,12 @@ impl Registry {
     }
 
     /// Records a `verify` run.
+    /// `dirty`: the worktree held uncommitted changes when it ran.
     pub fn record_verify(
         &self,
         world_id: i64,
-        passed: bool,
+        outcome: VerifyOutcome,
+        dirty: bool,
         duration_ms: u64,
         commit: Option<&str>,
         detail: &str,
@@ -716,9 +689,17 @@ impl Registry {
         let detail = detail.as_ref();
         self.conn
             .execute(
-                "INSERT INTO verify_results(world_id, passed, duration_ms, commit_sha, started_at, detail)
-                 VALUES (?1, ?2, ?3, ?4, unixepoch(), ?5)",
-                params![world_id, passed, duration_ms as i64, commit, detail],
+                "INSERT INTO verify_results(world_id, passed, duration_ms, commit_sha, started_at, detail, outcome, dirty)
+                 VALUES (?1, ?2, ?3, ?4, unixepoch(), ?5, ?6, ?7)",
+                params![
+                    world_id,
+                    outcome == VerifyOutcome::Passed,
+                    duration_ms as i64,
+                    commit,
+                    detail,
+                    outcome,
+                    dirty
+                ],
             )
             .map(|_| ())
             .map_err(|e| self.err(e))

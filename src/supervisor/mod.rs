@@ -841,10 +841,11 @@ async fn ready(spec: &ServiceSpec, pid: u32) -> Result<(), String> {
 /// the default health timeout (tests shorten it with
 /// `BINKY_TEST_LISTEN_TIMEOUT_MS` in the daemon's environment).
 fn listen_timeout() -> Duration {
-    std::env::var("BINKY_TEST_LISTEN_TIMEOUT_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(crate::config::DEFAULT_HEALTH_TIMEOUT, Duration::from_millis)
+    crate::tunables::duration(
+        "BINKY_TEST_LISTEN_TIMEOUT_MS",
+        Duration::ZERO..=Duration::from_secs(3600),
+    )
+    .unwrap_or(crate::config::DEFAULT_HEALTH_TIMEOUT)
 }
 
 /// Why the service's own port does not show it ready, if it does not: a

@@ -1,6 +1,15 @@
 //! `down` and `reload`.
 
-use super::*;
+use super::locate::{check_group, find_world, locate};
+use super::processes::stop_processes;
+use super::up::{admit, up_locked};
+use super::{outcome, withdrawn, world_event, world_exists};
+use crate::daemon::errors::internal;
+use crate::daemon::events::EventKind;
+use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
+use crate::faults::point as fault_point;
+use crate::protocol::{ApiError, Intent, UpRequest, WorldOutcome, WorldRef, WorldState};
+use std::sync::Arc;
 
 /// `binky down`.
 pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome, ApiError> {
@@ -11,12 +20,12 @@ pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome
     if was_queued && !world_exists(d, &loc, &wref.name)? {
         return Ok(withdrawn(&loc, &wref.name, WorldState::Stopped));
     }
-    let lock = d.worlds.lock_for(&format!("{}/{}", loc.name, wref.name));
+    let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, &wref.name));
     let _guard = lock.lock().await;
     let w = find_world(d, &loc, &wref.name)?;
     let noop = w.state == WorldState::Stopped;
     d.registry()
-        .set_world_state(w.id, w.state, Some("down"), None)
+        .set_world_state(w.id, w.state, Some(Intent::Down), None)
         .map_err(internal)?;
     fault_point("down:intent");
     let left = stop_processes(d, &w).await;
@@ -24,11 +33,7 @@ pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome
         .set_world_state(w.id, WorldState::Stopped, None, None)
         .map_err(internal)?;
     admission::learned(d, w.id, &loc.name);
-    d.event(world_event(
-        crate::daemon::events::EventKind::Down,
-        &loc.name,
-        &w.name,
-    ));
+    d.event(world_event(EventKind::Down, &loc.name, &w.name));
     // After the event: the log then reads down, then the admission it let
     // in. The sampler looks again too, and stops if nothing else runs.
     d.admission.wake();
@@ -51,7 +56,7 @@ pub(crate) async fn suspend(
     name: &str,
     why: &str,
 ) -> Result<(), ApiError> {
-    let lock = d.worlds.lock_for(&format!("{project}/{name}"));
+    let lock = d.worlds.lock_for(&WorldKey::new(project, name));
     let _guard = lock.lock().await;
     let w = {
         let reg = d.registry();
@@ -67,7 +72,7 @@ pub(crate) async fn suspend(
         return Err(ApiError::new(format!("{name} is {}, not running", w.state)));
     }
     d.registry()
-        .set_world_state(w.id, w.state, Some("suspend"), None)
+        .set_world_state(w.id, w.state, Some(Intent::Suspend), None)
         .map_err(internal)?;
     stop_processes(d, &w).await;
     d.registry().set_suspended(w.id, why).map_err(internal)?;
@@ -97,13 +102,13 @@ pub(crate) async fn reload(
     }
     let lock = d
         .worlds
-        .lock_for(&format!("{}/{}", loc.name, req.world.name));
+        .lock_for(&WorldKey::new(&loc.name, &req.world.name));
     let _guard = lock.lock().await;
     let w = find_world(d, &loc, &req.world.name)
         .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
     // Intent first, so a crash mid-reload is reported as such.
     d.registry()
-        .set_world_state(w.id, w.state, Some("reload"), None)
+        .set_world_state(w.id, w.state, Some(Intent::Reload), None)
         .map_err(internal)?;
     progress.say(
         crate::protocol::ProgressStep::Stop,

@@ -1,6 +1,21 @@
 //! `env` and what later verbs render with: a world's facts after `up`.
 
-use super::*;
+use super::locate::{Located, find_world, invalid_config, join_subdir, locate};
+use super::plan::{facts_for, facts_of, lookup_env, project_env, project_vars};
+use super::reach::pinned;
+use super::slices::{Resolved, SliceAt, adapter_error, adapter_for};
+use super::world_ports;
+use crate::config;
+use crate::config::Config;
+use crate::config::render::ServiceFacts;
+use crate::daemon::Daemon;
+use crate::daemon::errors::internal;
+use crate::protocol::{ApiError, ClientEnv, WorldEnv, WorldRef};
+use crate::registry::WorldRow;
+use indexmap::IndexMap;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// `binky env`: exposed services → addresses, and the project's `[env]`.
 /// A `[env]` value templated from `${env.NAME}` is withheld (`None`) unless
@@ -182,15 +197,7 @@ pub(crate) fn locate_service(
             via_proxy: true,
         });
     }
-    let port: Option<u16> = d
-        .registry()
-        .conn_ref()
-        .query_row(
-            "SELECT port FROM port_reservations WHERE world_id = ?1 AND service = ?2 AND name = ''",
-            rusqlite::params![w.id, service],
-            |r| r.get(0),
-        )
-        .ok();
+    let port = d.registry().service_port(w.id, service).map_err(internal)?;
     match port {
         Some(port) => Ok(crate::protocol::ServiceTarget {
             port,

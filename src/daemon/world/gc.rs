@@ -1,8 +1,18 @@
 //! `gc`: sweep what a crash left half-made.
 
-use super::*;
-use crate::protocol::SweepItem;
+use super::locate::user_git;
+use super::plan::{lookup_env, project_env};
+use super::reach::{TornDown, reach, tear_down};
+use super::slices::{SliceAt, adapter_for, slice_for};
+use crate::adapters::golden;
+use crate::daemon::Daemon;
+use crate::daemon::events::{Event as LogEvent, EventKind};
+use crate::protocol::{ApiError, ClientEnv, ServiceState, SweepItem, SweepKind, SweepResult};
 use crate::registry::OrphanSlice;
+use crate::{config, worktree};
+use indexmap::IndexMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// `binky gc`: sweeps what a crash left half-made — slices an interrupted
 /// operation left, worktrees in a project's worktree root that no world
@@ -16,20 +26,33 @@ pub(crate) async fn gc(d: &Arc<Daemon>, dry_run: bool, client_env: ClientEnv) ->
     sweep_worktrees(d, dry_run, &client_env, &mut out);
     sweep_markers(d, dry_run, &mut out).await;
     if !dry_run && !out.is_empty() {
-        d.event(
-            LogEvent::named(crate::daemon::events::EventKind::Gc)
-                .detail(format!("{} item(s)", out.len())),
-        );
+        d.event(LogEvent::named(EventKind::Gc).detail(format!("{} item(s)", out.len())));
     }
     out
 }
 
 /// What a sweep reports: `would sweep` (dry run), `swept`, or why not.
-fn outcome(dry_run: bool, r: Result<(), String>) -> String {
+fn outcome(dry_run: bool, r: Result<(), String>) -> (SweepResult, String) {
     match (dry_run, r) {
-        (true, _) => "would sweep".to_owned(),
-        (false, Ok(())) => "swept".to_owned(),
-        (false, Err(e)) => format!("not swept: {e}"),
+        (true, _) => (SweepResult::WouldSweep, "would sweep".to_owned()),
+        (false, Ok(())) => (SweepResult::Swept, "swept".to_owned()),
+        (false, Err(e)) => (SweepResult::NotSwept, format!("not swept: {e}")),
+    }
+}
+
+/// One item of the report.
+fn item(
+    kind: SweepKind,
+    what: String,
+    why: String,
+    (result, outcome): (SweepResult, String),
+) -> SweepItem {
+    SweepItem {
+        kind,
+        what,
+        why,
+        result,
+        outcome,
     }
 }
 
@@ -48,24 +71,27 @@ async fn sweep_slices(
         } else {
             match teardown_orphan(d, &o, client_env).await {
                 Ok(TornDown::Deleted) => outcome(false, Ok(())),
-                Ok(TornDown::NotFound) => format!(
-                    "forgotten: not on {} (nothing deleted there)",
-                    o.server
-                        .as_ref()
-                        .map_or("its server", |s| s.address.as_str())
+                Ok(TornDown::NotFound) => (
+                    SweepResult::Forgotten,
+                    format!(
+                        "forgotten: not on {} (nothing deleted there)",
+                        o.server
+                            .as_ref()
+                            .map_or("its server", |s| s.address.as_str())
+                    ),
                 ),
                 Err(e) => outcome(false, Err(e)),
             }
         };
-        out.push(SweepItem {
-            kind: "slice".into(),
-            what: format!("{} {}", o.adapter, o.slice),
-            why: format!(
+        out.push(item(
+            SweepKind::Slice,
+            format!("{} {}", o.adapter, o.slice),
+            format!(
                 "left in state `{}` by an operation that did not finish (interrupted or failed)",
                 o.state
             ),
             outcome,
-        });
+        ));
     }
 }
 
@@ -184,7 +210,11 @@ fn sweep_worktrees(
                 .and_then(|g| worktree::changes(&g, &p).ok())
                 .is_none_or(|c| !c.is_empty());
             let outcome = if dirty {
-                "not swept: it has uncommitted or untracked changes; remove it by hand".to_owned()
+                (
+                    SweepResult::NotSwept,
+                    "not swept: it has uncommitted or untracked changes; remove it by hand"
+                        .to_owned(),
+                )
             } else {
                 let r = if dry_run {
                     Ok(())
@@ -195,12 +225,12 @@ fn sweep_worktrees(
                 };
                 outcome(dry_run, r)
             };
-            out.push(SweepItem {
-                kind: "worktree".into(),
-                what: p.display().to_string(),
-                why: format!("a worktree of project {name} that no world owns"),
+            out.push(item(
+                SweepKind::Worktree,
+                p.display().to_string(),
+                format!("a worktree of project {name} that no world owns"),
                 outcome,
-            });
+            ));
         }
         for (n, path) in worktree::stale_registrations(&loc.main_workdir) {
             let r = if dry_run {
@@ -211,12 +241,12 @@ fn sweep_worktrees(
                         .map_err(|e| e.to_string())
                 })
             };
-            out.push(SweepItem {
-                kind: "registration".into(),
-                what: format!("{} ({})", n, path.display()),
-                why: "a git worktree registration whose folder is gone".into(),
-                outcome: outcome(dry_run, r),
-            });
+            out.push(item(
+                SweepKind::Registration,
+                format!("{} ({})", n, path.display()),
+                "a git worktree registration whose folder is gone".into(),
+                outcome(dry_run, r),
+            ));
         }
     }
 }
@@ -255,20 +285,24 @@ async fn sweep_markers(d: &Arc<Daemon>, dry_run: bool, out: &mut Vec<SweepItem>)
                 outcome(true, Ok(()))
             } else {
                 match drop_unknown_template(d, &adapter_name, &file, &m.path()).await {
-                    Ok(TornDown::Deleted) => "swept: template dropped, marker removed".to_owned(),
-                    Ok(TornDown::NotFound) => {
+                    Ok(TornDown::Deleted) => (
+                        SweepResult::Swept,
+                        "swept: template dropped, marker removed".to_owned(),
+                    ),
+                    Ok(TornDown::NotFound) => (
+                        SweepResult::Forgotten,
                         "marker removed: its template was not on its server (nothing deleted)"
-                            .to_owned()
-                    }
+                            .to_owned(),
+                    ),
                     Err(e) => outcome(false, Err(e)),
                 }
             };
-            out.push(SweepItem {
-                kind: "golden_marker".into(),
-                what: m.path().display().to_string(),
-                why: "a golden template of a project this daemon does not know".into(),
+            out.push(item(
+                SweepKind::GoldenMarker,
+                m.path().display().to_string(),
+                "a golden template of a project this daemon does not know".into(),
                 outcome,
-            });
+            ));
         }
     }
 }

@@ -1,7 +1,14 @@
 //! Finding a project and a world: the project a request names, its main
 //! checkout, a world's registry row; the names and paths a world may have.
 
-use super::*;
+use super::slices::search_path;
+use crate::config::Config;
+use crate::daemon::errors::internal;
+use crate::daemon::{Daemon, admission};
+use crate::protocol::{ApiError, ClientEnv, WorldRef};
+use crate::registry::WorldRow;
+use crate::{config, worktree};
+use std::path::{Path, PathBuf};
 
 /// A project found from a [`WorldRef`].
 pub(super) struct Located {

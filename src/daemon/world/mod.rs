@@ -22,20 +22,14 @@
 //! Here: the daemon's live [`Worlds`], and what every verb's reply is made
 //! of (a world's status and ports).
 
+use self::locate::Located;
+use super::errors::internal;
 use super::events::{Event as LogEvent, EventKind};
-use super::{Daemon, ProgressTx, admission};
-use crate::adapters::{self, Slice, golden};
-use crate::config::render::{Facts, ServiceFacts, render};
-use crate::config::{self, Config, Probe, ServiceKind};
-use crate::ports::{self, PortNote};
-use crate::protocol::{
-    ApiError, ClientEnv, ServiceState, SliceState, UpRequest, WorldEnv, WorldOutcome, WorldRef,
-    WorldState, WorldStatus,
-};
-use crate::registry::{RecordedProcess, WorldRow};
-use crate::slug::{env_key, world_slug};
-use crate::supervisor::{self, Handle, ServiceSpec, State, health};
-use crate::worktree;
+use super::{Daemon, WorldKey, admission};
+use crate::config::{self, Config};
+use crate::ports;
+use crate::protocol::{ApiError, ClientEnv, WorldOutcome, WorldState, WorldStatus};
+use crate::supervisor::Handle;
 use indexmap::IndexMap;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -59,20 +53,11 @@ mod up;
 mod verify;
 
 pub(crate) use down::{down, reload, suspend};
-use env::*;
 pub(crate) use env::{env, locate_service};
 pub(crate) use gc::gc;
-use locate::*;
-use plan::*;
-use processes::*;
-use reach::*;
 pub(crate) use reconcile::reconcile;
 pub(crate) use remove::remove;
 pub(crate) use routes::fill_urls;
-use routes::*;
-use slices::*;
-use start::*;
-use up::*;
 pub(crate) use up::{up, up_admitted};
 pub(crate) use verify::verify;
 
@@ -111,7 +96,7 @@ const FAILURE_HEAD_LINES: usize = 8;
 #[derive(Default)]
 pub(crate) struct Worlds {
     runtimes: Mutex<HashMap<i64, Arc<Runtime>>>,
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<WorldKey, Arc<tokio::sync::Mutex<()>>>>,
     golden: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// libgit2 is not safe for concurrent changes to one repository (refs,
     /// `.git/worktrees`), so worktree changes are serialised per repository.
@@ -130,9 +115,9 @@ pub(crate) struct Runtime {
 }
 
 impl Worlds {
-    fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+    fn lock_for(&self, key: &WorldKey) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        m.entry(key.to_owned()).or_default().clone()
+        m.entry(key.clone()).or_default().clone()
     }
     fn golden_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.golden.lock().unwrap_or_else(|p| p.into_inner());
@@ -192,10 +177,6 @@ impl Worlds {
             .insert(id, Arc::new(rt));
     }
 }
-
-use crate::faults::point as fault_point;
-
-use super::errors::internal;
 
 fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").to_owned()

@@ -1,7 +1,20 @@
 //! What `up` computes before it starts anything: dependency levels, facts for
 //! tokens, the environment every process and command gets, process specs.
 
-use super::*;
+use super::WorldCtx;
+use super::locate::{Located, join_subdir};
+use super::routes::proxy_url;
+use crate::config::render::{Facts, ServiceFacts, render};
+use crate::config::{Config, Probe};
+use crate::daemon::Daemon;
+use crate::daemon::errors::internal;
+use crate::protocol::{ApiError, ClientEnv, ServiceState};
+use crate::registry::WorldRow;
+use crate::supervisor::{ServiceSpec, health};
+use crate::{config, ports};
+use indexmap::IndexMap;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 /// Start order: services grouped in levels; every service's dependencies sit
 /// in earlier levels. (The config was validated, so there is no cycle.)

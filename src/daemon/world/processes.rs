@@ -1,6 +1,13 @@
 //! Stopping a world's processes, and recording what the supervisor reports.
 
-use super::*;
+use super::world_event;
+use crate::daemon::Daemon;
+use crate::daemon::events::EventKind;
+use crate::protocol::{ServiceState, WorldState};
+use crate::registry::WorldRow;
+use crate::supervisor;
+use crate::supervisor::State;
+use std::sync::Arc;
 
 /// Records one service's supervisor events in the registry and event log.
 pub(super) fn recorder(
@@ -39,14 +46,14 @@ pub(super) fn recorder(
                     s.pid().is_some(),
                 );
                 match &s {
-                    State::Unhealthy { reason, .. } => d.event(
-                        ev(crate::daemon::events::EventKind::Unhealthy).detail(reason.clone()),
-                    ),
+                    State::Unhealthy { reason, .. } => {
+                        d.event(ev(EventKind::Unhealthy).detail(reason.clone()))
+                    }
                     State::Failed { reason } => {
-                        d.event(ev(crate::daemon::events::EventKind::Failed).detail(reason.clone()))
+                        d.event(ev(EventKind::Failed).detail(reason.clone()))
                     }
                     State::Stopped { exit: Some(x) } => {
-                        d.event(ev(crate::daemon::events::EventKind::Exited).detail(x.clone()))
+                        d.event(ev(EventKind::Exited).detail(x.clone()))
                     }
                     _ => {}
                 }
@@ -54,8 +61,7 @@ pub(super) fn recorder(
             supervisor::Event::Restarting { exit, delay } => {
                 let _ = d.registry().service_restarted(world_id, &service);
                 d.event(
-                    ev(crate::daemon::events::EventKind::Restarting)
-                        .detail(format!("{exit}; restarting in {delay:?}")),
+                    ev(EventKind::Restarting).detail(format!("{exit}; restarting in {delay:?}")),
                 );
             }
             supervisor::Event::GaveUp { reason } => {
@@ -65,11 +71,10 @@ pub(super) fn recorder(
                     None,
                     Some(&format!("{service}: {reason}")),
                 );
-                d.event(ev(crate::daemon::events::EventKind::GaveUp).detail(reason));
+                d.event(ev(EventKind::GaveUp).detail(reason));
             }
             supervisor::Event::WatchRestart { changed } => d.event(
-                ev(crate::daemon::events::EventKind::WatchRestart)
-                    .detail(format!("changed: {}", changed.join(", "))),
+                ev(EventKind::WatchRestart).detail(format!("changed: {}", changed.join(", "))),
             ),
         }
     })

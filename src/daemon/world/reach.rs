@@ -2,8 +2,12 @@
 //! down there — never on whatever server `admin_url` happens to render to
 //! today (see [`adapters::server`]).
 
-use super::*;
+use crate::adapters;
+use crate::adapters::Slice;
 use crate::adapters::server::{self, Server};
+use crate::daemon::Daemon;
+use crate::daemon::errors::internal;
+use crate::protocol::ApiError;
 
 /// A slice as it will be acted on: rendered so that it reaches the server
 /// it was made on, with a note when that is not the server `admin_url`

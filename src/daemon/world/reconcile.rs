@@ -1,7 +1,25 @@
 //! After a daemon restart: re-adopting the worlds still running, stopping what
 //! no world owns, settling interrupted verifies.
 
-use super::*;
+use super::locate::{Located, find_world, invalid_config, join_subdir, locate};
+use super::plan::{Plan, build_facts, levels, lookup_env, process_spec, project_env};
+use super::processes::recorder;
+use super::reach::pinned;
+use super::routes::ensure_https;
+use super::slices::{Resolved, SliceAt, adapter_for, slice_for};
+use super::{Runtime, WorldCtx, first_line, world_event, world_ports};
+use crate::config::ServiceKind;
+use crate::daemon::Daemon;
+use crate::daemon::errors::internal;
+use crate::daemon::events::{Event as LogEvent, EventKind};
+use crate::protocol::{ApiError, ClientEnv, ServiceState, WorldRef, WorldState};
+use crate::registry::RecordedProcess;
+use crate::supervisor::Handle;
+use crate::{config, supervisor};
+use indexmap::IndexMap;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Start-up reconciliation: re-adopts the service processes of worlds that
 /// were up when the previous daemon stopped or died.
@@ -30,20 +48,17 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
         intent,
     } in worlds
     {
-        if let Some(op) = &intent {
+        if let Some(op) = intent {
             let reason = format!(
-                "`{op}` was interrupted by a daemon restart; run `binky {op} {name}` again"
+                "`{op}` was interrupted by a daemon restart; run `{}` again",
+                op.retry(&name)
             );
             let _ = d
                 .registry()
                 .set_world_state(id, WorldState::Failed, None, Some(&reason));
             d.event(
-                world_event(
-                    crate::daemon::events::EventKind::Interrupted,
-                    &project,
-                    &name,
-                )
-                .detail(format!("{op} interrupted")),
+                world_event(EventKind::Interrupted, &project, &name)
+                    .detail(format!("{op} interrupted")),
             );
         }
         if !matches!(
@@ -63,12 +78,7 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
         {
             tracing::warn!(project, world = name, error = %e.message, "could not re-adopt world");
             d.event(
-                world_event(
-                    crate::daemon::events::EventKind::AdoptFailed,
-                    &project,
-                    &name,
-                )
-                .detail(first_line(&e.message)),
+                world_event(EventKind::AdoptFailed, &project, &name).detail(first_line(&e.message)),
             );
         }
     }
@@ -136,7 +146,7 @@ pub(super) async fn stop_unknown(d: &Arc<Daemon>) {
             }
         );
         tracing::warn!("stopping {what}: an earlier daemon started it and did not record it");
-        let mut ev = LogEvent::named(crate::daemon::events::EventKind::OrphanStopped).detail(what);
+        let mut ev = LogEvent::named(EventKind::OrphanStopped).detail(what);
         ev.project = get("BINKY_PROJECT");
         ev.worktree = world;
         ev.service = service;
@@ -180,6 +190,7 @@ pub(super) async fn reap_interrupted_verifies(d: &Arc<Daemon>) {
         let _ = reg.set_verify_running(world_id, None);
         let _ = reg.record_verify(
             world_id,
+            crate::protocol::VerifyOutcome::Interrupted,
             false,
             0,
             None,
@@ -188,11 +199,7 @@ pub(super) async fn reap_interrupted_verifies(d: &Arc<Daemon>) {
         let names = reg.world_names(world_id).ok().flatten();
         drop(reg);
         if let Some((project, world)) = names {
-            d.event(world_event(
-                crate::daemon::events::EventKind::VerifyInterrupted,
-                &project,
-                &world,
-            ));
+            d.event(world_event(EventKind::VerifyInterrupted, &project, &world));
         }
     }
 }
@@ -403,10 +410,7 @@ fn adopt_service(
     };
     Ok(match alive {
         Some(pid) => {
-            event(
-                crate::daemon::events::EventKind::Adopted,
-                format!("pid {pid}"),
-            );
+            event(EventKind::Adopted, format!("pid {pid}"));
             let unhealthy = (recorded.state == ServiceState::Unhealthy).then(|| {
                 recorded
                     .last_exit
@@ -427,7 +431,7 @@ fn adopt_service(
         }
         None if restart_dead && p.restart.policy != config::RestartPolicy::No => {
             event(
-                crate::daemon::events::EventKind::Restarting,
+                EventKind::Restarting,
                 "its process died while the daemon was away".into(),
             );
             let _ = d.registry().service_restarted(world_id, sname);

@@ -1,8 +1,24 @@
 //! `remove`: stop, drop the slices, delete the worktree and logs — only what
 //! Binky made.
 
-use super::*;
-use crate::registry::SliceKey;
+use super::locate::{Located, find_world, inside, join_subdir, locate, user_git};
+use super::plan::{lookup_env, project_env};
+use super::processes::stop_processes;
+use super::reach::{Reached, TornDown, not_found_note, reach, tear_down};
+use super::slices::{SliceAt, adapter_for};
+use super::{first_line, withdrawn, world_event, world_exists, world_status};
+use crate::daemon::errors::internal;
+use crate::daemon::events::EventKind;
+use crate::daemon::{Daemon, WorldKey, admission};
+use crate::faults::point as fault_point;
+use crate::protocol::{
+    ApiError, ClientEnv, Intent, ServiceState, SliceState, WorldOutcome, WorldRef, WorldState,
+};
+use crate::registry::{SliceKey, WorldRow};
+use crate::{adapters, config, worktree};
+use indexmap::IndexMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 /// `binky remove`.
 pub(crate) async fn remove(
@@ -16,7 +32,7 @@ pub(crate) async fn remove(
     if was_queued && !world_exists(d, &loc, &wref.name)? {
         return Ok(withdrawn(&loc, &wref.name, WorldState::Removed));
     }
-    let lock = d.worlds.lock_for(&format!("{}/{}", loc.name, wref.name));
+    let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, &wref.name));
     let _guard = lock.lock().await;
     let w = find_world(d, &loc, &wref.name)?;
     let rm = Removal {
@@ -39,7 +55,7 @@ pub(crate) async fn remove(
     let git = user_git(&client_env)?;
     let before = world_status(d, &loc.name, w.id)?;
     d.registry()
-        .set_world_state(w.id, w.state, Some("remove"), None)
+        .set_world_state(w.id, w.state, Some(Intent::Remove), None)
         .map_err(internal)?;
     let mut notes = stop_processes(d, &w).await;
     // The sampler looks again: with this world gone it may have nothing
@@ -51,15 +67,11 @@ pub(crate) async fn remove(
     rm.delete_files(git, ours).await?;
     {
         let reg = d.registry();
-        let _ = ports::release(reg.conn_ref(), w.id);
+        let _ = reg.release_ports(w.id);
         reg.delete_world(w.id).map_err(internal)?;
     }
     d.routes.remove_world(&loc.name, &w.name);
-    d.event(world_event(
-        crate::daemon::events::EventKind::Removed,
-        &loc.name,
-        &w.name,
-    ));
+    d.event(world_event(EventKind::Removed, &loc.name, &w.name));
     let mut world = before;
     world.state = WorldState::Removed;
     Ok(WorldOutcome {
@@ -281,12 +293,8 @@ impl Removal<'_> {
             }
             notes.push(format!("{message}; `binky gc` retries it"));
             left.push(s.slice.clone());
-            let mut ev = world_event(
-                crate::daemon::events::EventKind::TeardownDeferred,
-                &loc.name,
-                &w.name,
-            )
-            .detail(first_line(&message));
+            let mut ev = world_event(EventKind::TeardownDeferred, &loc.name, &w.name)
+                .detail(first_line(&message));
             ev.service = Some(s.service.clone());
             ev.adapter = Some(s.adapter.clone());
             d.event(ev);

@@ -1,6 +1,10 @@
 //! A world's URLs and the HTTPS front (Caddy) for projects that ask for it.
 
-use super::*;
+use super::world_event;
+use crate::config;
+use crate::daemon::Daemon;
+use crate::daemon::events::EventKind;
+use std::path::Path;
 
 /// The URL Binky prints for a url service: https through Caddy when the
 /// project asks for it and Caddy runs, else http through the proxy. It
@@ -94,14 +98,7 @@ pub(super) async fn ensure_https(d: &Daemon, project: &str, world: &str) -> Opti
         }
         Err(e) => {
             tracing::warn!("https unavailable: {e}");
-            d.event(
-                world_event(
-                    crate::daemon::events::EventKind::HttpsUnavailable,
-                    project,
-                    world,
-                )
-                .detail(e.clone()),
-            );
+            d.event(world_event(EventKind::HttpsUnavailable, project, world).detail(e.clone()));
             Some(format!("HTTPS is off: {e}; URLs stay http"))
         }
     }

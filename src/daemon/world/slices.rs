@@ -1,9 +1,29 @@
 //! Slices: provision, migrate and seed, golden templates (build, clone, fall
 //! back), and catching a slice's schema up with its branch.
 
-use super::*;
+use super::locate::{Located, join_subdir};
+use super::plan::{
+    Plan, base_env, facts_for, lookup_env, render_admin_url, render_options, render_strict,
+    with_config_note,
+};
+use super::reach::{reach, server_now, tear_down};
+use super::routes::host_of;
+use super::{FAILURE_HEAD_LINES, FAILURE_LOG_LINES, SliceJob, WorldCtx, world_event};
 use crate::adapters::server::Server;
-use crate::registry::SliceKey;
+use crate::adapters::{Slice, golden};
+use crate::config::Config;
+use crate::config::render::ServiceFacts;
+use crate::daemon::errors::internal;
+use crate::daemon::events::EventKind;
+use crate::daemon::{Daemon, ProgressTx};
+use crate::faults::point as fault_point;
+use crate::protocol::{ApiError, ClientEnv, SliceState};
+use crate::registry::{SliceKey, WorldRow};
+use crate::slug::env_key;
+use crate::{adapters, config, supervisor, worktree};
+use indexmap::IndexMap;
+use std::path::Path;
+use std::sync::Arc;
 
 /// What a world's slices are rendered from: the config (as on its branch)
 /// whose `admin_url`s name the servers, and the facts and environment their
@@ -244,11 +264,7 @@ pub(super) async fn provision(
             .set_slice_migrated(adapter.name(), &slice_name, key)
             .map_err(internal)?;
     }
-    let mut ev = world_event(
-        crate::daemon::events::EventKind::Provisioned,
-        project,
-        world,
-    );
+    let mut ev = world_event(EventKind::Provisioned, project, world);
     ev.service = Some(service.to_owned());
     ev.adapter = Some(adapter.name().to_owned());
     d.event(ev);
@@ -501,12 +517,7 @@ pub(super) async fn catch_up(
             "binky: running migrate to catch up with the branch ({why})"
         );
     }
-    let mut ev = world_event(
-        crate::daemon::events::EventKind::Migrated,
-        &cfg.project.name,
-        world,
-    )
-    .detail(why.to_owned());
+    let mut ev = world_event(EventKind::Migrated, &cfg.project.name, world).detail(why.to_owned());
     ev.service = Some(service.to_owned());
     d.event(ev);
     run_data_commands(cx, job, plan, address, false, dropped).await

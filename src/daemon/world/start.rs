@@ -1,7 +1,19 @@
 //! Starting a world's processes: level by level behind their health
 //! probes, and the error for one that did not come up.
 
-use super::*;
+use super::plan::{Plan, levels, process_spec, with_config_note};
+use super::processes::recorder;
+use super::up::cancelled_error;
+use super::{FAILURE_HEAD_LINES, FAILURE_LOG_LINES, Runtime, WorldCtx};
+use crate::daemon::ProgressTx;
+use crate::daemon::errors::internal;
+use crate::faults::point as fault_point;
+use crate::protocol::{ApiError, ServiceState};
+use crate::supervisor;
+use crate::supervisor::{Handle, State};
+use indexmap::IndexMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A process just started at its level: its name, its supervisor, its log.
 type Started = (String, Arc<Handle>, PathBuf);

@@ -12,7 +12,13 @@
 //! `binky env` never hands the token out, and a token in the caller's shell
 //! is dropped before a process starts.
 
-use super::*;
+use crate::daemon::Daemon;
+use crate::daemon::events::{Event as LogEvent, EventKind};
+use crate::protocol::WorldState;
+use crate::registry::WorldRow;
+use crate::supervisor;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The variable that marks a process as a world's.
 pub const TOKEN_VAR: &str = "BINKY_WORLD_TOKEN";
@@ -87,7 +93,7 @@ pub(super) async fn stop_orphans(d: &Arc<Daemon>) {
         for (pid, _, _) in procs {
             let what = format!("pid {pid}, of a {state} world, outside its process groups");
             tracing::warn!("stopping {what}");
-            d.event(LogEvent::named(crate::daemon::events::EventKind::OrphanStopped).detail(what));
+            d.event(LogEvent::named(EventKind::OrphanStopped).detail(what));
             set.spawn(terminate(pid));
         }
     }

@@ -1,7 +1,16 @@
 //! Golden templates: a slice built once per project (migrated and seeded),
 //! then cloned for each world where the adapter can clone.
 
-use super::*;
+use super::reach::{TornDown, reach, server_now, tear_down};
+use super::slices::{Provisioning, Resolved, adapter_error, catch_up, provision_and_seed};
+use super::{SliceJob, WorldCtx, world_event};
+use crate::adapters::{Slice, golden};
+use crate::daemon::errors::internal;
+use crate::daemon::events::EventKind;
+use crate::faults::point as fault_point;
+use crate::protocol::ApiError;
+use crate::supervisor;
+use std::path::{Path, PathBuf};
 
 /// A golden template ready to clone: its name, the log of its build, and
 /// the key its schema was migrated at.
@@ -97,14 +106,7 @@ impl Provisioning<'_> {
                 server,
             };
             std::fs::write(&marker, m.render()).map_err(internal)?;
-            d.event(
-                world_event(
-                    crate::daemon::events::EventKind::GoldenBuilt,
-                    project,
-                    world,
-                )
-                .detail(tname.clone()),
-            );
+            d.event(world_event(EventKind::GoldenBuilt, project, world).detail(tname.clone()));
         }
         Ok(Template {
             name: tname,
@@ -142,15 +144,9 @@ impl Provisioning<'_> {
             TornDown::Deleted => "dropped it there",
             TornDown::NotFound => "it was no longer there",
         };
-        let mut ev = world_event(
-            crate::daemon::events::EventKind::GoldenMoved,
-            self.cx.project,
-            self.cx.world,
-        )
-        .detail(format!(
-            "{}: {how}; building it anew",
-            old.note.unwrap_or_default()
-        ));
+        let mut ev = world_event(EventKind::GoldenMoved, self.cx.project, self.cx.world).detail(
+            format!("{}: {how}; building it anew", old.note.unwrap_or_default()),
+        );
         ev.service = Some(service.to_owned());
         d.event(ev);
         let _ = std::fs::remove_file(marker);
@@ -208,12 +204,8 @@ impl Provisioning<'_> {
                         e.message
                     );
                 }
-                let mut ev = world_event(
-                    crate::daemon::events::EventKind::CloneFallback,
-                    project,
-                    world,
-                )
-                .detail(e.message.clone());
+                let mut ev =
+                    world_event(EventKind::CloneFallback, project, world).detail(e.message.clone());
                 ev.service = Some(service.to_owned());
                 ev.adapter = Some(adapter.name().to_owned());
                 d.event(ev);

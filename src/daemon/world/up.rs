@@ -1,7 +1,31 @@
 //! `up`: locate → worktree → ports → slices → processes by dependency level →
 //! routes, recording intent before each act.
 
-use super::*;
+use super::locate::{
+    Located, check_group, check_name, check_path, invalid_config, join_subdir, locate, user_git,
+};
+use super::plan::{Plan, build_facts, config_differs, preflight_env, project_env};
+use super::processes::stop_processes;
+use super::routes::ensure_https;
+use super::slices::{adapter_for, moved_migrations, no_adapter, provision};
+use super::start::start_processes;
+use super::{WorldCtx, first_line, outcome, world_event, world_status};
+use crate::config::{Config, ServiceKind};
+use crate::daemon::errors::internal;
+use crate::daemon::events::EventKind;
+use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
+use crate::faults::point as fault_point;
+use crate::ports::PortNote;
+use crate::protocol::{
+    ApiError, ClientEnv, Intent, ServiceState, UpRequest, WorldOutcome, WorldState,
+};
+use crate::registry::WorldRow;
+use crate::slug::world_slug;
+use crate::supervisor::State;
+use crate::{config, ports, worktree};
+use indexmap::IndexMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// `binky up`: admission first (nothing is made while queued), then the
 /// world. A world already running takes no new room and skips the queue.
@@ -92,7 +116,7 @@ async fn up_with(
         admission::ensure_sampler(d);
     }
     let name = req.world.name.clone();
-    let key = format!("{}/{}", loc.name, name);
+    let key = WorldKey::new(&loc.name, &name);
     let lock = d.worlds.lock_for(&key);
     let _guard = lock.lock().await;
     let out = up_locked(d, loc, &name, req.group.as_deref(), &req.env, progress).await;
@@ -184,11 +208,7 @@ pub(super) async fn up_locked(
         );
         progress.say(crate::protocol::ProgressStep::Worktree, None, msg.clone());
         notes.push(msg);
-        d.event(world_event(
-            crate::daemon::events::EventKind::WorktreeRecreated,
-            project,
-            name,
-        ));
+        d.event(world_event(EventKind::WorktreeRecreated, project, name));
     }
     let world_root = join_subdir(&ensured.path, &loc.subdir);
     check_path(&world_root)?;
@@ -197,11 +217,7 @@ pub(super) async fn up_locked(
     // Record the intent before acting, so a crash can be reconciled.
     let world_id = record_world(d, project_id, name, &slug, &ensured.path, group, &cfg)?;
     d.worlds.remember_env(world_id, client_env);
-    d.event(world_event(
-        crate::daemon::events::EventKind::UpStarted,
-        project,
-        name,
-    ));
+    d.event(world_event(EventKind::UpStarted, project, name));
 
     let cx = WorldCtx {
         d,
@@ -371,7 +387,7 @@ fn record_world(
             slug,
             &path.display().to_string(),
             WorldState::Starting,
-            Some("up"),
+            Some(Intent::Up),
             group,
         )
         .map_err(internal)?;
@@ -416,11 +432,7 @@ async fn settle_up(
             d.registry()
                 .set_world_state(world_id, WorldState::Running, None, None)
                 .map_err(internal)?;
-            d.event(world_event(
-                crate::daemon::events::EventKind::Up,
-                project,
-                name,
-            ));
+            d.event(world_event(EventKind::Up, project, name));
             outcome(d, project, world_id, false, notes)
         }
         Err(_) if progress.cancelled() => {
@@ -437,21 +449,14 @@ async fn settle_up(
                 None,
                 Some("`up` was cancelled by its caller"),
             );
-            d.event(world_event(
-                crate::daemon::events::EventKind::UpCancelled,
-                project,
-                name,
-            ));
+            d.event(world_event(EventKind::UpCancelled, project, name));
             Err(cancelled_error(name))
         }
         Err(e) => {
             let _ =
                 d.registry()
                     .set_world_state(world_id, WorldState::Failed, None, Some(&e.message));
-            d.event(
-                world_event(crate::daemon::events::EventKind::UpFailed, project, name)
-                    .detail(first_line(&e.message)),
-            );
+            d.event(world_event(EventKind::UpFailed, project, name).detail(first_line(&e.message)));
             Err(e)
         }
     }
@@ -525,7 +530,7 @@ fn reserve_ports(
         let mut reg = d.registry();
         // Nothing of this world runs now (`up` stopped what was left).
         ports::allocate(
-            reg.conn(),
+            &mut reg,
             project,
             world_id,
             cfg.project.port_range,
@@ -539,14 +544,13 @@ fn reserve_ports(
         })?
     };
     for n in port_notes {
-        let mut ev = world_event(crate::daemon::events::EventKind::PortSkipped, project, name);
+        let mut ev = world_event(EventKind::PortSkipped, project, name);
         match n {
             PortNote::Skipped(p) => ev = ev.detail(format!("port {p} is held outside binky")),
             PortNote::Moved { service, from, to } => {
-                ev = world_event(crate::daemon::events::EventKind::PortMoved, project, name)
-                    .detail(format!(
-                        "port {from} was taken outside binky; moved to {to}"
-                    ));
+                ev = world_event(EventKind::PortMoved, project, name).detail(format!(
+                    "port {from} was taken outside binky; moved to {to}"
+                ));
                 ev.service = Some(service.clone());
                 notes.push(format!(
                     "{service}: port {from} was taken outside binky; now {to}"

@@ -1,6 +1,20 @@
 //! `verify`: the project's `[agents] verify` checks, run in the world.
 
-use super::*;
+use super::env::{WorldFacts, exposed_of, world_facts, world_vars};
+use super::locate::{Located, find_world, locate, user_git};
+use super::plan::{EnvBase, facts_for, lookup_env, render_strict};
+use super::world_event;
+use crate::daemon::errors::internal;
+use crate::daemon::events::EventKind;
+use crate::daemon::{Daemon, ProgressTx};
+use crate::faults::point as fault_point;
+use crate::protocol::{ApiError, ClientEnv, VerifyOutcome, WorldRef};
+use crate::registry::WorldRow;
+use crate::slug::env_key;
+use crate::{supervisor, worktree};
+use indexmap::IndexMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// `binky verify`: runs `[agents] verify` in the world's checkout, in order,
 /// through the shell, with the exposed coordinates in the environment
@@ -69,14 +83,25 @@ pub(crate) async fn verify(
         detail.push_str(", with uncommitted changes");
     }
     d.registry()
-        .record_verify(w.id, all_ok, duration_ms, commit.as_deref(), &detail)
+        .record_verify(
+            w.id,
+            if all_ok {
+                VerifyOutcome::Passed
+            } else {
+                VerifyOutcome::Failed
+            },
+            !uncommitted.is_empty(),
+            duration_ms,
+            commit.as_deref(),
+            &detail,
+        )
         .map_err(internal)?;
     d.event(
         world_event(
             if all_ok {
-                crate::daemon::events::EventKind::VerifyPassed
+                EventKind::VerifyPassed
             } else {
-                crate::daemon::events::EventKind::VerifyFailed
+                EventKind::VerifyFailed
             },
             &loc.name,
             &w.name,
