@@ -48,7 +48,7 @@ const RESERVED_SUFFIXES: &[&str] = &["-s3alias", "--ol-s3", "--x-s3", "--table-s
 pub struct S3;
 
 /// A bucket name for world `world_slug` of `project` that S3 accepts:
-/// [`names::BUCKET`](super::kit::names::BUCKET), which always ends in a hash
+/// [`super::kit::names::BUCKET`], which always ends in a hash
 /// of the pair (`-` joins the two and may sit inside either).
 pub fn bucket_name(project: &str, world_slug: &str) -> String {
     super::kit::names::BUCKET.name(project, world_slug)

@@ -59,7 +59,7 @@ pub fn address(url: &str, keep_path: bool) -> String {
     }
 }
 
-/// `url` moved to the server at `address` (from [`address`]): see
+/// `url` moved to the server at `address` (from [`address()`]): see
 /// [`Address::rebased`]. `None` when either is not a URL with a host.
 pub fn rebase(url: &str, address: &str) -> Option<String> {
     Address::parse(url, &[], "").ok()?.rebased(address)

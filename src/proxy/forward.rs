@@ -1,0 +1,387 @@
+//! Forwarding one request: hop-by-hop headers dropped and `X-Forwarded-*`
+//! set, upgrades passed through, a restart ridden through (the request
+//! replayed when it was not sent), and the answer when there is no route.
+
+use super::body::{Body, COALESCE_YIELDS, SMALL_BODY_BYTES, full, read_short, ready_soon};
+use super::connection::Held;
+use super::routes::{Route, TLS_ASK_PATH, request_host, tls_ask};
+use super::upstream::UpstreamError;
+use super::{UpBody, Worker};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Enough of a body-less idempotent request (GET, HEAD, OPTIONS) to send it
+/// again: a dev server that is shutting down for a restart may accept a
+/// connection and close it without answering, and the request is then sent
+/// to the new server instead.
+pub(super) struct Replay {
+    pub(super) method: hyper::Method,
+    pub(super) uri: Uri,
+    pub(super) version: hyper::Version,
+    pub(super) headers: HeaderMap,
+}
+
+impl Replay {
+    pub(super) fn of(parts: &hyper::http::request::Parts, body: &Incoming) -> Option<Self> {
+        use hyper::body::Body as _;
+        let idempotent = matches!(
+            parts.method,
+            hyper::Method::GET | hyper::Method::HEAD | hyper::Method::OPTIONS
+        );
+        (idempotent && body.is_end_stream()).then(|| Replay {
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            version: parts.version,
+            headers: parts.headers.clone(),
+        })
+    }
+
+    pub(super) fn request(&self) -> Request<UpBody> {
+        let mut r = Request::new(http_body_util::Either::Right(http_body_util::Empty::new()));
+        *r.method_mut() = self.method.clone();
+        *r.uri_mut() = self.uri.clone();
+        *r.version_mut() = self.version;
+        *r.headers_mut() = self.headers.clone();
+        r
+    }
+}
+
+pub(super) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(super) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(super) const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded. Typed names,
+/// so finding them does not parse a string per request. `Trailer` is not
+/// one (RFC 2616 listed it; RFC 9110 does not): it declares the trailer
+/// fields, and hyper sends only declared ones on.
+pub(super) const HOP_BY_HOP: [HeaderName; 6] = [
+    header::CONNECTION,
+    HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("keep-alive"),
+    header::TE,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Removes hop-by-hop headers, including any named in `Connection`.
+///
+/// One pass over the names finds them; most messages carry none or only
+/// `Connection: keep-alive`, so nothing is hashed or allocated for the
+/// seven names that are absent.
+pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let mut gone: Vec<HeaderName> = Vec::new();
+    for (name, value) in headers.iter() {
+        if !HOP_BY_HOP.contains(name) {
+            continue;
+        }
+        if name == header::CONNECTION {
+            // `close`, `keep-alive` and `upgrade` are the usual tokens: no
+            // header to find for the first, and the loop finds the others
+            // itself, so only other names are parsed.
+            let named = value
+                .to_str()
+                .unwrap_or("")
+                .split(',')
+                .map(str::trim)
+                // Host is never dropped: the service needs it to know which
+                // site is asked for.
+                .filter(|t| {
+                    !["close", "keep-alive", "upgrade", "te", "host", ""]
+                        .iter()
+                        .any(|k| t.eq_ignore_ascii_case(k))
+                })
+                .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok());
+            for n in named {
+                if !gone.contains(&n) {
+                    gone.push(n);
+                }
+            }
+        }
+        if !gone.contains(name) {
+            gone.push(name.clone());
+        }
+    }
+    for n in gone {
+        headers.remove(n);
+    }
+}
+
+pub(super) fn is_upgrade<B>(req: &Request<B>) -> Option<HeaderValue> {
+    let conn_upgrade = req
+        .headers()
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        });
+    if conn_upgrade {
+        req.headers().get(header::UPGRADE).cloned()
+    } else {
+        None
+    }
+}
+
+/// Forwarding: one request through the route table to its upstream, riding
+/// through a restart, and the answer when there is none.
+impl Worker {
+    pub(super) async fn handle(&self, held: &Held, mut req: Request<Incoming>) -> Response<Body> {
+        let this = &*self.proxy;
+        let counters = this.counters.shard(self.index);
+        counters.requests.fetch_add(1, Ordering::Relaxed);
+        let host_value = match request_host(&mut req) {
+            Ok(h) => h,
+            Err(why) => {
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+                return super::pages::bad_request(why);
+            }
+        };
+        let host_raw = host_value.to_str().unwrap_or("");
+        let Some(route) = this.routes.get(host_raw) else {
+            if req.uri().path() == TLS_ASK_PATH {
+                return tls_ask(&this.routes, req.uri().query());
+            }
+            counters.errors.fetch_add(1, Ordering::Relaxed);
+            return super::pages::not_found(host_raw, &this.routes.all());
+        };
+        // A service that is (re)starting gets a moment to come up, so a
+        // planned restart never fails a request that arrives during it.
+        let route = if route.state.is_coming() {
+            let until = tokio::time::Instant::now() + ride_through();
+            match this.routes.wait_running(host_raw, until).await {
+                Some(r) => r,
+                None => {
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    return super::pages::unavailable(&route);
+                }
+            }
+        } else {
+            route
+        };
+        if !route.state.serves() {
+            counters.errors.fetch_add(1, Ordering::Relaxed);
+            return super::pages::unavailable(&route);
+        }
+        let upgrade = is_upgrade(&req);
+        let mut client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        // Origin form on the wire to the service (an absolute-form target
+        // from the client loses its scheme and authority).
+        if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
+            let path = parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned();
+            parts.uri = match path.parse::<Uri>() {
+                Ok(u) => u,
+                Err(_) => return super::pages::bad_request("bad request target"),
+            };
+        }
+        strip_hop_by_hop(&mut parts.headers);
+        if let Some(proto) = &upgrade {
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            parts.headers.insert(header::UPGRADE, proto.clone());
+        }
+        held.add_forwarded(&mut parts.headers, &host_value);
+        let replay = if upgrade.is_none() {
+            Replay::of(&parts, &body)
+        } else {
+            None
+        };
+        let mut upstream_req = Some(Request::from_parts(
+            parts,
+            http_body_util::Either::Left(body),
+        ));
+        // A replayable request whose short answer broke off mid-body (the
+        // old process died between headers and bytes during a restart) is
+        // sent again, within the same ride-through: a restart never shows
+        // the client a 502.
+        let deadline = tokio::time::Instant::now() + ride_through();
+        loop {
+            let req = match upstream_req.take() {
+                Some(r) => r,
+                None => replay.as_ref().map(Replay::request).expect("replay"),
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let resp = self
+                .send(
+                    held,
+                    route.port,
+                    req,
+                    upgrade.is_none(),
+                    Some(left),
+                    replay.as_ref(),
+                )
+                .await;
+            let retry = replay.is_some() && tokio::time::Instant::now() < deadline;
+            match self
+                .answer(
+                    host_raw,
+                    &route,
+                    resp,
+                    client_upgrade.take(),
+                    &upgrade,
+                    retry,
+                )
+                .await
+            {
+                Some(r) => return r,
+                None => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
+    /// The client's response from the service's `resp`, or `None` when a
+    /// short body broke off and `retry` allows the request to go again.
+    pub(super) async fn answer(
+        &self,
+        host_raw: &str,
+        route: &Route,
+        resp: Result<Response<Incoming>, UpstreamError>,
+        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+        upgrade: &Option<HeaderValue>,
+        retry: bool,
+    ) -> Option<Response<Body>> {
+        let this = &*self.proxy;
+        let counters = this.counters.shard(self.index);
+        let mut resp = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+                // The supervisor began a restart while this request
+                // waited: that is a 503 with Retry-After, not a 502. Its
+                // state reaches the routes through a task, so a restart
+                // that broke this very request gets a moment to show.
+                for _ in 0..STATE_GRACE_STEPS {
+                    if let Some(now) = this.routes.get(host_raw)
+                        && !now.state.serves()
+                    {
+                        return Some(super::pages::unavailable(&now));
+                    }
+                    tokio::time::sleep(STATE_GRACE_STEP).await;
+                }
+                return Some(super::pages::bad_gateway(route, &e));
+            }
+        };
+        let length = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(len) = length {
+            counters.bytes.fetch_add(len, Ordering::Relaxed);
+        }
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+            && let Some(client_upgrade) = client_upgrade
+        {
+            let upstream_upgrade = hyper::upgrade::on(&mut resp);
+            tokio::spawn(async move {
+                let (Ok(client), Ok(upstream)) = (client_upgrade.await, upstream_upgrade.await)
+                else {
+                    return;
+                };
+                let mut client = TokioIo::new(client);
+                let mut upstream = TokioIo::new(upstream);
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+            let (mut parts, _) = resp.into_parts();
+            // Keep Connection/Upgrade on a 101: the client needs them.
+            let mut keep = parts.headers.clone();
+            strip_hop_by_hop(&mut keep);
+            keep.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            if let Some(p) = upgrade {
+                keep.insert(header::UPGRADE, p.clone());
+            }
+            parts.headers = keep;
+            return Some(Response::from_parts(parts, full(Bytes::new())));
+        }
+        let (mut parts, body) = resp.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        // We speak HTTP/1.1 to the client whatever the upstream spoke.
+        parts.version = hyper::Version::HTTP_11;
+        if length.is_some_and(|n| n <= SMALL_BODY_BYTES) {
+            // A short, length-delimited body is read whole so its headers and
+            // bytes leave in one write (as nginx's proxy_buffering does).
+            return match read_short(body).await {
+                Ok(b) => Some(Response::from_parts(parts, full(b))),
+                Err(_) if retry => None,
+                Err(e) => {
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    Some(super::pages::bad_gateway(route, &e))
+                }
+            };
+        }
+        if length.is_some() {
+            return Some(Response::from_parts(parts, Body::Stream(None, body)));
+        }
+        // Unknown length (chunked: most dev servers, SSE): take the frames
+        // already on hand — up to SMALL_BODY_BYTES — so a short reply leaves
+        // in one write; then stream the rest as it comes. Nothing waits on
+        // a clock: an event stream's first bytes go out as soon as the
+        // upstream connection has had its turn to read.
+        let mut body = body;
+        let mut head = bytes::BytesMut::new();
+        loop {
+            if hyper::body::Body::is_end_stream(&body) {
+                return Some(Response::from_parts(parts, full(head.freeze())));
+            }
+            match ready_soon(std::pin::pin!(body.frame()), COALESCE_YIELDS).await {
+                Some(None) => return Some(Response::from_parts(parts, full(head.freeze()))),
+                Some(Some(Err(_))) if retry => return None,
+                Some(Some(Err(e))) => {
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    return Some(super::pages::bad_gateway(route, &e));
+                }
+                Some(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        head.extend_from_slice(&data);
+                        if head.len() as u64 > SMALL_BODY_BYTES {
+                            break;
+                        }
+                    }
+                    // Trailers end the body; keep them by streaming.
+                    Err(frame) => {
+                        let trailers = frame.into_trailers().ok();
+                        let head = (!head.is_empty()).then(|| head.freeze());
+                        return Some(Response::from_parts(parts, Body::Trailers(head, trailers)));
+                    }
+                },
+                None => break,
+            }
+        }
+        let head = (!head.is_empty()).then(|| head.freeze());
+        Some(Response::from_parts(parts, Body::Stream(head, body)))
+    }
+}
+
+/// How long a request waits for a service that is restarting — its port
+/// refusing for a moment, or the supervisor bringing it back — before the
+/// proxy answers with an error page: 2 s, or `BINKY_PROXY_RIDE_THROUGH_MS`.
+/// Only requests meeting a restart wait; the normal path never does.
+pub(super) fn ride_through() -> Duration {
+    static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        crate::tunables::duration(
+            "BINKY_PROXY_RIDE_THROUGH_MS",
+            Duration::ZERO..=Duration::from_secs(3600),
+        )
+        .unwrap_or(Duration::from_secs(2))
+    })
+}
+
+/// How long, in steps of [`STATE_GRACE_STEP`], a failed upstream request
+/// waits for a restart's state to reach the routes before it answers 502:
+/// 100 ms, only ever spent on the way to an error page.
+pub(super) const STATE_GRACE_STEPS: u32 = 10;
+/// See [`STATE_GRACE_STEPS`].
+pub(super) const STATE_GRACE_STEP: std::time::Duration = std::time::Duration::from_millis(10);
