@@ -1,5 +1,5 @@
 //! Everything operating-system specific lives under this module, so a Windows
-//! port (named pipes, job objects) replaces one file.
+//! port (named pipes, job objects) replaces one folder (`unix/`).
 //!
 //! Linux is the tested platform; other Unixes compile against the same code.
 

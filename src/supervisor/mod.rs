@@ -5,6 +5,16 @@
 //! through the daemon, so a restarting daemon loses no output. Exits are
 //! reaped as they happen (tokio waits on the child through SIGCHLD, no
 //! polling). What to do after an exit is [`restart::decide`].
+//!
+//! | module | holds |
+//! |---|---|
+//! | `group` | spawning a process group with its log, describing an exit, stopping a group |
+//! | `ready` | readiness: the probe, or the service's own group listening on its port |
+//! | [`health`] | the probes themselves (http, tcp, cmd) |
+//! | [`restart`] | what to do after an exit |
+//! | [`logs`] | log files that survive rotation by rename |
+//! | `watcher` | `watch` globs and the settling file watcher |
+//! | here | a service's task: spawn or adopt, run, obey control messages |
 
 pub mod health;
 pub mod logs;
@@ -15,10 +25,19 @@ use crate::platform;
 use crate::protocol::ServiceState;
 use health::ProbeSpec;
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
+
+mod group;
+mod ready;
+mod watcher;
+pub use group::KILL_WAIT;
+pub(crate) use group::stop_pgid;
+use group::{describe, obey, spawn_process};
+use ready::{ready, unhealthy_reason};
+pub use watcher::WatchSet;
+use watcher::start_watcher;
 
 /// Log files roll at this size, while they are written (see
 /// [`logs::LogFile`]).
@@ -326,338 +345,9 @@ async fn run_adopted(
     }
 }
 
-/// A service's `watch` globs: a path relative to the watch root matches
-/// when an including glob matches it and no `!`-prefixed one does
-/// (gitignore-style exclusion, e.g. `"!**/*_test.go"`; order does not
-/// matter). globset has no negation of its own.
-pub struct WatchSet {
-    include: globset::GlobSet,
-    exclude: globset::GlobSet,
-}
-
-impl WatchSet {
-    /// `None` when no glob includes anything (every one is invalid or an
-    /// exclusion): nothing to watch. Invalid globs are skipped (`binky
-    /// check` reports them).
-    pub fn new(globs: &[String]) -> Option<Self> {
-        let (mut inc, mut exc) = (
-            globset::GlobSetBuilder::new(),
-            globset::GlobSetBuilder::new(),
-        );
-        let mut any = false;
-        for g in globs {
-            match g.strip_prefix('!') {
-                Some(rest) => {
-                    if let Ok(glob) = globset::Glob::new(rest) {
-                        exc.add(glob);
-                    }
-                }
-                None => {
-                    if let Ok(glob) = globset::Glob::new(g) {
-                        inc.add(glob);
-                        any = true;
-                    }
-                }
-            }
-        }
-        any.then_some(())?;
-        Some(WatchSet {
-            include: inc.build().ok()?,
-            exclude: exc.build().ok()?,
-        })
-    }
-
-    /// Whether a change to `rel` (relative to the watch root) restarts.
-    pub fn is_match(&self, rel: &Path) -> bool {
-        self.include.is_match(rel) && !self.exclude.is_match(rel)
-    }
-}
-
-/// Whether a file event is a change (written, created, removed, renamed,
-/// its times or mode set) rather than a look: opening or reading a watched
-/// file — the service loading its own source does — must not restart it,
-/// or a `watch` on `app.py` would restart `python3 app.py` for ever.
-fn is_change(kind: &notify::EventKind) -> bool {
-    use notify::EventKind as K;
-    use notify::event::{AccessKind, AccessMode};
-    match kind {
-        K::Create(_) | K::Remove(_) | K::Modify(_) => true,
-        // inotify's IN_CLOSE_WRITE: a write finished.
-        K::Access(AccessKind::Close(AccessMode::Write)) => true,
-        K::Access(_) | K::Any | K::Other => false,
-    }
-}
-
-/// How long a burst of changes (an editor's save, a `git checkout`) is
-/// gathered into one restart.
-const WATCH_SETTLE: Duration = Duration::from_millis(300);
-
-fn start_watcher(
-    spec: &ServiceSpec,
-    ctl: mpsc::UnboundedSender<Control>,
-) -> Option<notify::RecommendedWatcher> {
-    use notify::Watcher as _;
-    if spec.watch.is_empty() {
-        return None;
-    }
-    let set = WatchSet::new(&spec.watch)?;
-    let root = spec.watch_root.clone();
-    let root_cb = root.clone();
-    // A change is noted at once; the restart follows once changes have
-    // stopped for WATCH_SETTLE. The thread ends with the watcher (its
-    // sender is in the watcher's callback).
-    let (tx, rx) = std::sync::mpsc::channel::<Vec<String>>();
-    std::thread::Builder::new()
-        .name("binky-watch".into())
-        .spawn(move || {
-            while let Ok(first) = rx.recv() {
-                let mut changed: std::collections::BTreeSet<String> = first.into_iter().collect();
-                loop {
-                    match rx.recv_timeout(WATCH_SETTLE) {
-                        Ok(more) => changed.extend(more),
-                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
-                        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
-                    }
-                }
-                if ctl.send(Control::Restart(shown(&changed))).is_err() {
-                    return;
-                }
-            }
-        })
-        .ok()?;
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        let Ok(event) = res else { return };
-        if !is_change(&event.kind) {
-            return;
-        }
-        let hits: Vec<String> = event
-            .paths
-            .iter()
-            .filter_map(|p| p.strip_prefix(&root_cb).ok())
-            .filter(|rel| set.is_match(rel))
-            .map(|rel| rel.to_string_lossy().into_owned())
-            .collect();
-        if !hits.is_empty() {
-            let _ = tx.send(hits);
-        }
-    })
-    .ok()?;
-    watcher
-        .watch(&root, notify::RecursiveMode::Recursive)
-        .ok()?;
-    Some(watcher)
-}
-
-/// The first few of `changed` (sorted) and how many more, for the restart's
-/// event.
-fn shown(changed: &std::collections::BTreeSet<String>) -> Vec<String> {
-    const MOST: usize = 5;
-    let mut out: Vec<String> = changed.iter().take(MOST).cloned().collect();
-    if changed.len() > MOST {
-        out.push(format!("{} more", changed.len() - MOST));
-    }
-    out
-}
-
 /// How long, at most, a service's exit waits for its log writer to write
 /// the last lines, so an error quoting the log tail has them.
 const LOG_DRAIN_WAIT: Duration = Duration::from_millis(500);
-
-/// Starts the service; with it, a receiver that completes when its log
-/// writer (if any) has written everything and exited.
-fn spawn_process(
-    spec: &ServiceSpec,
-) -> std::io::Result<(tokio::process::Child, Option<oneshot::Receiver<()>>)> {
-    logs::roll(&spec.log, LOG_ROLL_BYTES, LOG_GENERATIONS);
-    // Before its first byte: where this run's output begins.
-    logs::mark_run(&spec.log, &format!("{} starting", spec.name));
-    let mut drained = None;
-    let (out, err): (Stdio, Stdio) = match &spec.log_writer {
-        Some(exe) => {
-            let (writer, mut stamper) = logs::spawn_writer(exe, &spec.log)?;
-            let (done, rx) = oneshot::channel();
-            drained = Some(rx);
-            tokio::spawn(async move {
-                let _ = stamper.wait().await;
-                let _ = done.send(());
-            });
-            let w2 = writer.try_clone()?;
-            (Stdio::from(writer), Stdio::from(w2))
-        }
-        None => {
-            let out = logs::open_append(&spec.log)?;
-            let err = out.try_clone()?;
-            (Stdio::from(out), Stdio::from(err))
-        }
-    };
-    let mut c = crate::platform::command("/bin/sh");
-    c.arg("-c")
-        .arg(&spec.cmd)
-        .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        // Its own group, so a stop reaches every descendant.
-        .process_group(0)
-        // The daemon may exit or restart; the service must not die with it.
-        .kill_on_drop(false);
-    let child = c.spawn()?;
-    // Drop our copies of the pipe's write end now, so the log writer sees
-    // the end of the stream when the service and its descendants are gone.
-    drop(c);
-    Ok((child, drained))
-}
-
-fn describe(status: std::io::Result<std::process::ExitStatus>) -> (bool, String) {
-    use std::os::unix::process::ExitStatusExt;
-    match status {
-        Ok(s) if s.success() => (true, CLEAN_EXIT.into()),
-        Ok(s) => match (s.code(), s.signal()) {
-            (Some(c), _) => (false, format!("exited with code {c}")),
-            (_, Some(sig)) => (false, format!("killed by signal {sig}")),
-            _ => (false, format!("exited ({s})")),
-        },
-        Err(e) => (false, format!("wait failed: {e}")),
-    }
-}
-
-/// Stops a process group: `signal`, up to `grace` for the whole group to go,
-/// then SIGKILL, and waits until every member has exited (see
-/// [`stop_pgid`]). Waits for the leader so it is reaped.
-async fn stop_group(
-    child: &mut tokio::process::Child,
-    pgid: u32,
-    signal: &str,
-    grace: Duration,
-) -> Option<String> {
-    let left = stop_pgid(pgid, signal, grace, async {
-        let _ = child.wait().await;
-    })
-    .await;
-    let _ = child.wait().await;
-    left
-}
-
-/// Carries out a control message for a running process. Stop: the group is
-/// stopped and the task should end (`false`). Restart (a watched file
-/// changed): the group is stopped and the caller starts it again (`true`).
-/// A closed channel (the daemon dropped the handle) ends the task.
-async fn obey(
-    c: Option<Control>,
-    child: &mut tokio::process::Child,
-    pid: u32,
-    spec: &ServiceSpec,
-    events: &Recorder,
-    set: &(dyn Fn(State) + Sync),
-) -> bool {
-    match c {
-        Some(Control::Stop(done)) => {
-            let left = stop_group(child, pid, &spec.stop_signal, spec.stop_timeout).await;
-            set(State::Stopped { exit: None });
-            let _ = done.send(left);
-            false
-        }
-        Some(Control::Restart(changed)) => {
-            events(Event::WatchRestart { changed });
-            // Restarting from now on, not once it has stopped: the proxy
-            // holds requests for a restarting service (see proxy
-            // ride_through) instead of dialling a port that is closing.
-            set(State::Backoff {
-                delay: Duration::ZERO,
-            });
-            if let Some(left) = stop_group(child, pid, &spec.stop_signal, spec.stop_timeout).await {
-                tracing::warn!(service = spec.name, "{left}");
-            }
-            true
-        }
-        None => false,
-    }
-}
-
-/// How long, at most, a stop waits after SIGKILL for the last member of a
-/// process group to be gone. SIGKILL cannot be caught; only a process stuck
-/// in the kernel (uninterruptible I/O) or one of another user takes longer.
-pub const KILL_WAIT: Duration = Duration::from_secs(5);
-
-/// Sends `signal` to group `pgid`, waits for the leader to exit (through
-/// `leader_exit`) and for the rest of the group, up to `grace`, then SIGKILLs
-/// whatever is left and waits — bounded by [`KILL_WAIT`] — until no member
-/// of the group is alive. A grandchild still holding a port after its
-/// leader died would otherwise make an immediate `up` meet `EADDRINUSE`.
-/// Returns what is left when the group outlived that wait.
-pub(crate) async fn stop_pgid(
-    pgid: u32,
-    signal: &str,
-    grace: Duration,
-    leader_exit: impl std::future::Future<Output = ()>,
-) -> Option<String> {
-    let _ = platform::signal_group(pgid, platform::signal_by_name(signal));
-    let deadline = tokio::time::Instant::now() + grace;
-    let _ = tokio::time::timeout_at(deadline, leader_exit).await;
-    // The leader may be gone while grandchildren linger; check the group
-    // until the grace ends (bounded: only while stopping).
-    let mut pause = Duration::from_millis(5);
-    while platform::group_alive(pgid) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
-    }
-    if !platform::group_alive(pgid) {
-        return None;
-    }
-    let _ = platform::signal_group(pgid, Some(nix::sys::signal::Signal::SIGKILL));
-    let gone_by = tokio::time::Instant::now() + KILL_WAIT;
-    let mut pause = Duration::from_millis(1);
-    while platform::group_alive(pgid) {
-        if tokio::time::Instant::now() >= gone_by {
-            let left = platform::group_members(pgid);
-            tracing::warn!(pgid, ?left, "processes outlived SIGKILL");
-            return Some(format!(
-                "process group {pgid} still has live processes {left:?} {} s after SIGKILL",
-                KILL_WAIT.as_secs()
-            ));
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(20));
-    }
-    None
-}
-
-/// Probes until it passes (Ok) or the timeout ends (Err with the last reason).
-///
-/// For the first second attempts come every 10 ms, then every `interval`:
-/// most dev servers are ready within a few hundred milliseconds, and a fixed
-/// 250 ms pause made `up` wait on average half an interval per service after
-/// it was already listening (see benchmarks/up.py). A refused loopback connect
-/// costs microseconds.
-async fn probe_until_healthy(
-    probe: &ProbeSpec,
-    timeout: Duration,
-    interval: Duration,
-) -> Result<(), String> {
-    const EAGER: Duration = Duration::from_secs(1);
-    let start = tokio::time::Instant::now();
-    let deadline = start + timeout;
-    let per_attempt = interval
-        .max(Duration::from_millis(500))
-        .min(Duration::from_secs(5));
-    loop {
-        let last = match health::attempt(probe, per_attempt).await {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
-        };
-        let pause = if start.elapsed() < EAGER {
-            interval.min(Duration::from_millis(10))
-        } else {
-            interval
-        };
-        if tokio::time::Instant::now() + pause >= deadline {
-            return Err(last);
-        }
-        tokio::time::sleep(pause).await;
-    }
-}
 
 async fn run(
     spec: ServiceSpec,
@@ -786,143 +476,5 @@ async fn run(
                 }
             }
         }
-    }
-}
-
-/// Waits until the service is ready, or says why it is not by the end of
-/// its timeout. Ready means its *own* process answers:
-///
-/// - with a probe: the probe passes, and when the probe dials the service's
-///   own port, a listener there belongs to its process group (something
-///   else — an orphan of an earlier run — may answer it otherwise);
-/// - without one: it has stayed up [`NO_PROBE_GRACE`], so a command that
-///   fails at once fails `up` instead of looping in backoff behind a
-///   "running" world; and a url service listens on its port (else the
-///   proxy could only answer 502).
-async fn ready(spec: &ServiceSpec, pid: u32) -> Result<(), String> {
-    match &spec.health {
-        Some((probe, timeout, interval)) => {
-            let deadline = tokio::time::Instant::now() + *timeout;
-            let own_port = probe.port().is_some() && probe.port() == spec.port;
-            loop {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                probe_until_healthy(probe, left, *interval).await?;
-                let Some(why) = own_port.then(|| port_problem(spec, pid)).flatten() else {
-                    return Ok(());
-                };
-                if tokio::time::Instant::now() + *interval >= deadline {
-                    return Err(why);
-                }
-                tokio::time::sleep(*interval).await;
-            }
-        }
-        None => {
-            tokio::time::sleep(NO_PROBE_GRACE).await;
-            if !spec.must_listen {
-                return Ok(());
-            }
-            let deadline = tokio::time::Instant::now() + listen_timeout();
-            let mut pause = Duration::from_millis(10);
-            loop {
-                let Some(why) = port_problem(spec, pid) else {
-                    return Ok(());
-                };
-                if tokio::time::Instant::now() >= deadline {
-                    return Err(why);
-                }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(100));
-            }
-        }
-    }
-}
-
-/// How long a url service without a probe may take to listen on its port:
-/// the default health timeout (tests shorten it with
-/// `BINKY_TEST_LISTEN_TIMEOUT_MS` in the daemon's environment).
-fn listen_timeout() -> Duration {
-    crate::tunables::duration(
-        "BINKY_TEST_LISTEN_TIMEOUT_MS",
-        Duration::ZERO..=Duration::from_secs(3600),
-    )
-    .unwrap_or(crate::config::DEFAULT_HEALTH_TIMEOUT)
-}
-
-/// Why the service's own port does not show it ready, if it does not: a
-/// listener there must belong to its process group (or its descendants).
-/// Names whoever else holds the port.
-fn port_problem(spec: &ServiceSpec, pid: u32) -> Option<String> {
-    let port = spec.port?;
-    let mut ours = platform::group_members(pid);
-    ours.extend(platform::process_tree(pid));
-    ours.sort_unstable();
-    ours.dedup();
-    let listening = platform::listening_ports(&ours);
-    if listening.contains(&port) {
-        return None;
-    }
-    if let Some(other) = platform::listeners_of(port)
-        .into_iter()
-        .find(|p| !ours.contains(p))
-    {
-        let cmd = platform::command_line(other).unwrap_or_else(|| "?".into());
-        return Some(format!(
-            "its port {port} is answered by another process (pid {other}: {cmd}), not by this service; stop that process (perhaps left from an earlier run), or `binky remove` this world and `up` it again for other ports"
-        ));
-    }
-    if platform::port_has_listener(port) {
-        return Some(format!(
-            "its port {port} is held by a process binky cannot see (another user's), not by this service"
-        ));
-    }
-    if listening.is_empty() {
-        return Some(format!("nothing listens on its assigned port {port}"));
-    }
-    let list: Vec<String> = listening.iter().map(|p| p.to_string()).collect();
-    Some(format!(
-        "nothing listens on its assigned port {port}, but its processes listen on {}; pass ${{self.port}} (or read $PORT) in its cmd",
-        list.join(", ")
-    ))
-}
-
-/// Explains a failed probe; when nothing listens on the assigned port but
-/// the process tree listens elsewhere, says so (the service ignores `$PORT`).
-fn unhealthy_reason(spec: &ServiceSpec, pid: u32, last: String) -> String {
-    let Some(port) = spec
-        .health
-        .as_ref()
-        .and_then(|(p, _, _)| p.port())
-        .filter(|p| Some(*p) == spec.port)
-    else {
-        return last;
-    };
-    let listening = platform::listening_ports(&platform::process_tree(pid));
-    if listening.contains(&port) || listening.is_empty() {
-        return last;
-    }
-    let list: Vec<String> = listening.iter().map(|p| p.to_string()).collect();
-    format!(
-        "nothing listens on its assigned port {port}, but its processes listen on {}; pass ${{self.port}} (or read $PORT) in its cmd",
-        list.join(", ")
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::WatchSet;
-    use std::path::Path;
-
-    #[test]
-    fn a_bang_glob_excludes_what_the_others_include() {
-        let set = WatchSet::new(&[
-            "backend/**/*.go".to_owned(),
-            "!backend/**/*_test.go".to_owned(),
-        ])
-        .unwrap();
-        assert!(set.is_match(Path::new("backend/api/server.go")));
-        assert!(!set.is_match(Path::new("backend/api/server_test.go")));
-        assert!(!set.is_match(Path::new("frontend/app.go")));
-        // Only exclusions: nothing to watch.
-        assert!(WatchSet::new(&["!**/*.go".to_owned()]).is_none());
     }
 }

@@ -1,0 +1,235 @@
+//! The process table as `/proc` shows it: signals to a process or group,
+//! a process's stat, start time, environment and descendants, and the
+//! processes a daemon marked as its own.
+
+use std::io;
+
+/// Maps a portable signal name (`SIGTERM`…) to the native signal.
+pub fn signal_by_name(name: &str) -> Option<nix::sys::signal::Signal> {
+    name.parse().ok()
+}
+
+/// Sends `sig` to every process in group `pgid`. `Ok(false)` when the group
+/// no longer exists.
+pub fn signal_group(pgid: u32, sig: Option<nix::sys::signal::Signal>) -> io::Result<bool> {
+    send_signal(pgid, sig, true)
+}
+
+/// `kill` (or `killpg` when `group`); never to pid/pgid 0 or 1, which would
+/// reach our own group or init. `Ok(false)` when the target is gone.
+pub(super) fn send_signal(
+    id: u32,
+    sig: Option<nix::sys::signal::Signal>,
+    group: bool,
+) -> io::Result<bool> {
+    let Ok(raw) = i32::try_from(id) else {
+        return Ok(false);
+    };
+    if raw <= 1 {
+        return Ok(false);
+    }
+    let target = nix::unistd::Pid::from_raw(raw);
+    let sent = if group {
+        nix::sys::signal::killpg(target, sig)
+    } else {
+        nix::sys::signal::kill(target, sig)
+    };
+    match sent {
+        Ok(()) => Ok(true),
+        Err(nix::errno::Errno::ESRCH) => Ok(false),
+        Err(e) => Err(io::Error::from(e)),
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` Binky reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// The process id.
+    pub pid: u32,
+    /// One-letter state (`R`, `S`, `Z`…).
+    pub state: char,
+    /// Parent pid.
+    pub ppid: u32,
+    /// Process group id.
+    pub pgrp: u32,
+    /// Session id.
+    pub session: u32,
+    /// Start time in clock ticks since boot.
+    pub start_time: u64,
+    /// Resident set size, pages (field 24; what `VmRSS` shows in kB).
+    pub rss_pages: u64,
+}
+
+impl ProcStat {
+    /// Whether it has exited and only waits to be reaped (holds nothing).
+    pub fn is_zombie(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+    }
+}
+
+/// Parses `/proc/<pid>/stat`; `None` when the process is gone.
+pub fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is parenthesised and may hold
+    // spaces or parentheses itself.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // f[0] is field 3 (state); field n is f[n - 3].
+    Some(ProcStat {
+        pid,
+        state: f.first()?.chars().next()?,
+        ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        session: f.get(3)?.parse().ok()?,
+        start_time: f.get(19)?.parse().ok()?,
+        rss_pages: f.get(21)?.parse().ok()?,
+    })
+}
+
+/// Every process on the machine, as `/proc` lists it now.
+pub fn all_processes() -> Vec<ProcStat> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter_map(proc_stat)
+        .collect()
+}
+
+/// Live (non-zombie) members of process group `pgid`.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    all_processes()
+        .into_iter()
+        .filter(|p| p.pgrp == pgid && !p.is_zombie())
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// Whether any process of group `pgid` is still alive. Zombies do not count:
+/// a member whose parent died waits for init to reap it, which can take
+/// seconds, and it holds nothing (no port, no file) meanwhile.
+pub fn group_alive(pgid: u32) -> bool {
+    signal_group(pgid, None).unwrap_or(false) && !group_members(pgid).is_empty()
+}
+
+/// A process's start time in clock ticks since boot (field 22 of
+/// `/proc/<pid>/stat`). With the pid it identifies a process across pid
+/// reuse. `None` for a zombie: it has exited and only waits to be reaped.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    proc_stat(pid)
+        .filter(|p| !p.is_zombie())
+        .map(|p| p.start_time)
+}
+
+/// The environment a process was started with (`/proc/<pid>/environ`);
+/// `None` when it is gone or not ours to read.
+pub fn process_env(pid: u32) -> Option<Vec<(String, String)>> {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    Some(
+        raw.split(|b| *b == 0)
+            .filter_map(|kv| {
+                let kv = String::from_utf8_lossy(kv);
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            })
+            .collect(),
+    )
+}
+
+/// A process that carries a mark in its environment: the value of a
+/// variable it was started with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marked {
+    /// What `/proc/<pid>/stat` says of it now.
+    pub stat: ProcStat,
+    /// The value of the marking variable.
+    pub mark: String,
+}
+
+/// Every live process whose environment holds `home_var=home` and a
+/// `mark_var`, with that mark: processes a daemon of this home started,
+/// found whatever process group or session they moved to since (a server
+/// that daemonizes itself, a double fork). An environment is fixed when a
+/// process is exec'd, so what each `(pid, start time)` holds is read once
+/// and remembered; only this user's processes can be read at all.
+pub fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marked> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    type Seen = HashMap<(u32, u64), Option<(String, String)>>;
+    static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
+    let procs = all_processes();
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    let seen = seen.get_or_insert_with(HashMap::new);
+    // Forget processes that are gone, so the memory stays bounded.
+    seen.retain(|(pid, start), _| {
+        procs
+            .iter()
+            .any(|p| p.pid == *pid && p.start_time == *start)
+    });
+    let mut out = Vec::new();
+    for p in procs.into_iter().filter(|p| !p.is_zombie()) {
+        let entry = seen.entry((p.pid, p.start_time)).or_insert_with(|| {
+            let env = process_env(p.pid)?;
+            let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            Some((get(home_var)?, get(mark_var)?))
+        });
+        if let Some((h, mark)) = entry
+            && h == home
+        {
+            out.push(Marked {
+                mark: mark.clone(),
+                stat: p,
+            });
+        }
+    }
+    out
+}
+
+/// The size of a memory page, bytes.
+pub fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map_or(4096, |p| p as u64)
+}
+
+/// This process's session id.
+pub fn session_id() -> u32 {
+    nix::unistd::getsid(None).map_or(0, |p| p.as_raw() as u32)
+}
+
+/// Sends `sig` to one process. `Ok(false)` when it no longer exists.
+pub fn signal_process(pid: u32, sig: Option<nix::sys::signal::Signal>) -> io::Result<bool> {
+    send_signal(pid, sig, false)
+}
+
+/// Pids of `pid` and all its descendants (from `/proc/*/stat` parent links).
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let parent_of: Vec<(u32, u32)> = all_processes().iter().map(|p| (p.pid, p.ppid)).collect();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let cur = tree[i];
+        tree.extend(
+            parent_of
+                .iter()
+                .filter(|(_, pp)| *pp == cur)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    tree
+}
+
+/// The command line of `pid`, its arguments joined by spaces (for messages).
+pub fn command_line(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let text = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    (!text.is_empty()).then_some(text)
+}
