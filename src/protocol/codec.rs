@@ -2,7 +2,8 @@
 //! (daemon) flavours.
 
 use super::MAX_FRAME;
-use serde::{Serialize, de::DeserializeOwned};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::io::{self, BufRead, Read, Write};
 use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 

@@ -1,0 +1,123 @@
+//! The frames a daemon answers with: progress, then one [`Response`] or
+//! [`ApiError`] (which always says what to do).
+
+use super::reports::{
+    DaemonInfo, Metrics, ServiceTarget, Settings, StatusReport, SweepItem, VerifyReport, WorldEnv,
+    WorldOutcome,
+};
+use serde::{Deserialize, Serialize};
+
+/// A frame from the daemon after the [`Welcome`](super::Welcome).
+// One value per frame on the socket, moved once: boxing the answer would
+// buy nothing but an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", content = "body", rename_all = "snake_case")]
+pub enum Reply {
+    /// Something a long operation is doing now.
+    Progress(Progress),
+    /// The operation finished.
+    Ok(Response),
+    /// The operation failed.
+    Err(ApiError),
+}
+
+/// A progress event of a long operation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Progress {
+    /// Which step of the verb this is.
+    pub step: ProgressStep,
+    /// The service concerned, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Human text.
+    pub message: String,
+}
+
+/// A step a long verb reports, one spelling on the wire (snake case).
+/// Clients act on the step, never on the message's text.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgressStep {
+    /// `up` was admitted (the machine has room).
+    Admitted,
+    /// `up` waits in the admission queue; the message gives its place.
+    Queued,
+    /// The worktree is made, reused or re-made.
+    Worktree,
+    /// Ports are reserved.
+    Ports,
+    /// A resource's slice is made.
+    Provision,
+    /// A slice's `migrate` runs to catch up with the branch.
+    Migrate,
+    /// A service is started.
+    Start,
+    /// A service answers its probe (or finished as a one-shot).
+    Ready,
+    /// A world's processes are stopped.
+    Stop,
+    /// A `verify` command starts.
+    Verify,
+    /// A line a `verify` command printed.
+    Output,
+}
+
+/// A failure the user can act on.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ApiError {
+    /// What went wrong.
+    pub message: String,
+    /// What to do about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl ApiError {
+    /// An error with no hint.
+    pub fn new(message: impl Into<String>) -> Self {
+        ApiError {
+            message: message.into(),
+            hint: None,
+        }
+    }
+    /// Adds a hint.
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+/// The result of a finished request.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", content = "data", rename_all = "snake_case")]
+pub enum Response {
+    /// For `ping` and `shutdown`.
+    Done,
+    /// For `daemon_status`.
+    DaemonStatus(DaemonInfo),
+    /// For `status`.
+    Status(StatusReport),
+    /// For `config`, `set_reserve`, `set_ports`.
+    Settings(Settings),
+    /// For `metrics`.
+    Metrics(Metrics),
+    /// For `up`, `reload`, `down`, `remove`: the world afterwards.
+    World(WorldOutcome),
+    /// For `env`.
+    Env(WorldEnv),
+    /// For `locate`.
+    Located(ServiceTarget),
+    /// For `verify`.
+    Verified(VerifyReport),
+    /// For `gc`: what was (or, with `--dry-run`, would be) swept.
+    Swept(Vec<SweepItem>),
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}

@@ -1,0 +1,404 @@
+//! What the verbs report: a world's outcome and environment, status,
+//! `gc` sweeps, `verify` results, settings and metrics.
+
+use super::{ServiceKind, ServiceState, SweepKind, SweepResult, WorldState};
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+/// One thing `gc` found.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SweepItem {
+    /// What it is a kind of.
+    pub kind: SweepKind,
+    /// What it is (slice name, path).
+    pub what: String,
+    /// Why it is garbage.
+    pub why: String,
+    /// What was done with it.
+    pub result: SweepResult,
+    /// The same in words: swept, or why it was not and what to do.
+    pub outcome: String,
+}
+
+/// The result of `binky verify`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VerifyReport {
+    /// Every command passed.
+    pub passed: bool,
+    /// Each command that ran, in order.
+    pub checks: Vec<VerifyCheck>,
+    /// The commit HEAD pointed at in the worktree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// What the worktree held beyond that commit when the checks ran
+    /// (`git status --short` lines, at most 20): the result is for the
+    /// commit plus these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uncommitted: Vec<String>,
+    /// Total wall time, milliseconds.
+    pub duration_ms: u64,
+}
+
+/// One verify command's outcome.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VerifyCheck {
+    /// The command as written.
+    pub command: String,
+    /// Exit code (`None` when killed by a signal or not startable).
+    pub exit_code: Option<i32>,
+    /// It exited 0.
+    pub passed: bool,
+    /// Wall time, milliseconds.
+    pub duration_ms: u64,
+}
+
+/// How to reach one service.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServiceTarget {
+    /// Connect here (loopback).
+    pub port: u16,
+    /// Send this Host header.
+    pub host: String,
+    /// Whether `port` is the proxy's (else the service's own).
+    pub via_proxy: bool,
+}
+
+/// A world after a lifecycle verb.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorldOutcome {
+    /// Project name.
+    pub project: String,
+    /// The world.
+    pub world: WorldStatus,
+    /// Nothing had to be done (already running / already stopped).
+    #[serde(default)]
+    pub noop: bool,
+    /// Things worth telling the user (a re-created worktree, a moved port).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// Slices `remove` deleted on the server each was made on, in teardown
+    /// order (one found missing there is in `notes`, not here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub torn_down: Vec<String>,
+    /// Slices `remove --force` could not tear down: still recorded, for
+    /// `binky gc` to sweep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_for_gc: Vec<String>,
+    /// `down`/`remove` took a queued `up` of the world out of the queue.
+    /// With `world.path` empty the world was never made, and nothing else
+    /// was done.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub left_queue: bool,
+}
+
+/// `binky env`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorldEnv {
+    /// Project name.
+    pub project: String,
+    /// World name.
+    pub world: String,
+    /// Worktree path.
+    pub worktree: String,
+    /// Exposed service → address.
+    pub services: IndexMap<String, String>,
+    /// Exposed resource → its adapter's token fields (`prefix`, `bucket`):
+    /// what `${SVC.prefix}` renders to, which a client needs besides the
+    /// address.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub fields: IndexMap<String, IndexMap<String, String>>,
+    /// The project's `[env]`, rendered for this world; `None` for a value
+    /// withheld because it comes from `${env.NAME}` and `reveal` was not
+    /// asked for.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub vars: IndexMap<String, Option<String>>,
+}
+
+/// `binky daemon status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DaemonInfo {
+    /// The daemon's pid.
+    pub pid: u32,
+    /// Its package version.
+    pub version: String,
+    /// Seconds since it started.
+    pub uptime_secs: u64,
+    /// Its socket.
+    pub socket: String,
+    /// Its state folder.
+    pub home: String,
+}
+
+/// Machine-global settings, persisted in the registry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Settings {
+    /// Percent of RAM admission keeps free.
+    pub ram_reserve_pct: f64,
+    /// Gigabytes of disk admission keeps free.
+    pub disk_reserve_gb: f64,
+    /// Most worlds running at once.
+    pub max_parallel: u32,
+    /// The HTTP proxy's port.
+    pub proxy_port: u16,
+    /// The HTTPS (Caddy) port.
+    pub https_port: u16,
+}
+
+/// Every world, grouped by project.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StatusReport {
+    /// Projects in name order (natural: `w2` before `w10`).
+    pub projects: Vec<ProjectStatus>,
+}
+
+impl StatusReport {
+    /// Orders projects, and each project's worlds, by name as a person
+    /// reads them: runs of digits compare as numbers (`w2` < `w10`).
+    pub fn sort_naturally(&mut self) {
+        self.projects.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+        for p in &mut self.projects {
+            p.worlds.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+        }
+    }
+}
+
+/// `a` against `b` with runs of ASCII digits compared as numbers (by
+/// length once leading zeros are dropped, then digit by digit, so no run is
+/// too long), everything else byte by byte; ties by plain order, so the
+/// order is total.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    while i < x.len() && j < y.len() {
+        if x[i].is_ascii_digit() && y[j].is_ascii_digit() {
+            let run = |s: &[u8], mut k: usize| {
+                while k < s.len() && s[k] == b'0' {
+                    k += 1;
+                }
+                let start = k;
+                while k < s.len() && s[k].is_ascii_digit() {
+                    k += 1;
+                }
+                (start, k)
+            };
+            let ((xs, xe), (ys, ye)) = (run(x, i), run(y, j));
+            let by_value = (xe - xs)
+                .cmp(&(ye - ys))
+                .then_with(|| x[xs..xe].cmp(&y[ys..ye]));
+            if by_value != Ordering::Equal {
+                return by_value;
+            }
+            i = xe;
+            j = ye;
+        } else {
+            match x[i].cmp(&y[j]) {
+                Ordering::Equal => {
+                    i += 1;
+                    j += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+    (x.len() - i).cmp(&(y.len() - j)).then_with(|| a.cmp(b))
+}
+
+/// One project's worlds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProjectStatus {
+    /// Project name.
+    pub name: String,
+    /// Folder holding its binky.toml (in the main worktree).
+    pub root: String,
+    /// Worlds in name order.
+    pub worlds: Vec<WorldStatus>,
+}
+
+/// One world.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorldStatus {
+    /// Its name (the branch).
+    pub name: String,
+    /// DNS-safe slug used in hostnames and paths.
+    pub slug: String,
+    /// Where it is in its lifecycle.
+    pub state: WorldState,
+    /// The worktree's path.
+    pub path: String,
+    /// Admission group, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Why it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The last `binky verify`: `passed`, `failed` or `interrupted` (by a
+    /// daemon restart), with its commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<String>,
+    /// Its services in start order.
+    pub services: Vec<ServiceStatus>,
+    /// Where it stands while `queued`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<Box<QueuePlace>>,
+    /// Since when it is `suspended` (RFC 3339); `error` says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_since: Option<String>,
+}
+
+/// A queued world's place in admission order.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct QueuePlace {
+    /// 1-based place in admission order as it stands at this moment: a
+    /// snapshot, since fairness across groups moves a place as groups'
+    /// worlds start and stop.
+    pub position: u32,
+    /// How many are queued.
+    pub of: u32,
+    /// Why this world waits, its own reason (`max_parallel 4 reached`,
+    /// `waiting for RAM: …` with its own footprint, `disk: …`, or its turn
+    /// behind the ones ahead).
+    pub reason: String,
+}
+
+/// One service of a world.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ServiceStatus {
+    /// Service name.
+    pub name: String,
+    /// A process or a resource.
+    pub kind: ServiceKind,
+    /// Where it is.
+    pub state: ServiceState,
+    /// Process id while running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Primary port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// Named extra ports.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub ports: IndexMap<String, u16>,
+    /// Restarts since the world came up.
+    #[serde(default)]
+    pub restarts: u32,
+    /// The proxied hostname of a url service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The URL to open for a url service, as the daemon serves it now:
+    /// `https://` when the project asks for HTTPS and Caddy runs, else
+    /// `http://` through the proxy, with the port unless it is the
+    /// scheme's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// `binky metrics`: one JSON object.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Metrics {
+    /// Daemon package version.
+    pub version: String,
+    /// Seconds since the daemon started.
+    pub uptime_secs: u64,
+    /// World count by state.
+    pub worlds: IndexMap<String, u64>,
+    /// Service processes running.
+    pub services_running: u64,
+    /// Restarts performed, all worlds.
+    pub restarts: u64,
+    /// Worlds waiting for admission.
+    pub queue_length: u64,
+    /// Worlds suspended by admission.
+    #[serde(default)]
+    pub suspended: u64,
+    /// `up`s admitted since the daemon started.
+    #[serde(default)]
+    pub admissions: u64,
+    /// Times a queued request looked at the room since the daemon started
+    /// (each wake, and every second while queued).
+    #[serde(default)]
+    pub admission_looks: u64,
+    /// How the daemon watches memory now: `"psi"` (kernel pressure-stall
+    /// triggers plus a slow sample), `"sampling"` (a sample every 2 s, where
+    /// the kernel has no PSI) or `"idle"` (no world runs: nothing is read).
+    #[serde(default)]
+    pub memory_watch: String,
+    /// Memory samples taken since the daemon started.
+    #[serde(default)]
+    pub memory_samples: u64,
+    /// RAM as admission reads it now, bytes: `MemTotal` and `MemAvailable`,
+    /// each bounded by the daemon's memory cgroup limit where it has one
+    /// (what a reserve's percentage is taken of); `None` where the machine
+    /// does not say.
+    #[serde(default)]
+    pub memory_total: Option<u64>,
+    /// See [`Metrics::memory_total`].
+    #[serde(default)]
+    pub memory_available: Option<u64>,
+    /// Pressure-stall triggers the kernel fired since the daemon started.
+    #[serde(default)]
+    pub memory_stalls: u64,
+    /// Each project's learned footprint (peak RSS of its last running
+    /// world), bytes; a project not yet measured is absent and counts as
+    /// the default, 512 MiB.
+    #[serde(default)]
+    pub footprints: IndexMap<String, u64>,
+    /// Ports reserved, all projects.
+    pub port_reservations: u64,
+    /// Proxy counters.
+    pub proxy: ProxyMetrics,
+    /// Registry size on disk (database plus WAL), bytes.
+    pub registry_bytes: u64,
+    /// Daemon resident set size, bytes.
+    pub rss_bytes: u64,
+    /// Daemon CPU time used since start, milliseconds.
+    pub cpu_time_ms: u64,
+    /// Daemon CPU use since the previous sample, percent of one core.
+    pub cpu_percent: f32,
+}
+
+/// Proxy counters.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProxyMetrics {
+    /// Requests handled.
+    pub requests: u64,
+    /// Response bytes sent.
+    pub bytes: u64,
+    /// Requests that ended in a proxy error (no route, upstream refused).
+    pub errors: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::natural_cmp;
+    use proptest::prelude::*;
+    use std::cmp::Ordering;
+
+    #[test]
+    fn names_sort_as_people_read_them() {
+        let mut v = vec![
+            "w10", "w2", "w1", "feat-b", "w02", "feat-a10", "feat-a9", "w",
+        ];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            v,
+            [
+                "feat-a9", "feat-a10", "feat-b", "w", "w1", "w02", "w2", "w10"
+            ]
+        );
+        // A run too long for any integer type still compares.
+        let long = format!("w{}", "9".repeat(60));
+        assert_eq!(natural_cmp(&long, "w10"), Ordering::Greater);
+    }
+
+    proptest! {
+        #[test]
+        fn the_order_is_total(a in "[a-c0-9]{0,6}", b in "[a-c0-9]{0,6}", c in "[a-c0-9]{0,6}") {
+            prop_assert_eq!(natural_cmp(&a, &b), natural_cmp(&b, &a).reverse());
+            prop_assert_eq!(natural_cmp(&a, &b) == Ordering::Equal, a == b);
+            if natural_cmp(&a, &b) != Ordering::Greater && natural_cmp(&b, &c) != Ordering::Greater {
+                prop_assert_ne!(natural_cmp(&a, &c), Ordering::Greater);
+            }
+        }
+    }
+}

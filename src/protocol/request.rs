@@ -1,0 +1,255 @@
+//! What a client asks: the [`Request`] verbs, the world they name
+//! ([`WorldRef`]), and the caller's environment ([`ClientEnv`], never
+//! printed).
+
+use serde::{Deserialize, Serialize};
+
+/// One verb of the daemon.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "verb", rename_all = "snake_case")]
+pub enum Request {
+    /// Liveness.
+    Ping,
+    /// pid, version, uptime, socket.
+    DaemonStatus,
+    /// Stop the daemon (not the services it supervises).
+    Shutdown,
+    /// Every world, optionally one project's.
+    Status {
+        /// Limit to this project name.
+        project: Option<String>,
+    },
+    /// The machine-global settings.
+    Config,
+    /// Set RAM/disk reserves and the parallelism limit; `None` leaves a
+    /// value unchanged.
+    SetReserve {
+        /// Percent of RAM to keep free, 0–90.
+        ram_pct: Option<f64>,
+        /// Gigabytes of disk to keep free, ≥ 0.
+        disk_gb: Option<f64>,
+        /// Most worlds running or starting at once; 0 is unlimited.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_parallel: Option<u32>,
+    },
+    /// Set the proxy ports; `None` leaves a value unchanged.
+    SetPorts {
+        /// HTTP proxy port.
+        proxy: Option<u32>,
+        /// HTTPS port.
+        https: Option<u32>,
+    },
+    /// Point-in-time metrics.
+    Metrics,
+    /// Bring a world up (streams progress).
+    Up(UpRequest),
+    /// Stop, then up again on the same ports and data.
+    Reload(UpRequest),
+    /// Stop a world's processes.
+    Down(WorldRef),
+    /// Destroy a world.
+    Remove {
+        /// Which world.
+        world: WorldRef,
+        /// Remove despite uncommitted changes.
+        force: bool,
+        /// The CLI's environment, for `${env.NAME}` in `admin_url`.
+        #[serde(default)]
+        env: ClientEnv,
+    },
+    /// Run the project's `[agents] verify` commands in a world (streams output).
+    Verify {
+        /// Which world.
+        world: WorldRef,
+        /// Run every command even after a failure.
+        keep_going: bool,
+        /// The CLI's environment (base environment of the commands).
+        env: ClientEnv,
+    },
+    /// Sweep what a crash left half-made.
+    Gc {
+        /// List only.
+        dry_run: bool,
+        /// The CLI's environment, for `${env.NAME}` in `admin_url`.
+        #[serde(default)]
+        env: ClientEnv,
+    },
+    /// Where to reach one service of a world (for `binky curl`).
+    Locate {
+        /// Which world.
+        world: WorldRef,
+        /// The service.
+        service: String,
+    },
+    /// Cancel the operation in flight on this connection (sent while
+    /// reading its progress, e.g. on Ctrl-C during `up`). The operation
+    /// stops what it started and fails with a "cancelled" error.
+    Cancel,
+    /// A world's coordinates.
+    Env {
+        /// Which world.
+        world: WorldRef,
+        /// The CLI's environment, for `${env.NAME}` in `admin_url`.
+        env: ClientEnv,
+        /// Also return the `[env]` values that come from `${env.NAME}`
+        /// (withheld by default: they are often credentials).
+        #[serde(default)]
+        reveal: bool,
+    },
+}
+
+/// Names a world: its project (by folder or name) and its name (branch).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorldRef {
+    /// A folder inside the project (where the CLI ran, or `--project PATH`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_dir: Option<String>,
+    /// A registered project's name (`--project NAME`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The world's name: its branch.
+    pub name: String,
+}
+
+impl WorldRef {
+    /// Names world `name` of the project given as `--project PATH|NAME`
+    /// (a path when it exists or has a `/`, else a registered name), or of
+    /// the project around `cwd` when none is given.
+    ///
+    /// # Errors
+    /// A path that does not exist, or that is neither a project folder
+    /// (holding `binky.toml`) nor a `binky.toml`: named, never silently
+    /// taken for the project around `cwd`.
+    pub fn from_arg(
+        project: Option<&str>,
+        cwd: &std::path::Path,
+        name: &str,
+    ) -> Result<Self, String> {
+        let dir = |p: &std::path::Path| {
+            p.canonicalize()
+                .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+                .display()
+                .to_string()
+        };
+        match project {
+            Some(p) if cwd.join(p).exists() || p.contains('/') => {
+                let given = cwd.join(p);
+                let real = given
+                    .canonicalize()
+                    .map_err(|_| format!("`{p}` does not exist"))?;
+                let folder = if real.is_file() {
+                    if real.file_name() != Some(std::ffi::OsStr::new("binky.toml")) {
+                        return Err(format!("`{p}` ({}) is not a binky.toml", real.display()));
+                    }
+                    real.parent()
+                        .map(std::path::Path::to_path_buf)
+                        .unwrap_or(real)
+                } else if real.join("binky.toml").is_file() {
+                    real
+                } else {
+                    return Err(format!(
+                        "`{p}` ({}) holds no binky.toml; pass the project's folder or its binky.toml",
+                        real.display()
+                    ));
+                };
+                Ok(WorldRef {
+                    project_dir: Some(folder.display().to_string()),
+                    project: None,
+                    name: name.to_owned(),
+                })
+            }
+            Some(p) => Ok(WorldRef {
+                project_dir: None,
+                project: Some(p.to_owned()),
+                name: name.to_owned(),
+            }),
+            None => Ok(WorldRef {
+                project_dir: Some(dir(cwd)),
+                project: None,
+                name: name.to_owned(),
+            }),
+        }
+    }
+}
+
+/// `up` and `reload`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct UpRequest {
+    /// Which world.
+    pub world: WorldRef,
+    /// Admission group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The CLI's environment: the base environment of services, and where
+    /// `${env.NAME}` resolves first. Held in daemon memory only.
+    pub env: ClientEnv,
+    /// Wait while queued by admission (`false`: `--no-wait`, answer at once
+    /// with the queued state and position; the daemon brings the world up
+    /// when it is admitted).
+    #[serde(default = "yes")]
+    pub wait: bool,
+}
+
+pub(super) fn yes() -> bool {
+    true
+}
+
+/// A caller's environment variables. Its `Debug` prints names only, so a
+/// value (often a credential) can never reach a log.
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct ClientEnv(pub Vec<(String, String)>);
+
+impl ClientEnv {
+    /// This process's environment (UTF-8 variables only).
+    pub fn current() -> Self {
+        ClientEnv(std::env::vars().collect())
+    }
+    /// A variable's value.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl std::fmt::Debug for ClientEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClientEnv(<{} variables>)", self.0.len())
+    }
+}
+
+impl Request {
+    /// The verb's name, for logs and errors.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Request::Ping => "ping",
+            Request::DaemonStatus => "daemon_status",
+            Request::Shutdown => "shutdown",
+            Request::Status { .. } => "status",
+            Request::Config => "config",
+            Request::SetReserve { .. } => "set_reserve",
+            Request::SetPorts { .. } => "set_ports",
+            Request::Metrics => "metrics",
+            Request::Up(_) => "up",
+            Request::Reload(_) => "reload",
+            Request::Down(_) => "down",
+            Request::Remove { .. } => "remove",
+            Request::Env { .. } => "env",
+            Request::Locate { .. } => "locate",
+            Request::Verify { .. } => "verify",
+            Request::Gc { .. } => "gc",
+            Request::Cancel => "cancel",
+        }
+    }
+
+    /// Verbs a daemon of another version still serves, so the user can act on
+    /// the mismatch message.
+    pub fn version_independent(&self) -> bool {
+        matches!(
+            self,
+            Request::DaemonStatus | Request::Shutdown | Request::Ping
+        )
+    }
+}
