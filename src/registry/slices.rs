@@ -1,0 +1,203 @@
+//! The `slices` table: each world's slices with the server each lives on,
+//! the slices an interrupted operation left behind (what `gc` sweeps), and
+//! the key credentials are fingerprinted under.
+
+use super::{Registry, RegistryError};
+use crate::adapters::server::Server;
+use crate::protocol::{SliceState, WorldState};
+use rusqlite::params;
+
+/// A slice's row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceRow {
+    /// The resource service's name.
+    pub service: String,
+    /// Adapter name.
+    pub adapter: String,
+    /// Slice name.
+    pub slice: String,
+    /// Where it is.
+    pub state: SliceState,
+    /// The key its schema was last migrated at (see
+    /// `adapters::golden::migrate_key`); `None` before the first migrate.
+    pub migrated_key: Option<String>,
+    /// The server it was made on; `None` for a slice of no server (sqlite)
+    /// or one recorded before schema v7.
+    pub server: Option<Server>,
+}
+
+/// A slice `gc` may sweep (see [`Registry::orphan_slices`]).
+#[derive(Debug, Clone)]
+pub struct OrphanSlice {
+    /// Its project's name.
+    pub project: String,
+    /// The resource service's name.
+    pub service: String,
+    /// Adapter name.
+    pub adapter: String,
+    /// Slice name.
+    pub slice: String,
+    /// `Provisioning` or `Teardown` (never `Live`).
+    pub state: SliceState,
+    /// The world it was made for, when that world is still recorded.
+    pub world_id: Option<i64>,
+    /// The server it was made on (see [`SliceRow::server`]).
+    pub server: Option<Server>,
+}
+
+/// Which slice a [`Registry::set_slice`] records: its world (`None` for
+/// none), project, resource service, adapter and name.
+#[derive(Debug, Clone, Copy)]
+pub struct SliceKey<'a> {
+    /// The world it is made for.
+    pub world_id: Option<i64>,
+    /// Its project's name.
+    pub project: &'a str,
+    /// The resource service's name.
+    pub service: &'a str,
+    /// Adapter name.
+    pub adapter: &'a str,
+    /// Slice name.
+    pub slice: &'a str,
+}
+
+/// A recorded server from its two columns.
+pub(super) fn server_from(address: Option<String>, credentials: Option<String>) -> Option<Server> {
+    Some(Server {
+        address: address?,
+        credentials: credentials.unwrap_or_default(),
+    })
+}
+
+impl Registry {
+    /// Records a slice's state (creating its row). `server`: where it is
+    /// being made (provision); `None` keeps the server already recorded.
+    pub fn set_slice(
+        &self,
+        at: &SliceKey<'_>,
+        state: SliceState,
+        server: Option<&Server>,
+    ) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at, server, server_credentials)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, unixepoch(), ?7, ?8)
+                 ON CONFLICT(adapter, slice) DO UPDATE SET state = excluded.state, world_id = excluded.world_id,
+                   server = COALESCE(excluded.server, slices.server),
+                   server_credentials = COALESCE(excluded.server_credentials, slices.server_credentials)",
+                params![
+                    at.world_id,
+                    at.project,
+                    at.service,
+                    at.adapter,
+                    at.slice,
+                    state,
+                    server.map(|s| &s.address),
+                    server.map(|s| &s.credentials)
+                ],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Records the key a slice's schema is now migrated at.
+    pub fn set_slice_migrated(
+        &self,
+        adapter: &str,
+        slice: &str,
+        key: &str,
+    ) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE slices SET migrated_key = ?3 WHERE adapter = ?1 AND slice = ?2",
+                params![adapter, slice, key],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// The project that recorded slice `slice` of `adapter`, if any.
+    pub fn slice_owner(&self, adapter: &str, slice: &str) -> Result<Option<String>, RegistryError> {
+        self.one(
+            "SELECT project FROM slices WHERE adapter = ?1 AND slice = ?2",
+            params![adapter, slice],
+        )
+    }
+
+    /// The slices of a world.
+    pub fn slices_of(&self, world_id: i64) -> Result<Vec<SliceRow>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT service, adapter, slice, state, migrated_key, server, server_credentials FROM slices WHERE world_id = ?1",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([world_id], |r| {
+                Ok(SliceRow {
+                    service: r.get(0)?,
+                    adapter: r.get(1)?,
+                    slice: r.get(2)?,
+                    state: r.get(3)?,
+                    migrated_key: r.get(4)?,
+                    server: server_from(r.get(5)?, r.get(6)?),
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Slices `gc` may sweep: not live, and their world gone or idle (no
+    /// verb under way, not starting) — what an interrupted provision or
+    /// teardown left.
+    pub fn orphan_slices(&self) -> Result<Vec<OrphanSlice>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT s.project, s.service, s.adapter, s.slice, s.state, s.world_id, s.server, s.server_credentials FROM slices s
+                 WHERE s.state <> ?1 AND (s.world_id IS NULL
+                   OR NOT EXISTS (SELECT 1 FROM worlds w WHERE w.id = s.world_id)
+                   OR EXISTS (SELECT 1 FROM worlds w WHERE w.id = s.world_id AND w.intent IS NULL AND w.state <> ?2))",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![SliceState::Live, WorldState::Starting], |r| {
+                Ok(OrphanSlice {
+                    project: r.get(0)?,
+                    service: r.get(1)?,
+                    adapter: r.get(2)?,
+                    slice: r.get(3)?,
+                    state: r.get(4)?,
+                    world_id: r.get(5)?,
+                    server: server_from(r.get(6)?, r.get(7)?),
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+}
+
+impl Registry {
+    /// The random key credentials are fingerprinted under (made by schema
+    /// v7, never shown).
+    pub fn fingerprint_key(&self) -> Result<String, RegistryError> {
+        self.conn
+            .query_row("SELECT key FROM fingerprint_key WHERE id = 1", [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| self.err(e))
+    }
+}
+
+impl Registry {
+    /// Forgets a slice.
+    pub fn delete_slice(&self, adapter: &str, slice: &str) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "DELETE FROM slices WHERE adapter = ?1 AND slice = ?2",
+                params![adapter, slice],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+}
