@@ -148,15 +148,13 @@ mod tests {
 
     fn world(reg: &mut Registry, name: &str) -> i64 {
         let pid = reg.upsert_project("p", "/x").unwrap();
-        reg.upsert_world(
-            pid,
+        reg.upsert_world(&crate::registry::NewWorld {
+            project_id: pid,
             name,
-            name,
-            "/x",
-            crate::protocol::WorldState::Starting,
-            None,
-            None,
-        )
+            slug: name,
+            path: "/x",
+            group: None,
+        })
         .unwrap()
     }
 

@@ -12,11 +12,21 @@ use std::net::ToSocketAddrs;
 use std::os::unix::fs::PermissionsExt;
 use std::process::ExitCode;
 
+/// How a check came out.
+#[derive(Serialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Ok,
+    /// Something works less well than it could; exit status stays 0.
+    Warn,
+    /// Something is broken; `doctor` exits 1.
+    Fail,
+}
+
 #[derive(Serialize)]
 struct Check {
     name: &'static str,
-    /// `ok`, `warn` or `fail`.
-    status: &'static str,
+    status: Status,
     detail: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     fix: Option<String>,
@@ -24,7 +34,7 @@ struct Check {
 
 fn check(
     name: &'static str,
-    status: &'static str,
+    status: Status,
     detail: impl Into<String>,
     fix: Option<String>,
 ) -> Check {
@@ -50,183 +60,217 @@ pub fn run(args: &JsonArgs) -> ExitCode {
         Ok(p) => p,
         Err(c) => return c,
     };
-    let mut checks = Vec::new();
+    let mut checks = vec![state_folder(&paths)];
+    let hosts = daemon(&paths, &mut checks);
+    checks.push(resolver(&hosts));
+    checks.push(caddy());
+    checks.push(logs(&paths));
+    let failed = checks.iter().any(|c| c.status == Status::Fail);
+    if args.json {
+        print_json(&serde_json::json!({ "ok": !failed, "checks": checks }));
+    } else {
+        print(&checks);
+    }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The state folder is private to its user.
+fn state_folder(paths: &crate::paths::Paths) -> Check {
+    let home = paths.home().display();
     match std::fs::metadata(paths.home()) {
-        Ok(m) if m.permissions().mode() & 0o077 == 0 => checks.push(check(
+        Ok(m) if m.permissions().mode() & 0o077 == 0 => check(
             "state folder",
-            "ok",
-            format!("{} is private (0700)", paths.home().display()),
+            Status::Ok,
+            format!("{home} is private (0700)"),
             None,
-        )),
-        Ok(m) => checks.push(check(
+        ),
+        Ok(m) => check(
             "state folder",
-            "fail",
+            Status::Fail,
             format!(
-                "{} has mode {:o}; others can reach the daemon's files",
-                paths.home().display(),
+                "{home} has mode {:o}; others can reach the daemon's files",
                 m.permissions().mode() & 0o777
             ),
-            Some(format!("chmod 700 {}", paths.home().display())),
-        )),
-        Err(_) => checks.push(check(
+            Some(format!("chmod 700 {home}")),
+        ),
+        Err(_) => check(
             "state folder",
-            "ok",
-            format!(
-                "{} does not exist yet; the first command creates it",
-                paths.home().display()
-            ),
+            Status::Ok,
+            format!("{home} does not exist yet; the first command creates it"),
             None,
-        )),
+        ),
     }
-    let mut hosts: Vec<String> = Vec::new();
-    match Client::connect(&paths) {
-        Ok(None) => checks.push(check(
+}
+
+/// The daemon (its version and binary) and its proxy; returns the hosts of
+/// running worlds, for the resolver's fix.
+fn daemon(paths: &crate::paths::Paths, checks: &mut Vec<Check>) -> Vec<String> {
+    let mut c = match Client::connect(paths) {
+        Ok(None) => {
+            checks.push(check(
+                "daemon",
+                Status::Ok,
+                "not running; any command starts it",
+                None,
+            ));
+            return Vec::new();
+        }
+        Err(e) => {
+            checks.push(check(
+                "daemon",
+                Status::Fail,
+                e.message.clone(),
+                e.hint.clone(),
+            ));
+            return Vec::new();
+        }
+        Ok(Some(c)) => c,
+    };
+    if !c.same_version() {
+        checks.push(check(
             "daemon",
-            "ok",
-            "not running; any command starts it",
-            None,
-        )),
-        Err(e) => checks.push(check("daemon", "fail", e.message.clone(), e.hint.clone())),
-        Ok(Some(mut c)) => {
-            if !c.same_version() {
-                checks.push(check(
-                    "daemon",
-                    "fail",
-                    format!(
-                        "running version {}, this binky is {}",
-                        c.welcome.version,
-                        crate::protocol::VERSION
-                    ),
-                    Some("binky daemon stop".into()),
-                ));
-            } else {
-                checks.push(check(
-                    "daemon",
-                    "ok",
-                    format!("pid {}, version {}", c.welcome.pid, c.welcome.version),
-                    None,
-                ));
-                if crate::platform::runs_replaced_binary(c.welcome.pid) {
-                    // Same version string, but the file it runs is gone: a
-                    // rebuild or reinstall since it started.
-                    checks.push(check(
-                        "daemon binary",
-                        "warn",
-                        format!(
-                            "pid {} runs a binky binary that was replaced or deleted since it started",
-                            c.welcome.pid
-                        ),
-                        Some("binky daemon stop (services keep running; the next command starts the new binary, which adopts them)".into()),
-                    ));
-                }
-                if let Ok(Response::Settings(s)) = c.request(&Request::Config) {
-                    let answering =
-                        std::net::TcpStream::connect(("127.0.0.1", s.proxy_port)).is_ok();
-                    checks.push(if answering {
-                        check("proxy", "ok", format!("listening on 127.0.0.1:{}", s.proxy_port), None)
-                    } else {
-                        check(
-                            "proxy",
-                            "fail",
-                            format!("nothing answers on 127.0.0.1:{}", s.proxy_port),
-                            Some("the port may be taken: pick another with `binky port --proxy <port>`, and see daemon.log".into()),
-                        )
-                    });
-                }
-                if let Ok(Response::Status(report)) = c.request(&Request::Status { project: None })
-                {
-                    for p in &report.projects {
-                        for w in &p.worlds {
-                            if w.state == crate::protocol::WorldState::Running {
-                                hosts.extend(w.services.iter().filter_map(|s| s.host.clone()));
-                            }
-                        }
-                    }
-                }
+            Status::Fail,
+            format!(
+                "running version {}, this binky is {}",
+                c.welcome.version,
+                crate::protocol::VERSION
+            ),
+            Some("binky daemon stop".into()),
+        ));
+        return Vec::new();
+    }
+    checks.push(check(
+        "daemon",
+        Status::Ok,
+        format!("pid {}, version {}", c.welcome.pid, c.welcome.version),
+        None,
+    ));
+    if crate::platform::runs_replaced_binary(c.welcome.pid) {
+        // Same version string, but the file it runs is gone: a rebuild or
+        // reinstall since it started.
+        checks.push(check(
+            "daemon binary",
+            Status::Warn,
+            format!(
+                "pid {} runs a binky binary that was replaced or deleted since it started",
+                c.welcome.pid
+            ),
+            Some("binky daemon stop (services keep running; the next command starts the new binary, which adopts them)".into()),
+        ));
+    }
+    if let Ok(Response::Settings(s)) = c.request(&Request::Config) {
+        let answering = std::net::TcpStream::connect(("127.0.0.1", s.proxy_port)).is_ok();
+        checks.push(if answering {
+            check("proxy", Status::Ok, format!("listening on 127.0.0.1:{}", s.proxy_port), None)
+        } else {
+            check(
+                "proxy",
+                Status::Fail,
+                format!("nothing answers on 127.0.0.1:{}", s.proxy_port),
+                Some("the port may be taken: pick another with `binky port --proxy <port>`, and see daemon.log".into()),
+            )
+        });
+    }
+    let mut hosts = Vec::new();
+    if let Ok(Response::Status(report)) = c.request(&Request::Status { project: None }) {
+        for w in report.projects.iter().flat_map(|p| &p.worlds) {
+            if w.state == crate::protocol::WorldState::Running {
+                hosts.extend(w.services.iter().filter_map(|s| s.host.clone()));
             }
         }
     }
-    // Name resolution: curl and browsers resolve *.localhost themselves, but
-    // getaddrinfo often does not.
-    let probe = "binky-doctor-probe.localhost";
-    if resolves(probe) {
-        checks.push(check(
+    hosts
+}
+
+/// Name resolution: curl and browsers resolve *.localhost themselves, but
+/// getaddrinfo often does not. The fix lists `hosts` for /etc/hosts.
+fn resolver(hosts: &[String]) -> Check {
+    if resolves("binky-doctor-probe.localhost") {
+        return check(
             "*.localhost",
-            "ok",
+            Status::Ok,
             "the system resolver maps *.localhost to loopback",
             None,
-        ));
-    } else {
-        let mut fix = format!(
-            "server-side code should use ${{SVC.local_url}}; to make the names resolve everywhere {}install nss-myhostname (Debian: apt-get install libnss-myhostname) and add `myhostname` to the hosts: line of /etc/nsswitch.conf",
-            if hosts.is_empty() { "" } else { "either " }
         );
-        if !hosts.is_empty() {
-            fix.push_str(", or add these lines to /etc/hosts:\n");
-            for h in &hosts {
-                fix.push_str(&format!("127.0.0.1 {h}\n"));
-            }
-            fix = fix.trim_end().to_owned();
-        }
-        checks.push(check(
-            "*.localhost",
-            "warn",
-            "the system resolver does not resolve *.localhost (curl and browsers do; Python, Node and most servers do not)",
-            Some(fix),
-        ));
     }
-    // Caddy for https projects.
-    checks.push(if crate::proxy::caddy::find().is_some() {
+    let mut fix = format!(
+        "server-side code should use ${{SVC.local_url}}; to make the names resolve everywhere {}install nss-myhostname (Debian: apt-get install libnss-myhostname) and add `myhostname` to the hosts: line of /etc/nsswitch.conf",
+        if hosts.is_empty() { "" } else { "either " }
+    );
+    if !hosts.is_empty() {
+        fix.push_str(", or add these lines to /etc/hosts:\n");
+        for h in hosts {
+            fix.push_str(&format!("127.0.0.1 {h}\n"));
+        }
+        fix = fix.trim_end().to_owned();
+    }
+    check(
+        "*.localhost",
+        Status::Warn,
+        "the system resolver does not resolve *.localhost (curl and browsers do; Python, Node and most servers do not)",
+        Some(fix),
+    )
+}
+
+/// Caddy, for https projects.
+fn caddy() -> Check {
+    if crate::proxy::caddy::find().is_some() {
         check(
             "caddy",
-            "ok",
+            Status::Ok,
             "on PATH (HTTPS for projects with https = true)",
             None,
         )
     } else {
         check(
             "caddy",
-            "warn",
+            Status::Warn,
             "not on PATH: projects with https = true are served over http",
             Some("install Caddy (Debian: apt-get install caddy)".into()),
         )
-    });
-    // Log folder size.
+    }
+}
+
+/// The log folder's size: over 512 MiB is worth a look.
+fn logs(paths: &crate::paths::Paths) -> Check {
     let logs = paths.home().join("logs");
     let size = dir_size(&logs);
-    checks.push(if size > 512 * 1024 * 1024 {
+    if size > 512 * 1024 * 1024 {
         check(
             "logs",
-            "warn",
+            Status::Warn,
             format!("{} holds {} MiB", logs.display(), size / (1024 * 1024)),
             Some("remove worlds you no longer need (`binky remove`), or delete old rolled logs (*.log.1-3)".into()),
         )
     } else {
-        check("logs", "ok", format!("{} MiB", size / (1024 * 1024)), None)
-    });
-    let failed = checks.iter().any(|c| c.status == "fail");
-    if args.json {
-        print_json(&serde_json::json!({ "ok": !failed, "checks": checks }));
-    } else {
-        for c in &checks {
-            let mark = match c.status {
-                "ok" => paint(OK, "✓"),
-                "warn" => paint(WARN, "!"),
-                _ => paint(ERROR, "✗"),
-            };
-            anstream::println!("{mark} {:<12} {}", c.name, c.detail);
-            if let Some(f) = &c.fix {
-                for (i, line) in f.lines().enumerate() {
-                    let label = if i == 0 { "fix:" } else { "    " };
-                    anstream::println!("  {} {line}", paint(DIM, label));
-                }
+        check(
+            "logs",
+            Status::Ok,
+            format!("{} MiB", size / (1024 * 1024)),
+            None,
+        )
+    }
+}
+
+/// Each check on a line, its fix indented below.
+fn print(checks: &[Check]) {
+    for c in checks {
+        let mark = match c.status {
+            Status::Ok => paint(OK, "✓"),
+            Status::Warn => paint(WARN, "!"),
+            Status::Fail => paint(ERROR, "✗"),
+        };
+        anstream::println!("{mark} {:<12} {}", c.name, c.detail);
+        if let Some(f) = &c.fix {
+            for (i, line) in f.lines().enumerate() {
+                let label = if i == 0 { "fix:" } else { "    " };
+                anstream::println!("  {} {line}", paint(DIM, label));
             }
         }
-    }
-    if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
     }
 }
 

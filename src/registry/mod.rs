@@ -14,7 +14,7 @@ mod worlds;
 pub use ports::PortBook;
 pub use queue::{ActiveRow, QueueRow, now_ms};
 pub use slices::{OrphanSlice, SliceKey, SliceRow};
-pub use worlds::{RecordedProcess, RouteRow, WorldBrief, WorldRow};
+pub use worlds::{NewWorld, RecordedProcess, RouteRow, WorldBrief, WorldRow};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::{Path, PathBuf};

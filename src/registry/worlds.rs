@@ -23,6 +23,21 @@ pub struct WorldRow {
     pub intent: Option<Intent>,
 }
 
+/// A world as `up` records it before making anything.
+#[derive(Debug, Clone, Copy)]
+pub struct NewWorld<'a> {
+    /// Its project's id.
+    pub project_id: i64,
+    /// The branch.
+    pub name: &'a str,
+    /// DNS-safe slug.
+    pub slug: &'a str,
+    /// Worktree path.
+    pub path: &'a str,
+    /// The `--group` it was brought up in, if any.
+    pub group: Option<&'a str>,
+}
+
 impl Registry {
     /// A project's root folder by name.
     pub fn project_root(&self, name: &str) -> Result<Option<String>, RegistryError> {
@@ -56,18 +71,10 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 
-    /// Creates or updates a world, returning its id.
-    #[allow(clippy::too_many_arguments)]
-    pub fn upsert_world(
-        &mut self,
-        project_id: i64,
-        name: &str,
-        slug: &str,
-        path: &str,
-        state: WorldState,
-        intent: Option<Intent>,
-        group: Option<&str>,
-    ) -> Result<i64, RegistryError> {
+    /// Creates or updates world `w` as `up` begins: state `starting`, intent
+    /// `up`, no error; its group kept when `w` names none. Returns its id.
+    pub fn upsert_world(&mut self, w: &NewWorld<'_>) -> Result<i64, RegistryError> {
+        let (state, intent) = (WorldState::Starting, Intent::Up);
         self.conn
             .query_row(
                 "INSERT INTO worlds(project_id, name, slug, path, state, intent, grp, error, created_at, updated_at, token)
@@ -78,7 +85,7 @@ impl Registry {
                    error = NULL, updated_at = unixepoch(),
                    token = COALESCE(worlds.token, excluded.token)
                  RETURNING id",
-                params![project_id, name, slug, path, state, intent, group],
+                params![w.project_id, w.name, w.slug, w.path, state, intent, w.group],
                 |r| r.get(0),
             )
             .map_err(|e| self.err(e))

@@ -272,7 +272,18 @@ pub(super) fn check_token(
     let user = owner.map_or(place.as_str(), |(n, _)| n);
     match classify(body) {
         Some(Token::SelfField(f)) => match owner {
-            Some((name, svc)) => check_field(cx, name, name, svc, f, path, at, true),
+            Some((name, svc)) => check_field(
+                cx,
+                Reference {
+                    user: name,
+                    target: name,
+                    service: svc,
+                    is_self: true,
+                },
+                f,
+                path,
+                at,
+            ),
             None => cx.push_at(
                 Severity::Warning,
                 "self-outside-service",
@@ -286,7 +297,18 @@ pub(super) fn check_token(
         },
         Some(Token::Service(target, f)) => match services.get(target) {
             Some(t) => {
-                check_field(cx, user, target, t, f, path, at, false);
+                check_field(
+                    cx,
+                    Reference {
+                        user,
+                        target,
+                        service: t,
+                        is_self: false,
+                    },
+                    f,
+                    path,
+                    at,
+                );
                 if let Some((name, svc)) = owner
                     && t.resource().is_some()
                     && target != name
@@ -396,17 +418,31 @@ pub(super) fn check_unowned_token(
     );
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A token's reference to a service's field: who writes it (`user`, a
+/// service or a place such as `[env]`), the service it names, and whether
+/// it named it as `self`.
+#[derive(Clone, Copy)]
+pub(super) struct Reference<'a> {
+    pub(super) user: &'a str,
+    pub(super) target: &'a str,
+    pub(super) service: &'a Service,
+    pub(super) is_self: bool,
+}
+
+/// Checks field `f` of the service `r` names, for the token at `at`.
 pub(super) fn check_field(
     cx: &mut Cx<'_>,
-    user: &str,
-    target: &str,
-    t: &Service,
+    r: Reference<'_>,
     f: Field<'_>,
     path: &[Step],
     at: At<'_>,
-    is_self: bool,
 ) {
+    let Reference {
+        user,
+        target,
+        service: t,
+        is_self,
+    } = r;
     let raw = at.text();
     let who = if is_self {
         format!("`{user}`")

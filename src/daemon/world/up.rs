@@ -16,10 +16,8 @@ use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
 use crate::faults::point as fault_point;
 use crate::ports::PortNote;
-use crate::protocol::{
-    ApiError, ClientEnv, Intent, ServiceState, UpRequest, WorldOutcome, WorldState,
-};
-use crate::registry::WorldRow;
+use crate::protocol::{ApiError, ClientEnv, ServiceState, UpRequest, WorldOutcome, WorldState};
+use crate::registry::{NewWorld, WorldRow};
 use crate::slug::world_slug;
 use crate::supervisor::State;
 use crate::{config, ports, worktree};
@@ -381,15 +379,13 @@ fn record_world(
     use crate::protocol::ServiceKind as Kind;
     let mut reg = d.registry();
     let id = reg
-        .upsert_world(
+        .upsert_world(&NewWorld {
             project_id,
             name,
             slug,
-            &path.display().to_string(),
-            WorldState::Starting,
-            Some(Intent::Up),
+            path: &path.display().to_string(),
             group,
-        )
+        })
         .map_err(internal)?;
     let services: Vec<(String, Kind)> = cfg
         .services
