@@ -7,6 +7,8 @@ pub mod check;
 pub mod curl;
 pub mod daemon;
 pub mod doctor;
+pub mod env;
+pub mod logs;
 pub mod settings;
 pub mod status;
 pub mod world;
@@ -71,8 +73,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Reload(args) => world::up(args, project, true),
         Command::Down(args) => world::down(args, project),
         Command::Remove(args) => world::remove(args, project),
-        Command::Env(args) => world::env(args, project),
-        Command::Logs(args) => world::logs(args, project),
+        Command::Env(args) => env::env(args, project),
+        Command::Logs(args) => logs::logs(args, project),
         Command::Curl(args) => curl::run(args, project),
         Command::Verify(args) => world::verify(args, project),
         Command::Doctor(args) => doctor::run(args),

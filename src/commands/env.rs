@@ -1,0 +1,107 @@
+//! `binky env`: a world's variables as shell lines (`--export`), a dotenv
+//! file, or JSON; every value quoted for the shell that reads it.
+
+use super::world::world_ref;
+use super::{fail_json, print_json};
+use crate::cli::EnvArgs;
+use crate::protocol::{ClientEnv, Request, Response};
+use std::process::ExitCode;
+
+/// Quotes `v` for POSIX shells: single quotes, with `'` written as `'\''`.
+/// Exact in bash, zsh and sh for any value, newlines included.
+pub fn shell_quote(v: &str) -> String {
+    format!("'{}'", v.replace('\'', r"'\''"))
+}
+
+/// `NAME_URL` for a service name: uppercased, other characters to `_`
+/// (see [`crate::slug::env_key`]).
+pub fn dotenv_name(service: &str) -> String {
+    format!("{}_URL", crate::slug::env_key(service))
+}
+
+/// `binky env`.
+pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
+    let mut client = match super::client() {
+        Ok(c) => c,
+        Err(c) => return c,
+    };
+    let req = Request::Env {
+        world: match world_ref(project, &args.name) {
+            Ok(w) => w,
+            Err(c) => return c,
+        },
+        env: ClientEnv::current(),
+        reveal: args.reveal,
+    };
+    let shell = args.dotenv || args.export;
+    let env = match client.request(&req) {
+        Ok(Response::Env(e)) => e,
+        Ok(other) => return super::unexpected(&other),
+        // JSON is its default output, so errors are JSON too unless a shell
+        // format was asked for (see tests: json_callers_get_errors_as_json).
+        Err(e) => return fail_json(!shell, &e),
+    };
+    if shell {
+        print!("{}", shell_lines(&env, args.export));
+    } else {
+        // In the services' order, as before `[env]` existed.
+        let mut out: indexmap::IndexMap<String, serde_json::Value> = indexmap::IndexMap::new();
+        for (svc, value) in &env.services {
+            out.insert(svc.clone(), value.clone().into());
+            // `bus.prefix`, as the token writes it: no service name has a dot.
+            for (field, v) in env.fields.get(svc).into_iter().flatten() {
+                out.insert(format!("{svc}.{field}"), v.clone().into());
+            }
+        }
+        if !env.vars.is_empty() {
+            out.insert(
+                "env".into(),
+                serde_json::to_value(&env.vars).unwrap_or_default(),
+            );
+        }
+        print_json(&out);
+    }
+    ExitCode::SUCCESS
+}
+
+/// `binky env --dotenv` (or, with `export`, `--export`) lines: each exposed
+/// service's `NAME_URL` (and a resource's `NAME_PREFIX`/`NAME_BUCKET`), the
+/// project's `[env]`, then `BINKY_WORKTREE`,
+/// `BINKY_WORLD` and `BINKY_PROJECT`. A withheld value becomes a comment
+/// saying how to get it, so `eval` never sets a variable to nothing.
+pub fn shell_lines(env: &crate::protocol::WorldEnv, export: bool) -> String {
+    use std::fmt::Write;
+    let prefix = if export { "export " } else { "" };
+    let mut out = String::new();
+    let mut line = |k: &str, v: &str| {
+        let _ = writeln!(out, "{prefix}{k}={}", shell_quote(v));
+    };
+    for (svc, value) in &env.services {
+        line(&dotenv_name(svc), value);
+        for (field, v) in env.fields.get(svc).into_iter().flatten() {
+            let key = format!(
+                "{}_{}",
+                crate::slug::env_key(svc),
+                crate::slug::env_key(field)
+            );
+            line(&key, v);
+        }
+    }
+    let mut withheld = Vec::new();
+    for (k, v) in &env.vars {
+        match v {
+            Some(v) => line(k, v),
+            None => withheld.push(k.as_str()),
+        }
+    }
+    line("BINKY_WORKTREE", &env.worktree);
+    line("BINKY_WORLD", &env.world);
+    line("BINKY_PROJECT", &env.project);
+    for k in withheld {
+        let _ = writeln!(
+            out,
+            "# {k} is withheld: binky.toml takes its value from your environment; add --reveal to print it"
+        );
+    }
+    out
+}
