@@ -1,8 +1,9 @@
 //! `down` and `reload`.
 
+use super::admit::admit;
 use super::locate::{check_group, find_world, locate};
 use super::processes::stop_processes;
-use super::up::{admit, up_locked};
+use super::up::up_locked;
 use super::{outcome, withdrawn, world_event, world_exists};
 use crate::daemon::errors::internal;
 use crate::daemon::events::EventKind;

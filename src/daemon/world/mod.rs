@@ -9,7 +9,8 @@
 //! |---|---|
 //! | [`locate`] | the project a request names, a world's row, allowed names and paths |
 //! | [`plan`] | dependency levels, facts for tokens, every process's environment, process specs |
-//! | [`slices`] | provision, migrate/seed, catching up with the branch |
+//! | [`slices`] | provision: the intent row, the ownership check, build or clone |
+//! | [`data`] | migrate and seed, catching up with the branch |
 //! | [`reach`] | a recorded slice on the server it was made on; teardown that says what it found |
 //! | [`templates`] | golden templates: build once, clone per world, fall back |
 //! | [`start`] | starting processes by dependency level behind their probes |
@@ -17,6 +18,7 @@
 //! | [`routes`] | URLs, the HTTPS front (Caddy) |
 //! | [`reconcile`] | after a daemon restart: adopt, stop what no world owns |
 //! | [`strays`] | a world's processes that left its process groups (daemonized), by the token in their environment |
+//! | [`admit`] | `up` through admission: ticket, wait, `--no-wait`, resumes |
 //! | [`up`], [`down`] (and `reload`), [`remove`], [`env`], [`verify`], [`gc`] | one verb each |
 //!
 //! Here: the daemon's live [`Worlds`], and what every verb's reply is made
@@ -35,6 +37,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+mod admit;
+mod data;
 mod down;
 mod env;
 mod gc;
@@ -52,13 +56,14 @@ mod templates;
 mod up;
 mod verify;
 
+pub(crate) use admit::up_admitted;
 pub(crate) use down::{down, reload, suspend};
 pub(crate) use env::{env, locate_service};
 pub(crate) use gc::gc;
 pub(crate) use reconcile::reconcile;
 pub(crate) use remove::remove;
 pub(crate) use routes::fill_urls;
-pub(crate) use up::{up, up_admitted};
+pub(crate) use up::up;
 pub(crate) use verify::verify;
 
 /// Whom a stage of a verb works for: the daemon, the world's config (as on

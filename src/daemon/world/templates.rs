@@ -1,8 +1,9 @@
 //! Golden templates: a slice built once per project (migrated and seeded),
 //! then cloned for each world where the adapter can clone.
 
+use super::data::{catch_up, provision_and_seed};
 use super::reach::{TornDown, reach, server_now, tear_down};
-use super::slices::{Provisioning, Resolved, adapter_error, catch_up, provision_and_seed};
+use super::slices::{Provisioning, Resolved, adapter_error};
 use super::{SliceJob, WorldCtx, world_event};
 use crate::adapters::{Slice, golden};
 use crate::daemon::errors::internal;

@@ -1,19 +1,21 @@
 //! `up`: locate → worktree → ports → slices → processes by dependency level →
 //! routes, recording intent before each act.
 
+use super::admit::{admit, up_with};
+use super::data::moved_migrations;
 use super::locate::{
     Located, check_group, check_name, check_path, invalid_config, join_subdir, locate, user_git,
 };
 use super::plan::{Plan, build_facts, config_differs, preflight_env, project_env};
 use super::processes::stop_processes;
 use super::routes::ensure_https;
-use super::slices::{adapter_for, moved_migrations, no_adapter, provision};
+use super::slices::{adapter_for, no_adapter, provision};
 use super::start::start_processes;
-use super::{WorldCtx, first_line, outcome, world_event, world_status};
+use super::{WorldCtx, first_line, outcome, world_event};
 use crate::config::{Config, ServiceKind};
 use crate::daemon::errors::internal;
 use crate::daemon::events::EventKind;
-use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
+use crate::daemon::{Daemon, ProgressTx};
 use crate::faults::point as fault_point;
 use crate::ports::PortNote;
 use crate::protocol::{ApiError, ClientEnv, ServiceState, UpRequest, WorldOutcome, WorldState};
@@ -38,121 +40,6 @@ pub(crate) async fn up(
     match admit(d, &loc, req.clone(), progress).await? {
         Ok(admitted) => up_with(d, &loc, &req, admitted, progress).await,
         Err(queued) => Ok(queued),
-    }
-}
-
-/// Admission for a verb that starts a world's processes (`up`, and
-/// `reload` of a world that is not running): `Ok(None)` when the world runs
-/// already (it holds its room) or another waiter on its ticket was
-/// admitted; `Ok(Some)` once admitted, counting against the room until
-/// dropped; `Err(outcome)` for a `--no-wait` request that is queued, which
-/// the daemon brings up when admitted.
-///
-/// # Errors
-/// Cancelled while queued, or taken out of the queue.
-pub(super) async fn admit(
-    d: &Arc<Daemon>,
-    loc: &Located,
-    req: UpRequest,
-    progress: &ProgressTx,
-) -> Result<Result<Option<admission::Admitted>, WorldOutcome>, ApiError> {
-    let known = {
-        let reg = d.registry();
-        match reg.project_id(&loc.name).map_err(internal)? {
-            Some(pid) => reg.find_world(pid, &req.world.name).map_err(internal)?,
-            None => None,
-        }
-    };
-    if known.is_some_and(|w| fully_running(d, &w)) {
-        return Ok(Ok(None));
-    }
-    let disk_path = loc.main_root().display().to_string();
-    let (ticket, owns) = admission::enqueue(d, &loc.name, &req, &disk_path)?;
-    match admission::try_admit(d, ticket, &loc.name, &req.world.name)? {
-        Ok(a) => Ok(Ok(a)),
-        Err(standing) if !req.wait => {
-            let out = queued_outcome(d, loc, &req, &standing);
-            admission::run_unwatched(d, ticket, req);
-            Ok(Err(out))
-        }
-        // `None`: another waiter on the same ticket (a resume) was admitted;
-        // under the world's lock the verb then finds it running.
-        Err(_) => Ok(Ok(admission::wait(
-            d,
-            ticket,
-            &loc.name,
-            &req.world.name,
-            owns,
-            progress,
-        )
-        .await?)),
-    }
-}
-
-/// The `up` of a ticket admitted from the queue with nobody waiting on it
-/// (`--no-wait`, or a queue carried over a daemon restart).
-pub(crate) async fn up_admitted(
-    d: &Arc<Daemon>,
-    req: UpRequest,
-    admitted: admission::Admitted,
-    progress: &ProgressTx,
-) -> Result<WorldOutcome, ApiError> {
-    let loc = locate(d, &req.world)?;
-    up_with(d, &loc, &req, Some(admitted), progress).await
-}
-
-/// `up` under the world's lock; `admitted` counts against the room until
-/// this returns.
-async fn up_with(
-    d: &Arc<Daemon>,
-    loc: &Located,
-    req: &UpRequest,
-    admitted: Option<admission::Admitted>,
-    progress: &ProgressTx,
-) -> Result<WorldOutcome, ApiError> {
-    if admitted.is_some() {
-        admission::ensure_sampler(d);
-    }
-    let name = req.world.name.clone();
-    let key = WorldKey::new(&loc.name, &name);
-    let lock = d.worlds.lock_for(&key);
-    let _guard = lock.lock().await;
-    let out = up_locked(d, loc, &name, req.group.as_deref(), &req.env, progress).await;
-    drop(admitted);
-    out
-}
-
-/// What a `--no-wait` `up` answers while queued.
-fn queued_outcome(
-    d: &Daemon,
-    loc: &Located,
-    req: &UpRequest,
-    standing: &admission::Standing,
-) -> WorldOutcome {
-    let name = &req.world.name;
-    let row = {
-        let reg = d.registry();
-        reg.project_id(&loc.name)
-            .ok()
-            .flatten()
-            .and_then(|pid| reg.find_world(pid, name).ok().flatten())
-    };
-    let known = row.and_then(|w| world_status(d, &loc.name, w.id).ok());
-    let mut world = known.unwrap_or_else(|| admission::unmade(name, req.group.clone()));
-    // A suspended world waits on its resume, in its own place: it stays
-    // `suspended` (as `status` shows it), never a second, queued entry.
-    if world.state != WorldState::Suspended {
-        world.state = WorldState::Queued;
-    }
-    world.queue = Some(standing.place());
-    WorldOutcome {
-        project: loc.name.clone(),
-        world,
-        noop: false,
-        notes: vec![standing.message()],
-        torn_down: Vec::new(),
-        left_for_gc: Vec::new(),
-        left_queue: false,
     }
 }
 
@@ -256,7 +143,7 @@ fn register_project(d: &Daemon, loc: &Located) -> Result<i64, ApiError> {
 
 /// Whether `up` has nothing to do: recorded running, every supervised
 /// process running, its worktree in place.
-fn fully_running(d: &Daemon, w: &WorldRow) -> bool {
+pub(super) fn fully_running(d: &Daemon, w: &WorldRow) -> bool {
     w.state == WorldState::Running
         && d.worlds.runtime(w.id).is_some_and(|rt| {
             rt.handles

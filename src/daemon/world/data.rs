@@ -1,0 +1,192 @@
+//! A slice's data: `migrate` and `seed` run with the world's environment,
+//! and catching a world up when its branch moved past the migrations its
+//! slice was last migrated at.
+
+use super::locate::{Located, join_subdir};
+use super::plan::{Plan, base_env, facts_for, lookup_env, render_strict, with_config_note};
+use super::slices::{Resolved, adapter_error};
+use super::{FAILURE_HEAD_LINES, FAILURE_LOG_LINES, SliceJob, WorldCtx, world_event};
+use crate::adapters::{Slice, golden};
+use crate::daemon::errors::internal;
+use crate::daemon::events::EventKind;
+use crate::daemon::{Daemon, ProgressTx};
+use crate::faults::point as fault_point;
+use crate::protocol::ApiError;
+use crate::registry::WorldRow;
+use crate::slug::env_key;
+use crate::{adapters, config, supervisor, worktree};
+use std::path::Path;
+
+/// The key resource `r`'s schema should be migrated at in the worktree at
+/// `root` (see [`golden::migrate_key`]); `None` without a `migrate`.
+pub(super) fn world_migrate_key(r: &config::Resource, root: &Path) -> Option<String> {
+    let m = r.migrate.as_deref()?;
+    Some(golden::migrate_key(
+        m,
+        &r.clone_inputs,
+        root,
+        worktree::head_commit(root).as_deref(),
+    ))
+}
+
+/// For `up` of a world that is already running (which changes nothing): a
+/// note per slice whose branch moved since its last `migrate`, saying that
+/// `reload` runs it — a running app is not migrated under it unasked.
+pub(super) fn moved_migrations(d: &Daemon, loc: &Located, w: &WorldRow) -> Vec<String> {
+    let root = join_subdir(Path::new(&w.path), &loc.subdir);
+    let Ok(cfg) = config::load(&root.join(config::FILE_NAME)) else {
+        return Vec::new();
+    };
+    let slices = d.registry().slices_of(w.id).unwrap_or_default();
+    let mut notes = Vec::new();
+    for (n, s) in &cfg.services {
+        let Some(key) = s.resource().and_then(|r| world_migrate_key(r, &root)) else {
+            continue;
+        };
+        if slices
+            .iter()
+            .any(|sl| &sl.service == n && sl.migrated_key.as_deref().is_some_and(|k| k != key))
+        {
+            notes.push(format!(
+                "{n}: the branch moved since its last migrate; `binky reload {}` runs it",
+                w.name
+            ));
+        }
+    }
+    notes
+}
+
+/// Runs only `migrate` against a slice that has data (never `seed`), so its
+/// schema catches up with the world's branch; says so in `up`'s progress,
+/// the resource's log and the event log. `dropped`: the slice is dropped if
+/// this fails (a fresh clone), as the failure's hint says.
+pub(super) async fn catch_up(
+    cx: &WorldCtx<'_>,
+    job: &SliceJob<'_>,
+    plan: &Plan,
+    address: &Resolved,
+    progress: &ProgressTx,
+    why: &str,
+    dropped: bool,
+) -> Result<(), ApiError> {
+    let WorldCtx { d, cfg, world, .. } = *cx;
+    let SliceJob { service, log, .. } = *job;
+    progress.say(
+        crate::protocol::ProgressStep::Migrate,
+        Some(service),
+        format!("{service}: running migrate to catch up with the branch ({why})"),
+    );
+    if let Ok(mut f) = supervisor::logs::open_append(log) {
+        use std::io::Write;
+        let _ = writeln!(
+            f,
+            "binky: running migrate to catch up with the branch ({why})"
+        );
+    }
+    let mut ev = world_event(EventKind::Migrated, &cfg.project.name, world).detail(why.to_owned());
+    ev.service = Some(service.to_owned());
+    d.event(ev);
+    run_data_commands(cx, job, plan, address, false, dropped).await
+}
+
+/// Provisions `slice`, then runs `migrate` and `seed` against it.
+pub(super) async fn provision_and_seed(
+    adapter: &dyn adapters::Adapter,
+    slice: &Slice,
+    cx: &WorldCtx<'_>,
+    job: &SliceJob<'_>,
+    plan: &Plan,
+    stage: &str,
+) -> Result<(), ApiError> {
+    let named = |e| adapter_error(job.service, slice, e);
+    adapter.provision(slice).await.map_err(named)?;
+    fault_point(&format!("{stage}:provisioned"));
+    let addr = adapter.resolve(slice).await.map_err(named)?;
+    let resolved = Resolved::new(addr, adapter, slice);
+    run_data_commands(cx, job, plan, &resolved, true, true).await
+}
+
+/// Runs `migrate` (and, `with_seed`, `seed`) against the slice at
+/// `address`, output to the job's log. `dropped`: the slice is dropped if
+/// this fails, as the error's hint says.
+pub(super) async fn run_data_commands(
+    cx: &WorldCtx<'_>,
+    job: &SliceJob<'_>,
+    plan: &Plan,
+    resolved: &Resolved,
+    with_seed: bool,
+    dropped: bool,
+) -> Result<(), ApiError> {
+    let WorldCtx {
+        cfg,
+        world,
+        client_env,
+        ..
+    } = *cx;
+    let SliceJob { service, r, log } = *job;
+    let address = resolved.address.as_str();
+    let mut facts = plan.facts.clone();
+    if let Some(f) = facts.get_mut(service) {
+        resolved.clone().apply(f);
+    }
+    let env_fn = lookup_env(&plan.project_env, client_env);
+    let fx = facts_for(cfg, world, &plan.world_root, &facts, &env_fn);
+    let mut env = base_env(cfg, world, service, plan, &facts, client_env)?;
+    env.push(("BINKY_SLICE_URL".into(), address.to_owned()));
+    env.push((format!("{}_URL", env_key(service)), address.to_owned()));
+    let seed = if with_seed { &r.seed } else { &None };
+    for (step, cmd) in [("migrate", &r.migrate), ("seed", seed)] {
+        let Some(cmd) = cmd else { continue };
+        let rendered = render_strict(
+            cmd,
+            &format!("services.{service}.{step}"),
+            Some(service),
+            &fx,
+        )?;
+        supervisor::logs::mark_run(log, &format!("services.{service}.{step}"));
+        let out = supervisor::logs::open_append(log).map_err(internal)?;
+        let err = out.try_clone().map_err(internal)?;
+        let status = crate::platform::command("/bin/sh")
+            .arg("-c")
+            .arg(&rendered)
+            .current_dir(&plan.world_root)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .status()
+            .await
+            .map_err(|e| ApiError::new(format!("services.{service}.{step}: cannot run: {e}")))?;
+        if !status.success() {
+            // The first line stands alone (status shows only it): the
+            // step, how it ended and its first words, often the cause.
+            let run = supervisor::logs::current_run(log);
+            let first = run
+                .iter()
+                .map(|l| l.trim())
+                .find(|l| !l.is_empty())
+                .map(|l| format!(": {}", l.chars().take(200).collect::<String>()))
+                .unwrap_or_else(|| " with no output".to_owned());
+            let mut msg = format!("services.{service}.{step} failed ({status}){first}");
+            if !run.is_empty() {
+                msg.push_str(&format!(
+                    "\noutput ({} line(s), in {}):\n{}",
+                    run.len(),
+                    log.display(),
+                    supervisor::logs::quote_head_tail(&run, FAILURE_HEAD_LINES, FAILURE_LOG_LINES)
+                ));
+            }
+            let kept = if dropped {
+                "the slice was dropped"
+            } else {
+                "its data is kept"
+            };
+            return Err(ApiError::new(msg).hint(with_config_note(
+                format!("{kept}; fix the {step} command and run `binky up {world}` again"),
+                plan,
+            )));
+        }
+    }
+    Ok(())
+}
