@@ -26,7 +26,6 @@ use super::{Adapter, AdapterError, Capabilities, Slice};
 use crate::http::{Client, Fetched};
 use async_trait::async_trait;
 use bytes::Bytes;
-use instant_xml::FromXml;
 use rusty_s3::{Bucket, Credentials, S3Action, UrlStyle};
 use std::time::Duration;
 
@@ -42,6 +41,9 @@ const SIGNED_FOR: Duration = Duration::from_secs(300);
 const BATCH: usize = 1000;
 
 use super::kit::names::RESERVED_BUCKET_PREFIXES as RESERVED_PREFIXES;
+
+mod listing;
+use listing::{list_objects, list_versions, xml_text};
 const RESERVED_SUFFIXES: &[&str] = &["-s3alias", "--ol-s3", "--x-s3", "--table-s3"];
 
 /// The S3 adapter.
@@ -267,62 +269,6 @@ fn server(u: &url::Url) -> String {
     address::shown(u.as_str())
 }
 
-/// The text of the first `<tag>` in an S3 error body (`Code`), for
-/// messages.
-fn xml_text(body: &str, tag: &str) -> Option<String> {
-    let open = format!("<{tag}>");
-    let start = body.find(&open)? + open.len();
-    let end = body[start..].find('<')? + start;
-    Some(body[start..end].to_owned())
-}
-
-/// One page of `GET /bucket?versions`.
-#[derive(Debug, Default, FromXml)]
-#[xml(
-    rename = "ListVersionsResult",
-    ns("http://s3.amazonaws.com/doc/2006-03-01/")
-)]
-struct Versions {
-    versions: Vec<Version>,
-    markers: Vec<DeleteMarker>,
-}
-
-#[derive(Debug, FromXml)]
-#[xml(rename = "Version", ns("http://s3.amazonaws.com/doc/2006-03-01/"))]
-struct Version {
-    #[xml(rename = "Key")]
-    key: String,
-    #[xml(rename = "VersionId")]
-    version_id: Option<String>,
-}
-
-#[derive(Debug, FromXml)]
-#[xml(rename = "DeleteMarker", ns("http://s3.amazonaws.com/doc/2006-03-01/"))]
-struct DeleteMarker {
-    #[xml(rename = "Key")]
-    key: String,
-    #[xml(rename = "VersionId")]
-    version_id: Option<String>,
-}
-
-/// One page of `GET /bucket?list-type=2`: only the keys are read, since
-/// servers differ in what else they give (s3s-fs sends no `ETag`).
-#[derive(Debug, Default, FromXml)]
-#[xml(
-    rename = "ListBucketResult",
-    ns("http://s3.amazonaws.com/doc/2006-03-01/")
-)]
-struct Listing {
-    contents: Vec<Listed>,
-}
-
-#[derive(Debug, FromXml)]
-#[xml(rename = "Contents", ns("http://s3.amazonaws.com/doc/2006-03-01/"))]
-struct Listed {
-    #[xml(rename = "Key")]
-    key: String,
-}
-
 /// Every object version and delete marker of the bucket, deleted a page at
 /// a time; returns how many. Each page is listed from the start again: the
 /// one before it is gone, and a marker naming a deleted key is not one
@@ -418,82 +364,6 @@ async fn delete_page(
         )));
     }
     Ok(objects.len() as u64)
-}
-
-/// One page of every version and delete marker in `bucket`, each named by
-/// its version id; `None` when the server has no versioning API.
-async fn list_versions(
-    api: &Api,
-    bucket: &Bucket,
-) -> Result<Option<Vec<rusty_s3::actions::ObjectIdentifier>>, AdapterError> {
-    let max = BATCH.to_string();
-    // Sorted by name: the signature covers the query as the server sorts
-    // it, and rusty-s3 merges this list with its own without sorting it.
-    let q: Vec<(&str, &str)> = vec![("max-keys", &max), ("versions", "")];
-    let signed = rusty_s3::signing::sign(
-        &jiff::Timestamp::now(),
-        rusty_s3::Method::Get,
-        bucket.base_url().clone(),
-        api.credentials.key(),
-        api.credentials.secret(),
-        None,
-        bucket.region(),
-        SIGNED_FOR.as_secs(),
-        q.iter().copied(),
-        std::iter::empty(),
-    );
-    let f = api.send("GET", signed, &[], Bytes::new()).await?;
-    if f.status == 404 {
-        return Ok(Some(Vec::new()));
-    }
-    if f.status == 501 || f.status == 405 {
-        return Ok(None);
-    }
-    if !f.status.is_success() {
-        return Err(api.refused(&format!("listing {}", bucket.name()), &f));
-    }
-    let page: Versions =
-        instant_xml::from_str(&String::from_utf8_lossy(&f.body)).map_err(|e| not_s3(bucket, e))?;
-    Ok(Some(
-        page.versions
-            .iter()
-            .map(|v| (&v.key, &v.version_id))
-            .chain(page.markers.iter().map(|m| (&m.key, &m.version_id)))
-            .map(|(k, v)| {
-                let mut o = rusty_s3::actions::ObjectIdentifier::new(k.clone());
-                // `null` is the id of the version written before versioning
-                // was on (or of every object without it): named as such it
-                // is deleted, where no id would only add a delete marker.
-                o.version_id = v.clone();
-                o
-            })
-            .collect(),
-    ))
-}
-
-/// One page of the objects in `bucket`, on a server without versioning.
-async fn list_objects(
-    api: &Api,
-    bucket: &Bucket,
-) -> Result<Vec<rusty_s3::actions::ObjectIdentifier>, AdapterError> {
-    let mut action = bucket.list_objects_v2(Some(&api.credentials));
-    action.with_max_keys(BATCH);
-    let f = api
-        .send("GET", action.sign(SIGNED_FOR), &[], Bytes::new())
-        .await?;
-    if f.status == 404 {
-        return Ok(Vec::new());
-    }
-    if !f.status.is_success() {
-        return Err(api.refused(&format!("listing {}", bucket.name()), &f));
-    }
-    let page: Listing =
-        instant_xml::from_str(&String::from_utf8_lossy(&f.body)).map_err(|e| not_s3(bucket, e))?;
-    Ok(page
-        .contents
-        .into_iter()
-        .map(|c| rusty_s3::actions::ObjectIdentifier::new(c.key))
-        .collect())
 }
 
 fn not_s3(bucket: &Bucket, e: impl std::fmt::Display) -> AdapterError {
@@ -599,109 +469,4 @@ impl Adapter for S3 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bucket_names_follow_s3s_rules_case_a3() {
-        // Case A3: world `feature/Login-Page` of project `shop`, slugged.
-        let slug = crate::slug::world_slug("feature/Login-Page");
-        let name = bucket_name("shop", &slug);
-        assert_eq!(bucket_name_error(&name), None, "{name}");
-        assert!(name.starts_with("shop-feature"), "{name}");
-        // `-` joins project and world and may sit inside either: the hash
-        // keeps such pairs apart, and the reserved-prefix rewrite too.
-        assert_ne!(bucket_name("my-app", "x"), bucket_name("my", "app-x"));
-        assert_ne!(bucket_name("sthree", "x"), bucket_name("b", "x"));
-        for (project, world) in [
-            ("shop", "a_b"),
-            ("xn--shop", "w"),
-            ("sthree", "x"),
-            ("a", "b"),
-            ("shop", "x-s3alias"),
-            ("shop", "w--ol-s3"),
-            ("192", "168.0.1"),
-            ("p", &"Very-Long-Branch-Name-".repeat(7)),
-        ] {
-            let n = bucket_name(project, world);
-            assert_eq!(bucket_name_error(&n), None, "{project}/{world} → {n}");
-            assert!(n.parse::<std::net::Ipv4Addr>().is_err(), "{n}");
-        }
-        // Two long names that share a prefix stay two buckets.
-        let a = bucket_name("p", &format!("{}a", "x".repeat(80)));
-        let b = bucket_name("p", &format!("{}b", "x".repeat(80)));
-        assert_ne!(a, b);
-        assert!(a.len() <= MAX_BUCKET && b.len() <= MAX_BUCKET);
-    }
-
-    /// The guard runs before any request: a bucket Binky would not name
-    /// is refused (it was taken as done before), a name Binky gives is sent
-    /// on to the server (here: none, so the error is the connection's).
-    #[test]
-    fn teardown_refuses_a_bucket_binky_does_not_name() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let slice = |name: &str| Slice {
-            name: name.to_owned(),
-            project: "shop".into(),
-            admin_url: Some("http://KEY:SECRET@127.0.0.1:1".into()),
-            options: toml::Table::new(),
-            data_dir: std::env::temp_dir(),
-            search_path: None,
-        };
-        for theirs in ["prod-backups", "Prod_Backups", "shop-feat-a"] {
-            let e = rt.block_on(S3.teardown(&slice(theirs))).unwrap_err();
-            assert!(
-                e.message
-                    .starts_with("s3 at 127.0.0.1:1: refusing to delete bucket"),
-                "{e}"
-            );
-            assert!(!e.message.contains("SECRET"), "{e}");
-        }
-        let ours = bucket_name("shop", "feat-a");
-        let e = rt.block_on(S3.teardown(&slice(&ours))).unwrap_err();
-        assert!(e.environmental, "{e}");
-    }
-
-    #[test]
-    fn bad_names_are_named() {
-        for bad in ["ab", "Upper", "a_b", "-ab", "ab-", "xn--ab", "ab-s3alias"] {
-            assert!(bucket_name_error(bad).is_some(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn admin_urls_with_a_raw_slash_in_the_secret_or_a_path_say_what_to_write() {
-        let e = parse_admin_url("http://AK:wJal/rXU+tn@127.0.0.1:9000").unwrap_err();
-        assert!(e.contains("percent-encode") && e.contains("%2F"), "{e}");
-        let e = parse_admin_url("http://AK:SK@127.0.0.1:0").unwrap_err();
-        assert!(e.contains("port 0"), "{e}");
-        assert!(!e.contains("rXU"), "{e}");
-        let (_, _, secret) = parse_admin_url("http://AK:wJal%2FrXU%2Btn@127.0.0.1:9000").unwrap();
-        assert_eq!(secret, "wJal/rXU+tn");
-        let e = parse_admin_url("http://AK:SK@127.0.0.1:9000/some/path").unwrap_err();
-        assert!(e.contains("has a path (/some/path)"), "{e}");
-        assert!(parse_admin_url("http://AK:SK@127.0.0.1:9000/").is_ok());
-    }
-
-    #[test]
-    fn version_pages_parse() {
-        let body = r#"<?xml version="1.0" encoding="UTF-8"?>
-<ListVersionsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>b</Name><IsTruncated>true</IsTruncated><NextKeyMarker>k2</NextKeyMarker><NextVersionIdMarker>v2</NextVersionIdMarker>
-<Version><Key>a &amp; b</Key><VersionId>v1</VersionId><IsLatest>true</IsLatest></Version>
-<DeleteMarker><Key>c</Key><VersionId>v3</VersionId></DeleteMarker></ListVersionsResult>"#;
-        let p: Versions = instant_xml::from_str(body).unwrap();
-        assert_eq!(p.versions[0].key, "a & b");
-        assert_eq!(p.markers[0].version_id.as_deref(), Some("v3"));
-        // moto 5.2's answer, as it comes (empty markers, owners, an XML
-        // declaration in lower case).
-        let p: Versions = instant_xml::from_str(MOTO_VERSIONS).unwrap();
-        assert_eq!(p.versions.len(), 2, "{p:?}");
-        assert_eq!(p.markers.len(), 1, "{p:?}");
-    }
-
-    const MOTO_VERSIONS: &str = r#"<?xml version="1.0" encoding="utf-8"?>
-<ListVersionsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><IsTruncated>false</IsTruncated><KeyMarker/><VersionIdMarker/><Version><ETag>"d41d8cd98f00b204e9800998ecf8427e"</ETag><Size>0</Size><StorageClass>STANDARD</StorageClass><Key>a</Key><VersionId>213764cf-fe06-47f8-b92f-5e08b655c9ed</VersionId><IsLatest>true</IsLatest><LastModified>2026-12-01T15:30:49.000Z</LastModified><Owner><DisplayName>webfile</DisplayName><ID>75aa57f09aa0c8caeab4f8c24e99d10f8e7faeebf76c078efc7c6caea54ba06a</ID></Owner></Version><Version><ETag>"d41d8cd98f00b204e9800998ecf8427e"</ETag><Size>0</Size><StorageClass>STANDARD</StorageClass><Key>v.txt</Key><VersionId>aedd26d9-df33-4577-b1bf-e6ab3e0f9662</VersionId><IsLatest>false</IsLatest><LastModified>2026-12-01T15:30:49.000Z</LastModified><Owner><DisplayName>webfile</DisplayName><ID>75aa57f09aa0c8caeab4f8c24e99d10f8e7faeebf76c078efc7c6caea54ba06a</ID></Owner></Version><DeleteMarker><Owner><DisplayName>webfile</DisplayName><ID>75aa57f09aa0c8caeab4f8c24e99d10f8e7faeebf76c078efc7c6caea54ba06a</ID></Owner><Key>v.txt</Key><VersionId>e01994f4-64a0-4164-a056-87a0dd5b7388</VersionId><IsLatest>true</IsLatest><LastModified>2026-12-01T15:30:49.000Z</LastModified></DeleteMarker><Name>bk1</Name><Prefix/><MaxKeys>1000</MaxKeys></ListVersionsResult>"#;
-}
+mod tests;
