@@ -77,9 +77,9 @@ fn get(port: u16) -> Request<Full<Bytes>> {
 #[tokio::test]
 async fn interim_answers_are_skipped_and_chunks_decoded() {
     let (port, sent) = serve_once(
-        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-    )
-    .await;
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        )
+        .await;
     let f = Client::default().fetch(&at(port), get(port)).await.unwrap();
     assert_eq!(f.status, 200);
     assert_eq!(&f.body[..], b"hello");
@@ -190,11 +190,11 @@ async fn https_is_spoken_and_verified_against_the_trusted_roots() {
     const SERVE: &str = r#"
 import http.server, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
-def do_GET(self):
-    body = b"over tls"
-    self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
-    self.wfile.write(body)
-def log_message(self, *a): pass
+    def do_GET(self):
+        body = b"over tls"
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
 s = http.server.HTTPServer(("127.0.0.1", 0), H)
 c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain(sys.argv[1], sys.argv[2])
 s.socket = c.wrap_socket(s.socket, server_side=True)

@@ -32,7 +32,7 @@ pub(crate) async fn gc(d: &Arc<Daemon>, dry_run: bool, client_env: ClientEnv) ->
 }
 
 /// What a sweep reports: `would sweep` (dry run), `swept`, or why not.
-fn outcome(dry_run: bool, r: Result<(), String>) -> (SweepResult, String) {
+fn swept(dry_run: bool, r: Result<(), String>) -> (SweepResult, String) {
     match (dry_run, r) {
         (true, _) => (SweepResult::WouldSweep, "would sweep".to_owned()),
         (false, Ok(())) => (SweepResult::Swept, "swept".to_owned()),
@@ -67,10 +67,10 @@ async fn sweep_slices(
     let orphans = d.registry().orphan_slices().unwrap_or_default();
     for o in orphans {
         let outcome = if dry_run {
-            outcome(true, Ok(()))
+            swept(true, Ok(()))
         } else {
             match teardown_orphan(d, &o, client_env).await {
-                Ok(TornDown::Deleted) => outcome(false, Ok(())),
+                Ok(TornDown::Deleted) => swept(false, Ok(())),
                 Ok(TornDown::NotFound) => (
                     SweepResult::Forgotten,
                     format!(
@@ -80,7 +80,7 @@ async fn sweep_slices(
                             .map_or("its server", |s| s.address.as_str())
                     ),
                 ),
-                Err(e) => outcome(false, Err(e)),
+                Err(e) => swept(false, Err(e)),
             }
         };
         out.push(item(
@@ -223,7 +223,7 @@ fn sweep_worktrees(
                         worktree::remove(&g, &loc.main_workdir, &p).map_err(|e| e.to_string())
                     })
                 };
-                outcome(dry_run, r)
+                swept(dry_run, r)
             };
             out.push(item(
                 SweepKind::Worktree,
@@ -245,7 +245,7 @@ fn sweep_worktrees(
                 SweepKind::Registration,
                 format!("{} ({})", n, path.display()),
                 "a git worktree registration whose folder is gone".into(),
-                outcome(dry_run, r),
+                swept(dry_run, r),
             ));
         }
     }
@@ -282,7 +282,7 @@ async fn sweep_markers(d: &Arc<Daemon>, dry_run: bool, out: &mut Vec<SweepItem>)
                 continue;
             }
             let outcome = if dry_run {
-                outcome(true, Ok(()))
+                swept(true, Ok(()))
             } else {
                 match drop_unknown_template(d, &adapter_name, &file, &m.path()).await {
                     Ok(TornDown::Deleted) => (
@@ -294,7 +294,7 @@ async fn sweep_markers(d: &Arc<Daemon>, dry_run: bool, out: &mut Vec<SweepItem>)
                         "marker removed: its template was not on its server (nothing deleted)"
                             .to_owned(),
                     ),
-                    Err(e) => outcome(false, Err(e)),
+                    Err(e) => swept(false, Err(e)),
                 }
             };
             out.push(item(
