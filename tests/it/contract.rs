@@ -320,17 +320,24 @@ fn domain_and_worktree_root_hold_end_to_end_and_gc_sweeps_only_a_clean_stray_the
     let gc = repo.run(&home, &["gc", "--json"]);
     assert_eq!(gc.code(), 1, "{gc}");
     let items = gc.json();
-    let outcome = |p: &std::path::Path| {
+    let field = |p: &std::path::Path, f: &str| {
         items
             .as_array()
             .unwrap()
             .iter()
             .find(|i| i["what"] == p.display().to_string())
-            .map(|i| i["outcome"].as_str().unwrap().to_owned())
+            .map(|i| i[f].as_str().unwrap().to_owned())
             .unwrap_or_default()
     };
-    assert_eq!(outcome(&clean), "swept", "{items}");
-    assert!(outcome(&dirty).contains("uncommitted"), "{items}");
+    assert_eq!(field(&clean, "outcome"), "swept", "{items}");
+    assert!(field(&dirty, "outcome").contains("uncommitted"), "{items}");
+    // What was done, for scripts, beside the words.
+    assert_eq!(
+        (field(&clean, "kind"), field(&clean, "result")),
+        ("worktree".to_owned(), "swept".to_owned()),
+        "{items}"
+    );
+    assert_eq!(field(&dirty, "result"), "not_swept", "{items}");
     assert!(!clean.exists(), "the clean stray was kept: {gc}");
     assert!(
         dirty.join("unsaved.txt").exists(),
