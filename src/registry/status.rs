@@ -10,6 +10,33 @@ impl Registry {
     /// Every world with its services and ports, grouped by project; only
     /// `project` when given.
     pub fn status(&self, project: Option<&str>) -> Result<StatusReport, RegistryError> {
+        let mut projects = self.status_projects(project)?;
+        if projects.is_empty() {
+            return Ok(StatusReport::default());
+        }
+        let mut worlds = self.status_worlds(&projects)?;
+        let mut services = self.status_services(&worlds)?;
+        self.status_ports(&mut services)?;
+        for ((wid, _), s) in services {
+            if let Some((_, w)) = worlds.get_mut(&wid) {
+                w.services.push(s);
+            }
+        }
+        for (_, (pid, w)) in worlds {
+            if let Some(p) = projects.get_mut(&pid) {
+                p.worlds.push(w);
+            }
+        }
+        Ok(StatusReport {
+            projects: projects.into_values().collect(),
+        })
+    }
+
+    /// The projects `status` shows (`project` alone when given), by id.
+    fn status_projects(
+        &self,
+        project: Option<&str>,
+    ) -> Result<IndexMap<i64, ProjectStatus>, RegistryError> {
         let mut projects: IndexMap<i64, ProjectStatus> = IndexMap::new();
         let mut stmt = self
             .conn
@@ -34,9 +61,15 @@ impl Registry {
             let (id, p) = row.map_err(|e| self.err(e))?;
             projects.insert(id, p);
         }
-        if projects.is_empty() {
-            return Ok(StatusReport::default());
-        }
+        Ok(projects)
+    }
+
+    /// The worlds of `projects` with their last verify result, by id, each
+    /// with its project's id; no services yet.
+    fn status_worlds(
+        &self,
+        projects: &IndexMap<i64, ProjectStatus>,
+    ) -> Result<IndexMap<i64, (i64, WorldStatus)>, RegistryError> {
         let mut worlds: IndexMap<i64, (i64, WorldStatus)> = IndexMap::new();
         let mut stmt = self
             .conn
@@ -81,6 +114,15 @@ impl Registry {
                 worlds.insert(id, (pid, w));
             }
         }
+        Ok(worlds)
+    }
+
+    /// The services of `worlds` in start order, by `(world id, name)`; no
+    /// ports yet.
+    fn status_services(
+        &self,
+        worlds: &IndexMap<i64, (i64, WorldStatus)>,
+    ) -> Result<IndexMap<(i64, String), ServiceStatus>, RegistryError> {
         let mut services: IndexMap<(i64, String), ServiceStatus> = IndexMap::new();
         let mut stmt = self
             .conn
@@ -112,6 +154,14 @@ impl Registry {
                 services.insert((wid, s.name.clone()), s);
             }
         }
+        Ok(services)
+    }
+
+    /// Fills each service's primary and named ports from the reservations.
+    fn status_ports(
+        &self,
+        services: &mut IndexMap<(i64, String), ServiceStatus>,
+    ) -> Result<(), RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -138,19 +188,7 @@ impl Registry {
                 }
             }
         }
-        for ((wid, _), s) in services {
-            if let Some((_, w)) = worlds.get_mut(&wid) {
-                w.services.push(s);
-            }
-        }
-        for (_, (pid, w)) in worlds {
-            if let Some(p) = projects.get_mut(&pid) {
-                p.worlds.push(w);
-            }
-        }
-        Ok(StatusReport {
-            projects: projects.into_values().collect(),
-        })
+        Ok(())
     }
 
     /// World counts by state.
