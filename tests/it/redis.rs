@@ -73,6 +73,23 @@ fn project(tag: &str) -> String {
     format!("rd{tag}{}", std::process::id() % 100000)
 }
 
+/// Project `tag` with one plain redis resource, `cache`: its name, the
+/// guard that deletes its keys, a home and the repository. `None`, having
+/// said so, without a Redis server.
+fn cache_project(tag: &str) -> Option<(String, Cleanup, Home, Repo)> {
+    if !redis_up() {
+        skip("no Redis on 127.0.0.1:6379");
+        return None;
+    }
+    let p = project(tag);
+    let cleanup = Cleanup(p.clone());
+    let toml = format!(
+        "{}[services.cache]\nadapter = \"redis\"\n",
+        project_header(&p, 2)
+    );
+    Some((p, cleanup, Home::new(), Repo::new(&toml)))
+}
+
 #[test]
 fn redis_prefixes_isolate_worlds_and_teardown_deletes_exactly_their_keys() {
     if !redis_up() {
@@ -286,18 +303,9 @@ fn a_dead_redis_is_named_by_host_and_port_never_the_password() {
 
 #[test]
 fn gc_sweeps_a_half_made_redis_slice() {
-    if !redis_up() {
-        skip("no Redis on 127.0.0.1:6379");
+    let Some((p, _cleanup, home, repo)) = cache_project("g") else {
         return;
-    }
-    let p = project("g");
-    let _cleanup = Cleanup(p.clone());
-    let home = Home::new();
-    let toml = format!(
-        "{}[services.cache]\nadapter = \"redis\"\n",
-        project_header(&p, 2)
-    );
-    let repo = Repo::new(&toml);
+    };
     repo.ok(&home, &["up", "live"]);
     // A daemon killed mid-remove: the marker and the app's keys are on the
     // server, the row says `teardown`.
@@ -605,18 +613,9 @@ fn teardown_deletes_only_a_marked_prefix_and_takes_a_gone_one_as_done() {
 /// "not on the server".
 #[test]
 fn remove_refuses_keys_under_a_prefix_whose_marker_is_gone() {
-    if !redis_up() {
-        skip("no Redis on 127.0.0.1:6379");
+    let Some((p, _cleanup, home, repo)) = cache_project("nomark") else {
         return;
-    }
-    let p = project("nomark");
-    let _cleanup = Cleanup(p.clone());
-    let home = Home::new();
-    let toml = format!(
-        "{}[services.cache]\nadapter = \"redis\"\n",
-        project_header(&p, 2)
-    );
-    let repo = Repo::new(&toml);
+    };
     repo.ok(&home, &["up", "w"]);
     let key = format!("{p}:w:data");
     set(&key, "v");
