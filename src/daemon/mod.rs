@@ -12,7 +12,8 @@
 //! | module | holds |
 //! |---|---|
 //! | `server` | the lock, the socket, the handshake and frame loop, start-up and shutdown |
-//! | `state` | [`Daemon`] (what every verb holds) and `ProgressTx` |
+//! | `state` | [`Daemon`] (what every verb holds), how it finds adapters, and `ProgressTx` |
+//! | `tests` | the verbs at the handler, over a temporary registry and an in-memory adapter |
 //! | `handlers` | one match: request → verb |
 //! | `errors` | registry and adapter errors as API errors, always redacted |
 //! | `events` | the append-only `events.log` |
@@ -32,3 +33,5 @@ mod world;
 pub use server::{RunOptions, log_writer, run, run_blocking};
 pub use state::Daemon;
 pub(crate) use state::{ProgressTx, WorldKey, wait_proxy_bound};
+#[cfg(test)]
+mod tests;

@@ -2,7 +2,7 @@
 //! and the frame loop each connection runs (handshake, request, progress,
 //! reply, cancel).
 
-use super::events::{Event, EventLog};
+use super::events::Event;
 use super::state::{Daemon, ProgressTx, wait_proxy_bound};
 use super::{handlers, settings, world};
 use crate::daemon::events::EventKind;
@@ -10,7 +10,6 @@ use crate::paths::Paths;
 use crate::platform;
 use crate::protocol::codec::{read_frame_async, write_frame_async};
 use crate::protocol::{ApiError, Hello, PROTOCOL, Reply, Request, VERSION, Welcome};
-use crate::proxy::ProxyCounters;
 use crate::registry::Registry;
 use anyhow::{Context, Result, bail};
 use std::io::Write as _;
@@ -99,25 +98,9 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     }
     let listener = platform::bind_listener(&socket)
         .with_context(|| format!("cannot bind {}", socket.display()))?;
-    let (shutdown, shutdown_rx) = watch::channel(false);
-    let (proxy_port, proxy_port_rx) = watch::channel(0u16);
-    let (proxy_bound, _) = watch::channel(None);
-    let daemon = Arc::new(Daemon {
-        events: EventLog::new(paths.events_log()),
-        paths: paths.clone(),
-        registry: Mutex::new(registry),
-        started: Instant::now(),
-        shutdown,
-        proxy: Arc::new(ProxyCounters::default()),
-        routes: Arc::new(crate::proxy::Routes::default()),
-        proxy_port,
-        proxy_bound,
-        caddy: Default::default(),
-        https_live: Default::default(),
-        cpu_sample: Mutex::new(None),
-        worlds: world::Worlds::default(),
-        admission: Default::default(),
-    });
+    let daemon = Arc::new(Daemon::new(paths.clone(), registry));
+    let shutdown_rx = daemon.shutdown.subscribe();
+    let proxy_port_rx = daemon.proxy_port.subscribe();
     settings::init_defaults(&daemon)?;
     restore_routes(&daemon)?;
     // Every process this daemon starts shares its session: recorded before

@@ -3,6 +3,7 @@
 
 use super::events::{Event, EventLog};
 use super::world;
+use crate::adapters;
 use crate::paths::Paths;
 use crate::protocol::{Progress, ProgressStep};
 use crate::proxy::ProxyCounters;
@@ -29,6 +30,33 @@ pub struct Daemon {
     pub(crate) cpu_sample: Mutex<Option<(Instant, u64)>>,
     pub(crate) worlds: world::Worlds,
     pub(crate) admission: super::admission::Admission,
+    /// Where an adapter name leads (see [`Adapters`]).
+    pub(crate) adapters: Adapters,
+}
+
+/// How the daemon finds an adapter by name: adapters added to this daemon
+/// first (an in-memory one in handler tests), then the built-in ones and
+/// external `binky-adapter-<name>` executables ([`adapters::by_name`]).
+/// A daemon run by `binky` adds none.
+#[derive(Default)]
+pub(crate) struct Adapters {
+    added: Vec<Arc<dyn adapters::Adapter>>,
+}
+
+impl Adapters {
+    /// The adapter registered as `name`, searching `search_path` (the
+    /// daemon's `PATH` when `None`) for an external one.
+    pub(crate) fn find(
+        &self,
+        name: &str,
+        search_path: Option<&std::ffi::OsStr>,
+    ) -> Option<Arc<dyn adapters::Adapter>> {
+        self.added
+            .iter()
+            .find(|a| a.name() == name)
+            .cloned()
+            .or_else(|| adapters::by_name(name, search_path))
+    }
 }
 
 /// Where a long operation reports what it is doing (frames go to the caller
@@ -76,6 +104,41 @@ pub(crate) async fn wait_proxy_bound(d: &Daemon, port: u16) {
 }
 
 impl Daemon {
+    /// A daemon over `registry` with the state of a fresh start: no routes,
+    /// no worlds in memory, an empty admission queue, the proxy not yet
+    /// bound. [`super::run`] builds it after taking the lock; tests build
+    /// one over a temporary home.
+    pub(crate) fn new(paths: Paths, registry: Registry) -> Daemon {
+        let (shutdown, _) = watch::channel(false);
+        let (proxy_port, _) = watch::channel(0u16);
+        let (proxy_bound, _) = watch::channel(None);
+        Daemon {
+            events: EventLog::new(paths.events_log()),
+            paths,
+            registry: Mutex::new(registry),
+            started: Instant::now(),
+            shutdown,
+            proxy: Arc::new(ProxyCounters::default()),
+            routes: Arc::new(crate::proxy::Routes::default()),
+            proxy_port,
+            proxy_bound,
+            caddy: Default::default(),
+            https_live: Default::default(),
+            cpu_sample: Mutex::new(None),
+            worlds: world::Worlds::default(),
+            admission: Default::default(),
+            adapters: Adapters::default(),
+        }
+    }
+
+    /// Adds `adapter`, found by its name before any built-in or external
+    /// one of that name.
+    #[cfg(test)]
+    pub(crate) fn with_adapter(mut self, adapter: Arc<dyn adapters::Adapter>) -> Daemon {
+        self.adapters.added.push(adapter);
+        self
+    }
+
     /// Locks the registry. A poisoned lock is recovered: the registry's own
     /// transactions keep it consistent.
     pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {

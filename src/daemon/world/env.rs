@@ -139,7 +139,7 @@ pub(super) async fn world_facts(
         let env_fn = lookup_env(&project_env, &env);
         for (n, s) in &cfg.services {
             let Some(r) = s.resource() else { continue };
-            let Some(a) = adapter_for(&r.adapter, &env) else {
+            let Some(a) = adapter_for(d, &r.adapter, &env) else {
                 continue;
             };
             // Rendered per service: an earlier resource's address is a

@@ -111,7 +111,7 @@ async fn teardown_orphan(
         Some(h) => format!("{}; {h}", e.message),
         None => e.message,
     };
-    let Some(adapter) = adapter_for(&o.adapter, client_env) else {
+    let Some(adapter) = adapter_for(d, &o.adapter, client_env) else {
         return Err(format!("no adapter named {} in this build", o.adapter));
     };
     let root = d.registry().project_root(&o.project).ok().flatten();
@@ -320,7 +320,7 @@ async fn drop_unknown_template(
     marker: &Path,
 ) -> Result<TornDown, String> {
     let no_env = ClientEnv::default();
-    let adapter = adapter_for(adapter_name, &no_env)
+    let adapter = adapter_for(d, adapter_name, &no_env)
         .ok_or_else(|| format!("no adapter named {adapter_name} in this build"))?;
     let m = golden::Marker::parse(&std::fs::read_to_string(marker).map_err(|e| e.to_string())?);
     let key = d.registry().fingerprint_key().map_err(|e| e.to_string())?;

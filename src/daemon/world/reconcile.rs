@@ -303,7 +303,7 @@ async fn adoption_plan(
         let ServiceKind::Resource(r) = &s.kind else {
             continue;
         };
-        let Some(adapter) = adapter_for(&r.adapter, no_env) else {
+        let Some(adapter) = adapter_for(d, &r.adapter, no_env) else {
             continue;
         };
         let slice_name = adapter.slice_name(project, slug);

@@ -185,7 +185,7 @@ impl Removal<'_> {
         // Read first: the registry's lock must not be held across the loop.
         let rows = d.registry().slices_of(w.id).map_err(internal)?;
         for s in rows {
-            let Some(adapter) = adapter_for(&s.adapter, client_env) else {
+            let Some(adapter) = adapter_for(d, &s.adapter, client_env) else {
                 continue;
             };
             let mut candidates = Vec::new();

@@ -146,10 +146,11 @@ pub(super) fn adapter_error(service: &str, slice: &Slice, e: adapters::AdapterEr
 /// The adapter named `name`, built in or external (`binky-adapter-<name>` on
 /// the caller's `PATH`).
 pub(super) fn adapter_for(
+    d: &Daemon,
     name: &str,
     client_env: &ClientEnv,
 ) -> Option<Arc<dyn adapters::Adapter>> {
-    adapters::by_name(name, search_path(client_env).as_deref())
+    d.adapters.find(name, search_path(client_env).as_deref())
 }
 
 pub(super) fn no_adapter(service: &str, name: &str) -> ApiError {
@@ -184,7 +185,7 @@ pub(super) async fn provision(
         client_env,
     } = *cx;
     let adapter =
-        adapter_for(&r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
+        adapter_for(d, &r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
     let env_fn = lookup_env(&plan.project_env, client_env);
     let slice_name = adapter.slice_name(project, slug);
     let slice = SliceAt {

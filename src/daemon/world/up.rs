@@ -68,7 +68,7 @@ pub(super) async fn up_locked(
     preflight_env(d, loc, existing.as_ref(), client_env)?;
     for (n, s) in &loc.config.services {
         if let Some(r) = s.resource()
-            && adapter_for(&r.adapter, client_env).is_none()
+            && adapter_for(d, &r.adapter, client_env).is_none()
         {
             return Err(no_adapter(n, &r.adapter));
         }

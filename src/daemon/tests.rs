@@ -1,0 +1,382 @@
+//! Handler-level tests: a [`Daemon`] built over a temporary home and
+//! registry, each verb called through [`handlers::handle`] as the server
+//! calls it, the world's slice made by an in-memory adapter. A verb's logic
+//! (what it records, starts, keeps and tears down) is checked here without
+//! a socket, a CLI or a database server; `tests/it/` checks the same verbs
+//! end to end against real servers.
+
+use super::{Daemon, ProgressTx, handlers, settings};
+use crate::adapters::{Adapter, AdapterError, Capabilities, Slice};
+use crate::paths::Paths;
+use crate::protocol::{
+    ApiError, ClientEnv, Request, Response, ServiceKind, UpRequest, WorldOutcome, WorldRef,
+    WorldState,
+};
+use crate::registry::Registry;
+use async_trait::async_trait;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Slices held in memory: a set of names, and every call in order.
+/// `fail_provision` makes `provision` fail after recording the call, as a
+/// server that refuses would.
+#[derive(Default)]
+struct Memory {
+    slices: Mutex<BTreeSet<String>>,
+    calls: Mutex<Vec<String>>,
+    fail_provision: bool,
+}
+
+impl Memory {
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn slices(&self) -> Vec<String> {
+        self.slices.lock().unwrap().iter().cloned().collect()
+    }
+
+    fn record(&self, verb: &str, slice: &Slice) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("{verb} {}", slice.name));
+    }
+}
+
+#[async_trait]
+impl Adapter for Memory {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+
+    fn serverless(&self) -> bool {
+        true
+    }
+
+    async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
+        self.record("provision", slice);
+        if self.fail_provision {
+            return Err(AdapterError::new("memory: the server refused"));
+        }
+        if !self.slices.lock().unwrap().insert(slice.name.clone()) {
+            return Err(AdapterError::new(format!("{} exists", slice.name)));
+        }
+        Ok(())
+    }
+
+    async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
+        Ok(format!("memory://{}", slice.name))
+    }
+
+    async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
+        self.record("teardown", slice);
+        self.slices.lock().unwrap().remove(&slice.name);
+        Ok(())
+    }
+
+    async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError> {
+        Ok(self.slices.lock().unwrap().contains(&slice.name))
+    }
+}
+
+/// A daemon over a temporary home, a git repository holding one project
+/// (a `memory` resource `db` and a process `app` that sees its address),
+/// and the adapter its slices go to.
+struct Fixture {
+    d: Arc<Daemon>,
+    memory: Arc<Memory>,
+    repo: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Eight ports that nothing listens on now, for the project's range.
+fn port_range() -> (u16, u16) {
+    loop {
+        let lo = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if let Some(hi) = lo.checked_add(7)
+            && (lo..=hi).all(crate::ports::is_free)
+        {
+            return (lo, hi);
+        }
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+impl Fixture {
+    fn new(memory: Memory) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("app");
+        std::fs::create_dir(&repo).unwrap();
+        let (lo, hi) = port_range();
+        // `sleep` ends on its own if a failed test leaves it behind; it
+        // listens nowhere, so its probe is a command.
+        let toml = format!(
+            "[project]\nname = \"unit\"\nport_range = [{lo}, {hi}]\n\n\
+             [services.db]\nadapter = \"memory\"\n\n\
+             [services.app]\ncmd = \"exec sleep 120\"\nurl = \"app\"\nhealth = {{ cmd = \"true\" }}\ndepends_on = [\"db\"]\n\
+             env = {{ DB = \"${{db.url}}\", PORT = \"${{self.port}}\" }}\n"
+        );
+        std::fs::write(repo.join("binky.toml"), toml).unwrap();
+        git(&repo, &["init", "-q"]);
+        git(&repo, &["add", "binky.toml"]);
+        git(&repo, &["commit", "-q", "-m", "project"]);
+        let paths = Paths::at(dir.path().join("home"));
+        paths.ensure().unwrap();
+        let registry = Registry::open(&paths.registry()).unwrap();
+        let memory = Arc::new(memory);
+        let d = Arc::new(Daemon::new(paths, registry).with_adapter(memory.clone()));
+        settings::init_defaults(&d).unwrap();
+        d.registry()
+            .record_session(crate::platform::session_id(), crate::platform::pid())
+            .unwrap();
+        Fixture {
+            d,
+            memory,
+            repo,
+            _dir: dir,
+        }
+    }
+
+    fn world(&self, name: &str) -> WorldRef {
+        WorldRef {
+            project_dir: Some(self.repo.display().to_string()),
+            project: None,
+            name: name.to_owned(),
+        }
+    }
+
+    fn up_request(&self, name: &str, wait: bool) -> UpRequest {
+        UpRequest {
+            world: self.world(name),
+            group: None,
+            env: ClientEnv(std::env::vars().filter(|(k, _)| k == "PATH").collect()),
+            wait,
+        }
+    }
+
+    /// Runs `req` as the server would, with progress dropped.
+    async fn call(&self, req: Request) -> Result<Response, ApiError> {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let (_cancel_tx, cancel) = tokio::sync::watch::channel(false);
+        handlers::handle(&self.d, req, ProgressTx { tx, cancel }).await
+    }
+
+    async fn world_verb(&self, req: Request) -> WorldOutcome {
+        match self.call(req).await {
+            Ok(Response::World(o)) => o,
+            other => panic!("expected a world outcome, got {other:?}"),
+        }
+    }
+
+    async fn up(&self, name: &str) -> WorldOutcome {
+        self.world_verb(Request::Up(self.up_request(name, true)))
+            .await
+    }
+
+    async fn down(&self, name: &str) -> WorldOutcome {
+        self.world_verb(Request::Down(self.world(name))).await
+    }
+
+    async fn remove(&self, name: &str) -> WorldOutcome {
+        self.world_verb(Request::Remove {
+            world: self.world(name),
+            force: false,
+            env: ClientEnv::default(),
+        })
+        .await
+    }
+
+    /// The world's state as `status` reports it.
+    fn state(&self, name: &str) -> Option<WorldState> {
+        let report = self.d.registry().status(None).unwrap();
+        report
+            .projects
+            .iter()
+            .flat_map(|p| &p.worlds)
+            .find(|w| w.name == name)
+            .map(|w| w.state)
+    }
+
+    /// Waits (at most 30 s) until the world is in `state`.
+    async fn wait_state(&self, name: &str, state: WorldState) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.state(name) != Some(state) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{name} never became {state:?}; it is {:?}",
+                self.state(name)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn app_pid(o: &WorldOutcome) -> u32 {
+    o.world
+        .services
+        .iter()
+        .find(|s| s.name == "app" && s.kind == ServiceKind::Process)
+        .and_then(|s| s.pid)
+        .unwrap_or_else(|| panic!("app has no pid: {o:?}"))
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie is dead for this purpose: its process has ended.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
+}
+
+async fn gone(pid: u32) -> bool {
+    for _ in 0..500 {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_down_up_reload_remove_make_keep_and_tear_down_one_slice() {
+    let f = Fixture::new(Memory::default());
+    let first = f.up("feature-a").await;
+    assert_eq!(first.world.state, WorldState::Running, "{first:?}");
+    assert_eq!(f.memory.slices(), ["unit_feature-a"]);
+    let pid = app_pid(&first);
+    assert!(alive(pid));
+    // The process got the slice's address, rendered.
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    assert!(
+        environ
+            .split(|b| *b == 0)
+            .any(|v| v == b"DB=memory://unit_feature-a"),
+        "DB is not the slice's address"
+    );
+    let worktree = PathBuf::from(&first.world.path);
+    assert!(worktree.join("binky.toml").is_file());
+
+    // down stops the process and keeps the slice and the worktree.
+    let down = f.down("feature-a").await;
+    assert_eq!(down.world.state, WorldState::Stopped);
+    assert!(gone(pid).await, "app {pid} outlived down");
+    assert_eq!(f.memory.slices(), ["unit_feature-a"]);
+    assert!(worktree.is_dir());
+
+    // up again reuses the slice (no second provision) and the ports.
+    let again = f.up("feature-a").await;
+    assert_eq!(again.world.state, WorldState::Running);
+    assert_eq!(f.memory.calls(), ["provision unit_feature-a"]);
+    let port = |o: &WorldOutcome| o.world.services.iter().find_map(|s| s.port);
+    assert!(port(&first).is_some(), "{first:?}");
+    assert_eq!(port(&again), port(&first));
+
+    // reload: a new process, the same slice.
+    let old = app_pid(&again);
+    let reloaded = f
+        .world_verb(Request::Reload(f.up_request("feature-a", true)))
+        .await;
+    assert_ne!(app_pid(&reloaded), old);
+    assert!(gone(old).await);
+    let pid = app_pid(&reloaded);
+
+    // remove: the process, the slice (once) and the worktree go; the
+    // registry forgets the world.
+    let removed = f.remove("feature-a").await;
+    assert_eq!(removed.torn_down, ["unit_feature-a"], "{removed:?}");
+    assert!(gone(pid).await, "app {pid} outlived remove");
+    assert_eq!(
+        f.memory.calls(),
+        ["provision unit_feature-a", "teardown unit_feature-a"]
+    );
+    assert!(f.memory.slices().is_empty());
+    assert!(!worktree.exists());
+    assert_eq!(f.state("feature-a"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_provision_fails_up_and_leaves_no_slice_and_no_process() {
+    let f = Fixture::new(Memory {
+        fail_provision: true,
+        ..Memory::default()
+    });
+    let err = f
+        .call(Request::Up(f.up_request("broken", true)))
+        .await
+        .expect_err("up must fail");
+    assert!(
+        err.message.contains("services.db") && err.message.contains("the server refused"),
+        "{err:?}"
+    );
+    assert_eq!(f.state("broken"), Some(WorldState::Failed));
+    let owner = f.d.registry().slice_owner("memory", "unit_broken").unwrap();
+    assert_eq!(owner, None, "a slice that was never made is recorded");
+    // The process that needs the slice never started.
+    assert!(
+        f.d.registry().status(None).unwrap().projects[0].worlds[0]
+            .services
+            .iter()
+            .all(|s| s.pid.is_none())
+    );
+    // The failed provision was dropped at once (a server may have made
+    // part of it); remove then has nothing left to tear down.
+    let dropped = ["provision unit_broken", "teardown unit_broken"];
+    assert_eq!(f.memory.calls(), dropped);
+    let removed = f.remove("broken").await;
+    assert!(removed.torn_down.is_empty(), "{removed:?}");
+    assert_eq!(f.memory.calls(), dropped);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_max_parallel_one_a_second_up_queues_until_the_first_is_down() {
+    let f = Fixture::new(Memory::default());
+    settings::set_reserve(&f.d, None, None, Some(1)).unwrap();
+    f.up("first").await;
+    let queued = f
+        .world_verb(Request::Up(f.up_request("second", false)))
+        .await;
+    assert_eq!(queued.world.state, WorldState::Queued, "{queued:?}");
+    let place = queued.world.queue.as_ref().expect("a queue place");
+    assert_eq!((place.position, place.of), (1, 1));
+    // Nothing of the queued world is made while it waits.
+    assert_eq!(f.memory.slices(), ["unit_first"]);
+
+    f.down("first").await;
+    f.wait_state("second", WorldState::Running).await;
+    assert_eq!(f.memory.slices(), ["unit_first", "unit_second"]);
+
+    for w in ["first", "second"] {
+        f.remove(w).await;
+    }
+    assert!(f.memory.slices().is_empty());
+}
