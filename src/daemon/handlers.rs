@@ -7,8 +7,6 @@ use crate::protocol::{ApiError, DaemonInfo, Metrics, Request, Response, VERSION}
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::errors::internal;
-
 /// Dispatches one request.
 pub(super) async fn handle(
     d: &Arc<Daemon>,
@@ -38,13 +36,13 @@ pub(super) async fn handle(
                     r.sort_naturally();
                     Response::Status(r)
                 })
-                .map_err(internal)
+                .map_err(ApiError::from)
         }
         Request::Config => d
             .registry()
             .settings()
             .map(Response::Settings)
-            .map_err(internal),
+            .map_err(ApiError::from),
         Request::SetReserve {
             ram_pct,
             disk_gb,
@@ -100,11 +98,7 @@ pub(super) async fn handle(
 fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
     let (worlds, (services_running, restarts, port_reservations), registry_bytes) = {
         let reg = d.registry();
-        (
-            reg.world_counts().map_err(internal)?,
-            reg.counters().map_err(internal)?,
-            reg.size_bytes(),
-        )
+        (reg.world_counts()?, reg.counters()?, reg.size_bytes())
     };
     let suspended = worlds
         .get(crate::protocol::WorldState::Suspended.as_str())
@@ -112,13 +106,8 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         .unwrap_or(0);
     // Each registry read in its own statement: a guard held in the struct
     // literal below would lock the registry twice.
-    let footprints = d
-        .registry()
-        .footprints()
-        .map_err(internal)?
-        .into_iter()
-        .collect();
-    let queue_length = d.registry().queue().map_err(internal)?.len() as u64;
+    let footprints = d.registry().footprints()?.into_iter().collect();
+    let queue_length = d.registry().queue()?.len() as u64;
     let (rss_bytes, cpu_time_ms) = self_usage();
     let memory = crate::platform::memory();
     let now = Instant::now();

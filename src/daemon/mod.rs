@@ -15,7 +15,7 @@
 //! | `state` | [`Daemon`] (what every verb holds), how it finds adapters, and `ProgressTx` |
 //! | `tests` | the verbs at the handler, over a temporary registry and an in-memory adapter |
 //! | `handlers` | one match: request → verb |
-//! | `errors` | registry and adapter errors as API errors, always redacted |
+//! | `errors` | each domain's error (adapter, registry, ports, config, worktree) as an API error that says what to do |
 //! | `events` | the append-only `events.log` |
 //! | `settings` | `reserve`, `port`, `config` |
 //! | `admission` | the queue of `up`s, room (max_parallel, RAM, disk), fairness across groups |

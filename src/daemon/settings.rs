@@ -109,10 +109,7 @@ pub(super) fn set_ports(
     proxy: Option<u32>,
     https: Option<u32>,
 ) -> Result<Settings, ApiError> {
-    let current = d
-        .registry()
-        .settings()
-        .map_err(|e| ApiError::new(e.to_string()))?;
+    let current = d.registry().settings()?;
     let mut pairs = Vec::new();
     let check = |flag: &str, p: u32, now: u16| -> Result<u16, ApiError> {
         let port = u16::try_from(p).ok().filter(|p| *p != 0).ok_or_else(|| {
@@ -151,8 +148,7 @@ pub(super) fn set_ports(
 fn store(d: &Daemon, pairs: &[Setting]) -> Result<Settings, ApiError> {
     let mut reg = d.registry();
     if !pairs.is_empty() {
-        reg.set_settings(pairs)
-            .map_err(|e| ApiError::new(e.to_string()))?;
+        reg.set_settings(pairs)?;
     }
-    reg.settings().map_err(|e| ApiError::new(e.to_string()))
+    Ok(reg.settings()?)
 }

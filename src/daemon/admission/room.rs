@@ -4,7 +4,6 @@
 use super::decide::{Decision, Room, Waiting};
 use super::tickets::{Admitted, Step};
 use super::{Backoff, DEFAULT_FOOTPRINT, DISK_RESERVE_SHARE, RESUME_MARGIN, State, hold};
-use crate::daemon::errors::internal;
 use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, WorldKey};
 use crate::protocol::ApiError;
@@ -81,9 +80,9 @@ pub(super) fn waiting(d: &Daemon, rows: &[QueueRow]) -> Vec<Waiting> {
 /// the disks under `BINKY_HOME` and each queued project.
 pub(super) fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, ApiError> {
     let reg = d.registry();
-    let s = reg.settings().map_err(internal)?;
+    let s = reg.settings()?;
     let mut active: std::collections::BTreeMap<String, u32> = Default::default();
-    for w in reg.active_worlds().map_err(internal)? {
+    for w in reg.active_worlds()? {
         if w.state != crate::protocol::WorldState::Suspended
             && !st.pending.contains_key(&WorldKey::new(w.project, w.world))
         {
@@ -111,10 +110,7 @@ pub(super) fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, Ap
     // small filesystem (a 1 GB /tmp) it would keep every `up` queued for
     // good, so it is at most a tenth of each. A reserve the user set is
     // kept as set.
-    let chosen = d
-        .registry()
-        .setting_is_set("disk_reserve_gb")
-        .map_err(internal)?;
+    let chosen = d.registry().setting_is_set("disk_reserve_gb")?;
     let mut paths: Vec<String> = vec![d.paths.home().display().to_string()];
     for r in rows {
         if !paths.contains(&r.disk_path) {
@@ -152,7 +148,7 @@ pub(super) fn look(d: &Arc<Daemon>, ticket: i64) -> Result<Step, ApiError> {
     let started = std::time::Instant::now();
     d.admission.looks.fetch_add(1, Ordering::Relaxed);
     let mut st = d.admission.lock();
-    let rows = d.registry().queue().map_err(internal)?;
+    let rows = d.registry().queue()?;
     let Some(me) = rows.iter().position(|r| r.ticket == ticket) else {
         return Ok(Step::Gone);
     };
@@ -161,7 +157,7 @@ pub(super) fn look(d: &Arc<Daemon>, ticket: i64) -> Result<Step, ApiError> {
     let decision = super::decide::decide(&queue, &room);
     if decision == Decision::Admit(me) {
         let row = &rows[me];
-        d.registry().mark_admitted(ticket).map_err(internal)?;
+        d.registry().mark_admitted(ticket)?;
         crate::faults::point("admission:admitted");
         let key = WorldKey::new(&row.project, &row.world);
         st.pending

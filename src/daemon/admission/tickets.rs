@@ -5,7 +5,6 @@
 use super::room::{Standing, look};
 use super::sampler::{ensure_sampler, psi_allowed, sample_interval};
 use super::{SETTLE, TICK, hold};
-use crate::daemon::errors::internal;
 use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, ProgressTx, WorldKey};
 use crate::protocol::{ApiError, ClientEnv, UpRequest, WorldRef};
@@ -70,17 +69,15 @@ pub(crate) fn enqueue(
     req: &UpRequest,
     disk_path: &str,
 ) -> Result<(i64, bool), ApiError> {
-    let request = serde_json::to_string(&req.world).map_err(internal)?;
-    let t = d
-        .registry()
-        .enqueue(
-            project,
-            &req.world.name,
-            req.group.as_deref().unwrap_or(""),
-            &request,
-            disk_path,
-        )
-        .map_err(internal)?;
+    // Strings and options of strings: serialising cannot fail.
+    let request = serde_json::to_string(&req.world).expect("a WorldRef serialises");
+    let t = d.registry().enqueue(
+        project,
+        &req.world.name,
+        req.group.as_deref().unwrap_or(""),
+        &request,
+        disk_path,
+    )?;
     Ok(t)
 }
 
@@ -205,11 +202,7 @@ pub(crate) async fn wait(
 /// Takes `project`/`world` out of the queue (`down`, `remove`); whether it
 /// was queued.
 pub(crate) fn withdraw(d: &Daemon, project: &str, world: &str) -> Result<bool, ApiError> {
-    let gone = d
-        .registry()
-        .dequeue_world(project, world)
-        .map_err(internal)?
-        .is_some();
+    let gone = d.registry().dequeue_world(project, world)?.is_some();
     if gone {
         d.event(crate::daemon::world::world_event(
             EventKind::AdmissionWithdrawn,

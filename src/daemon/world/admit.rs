@@ -5,7 +5,6 @@
 use super::locate::{Located, locate};
 use super::up::{fully_running, up_locked};
 use super::world_status;
-use crate::daemon::errors::internal;
 use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
 use crate::protocol::{ApiError, UpRequest, WorldOutcome, WorldState};
 use std::sync::Arc;
@@ -27,8 +26,8 @@ pub(super) async fn admit(
 ) -> Result<Result<Option<admission::Admitted>, WorldOutcome>, ApiError> {
     let known = {
         let reg = d.registry();
-        match reg.project_id(&loc.name).map_err(internal)? {
-            Some(pid) => reg.find_world(pid, &req.world.name).map_err(internal)?,
+        match reg.project_id(&loc.name)? {
+            Some(pid) => reg.find_world(pid, &req.world.name)?,
             None => None,
         }
     };

@@ -7,7 +7,7 @@ use super::plan::{Plan, base_env, facts_for, lookup_env, render_strict, with_con
 use super::slices::{Resolved, adapter_error};
 use super::{FAILURE_HEAD_LINES, FAILURE_LOG_LINES, SliceJob, WorldCtx, world_event};
 use crate::adapters::{Slice, golden};
-use crate::daemon::errors::internal;
+use crate::daemon::errors::file_error;
 use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, ProgressTx};
 use crate::faults::point as fault_point;
@@ -144,8 +144,10 @@ pub(super) async fn run_data_commands(
             &fx,
         )?;
         supervisor::logs::mark_run(log, &format!("services.{service}.{step}"));
-        let out = supervisor::logs::open_append(log).map_err(internal)?;
-        let err = out.try_clone().map_err(internal)?;
+        let out = supervisor::logs::open_append(log)
+            .and_then(|out| Ok((out.try_clone()?, out)))
+            .map_err(|e| file_error("open", log, e))?;
+        let (err, out) = out;
         let status = crate::platform::command("/bin/sh")
             .arg("-c")
             .arg(&rendered)

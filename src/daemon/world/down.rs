@@ -5,7 +5,6 @@ use super::locate::{check_group, find_world, locate};
 use super::processes::stop_processes;
 use super::up::up_locked;
 use super::{outcome, withdrawn, world_event, world_exists};
-use crate::daemon::errors::internal;
 use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
 use crate::faults::point as fault_point;
@@ -26,13 +25,11 @@ pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome
     let w = find_world(d, &loc, &wref.name)?;
     let noop = w.state == WorldState::Stopped;
     d.registry()
-        .set_world_state(w.id, w.state, Some(Intent::Down), None)
-        .map_err(internal)?;
+        .set_world_state(w.id, w.state, Some(Intent::Down), None)?;
     fault_point("down:intent");
     let left = stop_processes(d, &w).await;
     d.registry()
-        .set_world_state(w.id, WorldState::Stopped, None, None)
-        .map_err(internal)?;
+        .set_world_state(w.id, WorldState::Stopped, None, None)?;
     admission::learned(d, w.id, &loc.name);
     d.event(world_event(EventKind::Down, &loc.name, &w.name));
     // After the event: the log then reads down, then the admission it let
@@ -62,21 +59,18 @@ pub(crate) async fn suspend(
     let w = {
         let reg = d.registry();
         let pid = reg
-            .project_id(project)
-            .map_err(internal)?
+            .project_id(project)?
             .ok_or_else(|| ApiError::new(format!("project {project} is gone")))?;
-        reg.find_world(pid, name)
-            .map_err(internal)?
+        reg.find_world(pid, name)?
             .ok_or_else(|| ApiError::new(format!("world {name} is gone")))?
     };
     if w.state != WorldState::Running {
         return Err(ApiError::new(format!("{name} is {}, not running", w.state)));
     }
     d.registry()
-        .set_world_state(w.id, w.state, Some(Intent::Suspend), None)
-        .map_err(internal)?;
+        .set_world_state(w.id, w.state, Some(Intent::Suspend), None)?;
     stop_processes(d, &w).await;
-    d.registry().set_suspended(w.id, why).map_err(internal)?;
+    d.registry().set_suspended(w.id, why)?;
     Ok(())
 }
 
@@ -109,8 +103,7 @@ pub(crate) async fn reload(
         .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
     // Intent first, so a crash mid-reload is reported as such.
     d.registry()
-        .set_world_state(w.id, w.state, Some(Intent::Reload), None)
-        .map_err(internal)?;
+        .set_world_state(w.id, w.state, Some(Intent::Reload), None)?;
     progress.say(
         crate::protocol::ProgressStep::Stop,
         None,
@@ -119,8 +112,7 @@ pub(crate) async fn reload(
     stop_processes(d, &w).await;
     fault_point("reload:stopped");
     d.registry()
-        .set_world_state(w.id, WorldState::Stopped, None, None)
-        .map_err(internal)?;
+        .set_world_state(w.id, WorldState::Stopped, None, None)?;
     let out = up_locked(
         d,
         &loc,

@@ -1,6 +1,6 @@
 //! `env` and what later verbs render with: a world's facts after `up`.
 
-use super::locate::{Located, find_world, invalid_config, join_subdir, locate};
+use super::locate::{Located, find_world, join_subdir, locate};
 use super::plan::{facts_for, facts_of, lookup_env, project_env, project_vars};
 use super::reach::pinned;
 use super::slices::{Resolved, SliceAt, adapter_error, adapter_for};
@@ -9,7 +9,6 @@ use crate::config;
 use crate::config::Config;
 use crate::config::render::ServiceFacts;
 use crate::daemon::Daemon;
-use crate::daemon::errors::internal;
 use crate::protocol::{ApiError, ClientEnv, WorldEnv, WorldRef};
 use crate::registry::WorldRow;
 use indexmap::IndexMap;
@@ -130,7 +129,7 @@ pub(super) async fn world_facts(
     caller: &ClientEnv,
 ) -> Result<WorldFacts, ApiError> {
     let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
-    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
+    let cfg = config::load(&world_root.join(config::FILE_NAME))?;
     let ports = world_ports(d, w.id)?;
     let env = d.worlds.env_for(w.id, caller);
     let project_env = project_env(&cfg, &world_root, &loc.main_root())?;
@@ -182,7 +181,7 @@ pub(crate) fn locate_service(
     let loc = locate(d, &wref)?;
     let w = find_world(d, &loc, &wref.name)?;
     let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
-    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
+    let cfg = config::load(&world_root.join(config::FILE_NAME))?;
     let svc = cfg.services.get(service).ok_or_else(|| {
         ApiError::new(format!("world `{}` has no service `{service}`", w.name)).hint(format!(
             "services: {}",
@@ -190,14 +189,14 @@ pub(crate) fn locate_service(
         ))
     })?;
     if let Some(label) = svc.process().and_then(|p| p.url.as_deref()) {
-        let port = d.registry().settings().map_err(internal)?.proxy_port;
+        let port = d.registry().settings()?.proxy_port;
         return Ok(crate::protocol::ServiceTarget {
             port,
             host: format!("{label}.{}.{}", w.slug, cfg.project.domain),
             via_proxy: true,
         });
     }
-    let port = d.registry().service_port(w.id, service).map_err(internal)?;
+    let port = d.registry().service_port(w.id, service)?;
     match port {
         Some(port) => Ok(crate::protocol::ServiceTarget {
             port,

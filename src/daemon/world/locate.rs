@@ -3,7 +3,6 @@
 
 use super::slices::search_path;
 use crate::config::Config;
-use crate::daemon::errors::internal;
 use crate::daemon::{Daemon, admission};
 use crate::protocol::{ApiError, ClientEnv, WorldRef};
 use crate::registry::WorldRow;
@@ -35,34 +34,13 @@ pub(super) fn join_subdir(base: &Path, subdir: &Path) -> PathBuf {
     }
 }
 
-pub(super) fn invalid_config(e: config::LoadError) -> ApiError {
-    match e {
-        config::LoadError::Invalid { path, report } => {
-            let shown = path.display().to_string();
-            let lines: Vec<String> = report
-                .diagnostics
-                .iter()
-                .filter(|d| d.severity == config::Severity::Error)
-                .map(|d| d.render(&shown))
-                .collect();
-            ApiError::new(format!("{shown} is not valid:\n{}", lines.join("\n")))
-                .hint(format!("run `binky check {shown}` and fix what it reports"))
-        }
-        other => ApiError::new(other.to_string()),
-    }
-}
-
 pub(super) fn locate(d: &Daemon, w: &WorldRef) -> Result<Located, ApiError> {
     let dir = match (&w.project_dir, &w.project) {
         (_, Some(name)) => {
-            let root = d
-                .registry()
-                .project_root(name)
-                .map_err(internal)?
-                .ok_or_else(|| {
-                    ApiError::new(format!("no project named `{name}` is known to this daemon"))
-                        .hint("run the command inside the project, or pass --project PATH")
-                })?;
+            let root = d.registry().project_root(name)?.ok_or_else(|| {
+                ApiError::new(format!("no project named `{name}` is known to this daemon"))
+                    .hint("run the command inside the project, or pass --project PATH")
+            })?;
             PathBuf::from(root)
         }
         (Some(dir), None) => PathBuf::from(dir),
@@ -72,7 +50,7 @@ pub(super) fn locate(d: &Daemon, w: &WorldRef) -> Result<Located, ApiError> {
         ApiError::new(e.to_string())
             .hint("run binky inside a project (a folder with binky.toml), or pass --project")
     })?;
-    let config = config::load(&file).map_err(invalid_config)?;
+    let config = config::load(&file)?;
     let loc = worktree::locate(&config.root).map_err(|e| {
         let hint = match e {
             worktree::WorktreeError::DubiousOwnership(_) => {
@@ -150,10 +128,9 @@ pub(super) fn check_path(path: &Path) -> Result<(), ApiError> {
 pub(super) fn find_world(d: &Daemon, loc: &Located, name: &str) -> Result<WorldRow, ApiError> {
     let found = {
         let reg = d.registry();
-        let pid = reg.project_id(&loc.name).map_err(internal)?;
+        let pid = reg.project_id(&loc.name)?;
         pid.and_then(|pid| reg.find_world(pid, name).transpose())
-            .transpose()
-            .map_err(internal)?
+            .transpose()?
     };
     found.ok_or_else(|| match queued_unmade(d, &loc.name, name) {
         Some(place) => ApiError::new(format!(

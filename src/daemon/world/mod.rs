@@ -25,7 +25,6 @@
 //! of (a world's status and ports).
 
 use self::locate::Located;
-use super::errors::internal;
 use super::events::{Event as LogEvent, EventKind};
 use super::{Daemon, WorldKey, admission};
 use crate::config::{self, Config};
@@ -190,10 +189,10 @@ fn first_line(s: &str) -> String {
 /// Whether `name` has a world row in `loc`'s project.
 fn world_exists(d: &Daemon, loc: &Located, name: &str) -> Result<bool, ApiError> {
     let reg = d.registry();
-    let Some(pid) = reg.project_id(&loc.name).map_err(internal)? else {
+    let Some(pid) = reg.project_id(&loc.name)? else {
         return Ok(false);
     };
-    Ok(reg.find_world(pid, name).map_err(internal)?.is_some())
+    Ok(reg.find_world(pid, name)?.is_some())
 }
 
 /// What `down`/`remove` of a queued world that was never made answers.
@@ -240,10 +239,9 @@ fn outcome(
 fn world_status(d: &Daemon, project: &str, world_id: i64) -> Result<WorldStatus, ApiError> {
     let reg = d.registry();
     let (_, row_name) = reg
-        .world_names(world_id)
-        .map_err(internal)?
+        .world_names(world_id)?
         .ok_or_else(|| ApiError::new("world vanished from the registry"))?;
-    let mut report = reg.status(Some(project)).map_err(internal)?;
+    let mut report = reg.status(Some(project))?;
     drop(reg);
     fill_urls(d, &mut report);
     report
@@ -256,6 +254,6 @@ fn world_status(d: &Daemon, project: &str, world_id: i64) -> Result<WorldStatus,
 
 /// A world's reserved ports by `(service, name)`.
 fn world_ports(d: &Daemon, world_id: i64) -> Result<IndexMap<ports::PortKey, u16>, ApiError> {
-    let ports = d.registry().world_ports(world_id).map_err(internal)?;
+    let ports = d.registry().world_ports(world_id)?;
     Ok(ports.into_iter().collect())
 }

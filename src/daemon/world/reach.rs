@@ -6,7 +6,6 @@ use crate::adapters;
 use crate::adapters::Slice;
 use crate::adapters::server::{self, Server};
 use crate::daemon::Daemon;
-use crate::daemon::errors::internal;
 use crate::protocol::ApiError;
 
 /// A slice as it will be acted on: rendered so that it reaches the server
@@ -24,7 +23,7 @@ pub(super) fn server_now(
     adapter: &dyn adapters::Adapter,
     slice: &Slice,
 ) -> Result<Option<Server>, ApiError> {
-    let key = d.registry().fingerprint_key().map_err(internal)?;
+    let key = d.registry().fingerprint_key()?;
     Ok(adapters::server_of(adapter, slice, &key))
 }
 
@@ -55,7 +54,7 @@ pub(super) fn reach(
             note: None,
         });
     };
-    let key = d.registry().fingerprint_key().map_err(internal)?;
+    let key = d.registry().fingerprint_key()?;
     let now = adapters::server_of(adapter, &candidates[0], &key);
     let named = now
         .as_ref()
@@ -126,8 +125,7 @@ pub(super) fn pinned(
 ) -> Result<Slice, ApiError> {
     let recorded = d
         .registry()
-        .slices_of(world_id)
-        .map_err(internal)?
+        .slices_of(world_id)?
         .into_iter()
         .find(|r| r.service == service && r.slice == slice.name)
         .and_then(|r| r.server);

@@ -1,7 +1,7 @@
 //! After a daemon restart: re-adopting the worlds still running, stopping what
 //! no world owns, settling interrupted verifies.
 
-use super::locate::{Located, find_world, invalid_config, join_subdir, locate};
+use super::locate::{Located, find_world, join_subdir, locate};
 use super::plan::{Plan, build_facts, levels, lookup_env, process_spec, project_env};
 use super::processes::recorder;
 use super::reach::pinned;
@@ -10,7 +10,6 @@ use super::slices::{Resolved, SliceAt, adapter_for, slice_for};
 use super::{Runtime, WorldCtx, first_line, world_event, world_ports};
 use crate::config::ServiceKind;
 use crate::daemon::Daemon;
-use crate::daemon::errors::internal;
 use crate::daemon::events::{Event as LogEvent, EventKind};
 use crate::protocol::{ApiError, ClientEnv, ServiceState, WorldRef, WorldState};
 use crate::registry::RecordedProcess;
@@ -221,7 +220,7 @@ pub(super) async fn adopt_world(
     )?;
     let w = find_world(d, &loc, name)?;
     let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
-    let cfg = config::load(&world_root.join(config::FILE_NAME)).map_err(invalid_config)?;
+    let cfg = config::load(&world_root.join(config::FILE_NAME))?;
     if cfg.project.https {
         let _ = ensure_https(d, project, name).await;
     }
@@ -238,8 +237,7 @@ pub(super) async fn adopt_world(
     let mut plan = adoption_plan(&cx, &loc, world_root).await?;
     let recorded: HashMap<String, RecordedProcess> = d
         .registry()
-        .world_processes(world_id)
-        .map_err(internal)?
+        .world_processes(world_id)?
         .into_iter()
         .map(|p| (p.name.clone(), p))
         .collect();
@@ -296,7 +294,7 @@ async fn adoption_plan(
         strict: true,
         slices_ready: false,
         config_note: None,
-        token: d.registry().world_token(world_id).map_err(internal)?,
+        token: d.registry().world_token(world_id)?,
     };
     let env_fn = lookup_env(&plan.project_env, no_env);
     for (n, s) in &cfg.services {

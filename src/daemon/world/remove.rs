@@ -7,7 +7,6 @@ use super::processes::stop_processes;
 use super::reach::{Reached, TornDown, not_found_note, reach, tear_down};
 use super::slices::{SliceAt, adapter_for};
 use super::{first_line, withdrawn, world_event, world_exists, world_status};
-use crate::daemon::errors::internal;
 use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, WorldKey, admission};
 use crate::faults::point as fault_point;
@@ -55,8 +54,7 @@ pub(crate) async fn remove(
     let git = user_git(&client_env)?;
     let before = world_status(d, &loc.name, w.id)?;
     d.registry()
-        .set_world_state(w.id, w.state, Some(Intent::Remove), None)
-        .map_err(internal)?;
+        .set_world_state(w.id, w.state, Some(Intent::Remove), None)?;
     let mut notes = stop_processes(d, &w).await;
     // The sampler looks again: with this world gone it may have nothing
     // left to watch, and stops.
@@ -68,7 +66,7 @@ pub(crate) async fn remove(
     {
         let reg = d.registry();
         let _ = reg.release_ports(w.id);
-        reg.delete_world(w.id).map_err(internal)?;
+        reg.delete_world(w.id)?;
     }
     d.routes.remove_world(&loc.name, &w.name);
     d.event(world_event(EventKind::Removed, &loc.name, &w.name));
@@ -141,10 +139,7 @@ impl Removal<'_> {
         }
         let p2 = path.clone();
         let git = user_git(client_env)?;
-        let changes = tokio::task::spawn_blocking(move || worktree::changes(&git, &p2))
-            .await
-            .map_err(internal)?
-            .map_err(internal)?;
+        let changes = tokio::task::spawn_blocking(move || worktree::changes(&git, &p2)).await??;
         if changes.is_empty() {
             return Ok((ours, left_in_place));
         }
@@ -183,7 +178,7 @@ impl Removal<'_> {
         let envs: Vec<&ClientEnv> = std::iter::once(client_env).chain(built.as_ref()).collect();
         let mut teardowns = Vec::new();
         // Read first: the registry's lock must not be held across the loop.
-        let rows = d.registry().slices_of(w.id).map_err(internal)?;
+        let rows = d.registry().slices_of(w.id)?;
         for s in rows {
             let Some(adapter) = adapter_for(d, &s.adapter, client_env) else {
                 continue;
@@ -249,9 +244,7 @@ impl Removal<'_> {
                 adapter: &s.adapter,
                 slice: &s.slice,
             };
-            d.registry()
-                .set_slice(&key, SliceState::Teardown, None)
-                .map_err(internal)?;
+            d.registry().set_slice(&key, SliceState::Teardown, None)?;
             fault_point("remove:teardown");
             let (result, shown) = match reached {
                 Ok(r) => {
@@ -271,7 +264,7 @@ impl Removal<'_> {
                     notes.push(not_found_note(d, adapter.as_ref(), slice));
                 }
                 let reg = d.registry();
-                reg.delete_slice(&s.adapter, &s.slice).map_err(internal)?;
+                reg.delete_slice(&s.adapter, &s.slice)?;
                 // Gone: a later failure must not leave it shown as
                 // provisioned.
                 let _ = reg.service_state(w.id, &s.service, ServiceState::Stopped, None, false);
@@ -312,9 +305,8 @@ impl Removal<'_> {
         let _repo_guard = repo_lock.lock().await;
         fault_point("remove:torn_down");
         if ours || !path.exists() {
-            let removed = tokio::task::spawn_blocking(move || worktree::remove(&git, &main, &p2))
-                .await
-                .map_err(internal)?;
+            let removed =
+                tokio::task::spawn_blocking(move || worktree::remove(&git, &main, &p2)).await?;
             match removed {
                 Ok(()) => {}
                 Err(_) if !path.exists() => {}

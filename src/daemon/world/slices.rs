@@ -10,7 +10,6 @@ use crate::adapters::Slice;
 use crate::adapters::server::Server;
 use crate::config::Config;
 use crate::config::render::ServiceFacts;
-use crate::daemon::errors::internal;
 use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, ProgressTx};
 use crate::faults::point as fault_point;
@@ -219,8 +218,7 @@ pub(super) async fn provision(
     };
     let known = d
         .registry()
-        .slices_of(world_id)
-        .map_err(internal)?
+        .slices_of(world_id)?
         .into_iter()
         .find(|s| s.service == service && s.slice == slice_name);
     let server = server_now(d, adapter.as_ref(), &slice)?;
@@ -258,8 +256,7 @@ pub(super) async fn provision(
     p.record(SliceState::Live, None)?;
     if let Some(key) = &p.world_key {
         d.registry()
-            .set_slice_migrated(adapter.name(), &slice_name, key)
-            .map_err(internal)?;
+            .set_slice_migrated(adapter.name(), &slice_name, key)?;
     }
     let mut ev = world_event(EventKind::Provisioned, project, world);
     ev.service = Some(service.to_owned());
@@ -281,10 +278,7 @@ fn check_ours(
     adapter: &dyn adapters::Adapter,
     slice: &str,
 ) -> Result<(), ApiError> {
-    let owner = d
-        .registry()
-        .slice_owner(adapter.name(), slice)
-        .map_err(internal)?;
+    let owner = d.registry().slice_owner(adapter.name(), slice)?;
     match owner {
         Some(p) if p == project => Ok(()),
         Some(other) => Err(ApiError::new(format!(
@@ -331,7 +325,7 @@ impl Provisioning<'_> {
         };
         d.registry()
             .set_slice(&key, state, server)
-            .map_err(internal)
+            .map_err(ApiError::from)
     }
 
     /// When the slice's record names another server than `admin_url` does
@@ -377,7 +371,7 @@ impl Provisioning<'_> {
             .map_err(|e| adapter_error(service, &old.slice, e))?;
         d.registry()
             .delete_slice(self.adapter.name(), &self.slice.name)
-            .map_err(internal)
+            .map_err(ApiError::from)
     }
 
     /// An adapter error naming the service, never the credentials.
@@ -415,8 +409,7 @@ impl Provisioning<'_> {
             self.cx
                 .d
                 .registry()
-                .set_slice_migrated(self.adapter.name(), &self.slice.name, key)
-                .map_err(internal)?;
+                .set_slice_migrated(self.adapter.name(), &self.slice.name, key)?;
         }
         Ok(address)
     }

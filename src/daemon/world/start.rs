@@ -6,7 +6,6 @@ use super::processes::recorder;
 use super::up::cancelled_error;
 use super::{FAILURE_HEAD_LINES, FAILURE_LOG_LINES, Runtime, WorldCtx};
 use crate::daemon::ProgressTx;
-use crate::daemon::errors::internal;
 use crate::faults::point as fault_point;
 use crate::protocol::{ApiError, ServiceState};
 use crate::supervisor;
@@ -101,8 +100,7 @@ fn start_level(
             format!("starting {sname}"),
         );
         d.registry()
-            .service_state(world_id, sname, ServiceState::Starting, None, false)
-            .map_err(internal)?;
+            .service_state(world_id, sname, ServiceState::Starting, None, false)?;
         let recorder = recorder(
             d.clone(),
             world_id,

@@ -6,7 +6,7 @@ use super::reach::{TornDown, reach, server_now, tear_down};
 use super::slices::{Provisioning, Resolved, adapter_error};
 use super::{SliceJob, WorldCtx, world_event};
 use crate::adapters::{Slice, golden};
-use crate::daemon::errors::internal;
+use crate::daemon::errors::file_error;
 use crate::daemon::events::EventKind;
 use crate::faults::point as fault_point;
 use crate::protocol::ApiError;
@@ -106,7 +106,7 @@ impl Provisioning<'_> {
                 migrated: migrated.clone(),
                 server,
             };
-            std::fs::write(&marker, m.render()).map_err(internal)?;
+            std::fs::write(&marker, m.render()).map_err(|e| file_error("write", &marker, e))?;
             d.event(world_event(EventKind::GoldenBuilt, project, world).detail(tname.clone()));
         }
         Ok(Template {

@@ -3,9 +3,7 @@
 
 use super::admit::{admit, up_with};
 use super::data::moved_migrations;
-use super::locate::{
-    Located, check_group, check_name, check_path, invalid_config, join_subdir, locate, user_git,
-};
+use super::locate::{Located, check_group, check_name, check_path, join_subdir, locate, user_git};
 use super::plan::{Plan, build_facts, config_differs, preflight_env, project_env};
 use super::processes::stop_processes;
 use super::routes::ensure_https;
@@ -13,7 +11,6 @@ use super::slices::{adapter_for, no_adapter, provision};
 use super::start::start_processes;
 use super::{WorldCtx, first_line, outcome, world_event};
 use crate::config::{Config, ServiceKind};
-use crate::daemon::errors::internal;
 use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, ProgressTx};
 use crate::faults::point as fault_point;
@@ -54,10 +51,7 @@ pub(super) async fn up_locked(
     let project = loc.name.as_str();
     let slug = world_slug(name);
     let project_id = register_project(d, loc)?;
-    let existing = d
-        .registry()
-        .find_world(project_id, name)
-        .map_err(internal)?;
+    let existing = d.registry().find_world(project_id, name)?;
     if let Some(w) = &existing
         && fully_running(d, w)
     {
@@ -125,7 +119,7 @@ pub(super) async fn up_locked(
 fn register_project(d: &Daemon, loc: &Located) -> Result<i64, ApiError> {
     let project = loc.name.as_str();
     let root = loc.main_root().display().to_string();
-    if let Some(known) = d.registry().project_root(project).map_err(internal)?
+    if let Some(known) = d.registry().project_root(project)?
         && known != root
         && Path::new(&known).join(config::FILE_NAME).is_file()
     {
@@ -138,7 +132,7 @@ fn register_project(d: &Daemon, loc: &Located) -> Result<i64, ApiError> {
     }
     d.registry()
         .upsert_project(project, &root)
-        .map_err(internal)
+        .map_err(ApiError::from)
 }
 
 /// Whether `up` has nothing to do: recorded running, every supervised
@@ -179,8 +173,7 @@ async fn make_worktree(
     let repo_lock = d.worlds.repo_lock(&loc.main);
     let _repo_guard = repo_lock.lock().await;
     tokio::task::spawn_blocking(move || worktree::ensure(&git, &main, &branch, &slug, &root))
-        .await
-        .map_err(internal)?
+        .await?
         .map_err(|e| worktree_error(d, project_id, name, e))
 }
 
@@ -203,16 +196,7 @@ fn worktree_error(d: &Daemon, project_id: i64, name: &str, e: worktree::Worktree
             "pick another name; `binky status .` lists this project's worlds (`{other}` is one)"
         ));
     }
-    let hint = match &e {
-        worktree::WorktreeError::CheckedOutElsewhere { .. } => {
-            "switch that checkout to another branch, or run `binky up` with a different name"
-        }
-        worktree::WorktreeError::InvalidBranch { .. } => {
-            "pick a name git takes as a branch (`git check-ref-format --branch <name>` says), e.g. `feat-login`"
-        }
-        _ => "check the repository with `git worktree list` and `git status`",
-    };
-    ApiError::new(e.to_string()).hint(hint)
+    e.into()
 }
 
 /// The world's own `binky.toml` (its branch's), noting edits the user has
@@ -229,7 +213,7 @@ fn world_config(
 ) -> Result<Config, ApiError> {
     let project = loc.name.as_str();
     let cfg_path = world_root.join(config::FILE_NAME);
-    let cfg = config::load(&cfg_path).map_err(invalid_config)?;
+    let cfg = config::load(&cfg_path)?;
     let here = loc.config.root.join(config::FILE_NAME);
     if here != cfg_path
         && std::fs::read(&here).ok() != std::fs::read(&cfg_path).ok()
@@ -265,15 +249,13 @@ fn record_world(
 ) -> Result<i64, ApiError> {
     use crate::protocol::ServiceKind as Kind;
     let mut reg = d.registry();
-    let id = reg
-        .upsert_world(&NewWorld {
-            project_id,
-            name,
-            slug,
-            path: &path.display().to_string(),
-            group,
-        })
-        .map_err(internal)?;
+    let id = reg.upsert_world(&NewWorld {
+        project_id,
+        name,
+        slug,
+        path: &path.display().to_string(),
+        group,
+    })?;
     let services: Vec<(String, Kind)> = cfg
         .services
         .iter()
@@ -286,10 +268,10 @@ fn record_world(
             (n.clone(), kind)
         })
         .collect();
-    reg.sync_services(id, &services).map_err(internal)?;
-    reg.reset_restarts(id).map_err(internal)?;
+    reg.sync_services(id, &services)?;
+    reg.reset_restarts(id)?;
     // Admitted now: the newest world is the first suspended.
-    reg.set_admitted(id).map_err(internal)?;
+    reg.set_admitted(id)?;
     Ok(id)
 }
 
@@ -313,16 +295,12 @@ async fn settle_up(
     match result {
         Ok(()) => {
             d.registry()
-                .set_world_state(world_id, WorldState::Running, None, None)
-                .map_err(internal)?;
+                .set_world_state(world_id, WorldState::Running, None, None)?;
             d.event(world_event(EventKind::Up, project, name));
             outcome(d, project, world_id, false, notes)
         }
         Err(_) if progress.cancelled() => {
-            let row = d
-                .registry()
-                .find_world(project_id, name)
-                .map_err(internal)?;
+            let row = d.registry().find_world(project_id, name)?;
             if let Some(w) = row {
                 stop_processes(d, &w).await;
             }
@@ -420,11 +398,7 @@ fn reserve_ports(
             &needs,
             &|_| false,
             &mut port_notes,
-        )
-        .map_err(|e| {
-            ApiError::new(e.to_string())
-                .hint("widen [project] port_range, or remove worlds you no longer need")
-        })?
+        )?
     };
     for n in port_notes {
         let mut ev = world_event(EventKind::PortSkipped, project, name);
@@ -485,7 +459,7 @@ async fn make_plan(
         home: d.paths.home().to_path_buf(),
         strict: true,
         slices_ready: false,
-        token: d.registry().world_token(world_id).map_err(internal)?,
+        token: d.registry().world_token(world_id)?,
     })
 }
 
@@ -506,9 +480,13 @@ async fn provision_slices(
             );
             let resolved = provision(cx, n, r, plan, progress).await?;
             resolved.apply(plan.facts.get_mut(n).expect("fact per service"));
-            cx.d.registry()
-                .service_state(cx.world_id, n, ServiceState::Provisioned, None, false)
-                .map_err(internal)?;
+            cx.d.registry().service_state(
+                cx.world_id,
+                n,
+                ServiceState::Provisioned,
+                None,
+                false,
+            )?;
         }
     }
     plan.slices_ready = true;

@@ -4,7 +4,6 @@ use super::env::{WorldFacts, exposed_of, world_facts, world_vars};
 use super::locate::{Located, find_world, locate, user_git};
 use super::plan::{EnvBase, facts_for, lookup_env, render_strict};
 use super::world_event;
-use crate::daemon::errors::internal;
 use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, ProgressTx};
 use crate::faults::point as fault_point;
@@ -62,9 +61,7 @@ pub(crate) async fn verify(
         let t0 = std::time::Instant::now();
         let (code, ok, stopped) = run_check(d, w.id, rendered, world_root, &env, progress).await?;
         cancelled |= stopped;
-        d.registry()
-            .set_verify_running(w.id, None)
-            .map_err(internal)?;
+        d.registry().set_verify_running(w.id, None)?;
         all_ok &= ok;
         checks.push(crate::protocol::VerifyCheck {
             command: cmd.clone(),
@@ -82,20 +79,18 @@ pub(crate) async fn verify(
     if !uncommitted.is_empty() {
         detail.push_str(", with uncommitted changes");
     }
-    d.registry()
-        .record_verify(
-            w.id,
-            if all_ok {
-                VerifyOutcome::Passed
-            } else {
-                VerifyOutcome::Failed
-            },
-            !uncommitted.is_empty(),
-            duration_ms,
-            commit.as_deref(),
-            &detail,
-        )
-        .map_err(internal)?;
+    d.registry().record_verify(
+        w.id,
+        if all_ok {
+            VerifyOutcome::Passed
+        } else {
+            VerifyOutcome::Failed
+        },
+        !uncommitted.is_empty(),
+        duration_ms,
+        commit.as_deref(),
+        &detail,
+    )?;
     d.event(
         world_event(
             if all_ok {
@@ -123,8 +118,7 @@ async fn uncommitted(client_env: &ClientEnv, path: &str) -> Result<Vec<String>, 
     let (git, p) = (user_git(client_env)?, PathBuf::from(path));
     Ok(
         tokio::task::spawn_blocking(move || worktree::changes(&git, &p))
-            .await
-            .map_err(internal)?
+            .await?
             .unwrap_or_default()
             .into_iter()
             .take(20)
@@ -221,8 +215,7 @@ async fn run_check(
     if let Some(pid) = child.id() {
         let start = crate::platform::process_start_time(pid).unwrap_or(0);
         d.registry()
-            .set_verify_running(world_id, Some((pid, start)))
-            .map_err(internal)?;
+            .set_verify_running(world_id, Some((pid, start)))?;
         fault_point("verify:running");
     }
     let stdout = child.stdout.take();

@@ -8,7 +8,6 @@ use super::routes::proxy_url;
 use crate::config::Config;
 use crate::config::render::{Facts, ServiceFacts};
 use crate::daemon::Daemon;
-use crate::daemon::errors::internal;
 use crate::protocol::{ApiError, ClientEnv, ServiceState};
 use crate::registry::WorldRow;
 use crate::{config, ports};
@@ -161,9 +160,7 @@ pub(super) fn build_facts(
                     https: cfg.project.https,
                 },
             );
-            d.registry()
-                .set_service_host(world_id, n, host)
-                .map_err(internal)?;
+            d.registry().set_service_host(world_id, n, host)?;
         }
     }
     Ok(facts)
