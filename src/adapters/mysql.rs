@@ -178,39 +178,62 @@ async fn copy_on_server(c: &mut Conn, src: &str, dst: &str) -> Result<(), Adapte
         .await
         .map_err(|e| sql_err("listing tables", e))?;
     for (table, kind) in tables.iter().filter(|(_, k)| k != "VIEW") {
-        let def = show_create(c, "TABLE", src, table).await?;
-        exec_creating(c, "TABLE", table, &def.sql).await?;
-        if kind == "SEQUENCE" {
-            continue;
-        }
-        // Generated columns are computed, never inserted.
-        let cols: Vec<String> = c
-            .exec(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND extra NOT LIKE '%GENERATED%' ORDER BY ordinal_position",
-                (src, table),
-            )
-            .await
-            .map_err(|e| sql_err("listing columns", e))?;
-        let cols = cols.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", ");
-        exec(
-            c,
-            &format!(
-                "INSERT INTO {}.{} ({cols}) SELECT {cols} FROM {}.{}",
-                quote(dst),
-                quote(table),
-                quote(src),
-                quote(table)
-            ),
-        )
-        .await?;
+        copy_table(c, src, dst, table, kind == "SEQUENCE").await?;
     }
-    // Views may read other views: create in passes until none is left, so
-    // their order never matters.
-    let mut views: Vec<String> = tables
+    let views: Vec<String> = tables
         .iter()
         .filter(|(_, k)| k == "VIEW")
         .map(|(t, _)| t.clone())
         .collect();
+    copy_views(c, src, dst, views).await?;
+    copy_objects(c, src, dst).await
+}
+
+/// Creates `table` in `dst` as it is in `src` and copies its rows (a
+/// sequence's definition carries its state: no rows).
+async fn copy_table(
+    c: &mut Conn,
+    src: &str,
+    dst: &str,
+    table: &str,
+    sequence: bool,
+) -> Result<(), AdapterError> {
+    let def = show_create(c, "TABLE", src, table).await?;
+    exec_creating(c, "TABLE", table, &def.sql).await?;
+    if sequence {
+        return Ok(());
+    }
+    // Generated columns are computed, never inserted.
+    let cols: Vec<String> = c
+        .exec(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND extra NOT LIKE '%GENERATED%' ORDER BY ordinal_position",
+            (src, table),
+        )
+        .await
+        .map_err(|e| sql_err("listing columns", e))?;
+    let cols = cols.iter().map(|c| quote(c)).collect::<Vec<_>>().join(", ");
+    exec(
+        c,
+        &format!(
+            "INSERT INTO {}.{} ({cols}) SELECT {cols} FROM {}.{}",
+            quote(dst),
+            quote(table),
+            quote(src),
+            quote(table)
+        ),
+    )
+    .await
+}
+
+/// Creates `views` in `dst`, each reading `dst`'s tables. Views may read
+/// other views: created in passes until none is left, so their order never
+/// matters; a pass that makes none fails with the last error.
+async fn copy_views(
+    c: &mut Conn,
+    src: &str,
+    dst: &str,
+    mut views: Vec<String>,
+) -> Result<(), AdapterError> {
     while !views.is_empty() {
         let mut left = Vec::new();
         let mut last_err = None;
@@ -226,6 +249,12 @@ async fn copy_on_server(c: &mut Conn, src: &str, dst: &str) -> Result<(), Adapte
         }
         views = left;
     }
+    Ok(())
+}
+
+/// Creates `src`'s triggers, routines and events in `dst`, each under the
+/// `sql_mode` it was defined with.
+async fn copy_objects(c: &mut Conn, src: &str, dst: &str) -> Result<(), AdapterError> {
     let triggers: Vec<String> = c
         .exec(
             "SELECT trigger_name FROM information_schema.triggers WHERE trigger_schema = ? ORDER BY action_order",

@@ -46,62 +46,72 @@ pub fn run(args: &CheckArgs, project: Option<&str>) -> ExitCode {
     };
     let shown = display_path(&path);
     if args.json {
-        let value = serde_json::json!({
-            "file": shown,
-            "valid": report.errors() == 0,
-            "errors": report.errors(),
-            "warnings": report.warnings(),
-            "diagnostics": report.diagnostics,
-        });
-        println!("{}", serde_json::to_string_pretty(&value).expect("json"));
+        print_json(&shown, &report);
     } else {
-        for d in &report.diagnostics {
-            let text = d.render(&shown);
-            let (label, style) = match d.severity {
-                Severity::Error => ("error", ERROR),
-                Severity::Warning => ("warning", WARN),
-            };
-            // Colour only the severity word; the rest stays plain for grep.
-            let text = text.replacen(
-                &format!("{label}["),
-                &format!("{}[", paint(style, label)),
-                1,
-            );
-            let text = text.replacen("\n  hint:", &format!("\n  {}", paint(DIM, "hint:")), 1);
-            anstream::println!("{text}");
-        }
-        let (e, w) = (report.errors(), report.warnings());
-        if e > 0 {
-            anstream::println!(
-                "{} {shown}: {}, {}",
-                paint(ERROR, "✗"),
-                plural(e, "error"),
-                plural(w, "warning")
-            );
-        } else {
-            let what = report
-                .config
-                .as_ref()
-                .map(|c| {
-                    format!(
-                        "project {}, {}",
-                        c.project.name,
-                        plural(c.services.len(), "service")
-                    )
-                })
-                .unwrap_or_default();
-            let warn = if w > 0 {
-                format!(", {}", plural(w, "warning"))
-            } else {
-                String::new()
-            };
-            anstream::println!("{} {shown}: valid ({what}){warn}", paint(OK, "✓"));
-        }
+        print_text(&shown, &report);
     }
     if report.errors() > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// The report as one JSON object (`file`, `valid`, counts, `diagnostics`).
+fn print_json(shown: &str, report: &config::Report) {
+    let value = serde_json::json!({
+        "file": shown,
+        "valid": report.errors() == 0,
+        "errors": report.errors(),
+        "warnings": report.warnings(),
+        "diagnostics": report.diagnostics,
+    });
+    println!("{}", serde_json::to_string_pretty(&value).expect("json"));
+}
+
+/// The report as located findings, then a one-line verdict.
+fn print_text(shown: &str, report: &config::Report) {
+    for d in &report.diagnostics {
+        let text = d.render(shown);
+        let (label, style) = match d.severity {
+            Severity::Error => ("error", ERROR),
+            Severity::Warning => ("warning", WARN),
+        };
+        // Colour only the severity word; the rest stays plain for grep.
+        let text = text.replacen(
+            &format!("{label}["),
+            &format!("{}[", paint(style, label)),
+            1,
+        );
+        let text = text.replacen("\n  hint:", &format!("\n  {}", paint(DIM, "hint:")), 1);
+        anstream::println!("{text}");
+    }
+    let (e, w) = (report.errors(), report.warnings());
+    if e > 0 {
+        anstream::println!(
+            "{} {shown}: {}, {}",
+            paint(ERROR, "✗"),
+            plural(e, "error"),
+            plural(w, "warning")
+        );
+    } else {
+        let what = report
+            .config
+            .as_ref()
+            .map(|c| {
+                format!(
+                    "project {}, {}",
+                    c.project.name,
+                    plural(c.services.len(), "service")
+                )
+            })
+            .unwrap_or_default();
+        let warn = if w > 0 {
+            format!(", {}", plural(w, "warning"))
+        } else {
+            String::new()
+        };
+        anstream::println!("{} {shown}: valid ({what}){warn}", paint(OK, "✓"));
     }
 }
 

@@ -72,18 +72,7 @@ async fn exchange(
         headers: extra,
         body,
     } = request;
-    let has = |name: &str| extra.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
-    let mut headers: Vec<(&str, &str)> = Vec::new();
-    if !has("user-agent") {
-        headers.push(("User-Agent", concat!("binky/", env!("CARGO_PKG_VERSION"))));
-    }
-    if !has("accept") {
-        headers.push(("Accept", "*/*"));
-    }
-    if args.data.is_some() && !has("content-type") {
-        headers.push(("Content-Type", "application/x-www-form-urlencoded"));
-    }
-    headers.extend(extra.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    let headers = default_headers(&extra, args.data.is_some());
     let url = crate::http::Url {
         tls: false,
         host: "localhost".into(),
@@ -126,9 +115,39 @@ async fn exchange(
         eprintln!("binky curl: HTTP {}", status.as_u16());
         return ExitCode::from(HTTP_ERROR_EXIT);
     }
+    stream_out(args.include, &client, resp).await
+}
+
+/// The headers `binky curl` sends: curl's defaults (a user agent, any
+/// media type, a form body's type) unless the caller gave its own, then the
+/// caller's.
+fn default_headers(extra: &[(String, String)], has_data: bool) -> Vec<(&str, &str)> {
+    let has = |name: &str| extra.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    let mut headers: Vec<(&str, &str)> = Vec::new();
+    if !has("user-agent") {
+        headers.push(("User-Agent", concat!("binky/", env!("CARGO_PKG_VERSION"))));
+    }
+    if !has("accept") {
+        headers.push(("Accept", "*/*"));
+    }
+    if has_data && !has("content-type") {
+        headers.push(("Content-Type", "application/x-www-form-urlencoded"));
+    }
+    headers.extend(extra.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    headers
+}
+
+/// Writes the answer to standard output (its status line and headers first
+/// with `include`), ending quietly when the reader closed the pipe.
+async fn stream_out(
+    include: bool,
+    client: &crate::http::Client,
+    resp: hyper::Response<hyper::body::Incoming>,
+) -> ExitCode {
+    let status = resp.status();
     let mut out = std::io::stdout().lock();
     let mut written = Ok(());
-    if args.include {
+    if include {
         let mut head = format!(
             "{:?} {} {}\r\n",
             resp.version(),

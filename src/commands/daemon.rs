@@ -4,6 +4,7 @@ use super::{connect_only, fail, paths_or_exit, print_json};
 use crate::cli::DaemonAction;
 use crate::client::{self, Client};
 use crate::output::{OK, paint};
+use crate::paths::Paths;
 use crate::protocol::{Request, Response};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -26,98 +27,114 @@ pub fn run(action: &DaemonAction) -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        DaemonAction::Start => match connect_only(&paths) {
-            Err(code) => code,
-            Ok(Some(c)) => {
-                println!(
-                    "binky daemon is already running (pid {}, version {})",
-                    c.welcome.pid, c.welcome.version
-                );
-                ExitCode::SUCCESS
-            }
-            Ok(None) => match client::start_daemon(&paths) {
-                Ok(w) => {
-                    anstream::println!(
-                        "{} binky daemon started (pid {}, socket {})",
-                        paint(OK, "✓"),
-                        w.pid,
-                        paths.socket().display()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(&e),
-            },
-        },
-        DaemonAction::Stop => match connect_only(&paths) {
-            Err(code) => code,
-            Ok(None) => {
-                println!("binky daemon is not running");
-                ExitCode::SUCCESS
-            }
-            Ok(Some(mut c)) => {
-                let pid = c.welcome.pid;
-                if let Err(e) = c.request(&Request::Shutdown) {
-                    return fail(&e);
-                }
-                drop(c);
-                let deadline = Instant::now() + STOP_TIMEOUT;
-                loop {
-                    match Client::connect(&paths) {
-                        Ok(None) | Err(_) => break,
-                        Ok(Some(_)) if Instant::now() >= deadline => {
-                            eprintln!(
-                                "error: the daemon (pid {pid}) is still answering after {} s",
-                                STOP_TIMEOUT.as_secs()
-                            );
-                            return ExitCode::from(1);
-                        }
-                        Ok(Some(_)) => std::thread::sleep(Duration::from_millis(10)),
-                    }
-                }
-                // The socket goes first; wait for the lock too, so a `start`
-                // right after this never meets a daemon still shutting down.
-                while Instant::now() < deadline {
-                    match crate::platform::lock_file(&paths.daemon_lock(), false) {
-                        Ok(Some(_free)) => break,
-                        _ => std::thread::sleep(Duration::from_millis(5)),
-                    }
-                }
+        DaemonAction::Start => start(&paths),
+        DaemonAction::Stop => stop(&paths),
+        DaemonAction::Status(args) => status(&paths, args.json),
+    }
+}
+
+/// `binky daemon start`: starts one unless one answers.
+fn start(paths: &Paths) -> ExitCode {
+    match connect_only(paths) {
+        Err(code) => code,
+        Ok(Some(c)) => {
+            println!(
+                "binky daemon is already running (pid {}, version {})",
+                c.welcome.pid, c.welcome.version
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(None) => match client::start_daemon(paths) {
+            Ok(w) => {
                 anstream::println!(
-                    "{} binky daemon stopped (pid {pid}); service processes keep running",
-                    paint(OK, "✓")
+                    "{} binky daemon started (pid {}, socket {})",
+                    paint(OK, "✓"),
+                    w.pid,
+                    paths.socket().display()
                 );
                 ExitCode::SUCCESS
             }
+            Err(e) => fail(&e),
         },
-        DaemonAction::Status(args) => match connect_only(&paths) {
-            Err(code) => code,
-            Ok(None) => {
-                if args.json {
-                    print_json(&serde_json::json!({"running": false}));
-                } else {
-                    println!("binky daemon is not running");
-                }
-                ExitCode::from(1)
+    }
+}
+
+/// `binky daemon stop`: asks it to stop, then waits until its socket and
+/// its lock are let go, so a `start` right after never meets it.
+fn stop(paths: &Paths) -> ExitCode {
+    match connect_only(paths) {
+        Err(code) => code,
+        Ok(None) => {
+            println!("binky daemon is not running");
+            ExitCode::SUCCESS
+        }
+        Ok(Some(mut c)) => {
+            let pid = c.welcome.pid;
+            if let Err(e) = c.request(&Request::Shutdown) {
+                return fail(&e);
             }
-            Ok(Some(mut c)) => match c.request(&Request::DaemonStatus) {
-                Ok(Response::DaemonStatus(info)) => {
-                    if args.json {
-                        let mut v = serde_json::to_value(&info).expect("json");
-                        v["running"] = true.into();
-                        print_json(&v);
-                    } else {
-                        println!("running");
-                        println!("  pid      {}", info.pid);
-                        println!("  version  {}", info.version);
-                        println!("  uptime   {}", human_duration(info.uptime_secs));
-                        println!("  socket   {}", info.socket);
-                        println!("  home     {}", info.home);
+            drop(c);
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            loop {
+                match Client::connect(paths) {
+                    Ok(None) | Err(_) => break,
+                    Ok(Some(_)) if Instant::now() >= deadline => {
+                        eprintln!(
+                            "error: the daemon (pid {pid}) is still answering after {} s",
+                            STOP_TIMEOUT.as_secs()
+                        );
+                        return ExitCode::from(1);
                     }
-                    ExitCode::SUCCESS
+                    Ok(Some(_)) => std::thread::sleep(Duration::from_millis(10)),
                 }
-                Ok(other) => super::unexpected(&other),
-                Err(e) => fail(&e),
-            },
+            }
+            // The socket goes first; wait for the lock too, so a `start`
+            // right after this never meets a daemon still shutting down.
+            while Instant::now() < deadline {
+                match crate::platform::lock_file(&paths.daemon_lock(), false) {
+                    Ok(Some(_free)) => break,
+                    _ => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            anstream::println!(
+                "{} binky daemon stopped (pid {pid}); service processes keep running",
+                paint(OK, "✓")
+            );
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// `binky daemon status [--json]`: exit 1 when none runs.
+fn status(paths: &Paths, json: bool) -> ExitCode {
+    match connect_only(paths) {
+        Err(code) => code,
+        Ok(None) => {
+            if json {
+                print_json(&serde_json::json!({"running": false}));
+            } else {
+                println!("binky daemon is not running");
+            }
+            ExitCode::from(1)
+        }
+        Ok(Some(mut c)) => match c.request(&Request::DaemonStatus) {
+            Ok(Response::DaemonStatus(info)) => {
+                if json {
+                    let mut v = serde_json::to_value(&info).expect("json");
+                    v["running"] = true.into();
+                    print_json(&v);
+                } else {
+                    println!("running");
+                    println!("  pid      {}", info.pid);
+                    println!("  version  {}", info.version);
+                    println!("  uptime   {}", human_duration(info.uptime_secs));
+                    println!("  socket   {}", info.socket);
+                    println!("  home     {}", info.home);
+                }
+                ExitCode::SUCCESS
+            }
+            Ok(other) => super::unexpected(&other),
+            Err(e) => fail(&e),
         },
     }
 }

@@ -26,7 +26,30 @@ pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
         Ok(v) => v,
         Err(c) => return c,
     };
-    let mut files: Vec<(String, PathBuf)> = match std::fs::read_dir(&dir) {
+    let files = match log_files(&dir, &project_name, args) {
+        Ok(f) => f,
+        Err(c) => return c,
+    };
+    let width = files.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    print_tail(&files, args.lines, width);
+    if !args.follow {
+        return ExitCode::SUCCESS;
+    }
+    follow(&files, width)
+}
+
+/// The world's logs, `(service, path)` sorted by service; just the one of
+/// `args.service` when given.
+///
+/// # Errors
+/// No logs for the world, or none for that service (the error is printed;
+/// the exit code is returned).
+fn log_files(
+    dir: &Path,
+    project_name: &str,
+    args: &LogsArgs,
+) -> Result<Vec<(String, PathBuf)>, ExitCode> {
+    let mut files: Vec<(String, PathBuf)> = match std::fs::read_dir(dir) {
         Ok(rd) => rd
             .flatten()
             .filter_map(|e| {
@@ -42,7 +65,7 @@ pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
                 ),
                 Some("`binky status` lists the worlds; logs appear once a world has been up"),
             );
-            return ExitCode::from(1);
+            return Err(ExitCode::from(1));
         }
     };
     files.sort();
@@ -54,16 +77,21 @@ pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
                 format!("no log for service `{s}` in world `{}`", args.name),
                 Some(&format!("services with logs: {}", all_names.join(", "))),
             );
-            return ExitCode::from(1);
+            return Err(ExitCode::from(1));
         }
     }
-    let width = files.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    Ok(files)
+}
+
+/// The last `lines` lines of each log, interleaved by when each was
+/// written, prefixed with the service's name padded to `width`.
+fn print_tail(files: &[(String, PathBuf)], lines: usize, width: usize) {
     // Interleave by the time each line was written (the log writer stamps
     // every line); a stable sort keeps each file's own order.
     let mut merged: Vec<(String, usize, usize, String)> = Vec::new();
     for (i, (_, path)) in files.iter().enumerate() {
         let mut last_ts = String::new();
-        for (j, line) in crate::supervisor::logs::tail(path, args.lines)
+        for (j, line) in crate::supervisor::logs::tail(path, lines)
             .into_iter()
             .enumerate()
         {
@@ -85,11 +113,11 @@ pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
             crate::output::untrusted(&text)
         );
     }
-    if !args.follow {
-        return ExitCode::SUCCESS;
-    }
-    // Follow by name (as `tail -F`): lines as they are appended, in arrival
-    // order, across a rotation of any log.
+}
+
+/// Follows the logs by name (as `tail -F`): lines as they are appended, in
+/// arrival order, across a rotation of any log. Ends only with the process.
+fn follow(files: &[(String, PathBuf)], width: usize) -> ExitCode {
     let mut followers: Vec<crate::supervisor::logs::Follower> = files
         .iter()
         .map(|(_, p)| crate::supervisor::logs::Follower::from_end(p))

@@ -82,45 +82,53 @@ pub fn parse(text: &str) -> Result<Vec<(String, String)>, DotenvError> {
         let rest = rest.trim_start();
         let value = match rest.chars().next() {
             Some(q @ ('\'' | '"')) => {
-                // A quoted value may run over several lines.
-                let mut body = rest[1..].to_owned();
-                let close = loop {
-                    if let Some(pos) = closing_quote(&body, q) {
-                        break pos;
-                    }
-                    if i >= lines.len() {
-                        return Err(err(Some(key), &format!("has an unclosed {q} quote")));
-                    }
-                    body.push('\n');
-                    body.push_str(lines[i]);
-                    i += 1;
-                };
-                let after = body[close + 1..].trim();
-                if !(after.is_empty() || after.starts_with('#')) {
-                    return Err(err(
-                        Some(key),
-                        "has text after the closing quote; quote the whole value",
-                    ));
-                }
-                let inner = &body[..close];
-                if q == '"' {
-                    unescape(inner)
-                } else {
-                    inner.to_owned()
-                }
+                quoted(&rest[1..], q, &lines, &mut i).map_err(|why| err(Some(key), &why))?
             }
-            _ => {
-                // Bare: up to a ` #` comment, trimmed.
-                let cut = rest
-                    .char_indices()
-                    .find(|(j, c)| *c == '#' && (*j == 0 || rest[..*j].ends_with([' ', '\t'])))
-                    .map_or(rest.len(), |(j, _)| j);
-                rest[..cut].trim_end().to_owned()
-            }
+            _ => bare(rest),
         };
         out.push((key.to_owned(), value));
     }
     Ok(out)
+}
+
+/// The value of a quote `q` opened, `rest` following it: it may run over
+/// the next `lines` (from `*i`, which moves past them). Double quotes
+/// unescape.
+///
+/// # Errors
+/// The reason: an unclosed quote, or text after the closing one.
+fn quoted(rest: &str, q: char, lines: &[&str], i: &mut usize) -> Result<String, String> {
+    let mut body = rest.to_owned();
+    let close = loop {
+        if let Some(pos) = closing_quote(&body, q) {
+            break pos;
+        }
+        if *i >= lines.len() {
+            return Err(format!("has an unclosed {q} quote"));
+        }
+        body.push('\n');
+        body.push_str(lines[*i]);
+        *i += 1;
+    };
+    let after = body[close + 1..].trim();
+    if !(after.is_empty() || after.starts_with('#')) {
+        return Err("has text after the closing quote; quote the whole value".to_owned());
+    }
+    let inner = &body[..close];
+    Ok(if q == '"' {
+        unescape(inner)
+    } else {
+        inner.to_owned()
+    })
+}
+
+/// A bare value: up to a ` #` comment, trimmed.
+fn bare(rest: &str) -> String {
+    let cut = rest
+        .char_indices()
+        .find(|(j, c)| *c == '#' && (*j == 0 || rest[..*j].ends_with([' ', '\t'])))
+        .map_or(rest.len(), |(j, _)| j);
+    rest[..cut].trim_end().to_owned()
 }
 
 /// Byte index of the quote closing a value that opened with `q`; in double

@@ -47,24 +47,8 @@ pub(super) async fn handle(
             ram_pct,
             disk_gb,
             max_parallel,
-        } => {
-            let s = settings::set_reserve(d, ram_pct, disk_gb, max_parallel)?;
-            d.event(super::events::Event::named(EventKind::SettingsChanged).detail("reserve"));
-            // Takes effect now: a lowered reserve admits, a raised one
-            // may suspend.
-            d.admission.wake();
-            d.admission.resample();
-            Ok(Response::Settings(s))
-        }
-        Request::SetPorts { proxy, https } => {
-            let s = settings::set_ports(d, proxy, https)?;
-            // The proxy moves now; no restart.
-            let _ = d.proxy_port.send(s.proxy_port);
-            // Answer once it listens there, so the next request finds it.
-            super::wait_proxy_bound(d, s.proxy_port).await;
-            d.event(super::events::Event::named(EventKind::SettingsChanged).detail("ports"));
-            Ok(Response::Settings(s))
-        }
+        } => set_reserve(d, ram_pct, disk_gb, max_parallel),
+        Request::SetPorts { proxy, https } => set_ports(d, proxy, https).await,
         Request::Metrics => metrics(d).map(Response::Metrics),
         Request::Up(r) => world::up(d, r, &progress).await.map(Response::World),
         Request::Reload(r) => world::reload(d, r, &progress).await.map(Response::World),
@@ -93,6 +77,35 @@ pub(super) async fn handle(
             world::locate_service(d, w, &service).map(Response::Located)
         }
     }
+}
+
+/// `binky config reserve`: stored, then in effect at once (a lowered
+/// reserve admits, a raised one may suspend).
+fn set_reserve(
+    d: &Daemon,
+    ram_pct: Option<f64>,
+    disk_gb: Option<f64>,
+    max_parallel: Option<u32>,
+) -> Result<Response, ApiError> {
+    let s = settings::set_reserve(d, ram_pct, disk_gb, max_parallel)?;
+    d.event(super::events::Event::named(EventKind::SettingsChanged).detail("reserve"));
+    d.admission.wake();
+    d.admission.resample();
+    Ok(Response::Settings(s))
+}
+
+/// `binky config port`: the proxy moves now, no restart; the answer comes
+/// once it listens there, so the next request finds it.
+async fn set_ports(
+    d: &Daemon,
+    proxy: Option<u32>,
+    https: Option<u32>,
+) -> Result<Response, ApiError> {
+    let s = settings::set_ports(d, proxy, https)?;
+    let _ = d.proxy_port.send(s.proxy_port);
+    super::wait_proxy_bound(d, s.proxy_port).await;
+    d.event(super::events::Event::named(EventKind::SettingsChanged).detail("ports"));
+    Ok(Response::Settings(s))
 }
 
 fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {

@@ -152,14 +152,11 @@ async fn a_silent_server_times_out_and_errors_name_no_header() {
     );
 }
 
-/// A real TLS server: openssl makes a CA and a certificate for
-/// `localhost`, Python's `ssl` serves it, and `SSL_CERT_FILE` makes the
-/// CA the only trusted root. Run by `.ci/run` with `--features tls`.
+/// A CA, and a certificate for `localhost` it signs, made by openssl in
+/// `dir` (`ca.pem`, `cert.pem`, `key.pem`).
 #[cfg(feature = "tls")]
-#[tokio::test]
-async fn https_is_spoken_and_verified_against_the_trusted_roots() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = |n: &str| dir.path().join(n);
+fn make_certificates(dir: &std::path::Path) {
+    let f = |n: &str| dir.join(n);
     std::fs::write(
         f("leaf.ext"),
         "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n",
@@ -173,7 +170,7 @@ async fn https_is_spoken_and_verified_against_the_trusted_roots() {
     ] {
         let made = std::process::Command::new("openssl")
             .args(args.split(' '))
-            .current_dir(dir.path())
+            .current_dir(dir)
             .output()
             .expect("openssl (Debian's openssl package) makes the test's certificates");
         assert!(
@@ -182,12 +179,11 @@ async fn https_is_spoken_and_verified_against_the_trusted_roots() {
             String::from_utf8_lossy(&made.stderr)
         );
     }
-    let (cert, key) = (f("cert.pem"), f("key.pem"));
-    // Read once, by the first TLS connection of this process (nextest
-    // runs each test in a process of its own).
-    // SAFETY: no other thread of this test reads the environment now.
-    unsafe { std::env::set_var("SSL_CERT_FILE", f("ca.pem")) };
-    const SERVE: &str = r#"
+}
+
+/// Python's `ssl` serving `GET` with "over tls" on a port it picks.
+#[cfg(feature = "tls")]
+const SERVE: &str = r#"
 import http.server, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -201,11 +197,16 @@ s.socket = c.wrap_socket(s.socket, server_side=True)
 print(s.server_port, flush=True)
 s.serve_forever()
 "#;
+
+/// Starts the TLS server of [`SERVE`] with `cert` and `key`; returns it and
+/// its port.
+#[cfg(feature = "tls")]
+fn serve_tls(cert: &std::path::Path, key: &std::path::Path) -> (std::process::Child, u16) {
     let mut server = std::process::Command::new("python3")
         .arg("-c")
         .arg(SERVE)
-        .arg(&cert)
-        .arg(&key)
+        .arg(cert)
+        .arg(key)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python3");
@@ -216,6 +217,24 @@ s.serve_forever()
     )
     .unwrap();
     let port: u16 = line.trim().parse().expect("the server's port");
+    (server, port)
+}
+
+/// A real TLS server: openssl makes a CA and a certificate for
+/// `localhost`, Python's `ssl` serves it, and `SSL_CERT_FILE` makes the
+/// CA the only trusted root. Run by `.ci/run` with `--features tls`.
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn https_is_spoken_and_verified_against_the_trusted_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = |n: &str| dir.path().join(n);
+    make_certificates(dir.path());
+    let (cert, key) = (f("cert.pem"), f("key.pem"));
+    // Read once, by the first TLS connection of this process (nextest
+    // runs each test in a process of its own).
+    // SAFETY: no other thread of this test reads the environment now.
+    unsafe { std::env::set_var("SSL_CERT_FILE", f("ca.pem")) };
+    let (mut server, port) = serve_tls(&cert, &key);
     let c = Client::default();
     let url = parse_url(&format!("https://localhost:{port}/t")).unwrap();
     let req = request("GET", &url, &[], Bytes::new()).unwrap();

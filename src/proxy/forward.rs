@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -133,42 +134,11 @@ pub(super) fn is_upgrade<B>(req: &Request<B>) -> Option<HeaderValue> {
 /// through a restart, and the answer when there is none.
 impl Worker {
     pub(super) async fn handle(&self, held: &Held, mut req: Request<Incoming>) -> Response<Body> {
-        let this = &*self.proxy;
-        let counters = this.counters.shard(self.index);
-        counters.requests.fetch_add(1, Ordering::Relaxed);
-        let host_value = match request_host(&mut req) {
-            Ok(h) => h,
-            Err(why) => {
-                counters.errors.fetch_add(1, Ordering::Relaxed);
-                return super::pages::bad_request(why);
-            }
+        let (host_value, route) = match self.route(&mut req).await {
+            Ok(found) => found,
+            Err(page) => return page,
         };
         let host_raw = host_value.to_str().unwrap_or("");
-        let Some(route) = this.routes.get(host_raw) else {
-            if req.uri().path() == TLS_ASK_PATH {
-                return tls_ask(&this.routes, req.uri().query());
-            }
-            counters.errors.fetch_add(1, Ordering::Relaxed);
-            return super::pages::not_found(host_raw, &this.routes.all());
-        };
-        // A service that is (re)starting gets a moment to come up, so a
-        // planned restart never fails a request that arrives during it.
-        let route = if route.state.is_coming() {
-            let until = tokio::time::Instant::now() + ride_through();
-            match this.routes.wait_running(host_raw, until).await {
-                Some(r) => r,
-                None => {
-                    counters.errors.fetch_add(1, Ordering::Relaxed);
-                    return super::pages::unavailable(&route);
-                }
-            }
-        } else {
-            route
-        };
-        if !route.state.serves() {
-            counters.errors.fetch_add(1, Ordering::Relaxed);
-            return super::pages::unavailable(&route);
-        }
         let upgrade = is_upgrade(&req);
         let mut client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
@@ -241,6 +211,51 @@ impl Worker {
         }
     }
 
+    /// The route for `req`'s host, once it serves (a service that is coming
+    /// up is waited for, within the ride-through), or the page to answer
+    /// with instead: 400, the TLS ask, 404, 503.
+    async fn route(
+        &self,
+        req: &mut Request<Incoming>,
+    ) -> Result<(HeaderValue, Arc<Route>), Response<Body>> {
+        let this = &*self.proxy;
+        let counters = this.counters.shard(self.index);
+        counters.requests.fetch_add(1, Ordering::Relaxed);
+        let host_value = match request_host(req) {
+            Ok(h) => h,
+            Err(why) => {
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+                return Err(super::pages::bad_request(why));
+            }
+        };
+        let host_raw = host_value.to_str().unwrap_or("");
+        let Some(route) = this.routes.get(host_raw) else {
+            if req.uri().path() == TLS_ASK_PATH {
+                return Err(tls_ask(&this.routes, req.uri().query()));
+            }
+            counters.errors.fetch_add(1, Ordering::Relaxed);
+            return Err(super::pages::not_found(host_raw, &this.routes.all()));
+        };
+        // A service that is (re)starting gets a moment to come up, so a
+        // planned restart never fails a request that arrives during it.
+        let route = if route.state.is_coming() {
+            let until = tokio::time::Instant::now() + ride_through();
+            match this.routes.wait_running(host_raw, until).await {
+                Some(r) => r,
+                None => {
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    return Err(super::pages::unavailable(&route));
+                }
+            }
+        } else {
+            route
+        };
+        if !route.state.serves() {
+            counters.errors.fetch_add(1, Ordering::Relaxed);
+            return Err(super::pages::unavailable(&route));
+        }
+        Ok((host_value, route))
+    }
     /// The client's response from the service's `resp`, or `None` when a
     /// short body broke off and `retry` allows the request to go again.
     pub(super) async fn answer(
@@ -254,24 +269,9 @@ impl Worker {
     ) -> Option<Response<Body>> {
         let this = &*self.proxy;
         let counters = this.counters.shard(self.index);
-        let mut resp = match resp {
+        let resp = match resp {
             Ok(r) => r,
-            Err(e) => {
-                counters.errors.fetch_add(1, Ordering::Relaxed);
-                // The supervisor began a restart while this request
-                // waited: that is a 503 with Retry-After, not a 502. Its
-                // state reaches the routes through a task, so a restart
-                // that broke this very request gets a moment to show.
-                for _ in 0..STATE_GRACE_STEPS {
-                    if let Some(now) = this.routes.get(host_raw)
-                        && !now.state.serves()
-                    {
-                        return Some(super::pages::unavailable(&now));
-                    }
-                    tokio::time::sleep(STATE_GRACE_STEP).await;
-                }
-                return Some(super::pages::bad_gateway(route, &e));
-            }
+            Err(e) => return Some(self.upstream_failed(host_raw, route, &e).await),
         };
         let length = resp
             .headers()
@@ -284,26 +284,7 @@ impl Worker {
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS
             && let Some(client_upgrade) = client_upgrade
         {
-            let upstream_upgrade = hyper::upgrade::on(&mut resp);
-            tokio::spawn(async move {
-                let (Ok(client), Ok(upstream)) = (client_upgrade.await, upstream_upgrade.await)
-                else {
-                    return;
-                };
-                let mut client = TokioIo::new(client);
-                let mut upstream = TokioIo::new(upstream);
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-            });
-            let (mut parts, _) = resp.into_parts();
-            // Keep Connection/Upgrade on a 101: the client needs them.
-            let mut keep = parts.headers.clone();
-            strip_hop_by_hop(&mut keep);
-            keep.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-            if let Some(p) = upgrade {
-                keep.insert(header::UPGRADE, p.clone());
-            }
-            parts.headers = keep;
-            return Some(Response::from_parts(parts, full(Bytes::new())));
+            return Some(switch_protocols(resp, client_upgrade, upgrade));
         }
         let (mut parts, body) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers);
@@ -324,12 +305,50 @@ impl Worker {
         if length.is_some() {
             return Some(Response::from_parts(parts, Body::Stream(None, body)));
         }
+        self.unknown_length(parts, body, route, retry).await
+    }
+
+    /// The client's response when the service's attempt failed: a 503 with
+    /// Retry-After when the supervisor began a restart meanwhile, else a 502.
+    async fn upstream_failed(
+        &self,
+        host_raw: &str,
+        route: &Route,
+        e: &UpstreamError,
+    ) -> Response<Body> {
+        let this = &*self.proxy;
+        this.counters
+            .shard(self.index)
+            .errors
+            .fetch_add(1, Ordering::Relaxed);
+        // Its state reaches the routes through a task, so a restart that
+        // broke this very request gets a moment to show.
+        for _ in 0..STATE_GRACE_STEPS {
+            if let Some(now) = this.routes.get(host_raw)
+                && !now.state.serves()
+            {
+                return super::pages::unavailable(&now);
+            }
+            tokio::time::sleep(STATE_GRACE_STEP).await;
+        }
+        super::pages::bad_gateway(route, e)
+    }
+
+    /// A body of unknown length as the client's response, or `None` when it
+    /// broke off and `retry` allows the request to go again.
+    async fn unknown_length(
+        &self,
+        parts: hyper::http::response::Parts,
+        mut body: Incoming,
+        route: &Route,
+        retry: bool,
+    ) -> Option<Response<Body>> {
+        let counters = self.proxy.counters.shard(self.index);
         // Unknown length (chunked: most dev servers, SSE): take the frames
         // already on hand — up to SMALL_BODY_BYTES — so a short reply leaves
         // in one write; then stream the rest as it comes. Nothing waits on
         // a clock: an event stream's first bytes go out as soon as the
         // upstream connection has had its turn to read.
-        let mut body = body;
         let mut head = bytes::BytesMut::new();
         loop {
             if hyper::body::Body::is_end_stream(&body) {
@@ -362,6 +381,35 @@ impl Worker {
         let head = (!head.is_empty()).then(|| head.freeze());
         Some(Response::from_parts(parts, Body::Stream(head, body)))
     }
+}
+
+/// A 101 from the service: the client's and the service's upgraded
+/// connections are joined, and the client gets the 101 with its
+/// Connection and Upgrade headers.
+fn switch_protocols(
+    mut resp: Response<Incoming>,
+    client_upgrade: hyper::upgrade::OnUpgrade,
+    upgrade: &Option<HeaderValue>,
+) -> Response<Body> {
+    let upstream_upgrade = hyper::upgrade::on(&mut resp);
+    tokio::spawn(async move {
+        let (Ok(client), Ok(upstream)) = (client_upgrade.await, upstream_upgrade.await) else {
+            return;
+        };
+        let mut client = TokioIo::new(client);
+        let mut upstream = TokioIo::new(upstream);
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    });
+    let (mut parts, _) = resp.into_parts();
+    // Keep Connection/Upgrade on a 101: the client needs them.
+    let mut keep = parts.headers.clone();
+    strip_hop_by_hop(&mut keep);
+    keep.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    if let Some(p) = upgrade {
+        keep.insert(header::UPGRADE, p.clone());
+    }
+    parts.headers = keep;
+    Response::from_parts(parts, full(Bytes::new()))
 }
 
 /// How long a request waits for a service that is restarting — its port

@@ -352,129 +352,182 @@ const LOG_DRAIN_WAIT: Duration = Duration::from_millis(500);
 async fn run(
     spec: ServiceSpec,
     state: watch::Sender<State>,
-    mut ctl: mpsc::UnboundedReceiver<Control>,
+    ctl: mpsc::UnboundedReceiver<Control>,
     events: Recorder,
     was_healthy: bool,
 ) {
-    let set = |s: State| {
-        events(Event::State(s.clone()));
-        let _ = state.send(s);
-    };
-    let mut history: VecDeque<Instant> = VecDeque::new();
-    let mut ever_healthy = was_healthy;
-    loop {
-        let (mut child, drained) = match spawn_process(&spec) {
-            Ok(c) => c,
-            Err(e) => {
-                set(State::Failed {
-                    reason: format!("cannot start `{}`: {e}", spec.name),
-                });
+    Runner {
+        spec,
+        state,
+        ctl,
+        events,
+        history: VecDeque::new(),
+        ever_healthy: was_healthy,
+    }
+    .run()
+    .await
+}
+
+/// How one spawned process's life ended.
+enum Life {
+    /// Stopped on request, or its handle went away: supervision ends.
+    Ended,
+    /// Restarted on request (a watched file changed): spawn again now.
+    Restart,
+    /// It exited on its own, with this status.
+    Exited(std::io::Result<std::process::ExitStatus>),
+}
+
+/// One service's supervision: spawn, wait for ready, watch, and decide
+/// after each exit whether to restart (see [`restart::decide`]).
+struct Runner {
+    spec: ServiceSpec,
+    state: watch::Sender<State>,
+    ctl: mpsc::UnboundedReceiver<Control>,
+    events: Recorder,
+    /// When recent exits happened, for the failure window.
+    history: VecDeque<Instant>,
+    /// It passed its probe once (a re-adopted process had).
+    ever_healthy: bool,
+}
+
+impl Runner {
+    fn set(&self, s: State) {
+        (self.events)(Event::State(s.clone()));
+        let _ = self.state.send(s);
+    }
+
+    async fn run(mut self) {
+        loop {
+            let (mut child, drained) = match spawn_process(&self.spec) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.set(State::Failed {
+                        reason: format!("cannot start `{}`: {e}", self.spec.name),
+                    });
+                    return;
+                }
+            };
+            let pid = child.id().unwrap_or(0);
+            // A crash here leaves a process nobody recorded; the next daemon
+            // finds it by its session and environment (see daemon reconcile).
+            crate::faults::point("spawn:unrecorded");
+            (self.events)(Event::Started {
+                pid,
+                start_time: platform::process_start_time(pid),
+            });
+            self.set(State::Starting { pid });
+            let exit = match self.live(&mut child, pid).await {
+                Life::Ended => return,
+                Life::Restart => continue,
+                Life::Exited(exit) => exit,
+            };
+            // It exited on its own. Leave no stray descendants holding its port.
+            let _ = platform::signal_group(pid, Some(nix::sys::signal::Signal::SIGKILL));
+            // Its last lines may still be on their way through the log writer;
+            // the state set next makes `up` quote the log's tail.
+            if let Some(rx) = drained {
+                let _ = tokio::time::timeout(LOG_DRAIN_WAIT, rx).await;
+            }
+            if !self.after_exit(exit).await {
                 return;
             }
-        };
-        let pid = child.id().unwrap_or(0);
-        // A crash here leaves a process nobody recorded; the next daemon
-        // finds it by its session and environment (see daemon reconcile).
-        crate::faults::point("spawn:unrecorded");
-        events(Event::Started {
-            pid,
-            start_time: platform::process_start_time(pid),
-        });
-        set(State::Starting { pid });
+        }
+    }
 
-        // Phase 1: until ready, unless it exits or is stopped.
-        let healthy = ready(&spec, pid);
+    /// Watches the process `pid` until it exits or a control arrives:
+    /// first until its probe passes (or fails, which is said), then while
+    /// it runs.
+    async fn live(&mut self, child: &mut tokio::process::Child, pid: u32) -> Life {
+        let healthy = ready(&self.spec, pid);
         tokio::pin!(healthy);
-        let mut exit: Option<std::io::Result<std::process::ExitStatus>> = None;
-        let mut restart_now = false;
-        let mut phase1_done = false;
-        while !phase1_done && exit.is_none() {
-            tokio::select! {
-                r = &mut healthy => {
-                    phase1_done = true;
-                    match r {
-                        Ok(()) => { ever_healthy = true; set(State::Running { pid }); }
-                        Err(reason) => set(State::Unhealthy { pid, reason: unhealthy_reason(&spec, pid, reason) }),
-                    }
+        tokio::select! {
+            r = &mut healthy => match r {
+                Ok(()) => {
+                    self.ever_healthy = true;
+                    self.set(State::Running { pid });
                 }
-                st = child.wait() => exit = Some(st),
-                c = ctl.recv() => {
-                    if !obey(c, &mut child, pid, &spec, &events, &set).await {
-                        return;
-                    }
-                    restart_now = true;
-                    phase1_done = true;
+                Err(reason) => {
+                    self.set(State::Unhealthy { pid, reason: unhealthy_reason(&self.spec, pid, reason) });
                 }
-            }
+            },
+            st = child.wait() => return Life::Exited(st),
+            c = self.ctl.recv() => return self.obeyed(c, child, pid).await,
         }
-        // Phase 2: running until it exits or we are asked to stop/restart.
-        if !restart_now && exit.is_none() {
-            tokio::select! {
-                st = child.wait() => exit = Some(st),
-                c = ctl.recv() => {
-                    if !obey(c, &mut child, pid, &spec, &events, &set).await {
-                        return;
-                    }
-                    restart_now = true;
-                }
-            }
+        tokio::select! {
+            st = child.wait() => Life::Exited(st),
+            c = self.ctl.recv() => self.obeyed(c, child, pid).await,
         }
-        if restart_now {
-            continue;
+    }
+
+    async fn obeyed(
+        &self,
+        c: Option<Control>,
+        child: &mut tokio::process::Child,
+        pid: u32,
+    ) -> Life {
+        let set = |s: State| self.set(s);
+        if obey(c, child, pid, &self.spec, &self.events, &set).await {
+            Life::Restart
+        } else {
+            Life::Ended
         }
-        // It exited on its own. Leave no stray descendants holding its port.
-        let _ = platform::signal_group(pid, Some(nix::sys::signal::Signal::SIGKILL));
-        // Its last lines may still be on their way through the log writer;
-        // the state set below makes `up` quote the log's tail.
-        if let Some(rx) = drained {
-            let _ = tokio::time::timeout(LOG_DRAIN_WAIT, rx).await;
-        }
-        let (success, how) = describe(exit.expect("exit recorded"));
+    }
+
+    /// After an exit of its own: whether to spawn again, by the restart
+    /// policy, having waited out the backoff (a stop during it ends
+    /// supervision).
+    async fn after_exit(&mut self, exit: std::io::Result<std::process::ExitStatus>) -> bool {
+        let (success, how) = describe(exit);
         // A probe-less service that finished its work cleanly inside the
         // grace period did not fail: its restart policy decides.
-        if spec.health.is_none() && success {
-            ever_healthy = true;
+        if self.spec.health.is_none() && success {
+            self.ever_healthy = true;
         }
-        if !ever_healthy {
+        if !self.ever_healthy {
             // It never came up: restarting would only repeat the failure, and
             // `up` should report it now.
-            set(State::Failed {
+            self.set(State::Failed {
                 reason: format!("{how} before it became ready"),
             });
-            return;
+            return false;
         }
-        match restart::decide(&spec.restart, success, &mut history, Instant::now()) {
+        let delay = match restart::decide(
+            &self.spec.restart,
+            success,
+            &mut self.history,
+            Instant::now(),
+        ) {
             restart::Decision::Stop => {
-                set(State::Stopped { exit: Some(how) });
-                return;
+                self.set(State::Stopped { exit: Some(how) });
+                return false;
             }
             restart::Decision::GiveUp => {
                 let reason = format!(
                     "gave up: {} exits within {:?} (last: {how})",
-                    spec.restart.max_failures, spec.restart.failure_window
+                    self.spec.restart.max_failures, self.spec.restart.failure_window
                 );
-                events(Event::GaveUp {
+                (self.events)(Event::GaveUp {
                     reason: reason.clone(),
                 });
-                set(State::Failed { reason });
-                return;
+                self.set(State::Failed { reason });
+                return false;
             }
-            restart::Decision::Restart(delay) => {
-                events(Event::Restarting { exit: how, delay });
-                set(State::Backoff { delay });
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    c = ctl.recv() => match c {
-                        Some(Control::Stop(done)) => {
-                            set(State::Stopped { exit: None });
-                            let _ = done.send(None);
-                            return;
-                        }
-                        Some(Control::Restart(_)) => {}
-                        None => return,
-                    },
+            restart::Decision::Restart(delay) => delay,
+        };
+        (self.events)(Event::Restarting { exit: how, delay });
+        self.set(State::Backoff { delay });
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => true,
+            c = self.ctl.recv() => match c {
+                Some(Control::Stop(done)) => {
+                    self.set(State::Stopped { exit: None });
+                    let _ = done.send(None);
+                    false
                 }
-            }
+                Some(Control::Restart(_)) => true,
+                None => false,
+            },
         }
     }
 }

@@ -260,6 +260,46 @@ pub fn ensure(
     slug: &str,
     root: &Path,
 ) -> Result<Ensured, WorktreeError> {
+    check_branch(branch)?;
+    let repo = Repository::open(main_workdir)?;
+    if branch_of(&repo).as_deref() == Some(branch) {
+        return Err(WorktreeError::CheckedOutElsewhere {
+            branch: branch.to_owned(),
+            where_: "the main worktree",
+            path: main_workdir.to_path_buf(),
+        });
+    }
+    let recreate_at = match existing(git, &repo, main_workdir, branch)? {
+        Existing::Live(path) => {
+            return Ok(Ensured {
+                path,
+                created: false,
+                recreated: false,
+            });
+        }
+        Existing::Dropped(path) => Some(path),
+        Existing::None => None,
+    };
+    let recreated = recreate_at.is_some();
+    let path = recreate_at.unwrap_or_else(|| root.join(slug));
+    if path.exists() {
+        return Err(WorktreeError::PathTaken(path));
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let remote = format!("origin/{branch}");
+    let add = add_args(&repo, branch, &path, &remote);
+    git.run(main_workdir, &add)?;
+    Ok(Ensured {
+        path,
+        created: true,
+        recreated,
+    })
+}
+
+/// A branch name git takes and no option can be read from.
+fn check_branch(branch: &str) -> Result<(), WorktreeError> {
     // A leading `-` would read as an option to git; git rejects such branch
     // names anyway.
     let rule = match branch_rule_broken(branch) {
@@ -273,15 +313,27 @@ pub fn ensure(
             rule,
         });
     }
-    let repo = Repository::open(main_workdir)?;
-    if branch_of(&repo).as_deref() == Some(branch) {
-        return Err(WorktreeError::CheckedOutElsewhere {
-            branch: branch.to_owned(),
-            where_: "the main worktree",
-            path: main_workdir.to_path_buf(),
-        });
-    }
-    let mut recreate_at: Option<PathBuf> = None;
+    Ok(())
+}
+
+/// What the repository already has for a branch.
+enum Existing {
+    /// A worktree with its folder, on the branch: reused as it is.
+    Live(PathBuf),
+    /// A registration whose folder was deleted by hand, now dropped: the
+    /// worktree is made again at the same path.
+    Dropped(PathBuf),
+    /// Nothing.
+    None,
+}
+
+/// Finds the worktree of `branch` among the repository's registered ones.
+fn existing(
+    git: &Git,
+    repo: &Repository,
+    main_workdir: &Path,
+    branch: &str,
+) -> Result<Existing, WorktreeError> {
     for name in repo.worktrees()?.iter().flatten() {
         let wt = repo.find_worktree(name)?;
         let path = wt.path().to_path_buf();
@@ -289,13 +341,9 @@ pub fn ensure(
             if let Ok(r) = Repository::open(&path)
                 && branch_of(&r).as_deref() == Some(branch)
             {
-                return Ok(Ensured {
-                    path,
-                    created: false,
-                    recreated: false,
-                });
+                return Ok(Existing::Live(path));
             }
-        } else if registered_branch(&repo, name).as_deref() == Some(branch) {
+        } else if registered_branch(repo, name).as_deref() == Some(branch) {
             if !matches!(wt.is_locked()?, git2::WorktreeLockStatus::Unlocked) {
                 return Err(WorktreeError::CheckedOutElsewhere {
                     branch: branch.to_owned(),
@@ -310,23 +358,23 @@ pub fn ensure(
                 main_workdir,
                 &["worktree".as_ref(), "remove".as_ref(), path.as_os_str()],
             )?;
-            recreate_at = Some(path);
+            return Ok(Existing::Dropped(path));
         }
     }
-    let recreated = recreate_at.is_some();
-    let path = recreate_at.unwrap_or_else(|| root.join(slug));
-    if path.exists() {
-        return Err(WorktreeError::PathTaken(path));
-    }
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    // The local branch; else a new one tracking `origin/<branch>`; else a
-    // new one from HEAD.
+    Ok(Existing::None)
+}
+
+/// `git worktree add` for `branch` at `path`: the local branch; else a new
+/// one tracking `remote` (`origin/<branch>`); else a new one from HEAD.
+fn add_args<'a>(
+    repo: &Repository,
+    branch: &'a str,
+    path: &'a Path,
+    remote: &'a str,
+) -> Vec<&'a std::ffi::OsStr> {
     let local = repo.find_branch(branch, BranchType::Local).is_ok();
-    let remote = format!("origin/{branch}");
-    let tracking = !local && repo.find_branch(&remote, BranchType::Remote).is_ok();
-    let add: Vec<&std::ffi::OsStr> = match (local, tracking) {
+    let tracking = !local && repo.find_branch(remote, BranchType::Remote).is_ok();
+    match (local, tracking) {
         (true, _) => vec![
             "worktree".as_ref(),
             "add".as_ref(),
@@ -352,13 +400,7 @@ pub fn ensure(
             branch.as_ref(),
             path.as_os_str(),
         ],
-    };
-    git.run(main_workdir, &add)?;
-    Ok(Ensured {
-        path,
-        created: true,
-        recreated,
-    })
+    }
 }
 
 /// Uncommitted and untracked changes in a worktree, as `git status --short`

@@ -154,6 +154,39 @@ pub(super) fn build_env(
     env
 }
 
+/// `[project] port_range`: the default when absent; `None` (after an
+/// error) when it is not two ports with lo ≤ hi. A range below 1024 is
+/// warned about.
+fn build_port_range(cx: &mut Cx<'_>, range: Option<[i64; 2]>) -> Option<PortRange> {
+    let Some([lo, hi]) = range else {
+        return Some(DEFAULT_PORT_RANGE);
+    };
+    if !(1..=65535).contains(&lo) || !(1..=65535).contains(&hi) || lo > hi {
+        cx.error(
+            "invalid-port-range",
+            &keypath!["project", "port_range"],
+            format!("port_range [{lo}, {hi}] must be two ports 1–65535 with lo ≤ hi"),
+            Some(format!(
+                "the default is [{}, {}]",
+                DEFAULT_PORT_RANGE.lo, DEFAULT_PORT_RANGE.hi
+            )),
+        );
+        return None;
+    }
+    if lo < 1024 {
+        cx.warn(
+            "privileged-ports",
+            &keypath!["project", "port_range"],
+            format!("port_range starts at {lo}: ports below 1024 need privileges to bind"),
+            Some("start the range at 1024 or above".to_owned()),
+        );
+    }
+    Some(PortRange {
+        lo: lo as u16,
+        hi: hi as u16,
+    })
+}
+
 /// The project, or `None` after errors; and the port range to lint literal
 /// ports against (`None` when `port_range` itself is invalid).
 pub(super) fn build_project(
@@ -193,48 +226,15 @@ pub(super) fn build_project(
         }
         None => format!("{}.localhost", p.name),
     };
-    let mut range_ok = true;
-    let port_range = match p.port_range {
-        None => DEFAULT_PORT_RANGE,
-        Some([lo, hi]) => {
-            if !(1..=65535).contains(&lo) || !(1..=65535).contains(&hi) || lo > hi {
-                ok = false;
-                range_ok = false;
-                cx.error(
-                    "invalid-port-range",
-                    &keypath!["project", "port_range"],
-                    format!("port_range [{lo}, {hi}] must be two ports 1–65535 with lo ≤ hi"),
-                    Some(format!(
-                        "the default is [{}, {}]",
-                        DEFAULT_PORT_RANGE.lo, DEFAULT_PORT_RANGE.hi
-                    )),
-                );
-                DEFAULT_PORT_RANGE
-            } else {
-                if lo < 1024 {
-                    cx.warn(
-                        "privileged-ports",
-                        &keypath!["project", "port_range"],
-                        format!(
-                            "port_range starts at {lo}: ports below 1024 need privileges to bind"
-                        ),
-                        Some("start the range at 1024 or above".to_owned()),
-                    );
-                }
-                PortRange {
-                    lo: lo as u16,
-                    hi: hi as u16,
-                }
-            }
-        }
-    };
+    let port_range = build_port_range(cx, p.port_range);
+    ok &= port_range.is_some();
     let project = ok.then(|| Project {
         name: p.name.clone(),
         domain,
         https: p.https.unwrap_or(false),
-        port_range,
+        port_range: port_range.unwrap_or(DEFAULT_PORT_RANGE),
         worktree_root: p.worktree_root.clone(),
         env_file: p.env_file.clone(),
     });
-    (project, range_ok.then_some(port_range))
+    (project, port_range)
 }

@@ -28,84 +28,20 @@ impl Cx<'_> {
             })
             .collect();
         let (code, message, hint) = if let Some(rest) = msg.strip_prefix("unknown field `") {
-            let name = rest.split('`').next().unwrap_or_default().to_owned();
-            let table = if key_path.iter().any(|s| matches!(s, Step::Index(_))) {
-                "unknown"
-            } else {
-                table_kind(&names)
-            };
-            let known = raw::known_keys(table);
-            let hint = match suggest(&name, known.iter().copied()) {
-                Some(s) => Some(format!("did you mean `{s}`?")),
-                None if !known.is_empty() => Some(format!("known keys here: {}", known.join(", "))),
-                None => None,
-            };
-            let where_ = table_label(&names);
-            (
-                "unknown-key",
-                format!("unknown key `{name}` in {where_}"),
-                hint,
-            )
+            unknown_field(rest, &key_path, &names)
         } else if let Some(rest) = msg.strip_prefix("missing field `") {
-            let name = rest.split('`').next().unwrap_or_default();
-            let (m, hint) = match name {
-                "project" => (
-                    "missing table [project]".to_owned(),
-                    Some("add:\n    [project]\n    name = \"myapp\"".to_owned()),
-                ),
-                "name" => (
-                    "[project] has no `name`".to_owned(),
-                    Some(
-                        "add name = \"myapp\" under [project]: a lowercase DNS label used in every hostname"
-                            .to_owned(),
-                    ),
-                ),
-                _ => (format!("missing required key `{name}`"), None),
-            };
-            ("missing-key", m, hint)
+            missing_field(rest)
         } else if let Some(rest) = msg.strip_prefix("invalid type: ") {
-            let (found, expected) = rest
-                .split_once(", expected ")
-                .unwrap_or((rest, "another type"));
-            let m = format!(
-                "{} must be {}, not {}",
-                if key.is_empty() {
-                    "this value".to_owned()
-                } else {
-                    format!("`{key}`")
-                },
-                toml_type(expected),
-                found_type(found)
-            );
-            ("invalid-type", m, type_hint(&names))
+            invalid_type(rest, &key, &names)
         } else if let Some(rest) = msg.strip_prefix("invalid length ") {
-            let (n, expected) = rest
-                .split_once(", expected ")
-                .unwrap_or((rest, "another length"));
-            let what = if key.is_empty() {
-                "this array".to_owned()
-            } else {
-                format!("`{key}`")
-            };
-            let n = n.trim();
-            let els = if n == "1" { "element" } else { "elements" };
-            let m = format!("{what} has {n} {els}; expected {expected}");
-            ("invalid-type", m, type_hint(&names))
+            invalid_length(rest, &key, &names)
         } else if msg == "duplicate key" {
             // The span is the repeated key; quote it when it is a short name.
             let name = span
                 .as_ref()
                 .and_then(|s| self.loc.text().get(s.clone()))
                 .filter(|k| !k.is_empty() && k.len() <= 64 && !k.contains('\n'));
-            let m = match name {
-                Some(k) => format!("duplicate key `{k}`"),
-                None => "duplicate key".to_owned(),
-            };
-            (
-                "syntax",
-                m,
-                Some("a key or table may be defined only once; merge the two".to_owned()),
-            )
+            duplicate_key(name)
         } else if msg.starts_with("invalid value") {
             // serde's other value error quotes the value: drop it.
             let what = if key.is_empty() {
@@ -203,6 +139,99 @@ impl Cx<'_> {
         }
         walk_table(doc.as_table(), offset, &mut Vec::new())
     }
+}
+
+/// A diagnostic's code, message and hint.
+type Said = (&'static str, String, Option<String>);
+
+/// `unknown field `x`, expected …`: the key, where, and the nearest known
+/// key (or all of them).
+fn unknown_field(rest: &str, key_path: &[Step], names: &[String]) -> Said {
+    let name = rest.split('`').next().unwrap_or_default().to_owned();
+    let table = if key_path.iter().any(|s| matches!(s, Step::Index(_))) {
+        "unknown"
+    } else {
+        table_kind(names)
+    };
+    let known = raw::known_keys(table);
+    let hint = match suggest(&name, known.iter().copied()) {
+        Some(s) => Some(format!("did you mean `{s}`?")),
+        None if !known.is_empty() => Some(format!("known keys here: {}", known.join(", "))),
+        None => None,
+    };
+    let where_ = table_label(names);
+    (
+        "unknown-key",
+        format!("unknown key `{name}` in {where_}"),
+        hint,
+    )
+}
+
+/// `missing field `x``: what to add, spelled out for `[project]`.
+fn missing_field(rest: &str) -> Said {
+    let name = rest.split('`').next().unwrap_or_default();
+    let (m, hint) = match name {
+        "project" => (
+            "missing table [project]".to_owned(),
+            Some("add:\n    [project]\n    name = \"myapp\"".to_owned()),
+        ),
+        "name" => (
+            "[project] has no `name`".to_owned(),
+            Some(
+                "add name = \"myapp\" under [project]: a lowercase DNS label used in every hostname"
+                    .to_owned(),
+            ),
+        ),
+        _ => (format!("missing required key `{name}`"), None),
+    };
+    ("missing-key", m, hint)
+}
+
+/// `invalid type: X, expected Y`, in TOML's words.
+fn invalid_type(rest: &str, key: &str, names: &[String]) -> Said {
+    let (found, expected) = rest
+        .split_once(", expected ")
+        .unwrap_or((rest, "another type"));
+    let m = format!(
+        "{} must be {}, not {}",
+        if key.is_empty() {
+            "this value".to_owned()
+        } else {
+            format!("`{key}`")
+        },
+        toml_type(expected),
+        found_type(found)
+    );
+    ("invalid-type", m, type_hint(names))
+}
+
+/// `invalid length N, expected …`: an array of the wrong size.
+fn invalid_length(rest: &str, key: &str, names: &[String]) -> Said {
+    let (n, expected) = rest
+        .split_once(", expected ")
+        .unwrap_or((rest, "another length"));
+    let what = if key.is_empty() {
+        "this array".to_owned()
+    } else {
+        format!("`{key}`")
+    };
+    let n = n.trim();
+    let els = if n == "1" { "element" } else { "elements" };
+    let m = format!("{what} has {n} {els}; expected {expected}");
+    ("invalid-type", m, type_hint(names))
+}
+
+/// A key or table defined twice, named when its text is a short key.
+fn duplicate_key(name: Option<&str>) -> Said {
+    let m = match name {
+        Some(k) => format!("duplicate key `{k}`"),
+        None => "duplicate key".to_owned(),
+    };
+    (
+        "syntax",
+        m,
+        Some("a key or table may be defined only once; merge the two".to_owned()),
+    )
 }
 
 /// serde's name for an expected type, in TOML's words.

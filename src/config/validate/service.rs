@@ -101,6 +101,44 @@ pub(super) fn build_process(cx: &mut Cx<'_>, name: &str, cmd: &str, rs: &RawServ
         );
     }
     let ports = rs.ports.clone().unwrap_or_default();
+    check_port_names(cx, name, &ports);
+    let env = build_env(cx, &keypath!["services", name, "env"], rs.env.as_ref());
+    let depends_on = rs.depends_on.clone().unwrap_or_default();
+    let health = rs.health.as_ref().and_then(|h| build_health(cx, name, h));
+    let restart = match &rs.restart {
+        None => Some(Restart::default()),
+        Some(r) => build_restart(cx, name, r),
+    };
+    let stop_signal = rs
+        .stop_signal
+        .as_ref()
+        .map_or(Some(StopSignal::default()), |s| {
+            build_stop_signal(cx, name, s)
+        });
+    let stop_timeout = match &rs.stop_timeout {
+        None => Some(DEFAULT_STOP_TIMEOUT),
+        Some(d) => parse_duration(cx, &keypath!["services", name, "stop_timeout"], d),
+    };
+    let watch = rs.watch.clone().unwrap_or_default();
+    check_globs(cx, &keypath!["services", name, "watch"], &watch, true);
+    Process {
+        cmd: cmd.to_owned(),
+        cwd: rs.cwd.clone(),
+        url: rs.url.clone(),
+        ports,
+        depends_on,
+        env,
+        env_file: rs.env_file.clone(),
+        health,
+        restart: restart.unwrap_or_default(),
+        watch,
+        stop_signal: stop_signal.unwrap_or_default(),
+        stop_timeout: stop_timeout.unwrap_or(DEFAULT_STOP_TIMEOUT),
+    }
+}
+
+/// Each extra port's name: a service-style name, declared once.
+fn check_port_names(cx: &mut Cx<'_>, name: &str, ports: &[String]) {
     let mut seen = BTreeSet::new();
     for (i, p) in ports.iter().enumerate() {
         let path = keypath!["services", name, "ports", i];
@@ -122,48 +160,20 @@ pub(super) fn build_process(cx: &mut Cx<'_>, name: &str, cmd: &str, rs: &RawServ
             );
         }
     }
-    let env = build_env(cx, &keypath!["services", name, "env"], rs.env.as_ref());
-    let depends_on = rs.depends_on.clone().unwrap_or_default();
-    let health = rs.health.as_ref().and_then(|h| build_health(cx, name, h));
-    let restart = match &rs.restart {
-        None => Some(Restart::default()),
-        Some(r) => build_restart(cx, name, r),
-    };
-    let stop_signal = match &rs.stop_signal {
-        None => Some(StopSignal::default()),
-        Some(s) => {
-            let v = StopSignal::parse(s);
-            if v.is_none() {
-                cx.error(
-                    "invalid-signal",
-                    &keypath!["services", name, "stop_signal"],
-                    format!("`{s}` is not a stop signal Binky knows"),
-                    Some(format!("use one of {}", StopSignal::KNOWN.join(", "))),
-                );
-            }
-            v
-        }
-    };
-    let stop_timeout = match &rs.stop_timeout {
-        None => Some(DEFAULT_STOP_TIMEOUT),
-        Some(d) => parse_duration(cx, &keypath!["services", name, "stop_timeout"], d),
-    };
-    let watch = rs.watch.clone().unwrap_or_default();
-    check_globs(cx, &keypath!["services", name, "watch"], &watch, true);
-    Process {
-        cmd: cmd.to_owned(),
-        cwd: rs.cwd.clone(),
-        url: rs.url.clone(),
-        ports,
-        depends_on,
-        env,
-        env_file: rs.env_file.clone(),
-        health,
-        restart: restart.unwrap_or_default(),
-        watch,
-        stop_signal: stop_signal.unwrap_or_default(),
-        stop_timeout: stop_timeout.unwrap_or(DEFAULT_STOP_TIMEOUT),
+}
+
+/// `stop_signal`: one Binky knows (`None` after saying which it does).
+fn build_stop_signal(cx: &mut Cx<'_>, name: &str, s: &str) -> Option<StopSignal> {
+    let v = StopSignal::parse(s);
+    if v.is_none() {
+        cx.error(
+            "invalid-signal",
+            &keypath!["services", name, "stop_signal"],
+            format!("`{s}` is not a stop signal Binky knows"),
+            Some(format!("use one of {}", StopSignal::KNOWN.join(", "))),
+        );
     }
+    v
 }
 
 pub(super) fn build_health(cx: &mut Cx<'_>, name: &str, h: &RawHealth) -> Option<Health> {
@@ -411,6 +421,25 @@ pub(super) fn build_resource(
         );
     }
     check_adapter_exists(cx, name, adapter);
+    check_resource_admin_url(cx, name, adapter, rs);
+    let clone_inputs = rs.clone_inputs.clone().unwrap_or_default();
+    check_data_keys(cx, name, rs, &clone_inputs);
+    check_adapter_options(cx, name, adapter, rs.options.as_ref());
+    Resource {
+        adapter: adapter.to_owned(),
+        admin_url: rs.admin_url.clone(),
+        migrate: rs.migrate.clone(),
+        seed: rs.seed.clone(),
+        clone_from: rs.clone_from.clone(),
+        clone_inputs,
+        options: rs.options.clone().unwrap_or_default(),
+    }
+}
+
+/// A resource's `admin_url`: present where its adapter needs one, and (when
+/// literal, or made of `${env.NAME}`s this environment sets) a URL the
+/// adapter takes.
+fn check_resource_admin_url(cx: &mut Cx<'_>, name: &str, adapter: &str, rs: &RawService) {
     if rs.admin_url.is_none()
         && crate::adapters::catalog::find(adapter).is_some_and(|e| e.needs_admin_url)
     {
@@ -448,6 +477,11 @@ pub(super) fn build_resource(
             );
         }
     }
+}
+
+/// A resource's data keys: `clone_from` a short name, `migrate` and `seed`
+/// not empty, `clone_inputs` globs that mean something with `clone_from`.
+fn check_data_keys(cx: &mut Cx<'_>, name: &str, rs: &RawService, clone_inputs: &[String]) {
     if let Some(c) = &rs.clone_from
         && !is_service_name(c)
     {
@@ -468,7 +502,6 @@ pub(super) fn build_resource(
             );
         }
     }
-    let clone_inputs = rs.clone_inputs.clone().unwrap_or_default();
     if !clone_inputs.is_empty() && rs.clone_from.is_none() {
         cx.warn(
             "clone-inputs-without-clone-from",
@@ -493,19 +526,9 @@ pub(super) fn build_resource(
     check_globs(
         cx,
         &keypath!["services", name, "clone_inputs"],
-        &clone_inputs,
+        clone_inputs,
         false,
     );
-    check_adapter_options(cx, name, adapter, rs.options.as_ref());
-    Resource {
-        adapter: adapter.to_owned(),
-        admin_url: rs.admin_url.clone(),
-        migrate: rs.migrate.clone(),
-        seed: rs.seed.clone(),
-        clone_from: rs.clone_from.clone(),
-        clone_inputs,
-        options: rs.options.clone().unwrap_or_default(),
-    }
 }
 
 pub(super) fn build_agents(

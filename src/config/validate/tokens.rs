@@ -99,67 +99,7 @@ pub(super) fn check_literal_fields(cx: &mut Cx<'_>) {
     let Some(doc) = cx.loc.document() else {
         return;
     };
-    let mut found: Vec<(Vec<Step>, String, usize, usize)> = Vec::new();
-    fn walk(
-        item: &toml_edit::Item,
-        path: &mut Vec<Step>,
-        found: &mut Vec<(Vec<Step>, String, usize, usize)>,
-    ) {
-        match item {
-            toml_edit::Item::Value(v) => value(v, path, found),
-            toml_edit::Item::Table(t) => {
-                for (k, i) in t.iter() {
-                    path.push(Step::from(k));
-                    walk(i, path, found);
-                    path.pop();
-                }
-            }
-            toml_edit::Item::ArrayOfTables(a) => {
-                for (n, t) in a.iter().enumerate() {
-                    path.push(Step::Index(n));
-                    for (k, i) in t.iter() {
-                        path.push(Step::from(k));
-                        walk(i, path, found);
-                        path.pop();
-                    }
-                    path.pop();
-                }
-            }
-            toml_edit::Item::None => {}
-        }
-    }
-    fn value(
-        v: &toml_edit::Value,
-        path: &mut Vec<Step>,
-        found: &mut Vec<(Vec<Step>, String, usize, usize)>,
-    ) {
-        match v {
-            toml_edit::Value::String(s) => {
-                let text = s.value();
-                if renders_tokens(path) {
-                    return;
-                }
-                if let Some(o) = occurrences(text).find(|o| classify(o.body).is_some()) {
-                    found.push((path.clone(), text.to_owned(), o.start, o.end));
-                }
-            }
-            toml_edit::Value::Array(a) => {
-                for (n, x) in a.iter().enumerate() {
-                    path.push(Step::Index(n));
-                    value(x, path, found);
-                    path.pop();
-                }
-            }
-            toml_edit::Value::InlineTable(t) => {
-                for (k, x) in t.iter() {
-                    path.push(Step::from(k));
-                    value(x, path, found);
-                    path.pop();
-                }
-            }
-            _ => {}
-        }
-    }
+    let mut found: Vec<Literal> = Vec::new();
     walk(doc.as_item(), &mut Vec::new(), &mut found);
     for (path, text, start, end) in found {
         let at = At {
@@ -179,6 +119,66 @@ pub(super) fn check_literal_fields(cx: &mut Cx<'_>) {
             ),
             Some("write the value itself here, or move it to a field that renders".to_owned()),
         );
+    }
+}
+
+/// A token Binky owns found in a literal field: its key path, the
+/// string, and the token's byte range in it.
+type Literal = (Vec<Step>, String, usize, usize);
+
+/// Every string under `item` outside the fields that render, with the
+/// first token Binky owns in it.
+fn walk(item: &toml_edit::Item, path: &mut Vec<Step>, found: &mut Vec<Literal>) {
+    match item {
+        toml_edit::Item::Value(v) => value(v, path, found),
+        toml_edit::Item::Table(t) => {
+            for (k, i) in t.iter() {
+                path.push(Step::from(k));
+                walk(i, path, found);
+                path.pop();
+            }
+        }
+        toml_edit::Item::ArrayOfTables(a) => {
+            for (n, t) in a.iter().enumerate() {
+                path.push(Step::Index(n));
+                for (k, i) in t.iter() {
+                    path.push(Step::from(k));
+                    walk(i, path, found);
+                    path.pop();
+                }
+                path.pop();
+            }
+        }
+        toml_edit::Item::None => {}
+    }
+}
+/// `walk` for one value (arrays and inline tables included).
+fn value(v: &toml_edit::Value, path: &mut Vec<Step>, found: &mut Vec<Literal>) {
+    match v {
+        toml_edit::Value::String(s) => {
+            let text = s.value();
+            if renders_tokens(path) {
+                return;
+            }
+            if let Some(o) = occurrences(text).find(|o| classify(o.body).is_some()) {
+                found.push((path.clone(), text.to_owned(), o.start, o.end));
+            }
+        }
+        toml_edit::Value::Array(a) => {
+            for (n, x) in a.iter().enumerate() {
+                path.push(Step::Index(n));
+                value(x, path, found);
+                path.pop();
+            }
+        }
+        toml_edit::Value::InlineTable(t) => {
+            for (k, x) in t.iter() {
+                path.push(Step::from(k));
+                value(x, path, found);
+                path.pop();
+            }
+        }
+        _ => {}
     }
 }
 
@@ -315,31 +315,12 @@ pub(super) fn check_token(
                     && svc.process().is_some()
                     && !depends_transitively(services, name, target)
                 {
-                    cx.push_at(
-                        Severity::Warning,
-                        "resource-not-depended",
-                        path,
-                        Some(at),
-                        format!("`{name}` uses `{raw}` but does not depend on `{target}`, so it may start before the slice exists"),
-                        Some(format!("add \"{target}\" to services.{name}.depends_on")),
-                    );
+                    not_depended(cx, name, target, path, at);
                 }
             }
             // Declared but invalid (its own error says why): nothing to add.
             None if declared.contains(target) => {}
-            None => {
-                let hint = suggest(target, declared.iter().copied())
-                    .map(|m| format!("did you mean `${{{}}}`?", body.replacen(target, m, 1)))
-                    .or_else(|| Some("it is left as written when rendered".to_owned()));
-                cx.push_at(
-                    Severity::Warning,
-                    "unknown-service-token",
-                    path,
-                    Some(at),
-                    format!("`{raw}` names `{target}`, which is not a service"),
-                    hint,
-                );
-            }
+            None => unknown_service(cx, declared, path, at, body, target),
         },
         Some(Token::Env(var)) if cx.env_unset(var) => cx.push_at(
             Severity::Warning,
@@ -356,6 +337,44 @@ pub(super) fn check_token(
         Some(_) => {}
         None => check_unowned_token(cx, declared, path, at, body),
     }
+}
+
+/// A process uses a resource's token without depending on it, so it may
+/// start before the slice exists.
+fn not_depended(cx: &mut Cx<'_>, name: &str, target: &str, path: &[Step], at: At<'_>) {
+    let raw = at.text();
+    cx.push_at(
+        Severity::Warning,
+        "resource-not-depended",
+        path,
+        Some(at),
+        format!("`{name}` uses `{raw}` but does not depend on `{target}`, so it may start before the slice exists"),
+        Some(format!("add \"{target}\" to services.{name}.depends_on")),
+    );
+}
+
+/// A token naming `target`, which is not a service: the nearest declared
+/// name, if one is near.
+fn unknown_service(
+    cx: &mut Cx<'_>,
+    declared: &BTreeSet<&str>,
+    path: &[Step],
+    at: At<'_>,
+    body: &str,
+    target: &str,
+) {
+    let raw = at.text();
+    let hint = suggest(target, declared.iter().copied())
+        .map(|m| format!("did you mean `${{{}}}`?", body.replacen(target, m, 1)))
+        .or_else(|| Some("it is left as written when rendered".to_owned()));
+    cx.push_at(
+        Severity::Warning,
+        "unknown-service-token",
+        path,
+        Some(at),
+        format!("`{raw}` names `{target}`, which is not a service"),
+        hint,
+    );
 }
 
 /// Fields a service token may ask for, as written after `SVC.`.
@@ -450,24 +469,7 @@ pub(super) fn check_field(
         format!("service `{target}`")
     };
     match f {
-        Field::Ports(port) => {
-            if t.resource().is_some() || !t.port_names().iter().any(|p| p == port) {
-                let declared = t.port_names();
-                let hint = if declared.is_empty() {
-                    format!("add ports = [\"{port}\"] to services.{target}")
-                } else {
-                    format!("declared ports of `{target}`: {}", declared.join(", "))
-                };
-                cx.push_at(
-                    Severity::Error,
-                    "unknown-port",
-                    path,
-                    Some(at),
-                    format!("`{raw}`: {who} declares no port named `{port}`"),
-                    Some(hint),
-                );
-            }
-        }
+        Field::Ports(port) => check_port_name(cx, r, port, &who, path, at),
         Field::Port | Field::LocalUrl => {
             if t.resource().is_some() {
                 cx.push_at(
@@ -494,31 +496,7 @@ pub(super) fn check_field(
                 );
             }
         }
-        Field::Slice(field) => {
-            let adapter = t.resource().map(|r| r.adapter.as_str());
-            let entry = adapter.and_then(crate::adapters::catalog::find);
-            let known = entry.map_or(&[][..], |e| e.fields);
-            // An external adapter may fill any field; a built-in one only
-            // those the catalog lists.
-            if known.contains(&field) || (adapter.is_some() && entry.is_none()) {
-                return;
-            }
-            let (msg, hint) = match adapter {
-                None => (
-                    format!("`{raw}`: {who} is a process; only a resource's slice has a `{field}`"),
-                    None,
-                ),
-                Some(a) => (
-                    format!("`{raw}`: the {a} adapter's slices have no `{field}`"),
-                    Some(if known.is_empty() {
-                        format!("use `${{{target}.url}}`")
-                    } else {
-                        format!("the {a} adapter's slices have {}", known.join(", "))
-                    }),
-                ),
-            };
-            cx.push_at(Severity::Error, "unknown-field", path, Some(at), msg, hint);
-        }
+        Field::Slice(field) => check_slice_field(cx, r, field, &who, path, at),
         Field::Url | Field::Host => {
             if t.process().is_some() && !t.has_port() {
                 let code = if is_self {
@@ -537,6 +515,70 @@ pub(super) fn check_field(
             }
         }
     }
+}
+
+/// `${SVC.ports.NAME}`: the service declares that port.
+fn check_port_name(
+    cx: &mut Cx<'_>,
+    r: Reference<'_>,
+    port: &str,
+    who: &str,
+    path: &[Step],
+    at: At<'_>,
+) {
+    let (t, target, raw) = (r.service, r.target, at.text());
+    if t.resource().is_some() || !t.port_names().iter().any(|p| p == port) {
+        let declared = t.port_names();
+        let hint = if declared.is_empty() {
+            format!("add ports = [\"{port}\"] to services.{target}")
+        } else {
+            format!("declared ports of `{target}`: {}", declared.join(", "))
+        };
+        cx.push_at(
+            Severity::Error,
+            "unknown-port",
+            path,
+            Some(at),
+            format!("`{raw}`: {who} declares no port named `{port}`"),
+            Some(hint),
+        );
+    }
+}
+
+/// `${SVC.FIELD}` of a slice (`prefix`, `bucket`): the service is a
+/// resource whose adapter fills that field (an external one may fill any).
+fn check_slice_field(
+    cx: &mut Cx<'_>,
+    r: Reference<'_>,
+    field: &str,
+    who: &str,
+    path: &[Step],
+    at: At<'_>,
+) {
+    let (t, target, raw) = (r.service, r.target, at.text());
+    let adapter = t.resource().map(|r| r.adapter.as_str());
+    let entry = adapter.and_then(crate::adapters::catalog::find);
+    let known = entry.map_or(&[][..], |e| e.fields);
+    // An external adapter may fill any field; a built-in one only
+    // those the catalog lists.
+    if known.contains(&field) || (adapter.is_some() && entry.is_none()) {
+        return;
+    }
+    let (msg, hint) = match adapter {
+        None => (
+            format!("`{raw}`: {who} is a process; only a resource's slice has a `{field}`"),
+            None,
+        ),
+        Some(a) => (
+            format!("`{raw}`: the {a} adapter's slices have no `{field}`"),
+            Some(if known.is_empty() {
+                format!("use `${{{target}.url}}`")
+            } else {
+                format!("the {a} adapter's slices have {}", known.join(", "))
+            }),
+        ),
+    };
+    cx.push_at(Severity::Error, "unknown-field", path, Some(at), msg, hint);
 }
 
 /// Whether `from` reaches `to` through depends_on edges.

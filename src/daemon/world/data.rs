@@ -106,6 +106,34 @@ pub(super) async fn provision_and_seed(
     run_data_commands(cx, job, plan, &resolved, true, true).await
 }
 
+/// A failed `migrate` or `seed` as its error: a first line that stands
+/// alone (status shows only it): the step, how it ended and its first
+/// words, often the cause; then the head and tail of its output in `log`.
+fn step_failed(
+    service: &str,
+    step: &str,
+    status: std::process::ExitStatus,
+    log: &Path,
+) -> ApiError {
+    let run = supervisor::logs::current_run(log);
+    let first = run
+        .iter()
+        .map(|l| l.trim())
+        .find(|l| !l.is_empty())
+        .map(|l| format!(": {}", l.chars().take(200).collect::<String>()))
+        .unwrap_or_else(|| " with no output".to_owned());
+    let mut msg = format!("services.{service}.{step} failed ({status}){first}");
+    if !run.is_empty() {
+        msg.push_str(&format!(
+            "\noutput ({} line(s), in {}):\n{}",
+            run.len(),
+            log.display(),
+            supervisor::logs::quote_head_tail(&run, FAILURE_HEAD_LINES, FAILURE_LOG_LINES)
+        ));
+    }
+    ApiError::new(msg)
+}
+
 /// Runs `migrate` (and, `with_seed`, `seed`) against the slice at
 /// `address`, output to the job's log. `dropped`: the slice is dropped if
 /// this fails, as the error's hint says.
@@ -161,33 +189,17 @@ pub(super) async fn run_data_commands(
             .await
             .map_err(|e| ApiError::new(format!("services.{service}.{step}: cannot run: {e}")))?;
         if !status.success() {
-            // The first line stands alone (status shows only it): the
-            // step, how it ended and its first words, often the cause.
-            let run = supervisor::logs::current_run(log);
-            let first = run
-                .iter()
-                .map(|l| l.trim())
-                .find(|l| !l.is_empty())
-                .map(|l| format!(": {}", l.chars().take(200).collect::<String>()))
-                .unwrap_or_else(|| " with no output".to_owned());
-            let mut msg = format!("services.{service}.{step} failed ({status}){first}");
-            if !run.is_empty() {
-                msg.push_str(&format!(
-                    "\noutput ({} line(s), in {}):\n{}",
-                    run.len(),
-                    log.display(),
-                    supervisor::logs::quote_head_tail(&run, FAILURE_HEAD_LINES, FAILURE_LOG_LINES)
-                ));
-            }
             let kept = if dropped {
                 "the slice was dropped"
             } else {
                 "its data is kept"
             };
-            return Err(ApiError::new(msg).hint(with_config_note(
-                format!("{kept}; fix the {step} command and run `binky up {world}` again"),
-                plan,
-            )));
+            return Err(
+                step_failed(service, step, status, log).hint(with_config_note(
+                    format!("{kept}; fix the {step} command and run `binky up {world}` again"),
+                    plan,
+                )),
+            );
         }
     }
     Ok(())

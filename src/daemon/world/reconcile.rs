@@ -342,6 +342,29 @@ async fn adoption_plan(
     Ok(plan)
 }
 
+/// The spec to adopt service `sname` with: rendered as `up` would, else
+/// (a `${env.NAME}` only the old daemon's shell had) rendered leniently
+/// with restarts off, beside the error that says why it cannot restart.
+fn adoptable_spec(
+    cx: &WorldCtx<'_>,
+    sname: &str,
+    p: &config::Process,
+    plan: &mut Plan,
+    log_dir: &Path,
+) -> Result<(supervisor::ServiceSpec, Option<ApiError>), ApiError> {
+    match process_spec(cx, sname, p, plan, log_dir) {
+        Ok(spec) => Ok((spec, None)),
+        Err(e) => {
+            plan.strict = false;
+            let spec = process_spec(cx, sname, p, plan, log_dir);
+            plan.strict = true;
+            let mut spec = spec?;
+            spec.restart.policy = config::RestartPolicy::No;
+            Ok((spec, Some(e)))
+        }
+    }
+}
+
 /// Takes one process service back under supervision: the process itself
 /// when its recorded pid is still that very process (in the state it was
 /// recorded in: one that never passed its probe stays unhealthy); else, if
@@ -377,16 +400,7 @@ fn adopt_service(
         ..
     } = *cx;
     let log_dir = d.paths.world_logs(project, slug);
-    let (spec, unrenderable) = match process_spec(cx, sname, p, plan, &log_dir) {
-        Ok(spec) => (spec, None),
-        Err(e) => {
-            plan.strict = false;
-            let mut spec = process_spec(cx, sname, p, plan, &log_dir)?;
-            plan.strict = true;
-            spec.restart.policy = config::RestartPolicy::No;
-            (spec, Some(e))
-        }
-    };
+    let (spec, unrenderable) = adoptable_spec(cx, sname, p, plan, &log_dir)?;
     let rec = recorder(
         d.clone(),
         world_id,

@@ -235,34 +235,7 @@ pub(super) async fn provision(
     if exists {
         check_ours(d, service, project, adapter.as_ref(), &slice_name)?;
     }
-    // Intent first, with the server: a crash from here leaves a row `gc`
-    // can sweep where the slice is.
-    p.record(SliceState::Provisioning, server.as_ref())?;
-    if exists {
-        adapter.teardown(&slice).await.map_err(|e| p.named(e))?;
-    }
-    if let Err(e) = p.fill().await {
-        // Leave nothing half-made: drop the slice, and its record once it
-        // is really gone (else the record is what `gc` sweeps).
-        // A teardown that refuses what it finds (another's topics a
-        // refused provision left) made nothing either: no slice, no record.
-        let gone = adapter.teardown(&slice).await.is_ok()
-            || adapter.exists(&slice).await.is_ok_and(|there| !there);
-        if gone {
-            let _ = d.registry().delete_slice(adapter.name(), &slice_name);
-        }
-        return Err(e);
-    }
-    p.record(SliceState::Live, None)?;
-    if let Some(key) = &p.world_key {
-        d.registry()
-            .set_slice_migrated(adapter.name(), &slice_name, key)?;
-    }
-    let mut ev = world_event(EventKind::Provisioned, project, world);
-    ev.service = Some(service.to_owned());
-    ev.adapter = Some(adapter.name().to_owned());
-    d.event(ev);
-    let address = adapter.resolve(&slice).await.map_err(|e| p.named(e))?;
+    let address = p.make(exists, server.as_ref()).await?;
     Ok(Resolved::new(address, adapter.as_ref(), &slice))
 }
 
@@ -307,6 +280,47 @@ pub(super) struct Provisioning<'a> {
 }
 
 impl Provisioning<'_> {
+    /// Makes the slice afresh on `server` (dropping one of this project's
+    /// that `exists` there) and returns its address: the intent recorded
+    /// first, then filled (cloned, or provisioned, migrated and seeded),
+    /// then recorded live with the key it was migrated at. A failure drops
+    /// the slice and its record.
+    async fn make(&self, exists: bool, server: Option<&Server>) -> Result<String, ApiError> {
+        let WorldCtx {
+            d, project, world, ..
+        } = *self.cx;
+        let (adapter, slice, service) = (self.adapter, self.slice, self.job.service);
+        let slice_name = &slice.name;
+        // Intent first, with the server: a crash from here leaves a row `gc`
+        // can sweep where the slice is.
+        self.record(SliceState::Provisioning, server)?;
+        if exists {
+            adapter.teardown(slice).await.map_err(|e| self.named(e))?;
+        }
+        if let Err(e) = self.fill().await {
+            // Leave nothing half-made: drop the slice, and its record once it
+            // is really gone (else the record is what `gc` sweeps).
+            // A teardown that refuses what it finds (another's topics a
+            // refused provision left) made nothing either: no slice, no record.
+            let gone = adapter.teardown(slice).await.is_ok()
+                || adapter.exists(slice).await.is_ok_and(|there| !there);
+            if gone {
+                let _ = d.registry().delete_slice(adapter.name(), slice_name);
+            }
+            return Err(e);
+        }
+        self.record(SliceState::Live, None)?;
+        if let Some(key) = &self.world_key {
+            d.registry()
+                .set_slice_migrated(adapter.name(), slice_name, key)?;
+        }
+        let mut ev = world_event(EventKind::Provisioned, project, world);
+        ev.service = Some(service.to_owned());
+        ev.adapter = Some(adapter.name().to_owned());
+        d.event(ev);
+        adapter.resolve(slice).await.map_err(|e| self.named(e))
+    }
+
     /// Records the world's slice in `state`, made on `server` (`None`
     /// keeps the server recorded).
     fn record(&self, state: SliceState, server: Option<&Server>) -> Result<(), ApiError> {

@@ -28,9 +28,7 @@ impl Provisioning<'_> {
     /// (other daemons sharing it). The marker holds the template's key,
     /// then the key its schema was migrated at (the building world's).
     pub(super) async fn golden(&self, from: &str) -> Result<Template, ApiError> {
-        let WorldCtx {
-            d, project, world, ..
-        } = *self.cx;
+        let WorldCtx { d, project, .. } = *self.cx;
         let (adapter, r) = (self.adapter, self.job.r);
         let tname = golden::template_name(project, from);
         // The world's slice on the same server, by the template's name.
@@ -65,56 +63,75 @@ impl Provisioning<'_> {
         }
         let fresh =
             !moved && recorded.key == key && adapter.exists(&template).await.unwrap_or(false);
-        let mut migrated = recorded.migrated.clone();
         // The template's migrate/seed output lives with the template, not
         // in the log of the world that happened to build it (gone with that
         // world); every clone's log points at it.
         let template_log = PathBuf::from(format!("{}.log", marker.display()));
-        if !fresh {
-            let _ = std::fs::remove_file(&marker);
-            adapter
-                .teardown(&template)
-                .await
-                .map_err(|e| self.named(e))?;
-            let _ = std::fs::remove_file(&template_log);
-            if let Ok(mut f) = supervisor::logs::open_append(&template_log) {
-                use std::io::Write;
-                let _ = writeln!(
-                    f,
-                    "binky: building template {tname} (key {key}) for world {world}"
-                );
-            }
-            let job = SliceJob {
-                log: &template_log,
-                ..self.job
-            };
-            let built =
-                provision_and_seed(adapter, &template, self.cx, &job, self.plan, "golden").await;
-            if let Err(e) = built {
-                // Nothing half-made: a template that failed its migrate or
-                // seed is dropped, so the next `up` builds it afresh.
-                let _ = adapter.teardown(&template).await;
-                return Err(e);
-            }
-            fault_point("golden:built");
-            if let Some(dir) = marker.parent() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-            migrated = self.world_key.clone();
-            let m = golden::Marker {
-                key: key.clone(),
-                migrated: migrated.clone(),
-                server,
-            };
-            std::fs::write(&marker, m.render()).map_err(|e| file_error("write", &marker, e))?;
-            d.event(world_event(EventKind::GoldenBuilt, project, world).detail(tname.clone()));
-        }
-        Ok(Template {
+        let mut t = Template {
             name: tname,
             slice: template,
             log: template_log,
-            migrated,
-        })
+            migrated: recorded.migrated.clone(),
+        };
+        if !fresh {
+            t.migrated = self.build_template(&t, &key, &marker, server).await?;
+        }
+        Ok(t)
+    }
+
+    /// Builds template `t` afresh (dropping what is there): provisioned,
+    /// migrated and seeded with its output in `t.log`, then its marker
+    /// written with `key`, the key it was migrated at (returned) and the
+    /// server it is on. A failed build is dropped.
+    async fn build_template(
+        &self,
+        t: &Template,
+        key: &str,
+        marker: &Path,
+        server: Option<crate::adapters::server::Server>,
+    ) -> Result<Option<String>, ApiError> {
+        let WorldCtx {
+            d, project, world, ..
+        } = *self.cx;
+        let adapter = self.adapter;
+        let (tname, template, template_log) = (&t.name, &t.slice, &t.log);
+        let _ = std::fs::remove_file(marker);
+        adapter
+            .teardown(template)
+            .await
+            .map_err(|e| self.named(e))?;
+        let _ = std::fs::remove_file(template_log);
+        if let Ok(mut f) = supervisor::logs::open_append(template_log) {
+            use std::io::Write;
+            let _ = writeln!(
+                f,
+                "binky: building template {tname} (key {key}) for world {world}"
+            );
+        }
+        let job = SliceJob {
+            log: template_log,
+            ..self.job
+        };
+        let built = provision_and_seed(adapter, template, self.cx, &job, self.plan, "golden").await;
+        if let Err(e) = built {
+            // Nothing half-made: a template that failed its migrate or
+            // seed is dropped, so the next `up` builds it afresh.
+            let _ = adapter.teardown(template).await;
+            return Err(e);
+        }
+        fault_point("golden:built");
+        if let Some(dir) = marker.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let migrated = self.world_key.clone();
+        let m = golden::Marker {
+            key: key.to_owned(),
+            migrated: migrated.clone(),
+            server,
+        };
+        std::fs::write(marker, m.render()).map_err(|e| file_error("write", marker, e))?;
+        d.event(world_event(EventKind::GoldenBuilt, project, world).detail(tname.clone()));
+        Ok(migrated)
     }
 
     /// Drops the golden template `template` on the server its marker says

@@ -70,46 +70,50 @@ pub(crate) async fn verify(
             duration_ms: t0.elapsed().as_millis() as u64,
         });
     }
-    let duration_ms = started.elapsed().as_millis() as u64;
+    let report = crate::protocol::VerifyReport {
+        passed: all_ok,
+        checks,
+        commit,
+        uncommitted,
+        duration_ms: started.elapsed().as_millis() as u64,
+    };
+    record(d, &loc.name, &w, &report)?;
+    Ok(report)
+}
+
+/// Records `report` against the world `w` of `project` and its commit, and
+/// logs the event.
+fn record(
+    d: &Daemon,
+    project: &str,
+    w: &WorldRow,
+    report: &crate::protocol::VerifyReport,
+) -> Result<(), ApiError> {
+    let checks = &report.checks;
     let mut detail = format!(
         "{}/{} passed",
         checks.iter().filter(|c| c.passed).count(),
         checks.len()
     );
-    if !uncommitted.is_empty() {
+    let dirty = !report.uncommitted.is_empty();
+    if dirty {
         detail.push_str(", with uncommitted changes");
     }
+    let (outcome, kind) = if report.passed {
+        (VerifyOutcome::Passed, EventKind::VerifyPassed)
+    } else {
+        (VerifyOutcome::Failed, EventKind::VerifyFailed)
+    };
     d.registry().record_verify(
         w.id,
-        if all_ok {
-            VerifyOutcome::Passed
-        } else {
-            VerifyOutcome::Failed
-        },
-        !uncommitted.is_empty(),
-        duration_ms,
-        commit.as_deref(),
+        outcome,
+        dirty,
+        report.duration_ms,
+        report.commit.as_deref(),
         &detail,
     )?;
-    d.event(
-        world_event(
-            if all_ok {
-                EventKind::VerifyPassed
-            } else {
-                EventKind::VerifyFailed
-            },
-            &loc.name,
-            &w.name,
-        )
-        .detail(detail),
-    );
-    Ok(crate::protocol::VerifyReport {
-        passed: all_ok,
-        checks,
-        commit,
-        uncommitted,
-        duration_ms,
-    })
+    d.event(world_event(kind, project, &w.name).detail(detail));
+    Ok(())
 }
 
 /// The worktree's uncommitted and untracked changes, 20 at most, by the
