@@ -99,7 +99,7 @@ pub(super) fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Conf
     check_shared_slices(cx, &services);
     check_tokens(cx, range, &services, &declared);
     check_unowned_tokens(cx, &agents, &env, &services, &declared);
-    check_literal_fields(cx);
+    super::literals::check_literal_fields(cx);
     check_credentials(cx, &raw);
     let project = project?;
     let root = path

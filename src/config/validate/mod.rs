@@ -17,6 +17,7 @@ use std::time::Duration;
 
 mod graph;
 mod lints;
+mod literals;
 mod service;
 mod tokens;
 
