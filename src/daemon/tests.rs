@@ -370,6 +370,21 @@ async fn with_max_parallel_one_a_second_up_queues_until_the_first_is_down() {
     assert_eq!((place.position, place.of), (1, 1));
     // Nothing of the queued world is made while it waits.
     assert_eq!(f.memory.slices(), ["unit_first"]);
+    // A third waits behind it; `down` takes it out of the queue, and since
+    // it was never made, that is all it does.
+    let third = f
+        .world_verb(Request::Up(f.up_request("third", false)))
+        .await;
+    assert_eq!(third.world.queue.as_ref().map(|q| q.position), Some(2));
+    let queued = || -> Vec<String> {
+        let q = f.d.registry().queue().unwrap();
+        q.into_iter().map(|r| r.world).collect()
+    };
+    assert_eq!(queued(), ["second", "third"]);
+    let withdrawn = f.down("third").await;
+    assert!(withdrawn.left_queue, "{withdrawn:?}");
+    assert!(withdrawn.world.path.is_empty(), "{withdrawn:?}");
+    assert_eq!(queued(), ["second"]);
 
     f.down("first").await;
     f.wait_state("second", WorldState::Running).await;
