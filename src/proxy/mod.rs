@@ -84,7 +84,7 @@ type Upstream = hyper::client::conn::http1::SendRequest<UpBody>;
 
 /// What goes to a service: the client's body as it streams, or nothing for
 /// a body-less request sent again after the service dropped it unanswered
-/// (see [`Replay`]). An enum, not a box: no allocation per request.
+/// (see [`Replay`](forward::Replay)). An enum, not a box: no allocation per request.
 type UpBody = http_body_util::Either<Incoming, http_body_util::Empty<Bytes>>;
 
 /// Idle upstream connections kept per port and proxy thread.

@@ -55,7 +55,7 @@ pub(super) fn ordinal(n: usize) -> String {
     format!("{n}{suffix}")
 }
 
-/// The queue as [`decide`] sees it, row for row.
+/// The queue as [`decide`](super::decide) sees it, row for row.
 pub(super) fn waiting(d: &Daemon, rows: &[QueueRow]) -> Vec<Waiting> {
     let reg = d.registry();
     // One read per project, not per queued world: a swarm is one project.

@@ -1,6 +1,6 @@
 //! The memory sampler: runs while worlds run, samples on a timer and on
 //! pressure-stall triggers, measures each world's RSS, and suspends the
-//! newest world when a shortfall below the reserve is real ([`steady`]).
+//! newest world when a shortfall below the reserve is real ([`steady`](super::steady)).
 
 use super::suspend::suspend;
 use super::{
@@ -134,7 +134,7 @@ pub(super) fn pressure_event(d: &Daemon) {
 
 /// One sample: each running world's RSS (its peak learned as its project's
 /// footprint), and a `MemAvailable` reading into the trend; when the trend
-/// shows a real shortfall below the reserve ([`steady`]), the newest world
+/// shows a real shortfall below the reserve ([`steady`](super::steady)), the newest world
 /// past its hold is suspended. The last running world is suspended only
 /// when the pressure is beyond doubt (a stall, or a drop far below the
 /// line): suspending every world leaves nothing done, and a shortfall other
@@ -206,7 +206,7 @@ pub(super) async fn sample(d: &Arc<Daemon>, stalled: bool) -> (bool, bool) {
 
 /// Measures each world's RSS now (`(world id, project)`; the sum over its
 /// process groups), keeps its peak, and raises its project's footprint to
-/// it at once (conservative; [`learned`] lowers it when the world stops).
+/// it at once (conservative; [`learned`](super::suspend::learned) lowers it when the world stops).
 pub(super) fn measure(d: &Daemon, worlds: &[(i64, &str)]) {
     // Every world's process groups, then one pass over /proc for all.
     let mut groups: Vec<(usize, u32)> = Vec::new();

@@ -117,7 +117,7 @@ pub(super) struct WorldFacts {
 
 /// Gathers [`WorldFacts`] for world `w`, resolving every resource's address
 /// with the environment the world was built with (see
-/// [`Worlds::env_for`]).
+/// [`Worlds::env_for`](super::Worlds::env_for)).
 ///
 /// # Errors
 /// Its config is invalid, an `admin_url` uses an unset `${env.NAME}`, or an

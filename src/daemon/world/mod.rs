@@ -16,10 +16,10 @@
 //! | [`start`] | starting processes by dependency level behind their probes |
 //! | [`processes`] | stopping a world's processes, recording the supervisor's reports |
 //! | [`routes`] | URLs, the HTTPS front (Caddy) |
-//! | [`reconcile`] | after a daemon restart: adopt, stop what no world owns |
+//! | [`reconcile`](mod@reconcile) | after a daemon restart: adopt, stop what no world owns |
 //! | [`strays`] | a world's processes that left its process groups (daemonized), by the token in their environment |
 //! | [`admit`] | `up` through admission: ticket, wait, `--no-wait`, resumes |
-//! | [`up`], [`down`] (and `reload`), [`remove`], [`env`], [`verify`], [`gc`] | one verb each |
+//! | [`up`](mod@up), [`down`](mod@down) (and `reload`), [`remove`](mod@remove), [`env`](mod@env), [`verify`](mod@verify), [`gc`](mod@gc) | one verb each |
 //!
 //! Here: the daemon's live [`Worlds`], and what every verb's reply is made
 //! of (a world's status and ports).
@@ -148,7 +148,7 @@ impl Worlds {
     }
     /// The environment a verb on world `id` renders with: the caller's
     /// variables, then those the world's last `up` was given (the daemon's
-    /// own come last, in [`lookup_env`]).
+    /// own come last, in [`lookup_env`](plan::lookup_env)).
     pub(crate) fn env_for(&self, id: i64, caller: &ClientEnv) -> ClientEnv {
         let last = self.last_env.lock().unwrap_or_else(|p| p.into_inner());
         let mut merged = caller.clone();

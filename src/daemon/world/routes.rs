@@ -47,7 +47,7 @@ pub(super) fn url_of(
     }
 }
 
-/// Fills in each url service's [`ServiceStatus::url`] (see [`proxy_url`]).
+/// Fills in each url service's [`ServiceStatus::url`](crate::protocol::ServiceStatus::url) (see [`proxy_url`]).
 /// A project's config is read only when Caddy runs, to learn whether it
 /// asks for HTTPS.
 pub(crate) fn fill_urls(d: &Daemon, report: &mut crate::protocol::StatusReport) {

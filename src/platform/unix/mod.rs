@@ -5,7 +5,7 @@
 //! |---|---|
 //! | [`procs`] | the process table: signals, stat, start time, environment, descendants, marked processes |
 //! | [`sockets`] | `/proc/net`: who owns a TCP connection, who listens on a port |
-//! | [`memory`] | `MemAvailable` within the cgroup limit, pressure-stall triggers, RSS, free disk |
+//! | [`memory`](mod@memory) | `MemAvailable` within the cgroup limit, pressure-stall triggers, RSS, free disk |
 //! | here | files, locks, the socket, spawning and detaching, descriptors, signals to the CLI |
 
 use std::fs::{File, OpenOptions};

@@ -74,7 +74,7 @@ pub(super) struct Plan {
     /// the daemon's session id it is how a later daemon recognises them.
     pub(super) home: PathBuf,
     /// An unset `${env.NAME}` is an error (always, but when re-adopting a
-    /// process that already runs: see [`adopt_world`]).
+    /// process that already runs: see [`adopt_world`](crate::daemon::world::reconcile::adopt_world)).
     pub(super) strict: bool,
     /// Every slice's address is in `facts` (false while they are made).
     pub(super) slices_ready: bool,
