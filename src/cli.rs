@@ -53,8 +53,10 @@ pub enum Command {
     Down(NameArgs),
     /// Destroy a world: stop it, tear down its slices, delete its worktree and logs.
     Remove(RemoveArgs),
-    /// List every world on the machine, grouped by project.
+    /// List every world on the machine, grouped by project (`--watch`: live).
     Status(StatusArgs),
+    /// What the daemon did (from events.log), and with -f what it does as it happens.
+    Events(EventsArgs),
     /// Print a world's coordinates (URLs and addresses) as JSON or dotenv lines.
     Env(EnvArgs),
     /// Call a service through the proxy with the Host header filled in.
@@ -71,7 +73,7 @@ pub enum Command {
     Reserve(ReserveArgs),
     /// Show or set the proxy's HTTP and HTTPS ports.
     Port(PortArgs),
-    /// (Not built yet.) Live terminal view of every world; `binky status` meanwhile.
+    /// (Not built yet.) Live terminal view of every world; `binky status --watch` meanwhile.
     Dashboard,
     /// Diagnose the install, the daemon and name resolution; non-zero if something is wrong.
     Doctor(JsonArgs),
@@ -115,6 +117,7 @@ impl Command {
                 | Command::Down(_)
                 | Command::Remove(_)
                 | Command::Status(_)
+                | Command::Events(_)
                 | Command::Env(_)
                 | Command::Curl(_)
                 | Command::Verify(_)
@@ -133,6 +136,7 @@ impl Command {
             Command::Down(_) => "down",
             Command::Remove(_) => "remove",
             Command::Status(_) => "status",
+            Command::Events(_) => "events",
             Command::Env(_) => "env",
             Command::Curl(_) => "curl",
             Command::Verify(_) => "verify",
@@ -221,6 +225,29 @@ pub struct StatusArgs {
     #[arg(value_parser = ["."])]
     pub scope: Option<String>,
     /// Print as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Redraw whenever something changes (the daemon says when; nothing is
+    /// polled). With --json, one JSON document a line per change.
+    #[arg(long, short = 'w')]
+    pub watch: bool,
+}
+
+/// `binky events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Keep printing events as they happen (Ctrl-C ends it); follows the
+    /// daemon across a restart.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// How many past events to print first (at most 1000).
+    #[arg(long, short = 'n', default_value_t = 20, value_name = "N")]
+    pub lines: usize,
+    /// Only this world's events (of the project here, or -p).
+    #[arg(long, value_name = "WORLD")]
+    pub world: Option<String>,
+    /// One JSON object a line (ts, event, project, worktree, service,
+    /// adapter, detail), as events.log holds them.
     #[arg(long)]
     pub json: bool,
 }

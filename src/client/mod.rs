@@ -7,7 +7,7 @@ use crate::paths::Paths;
 use crate::platform;
 use crate::protocol::codec::{read_frame, write_frame};
 use crate::protocol::{
-    ApiError, Hello, PROTOCOL, Progress, Reply, Request, Response, VERSION, Welcome,
+    ApiError, Hello, PROTOCOL, Progress, Reply, Request, Response, Subscription, VERSION, Welcome,
 };
 use std::io::BufReader;
 use std::path::Path;
@@ -140,6 +140,8 @@ impl Client {
                 }
                 Ok(Some(Reply::Ok(r))) => return Ok(r),
                 Ok(Some(Reply::Err(e))) => return Err(e),
+                // Only a subscription is sent these (see `subscribe`).
+                Ok(Some(Reply::Event(_) | Reply::Lagged(_))) => {}
                 Ok(None) if queued => {
                     // The queue is in the registry: nothing of it is lost.
                     let name = match req {
@@ -170,10 +172,67 @@ impl Client {
         Ok(Canceller { stream })
     }
 
+    /// Subscribes ([`Request::Subscribe`]) and hands each frame to
+    /// `on_feed` until it returns `false` or the daemon goes away.
+    ///
+    /// # Errors
+    /// The daemon refused the subscription (an unknown project), runs
+    /// another version, or sent a frame this client cannot read.
+    pub fn subscribe(
+        &mut self,
+        sub: Subscription,
+        on_feed: &mut dyn FnMut(Feed<'_>) -> bool,
+    ) -> Result<Ended, ApiError> {
+        let req = Request::Subscribe(sub);
+        if !self.same_version() {
+            return Err(ApiError::new(format!(
+                "the running daemon is version {}, and this binky is {VERSION}",
+                self.welcome.version
+            ))
+            .hint("run `binky daemon stop`, then retry (a new daemon starts on demand)"));
+        }
+        write_frame(&mut platform::NoSigpipe(&self.writer), &req)
+            .map_err(|e| ApiError::new(format!("lost the daemon connection: {e}")))?;
+        loop {
+            let go_on = match read_frame::<_, Reply>(&mut self.reader) {
+                Ok(Some(Reply::Event(e))) => on_feed(Feed::Event(&e)),
+                Ok(Some(Reply::Lagged(n))) => on_feed(Feed::Lagged(n)),
+                Ok(Some(Reply::Ok(_))) => on_feed(Feed::Live),
+                Ok(Some(Reply::Err(e))) => return Err(e),
+                Ok(Some(Reply::Progress(_))) => true,
+                Ok(None) => return Ok(Ended::DaemonGone),
+                Err(e) => return Err(ApiError::new(format!("bad frame from the daemon: {e}"))),
+            };
+            if !go_on {
+                return Ok(Ended::Caller);
+            }
+        }
+    }
+
     /// [`Client::call`] without progress.
     pub fn request(&mut self, req: &Request) -> Result<Response, ApiError> {
         self.call(req, &mut |_| {})
     }
+}
+
+/// One frame of a subscription, as [`Client::subscribe`] hands it on.
+#[derive(Debug)]
+pub enum Feed<'a> {
+    /// An event: a past one before [`Feed::Live`], a new one after.
+    Event(&'a crate::protocol::Event),
+    /// The past events are sent; what follows happens now.
+    Live,
+    /// This many events were dropped because this client read too slowly.
+    Lagged(u64),
+}
+
+/// Why a subscription ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The caller's `on_feed` said to stop.
+    Caller,
+    /// The daemon closed the connection (it stopped or restarted).
+    DaemonGone,
 }
 
 /// What a request whose daemon died before answering did, and whether it

@@ -8,6 +8,7 @@ pub mod curl;
 pub mod daemon;
 pub mod doctor;
 pub mod env;
+pub mod events;
 pub mod logs;
 pub mod settings;
 pub mod status;
@@ -65,6 +66,7 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Status(args) => status::run(args, project),
+        Command::Events(args) => events::run(args, project),
         Command::Config(args) => settings::config(args),
         Command::Reserve(args) => settings::reserve(args),
         Command::Port(args) => settings::port(args),
@@ -100,7 +102,7 @@ fn not_implemented(verb: &str) -> ExitCode {
         "init" => {
             "write binky.toml by hand: the README's \"Your own project\" section has a starting file, and `binky check` validates it"
         }
-        "dashboard" => "`binky status` shows every world (`watch -n1 binky status` keeps it live)",
+        "dashboard" => "`binky status --watch` shows every world, redrawn as it changes",
         _ => "see `binky --help` for what is built",
     };
     output::error(format!("binky {verb}: not implemented yet"), Some(instead));

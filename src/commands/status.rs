@@ -19,6 +19,9 @@ pub fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
     };
     let by_name =
         project_flag.is_some_and(|p| !std::path::Path::new(p).exists() && !p.contains('/'));
+    if args.watch {
+        return super::events::watch_status(project, args.json);
+    }
     let wanted = project.clone();
     match call(&Request::Status { project }) {
         Ok(Response::Status(report)) => {

@@ -4,7 +4,7 @@
 //! detail, never config values or credentials: callers pass a detail written
 //! by Binky, not text copied from the user's config or environment.
 
-use serde::Serialize;
+pub use crate::protocol::{Event, EventKind};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -17,149 +17,18 @@ pub const ROTATE_BYTES: u64 = 10 * 1024 * 1024;
 /// Rotated generations kept (`events.log.1` … `.3`).
 pub const KEEP: u32 = 3;
 
-/// What happened: one spelling each, snake case in `events.log` (the names
-/// scripts and tests read).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EventKind {
-    /// `daemon_started`
-    DaemonStarted,
-    /// `daemon_stopped`
-    DaemonStopped,
-    /// `settings_changed`
-    SettingsChanged,
-    /// `connection_refused`
-    ConnectionRefused,
-    /// `proxy_bind_failed`
-    ProxyBindFailed,
-    /// `https_unavailable`
-    HttpsUnavailable,
-    /// `memory_pressure`
-    MemoryPressure,
-    /// `admission_queued`
-    AdmissionQueued,
-    /// `admission_cancelled`
-    AdmissionCancelled,
-    /// `admission_withdrawn`
-    AdmissionWithdrawn,
-    /// `admitted`
-    Admitted,
-    /// `resumed`
-    Resumed,
-    /// `suspended`
-    Suspended,
-    /// `up_started`
-    UpStarted,
-    /// `up`
-    Up,
-    /// `up_failed`
-    UpFailed,
-    /// `up_cancelled`
-    UpCancelled,
-    /// `interrupted`
-    Interrupted,
-    /// `down`
-    Down,
-    /// `removed`
-    Removed,
-    /// `teardown_deferred`
-    TeardownDeferred,
-    /// `gc`
-    Gc,
-    /// `worktree_recreated`
-    WorktreeRecreated,
-    /// `port_moved`
-    PortMoved,
-    /// `port_skipped`
-    PortSkipped,
-    /// `provisioned`
-    Provisioned,
-    /// `migrated`
-    Migrated,
-    /// `clone_fallback`
-    CloneFallback,
-    /// `golden_built`
-    GoldenBuilt,
-    /// `golden_moved`
-    GoldenMoved,
-    /// `adopted`
-    Adopted,
-    /// `adopt_failed`
-    AdoptFailed,
-    /// `orphan_stopped`
-    OrphanStopped,
-    /// `exited`
-    Exited,
-    /// `failed`
-    Failed,
-    /// `unhealthy`
-    Unhealthy,
-    /// `restarting`
-    Restarting,
-    /// `gave_up`
-    GaveUp,
-    /// `watch_restart`
-    WatchRestart,
-    /// `verify_passed`
-    VerifyPassed,
-    /// `verify_failed`
-    VerifyFailed,
-    /// `verify_interrupted`
-    VerifyInterrupted,
-    /// `test_event` (the log's own tests)
-    #[cfg(test)]
-    TestEvent,
-}
+/// How many events a subscriber may fall behind before it is told how
+/// many it missed ([`crate::protocol::Reply::Lagged`]): the bound on what a
+/// slow reader costs the daemon (events are a few hundred bytes).
+pub const BACKLOG: usize = 1024;
 
-/// One event.
-#[derive(Debug, Clone, Serialize)]
-pub struct Event {
-    /// RFC 3339 time, filled in by [`EventLog::emit`].
-    pub ts: String,
-    /// What happened.
-    pub event: EventKind,
-    /// Project name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    /// World (worktree) name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub worktree: Option<String>,
-    /// Service name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub service: Option<String>,
-    /// Adapter name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub adapter: Option<String>,
-    /// Short Binky-written detail.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-}
-
-impl Event {
-    /// An event with only a name.
-    pub fn named(event: EventKind) -> Self {
-        Event {
-            ts: String::new(),
-            event,
-            project: None,
-            worktree: None,
-            service: None,
-            adapter: None,
-            detail: None,
-        }
-    }
-    /// Sets the detail.
-    pub fn detail(mut self, d: impl Into<String>) -> Self {
-        self.detail = Some(d.into());
-        self
-    }
-}
-
-/// The event log writer.
+/// The event log writer, and the fan-out to subscribers.
 pub struct EventLog {
     path: PathBuf,
     file: Mutex<Option<File>>,
     rotate_bytes: u64,
+    /// Every emitted event, to whoever subscribed; sending never waits.
+    bus: tokio::sync::broadcast::Sender<Event>,
 }
 
 fn open(path: &Path) -> Option<File> {
@@ -184,11 +53,31 @@ impl EventLog {
             path,
             file: Mutex::new(file),
             rotate_bytes,
+            bus: tokio::sync::broadcast::channel(BACKLOG).0,
         }
     }
 
-    /// Appends one event. Failures to write are logged, never fatal: the
-    /// event log is for people, not for correctness.
+    /// The newest `tail` events of the log (as many as its last 256 KiB
+    /// hold), and a receiver of every event emitted after them: taken under
+    /// the log's lock, so no event is missed or seen twice between the two.
+    pub fn subscribe(&self, tail: usize) -> (Vec<Event>, tokio::sync::broadcast::Receiver<Event>) {
+        let _guard = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let past = if tail == 0 {
+            Vec::new()
+        } else {
+            crate::supervisor::logs::tail(&self.path, tail)
+                .iter()
+                // A line an older binky wrote with a kind this one lacks
+                // is skipped.
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()
+        };
+        (past, self.bus.subscribe())
+    }
+
+    /// Appends one event and hands it to subscribers. Failures to write are
+    /// logged, never fatal: the event log is for people, not for
+    /// correctness.
     pub fn emit(&self, mut ev: Event) {
         ev.ts = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
         // A detail may quote a command's or an adapter's words.
@@ -200,6 +89,9 @@ impl EventLog {
         };
         line.push(b'\n');
         let mut guard = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        // Under the lock, so subscribers see events in the log's order; a
+        // log that cannot be written still reaches them.
+        let _ = self.bus.send(ev);
         if guard.is_none() {
             *guard = open(&self.path);
         }
@@ -267,5 +159,33 @@ mod tests {
         assert!(dir.path().join("events.log.1").exists());
         assert!(dir.path().join("events.log.3").exists());
         assert!(!dir.path().join("events.log.4").exists());
+    }
+
+    #[test]
+    fn a_subscriber_gets_the_tail_then_every_new_event_and_a_slow_one_a_count_of_what_it_missed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = EventLog::new(dir.path().join("events.log"));
+        let n = |i: usize| Event::named(EventKind::TestEvent).detail(format!("n={i}"));
+        for i in 0..5 {
+            log.emit(n(i));
+        }
+        let (past, mut rx) = log.subscribe(2);
+        let details: Vec<_> = past.iter().filter_map(|e| e.detail.clone()).collect();
+        assert_eq!(details, ["n=3", "n=4"]);
+        log.emit(n(5));
+        assert_eq!(rx.try_recv().unwrap().detail.as_deref(), Some("n=5"));
+        // Falling behind by more than the backlog costs the daemon nothing
+        // (emit never waits) and the reader learns how many it missed.
+        for i in 0..BACKLOG + 7 {
+            log.emit(n(6 + i));
+        }
+        match rx.try_recv() {
+            Err(tokio::sync::broadcast::error::TryRecvError::Lagged(missed)) => {
+                assert_eq!(missed, 7)
+            }
+            other => panic!("expected a lag, got {other:?}"),
+        }
+        // Then it carries on with the oldest event still held.
+        assert_eq!(rx.try_recv().unwrap().detail.as_deref(), Some("n=13"));
     }
 }

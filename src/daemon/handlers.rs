@@ -73,6 +73,8 @@ pub(super) async fn handle(
         Request::Gc { dry_run, env } => Ok(Response::Swept(world::gc(d, dry_run, env).await)),
         // Only meaningful while another request runs (see `serve`).
         Request::Cancel => Ok(Response::Done),
+        // `serve` gives a subscription the connection; never dispatched.
+        Request::Subscribe(_) => Err(ApiError::new("subscribe is served by the connection")),
         Request::Locate { world: w, service } => {
             world::locate_service(d, w, &service).map(Response::Located)
         }

@@ -9,14 +9,16 @@ use crate::daemon::events::EventKind;
 use crate::paths::Paths;
 use crate::platform;
 use crate::protocol::codec::{read_frame_async, write_frame_async};
-use crate::protocol::{ApiError, Hello, PROTOCOL, Reply, Request, VERSION, Welcome};
+use crate::protocol::{
+    ApiError, Hello, PROTOCOL, Reply, Request, Response, Subscription, VERSION, Welcome,
+};
 use crate::registry::Registry;
 use anyhow::{Context, Result, bail};
 use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::BufReader;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 /// A client must say hello within this long.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -281,7 +283,12 @@ fn scrubbed(mut reply: Reply) -> Reply {
                 scrub_in_place(e);
             }
         }
-        Reply::Ok(_) => {}
+        Reply::Event(e) => {
+            if let Some(d) = e.detail.as_mut() {
+                scrub_in_place(d);
+            }
+        }
+        Reply::Ok(_) | Reply::Lagged(_) => {}
     }
     reply
 }
@@ -336,6 +343,10 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
                 ))
                 .hint("run `binky daemon stop`, then retry"),
             )
+        } else if let Request::Subscribe(sub) = req {
+            // A subscription has the connection until the client goes.
+            follow(&daemon, sub, &mut w, &mut frames).await;
+            return;
         } else {
             answer(&daemon, req, &mut w, &mut frames).await
         };
@@ -399,6 +410,67 @@ fn read_frames(mut r: Reader) -> Frames {
         }
     });
     frames
+}
+
+/// Serves a [`Request::Subscribe`]: the past events asked for, then
+/// `subscribed`, then each new event until the client closes or cancels.
+/// A client that cannot keep up is sent how many it missed (the daemon's
+/// side never waits: see [`super::events::BACKLOG`]).
+async fn follow(daemon: &Arc<Daemon>, sub: Subscription, w: &mut Writer, frames: &mut Frames) {
+    let only = match &sub.world {
+        Some(wref) => match world::project_of(daemon, wref) {
+            Ok(project) => Some((project, wref.name.clone())),
+            Err(e) => {
+                let _ = write_frame_async(w, &scrubbed(Reply::Err(e))).await;
+                return;
+            }
+        },
+        None => None,
+    };
+    let wanted = |ev: &Event| {
+        only.as_ref().is_none_or(|(p, n)| {
+            ev.project.as_deref() == Some(p.as_str()) && ev.worktree.as_deref() == Some(n.as_str())
+        })
+    };
+    let tail = sub.tail.min(Subscription::MAX_TAIL);
+    // A world's own past events are found among the newest of all.
+    let read = if only.is_some() && tail > 0 {
+        Subscription::MAX_TAIL
+    } else {
+        tail
+    };
+    let (past, mut rx) = daemon.events.subscribe(read);
+    let past: Vec<Event> = past.into_iter().filter(|e| wanted(e)).collect();
+    for ev in &past[past.len().saturating_sub(tail)..] {
+        if write_frame_async(w, &scrubbed(Reply::Event(ev.clone())))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    if write_frame_async(w, &Reply::Ok(Response::Subscribed))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        let frame = tokio::select! {
+            r = rx.recv() => match r {
+                Ok(ev) if wanted(&ev) => Reply::Event(ev),
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Lagged(n)) => Reply::Lagged(n),
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            // The client closed, cancelled, or sent something else: a
+            // subscription is all this connection does.
+            _ = frames.recv() => return,
+        };
+        if write_frame_async(w, &scrubbed(frame)).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Runs one request, sending its progress as it comes and passing on a

@@ -10,6 +10,8 @@
 //! decodable across versions: they are how a new CLI stops an old daemon.
 
 pub mod codec;
+mod events;
+pub use events::{Event, EventKind};
 pub mod states;
 
 pub use states::{
@@ -28,10 +30,10 @@ pub use reports::{
     Settings, StatusReport, SweepItem, VerifyCheck, VerifyReport, WorldEnv, WorldOutcome,
     WorldStatus, natural_cmp,
 };
-pub use request::{ClientEnv, Request, UpRequest, WorldRef};
+pub use request::{ClientEnv, Request, Subscription, UpRequest, WorldRef};
 
 /// Bumped whenever a frame changes shape.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 /// This build's package version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

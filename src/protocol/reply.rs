@@ -20,6 +20,11 @@ pub enum Reply {
     Ok(Response),
     /// The operation failed.
     Err(ApiError),
+    /// Something happened (a subscription's frame).
+    Event(super::Event),
+    /// A subscriber read too slowly: this many events were dropped before
+    /// the next one it gets.
+    Lagged(u64),
 }
 
 /// A progress event of a long operation.
@@ -94,6 +99,8 @@ impl ApiError {
 pub enum Response {
     /// For `ping` and `shutdown`.
     Done,
+    /// A subscription's past events are sent; live ones follow.
+    Subscribed,
     /// For `daemon_status`.
     DaemonStatus(DaemonInfo),
     /// For `status`.

@@ -81,6 +81,14 @@ pub enum Request {
         /// The service.
         service: String,
     },
+    /// Follow what happens: the daemon sends the last `tail` events as
+    /// [`Reply::Event`](super::Reply::Event) frames, then
+    /// [`Response::Subscribed`](super::Response::Subscribed), then every
+    /// new event as it is emitted, until the client closes the connection
+    /// (or sends `cancel`). A client that reads too slowly gets
+    /// [`Reply::Lagged`](super::Reply::Lagged) with how many it missed; it
+    /// never slows the daemon.
+    Subscribe(Subscription),
     /// Cancel the operation in flight on this connection (sent while
     /// reading its progress, e.g. on Ctrl-C during `up`). The operation
     /// stops what it started and fails with a "cancelled" error.
@@ -194,6 +202,24 @@ pub(super) fn yes() -> bool {
     true
 }
 
+/// What a [`Request::Subscribe`] follows.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Subscription {
+    /// Only this world's events (its project found as for every verb);
+    /// `None`: every event on the machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<WorldRef>,
+    /// How many past events (the newest of `events.log`) come first; at
+    /// most [`Subscription::MAX_TAIL`].
+    #[serde(default)]
+    pub tail: usize,
+}
+
+impl Subscription {
+    /// The most past events a subscription is sent.
+    pub const MAX_TAIL: usize = 1_000;
+}
+
 /// A caller's environment variables. Its `Debug` prints names only, so a
 /// value (often a credential) can never reach a log.
 #[derive(Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -240,6 +266,7 @@ impl Request {
             Request::Locate { .. } => "locate",
             Request::Verify { .. } => "verify",
             Request::Gc { .. } => "gc",
+            Request::Subscribe(_) => "subscribe",
             Request::Cancel => "cancel",
         }
     }

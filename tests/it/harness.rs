@@ -190,14 +190,30 @@ pub struct Watched {
 
 impl Watched {
     /// Spawns `cmd` with stderr piped (and stdout discarded).
-    pub fn spawn(mut cmd: Command) -> Watched {
+    pub fn spawn(cmd: Command) -> Watched {
+        Self::reading(cmd, false)
+    }
+
+    /// Spawns `cmd` with stdout piped (and stderr discarded): `wait_for`
+    /// and `finish` then read its stdout.
+    pub fn spawn_stdout(cmd: Command) -> Watched {
+        Self::reading(cmd, true)
+    }
+
+    fn reading(mut cmd: Command, stdout: bool) -> Watched {
         use std::io::Read;
-        let mut child = cmd
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let mut pipe = child.stderr.take().unwrap();
+        use std::process::Stdio;
+        let (out, err) = if stdout {
+            (Stdio::piped(), Stdio::null())
+        } else {
+            (Stdio::null(), Stdio::piped())
+        };
+        let mut child = cmd.stdout(out).stderr(err).spawn().expect("spawn");
+        let mut pipe: Box<dyn Read + Send> = if stdout {
+            Box::new(child.stdout.take().unwrap())
+        } else {
+            Box::new(child.stderr.take().unwrap())
+        };
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let sink = stderr.clone();
         let reader = std::thread::spawn(move || {
@@ -216,6 +232,17 @@ impl Watched {
             stderr,
             reader: Some(reader),
         }
+    }
+
+    /// What it printed so far (on the stream it was spawned to read).
+    pub fn text(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Stops it (SIGKILL) and waits for it.
+    pub fn kill(mut self) -> String {
+        let _ = self.child.kill();
+        self.finish().1
     }
 
     /// Waits (up to `timeout`) until its stderr holds `needle`.

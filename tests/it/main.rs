@@ -7,6 +7,7 @@ mod cancel;
 mod contract;
 mod daemon;
 mod environment;
+mod events;
 mod exhaustion;
 mod faults;
 mod frameworks;

@@ -210,6 +210,14 @@ fn withdrawn(loc: &Located, name: &str, state: WorldState) -> WorldOutcome {
     }
 }
 
+/// The name of the project `wref` names, found as every verb finds it.
+///
+/// # Errors
+/// No such project, or its binky.toml is invalid (as for every verb).
+pub(crate) fn project_of(d: &Daemon, wref: &crate::protocol::WorldRef) -> Result<String, ApiError> {
+    Ok(locate::locate(d, wref)?.name)
+}
+
 pub(crate) fn world_event(ev: EventKind, project: &str, world: &str) -> LogEvent {
     let mut e = LogEvent::named(ev);
     e.project = Some(project.to_owned());

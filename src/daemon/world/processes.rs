@@ -28,6 +28,7 @@ pub(super) fn recorder(
                 let _ = d
                     .registry()
                     .service_started(world_id, &service, pid, start_time);
+                d.event(ev(EventKind::Started).detail(format!("pid {pid}")));
             }
             supervisor::Event::State(s) => {
                 d.routes.set_state(&project, &world, &service, s.label());
@@ -46,6 +47,9 @@ pub(super) fn recorder(
                     s.pid().is_some(),
                 );
                 match &s {
+                    State::Running { pid } => {
+                        d.event(ev(EventKind::Ready).detail(format!("pid {pid}")))
+                    }
                     State::Unhealthy { reason, .. } => {
                         d.event(ev(EventKind::Unhealthy).detail(reason.clone()))
                     }

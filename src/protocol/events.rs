@@ -1,0 +1,150 @@
+//! What happened, as the daemon tells it: one [`Event`] a line in
+//! `events.log`, and the frames a subscriber ([`super::Request::Subscribe`])
+//! receives as they happen.
+//!
+//! Events carry names (event, project, world, service, adapter) and a short
+//! detail written by Binky, never config values or credentials.
+
+use serde::{Deserialize, Serialize};
+
+/// What happened: one spelling each, snake case in `events.log` (the names
+/// scripts and tests read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// `daemon_started`
+    DaemonStarted,
+    /// `daemon_stopped`
+    DaemonStopped,
+    /// `settings_changed`
+    SettingsChanged,
+    /// `connection_refused`
+    ConnectionRefused,
+    /// `proxy_bind_failed`
+    ProxyBindFailed,
+    /// `https_unavailable`
+    HttpsUnavailable,
+    /// `memory_pressure`
+    MemoryPressure,
+    /// `admission_queued`
+    AdmissionQueued,
+    /// `admission_cancelled`
+    AdmissionCancelled,
+    /// `admission_withdrawn`
+    AdmissionWithdrawn,
+    /// `admitted`
+    Admitted,
+    /// `resumed`
+    Resumed,
+    /// `suspended`
+    Suspended,
+    /// `up_started`
+    UpStarted,
+    /// `up`
+    Up,
+    /// `up_failed`
+    UpFailed,
+    /// `up_cancelled`
+    UpCancelled,
+    /// `interrupted`
+    Interrupted,
+    /// `down`
+    Down,
+    /// `removed`
+    Removed,
+    /// `teardown_deferred`
+    TeardownDeferred,
+    /// `gc`
+    Gc,
+    /// `worktree_recreated`
+    WorktreeRecreated,
+    /// `port_moved`
+    PortMoved,
+    /// `port_skipped`
+    PortSkipped,
+    /// `provisioned`
+    Provisioned,
+    /// `migrated`
+    Migrated,
+    /// `clone_fallback`
+    CloneFallback,
+    /// `golden_built`
+    GoldenBuilt,
+    /// `golden_moved`
+    GoldenMoved,
+    /// `adopted`
+    Adopted,
+    /// `adopt_failed`
+    AdoptFailed,
+    /// `orphan_stopped`
+    OrphanStopped,
+    /// `started`: a service's process was spawned (the detail is its pid)
+    Started,
+    /// `ready`: a service passed its health probe
+    Ready,
+    /// `exited`
+    Exited,
+    /// `failed`
+    Failed,
+    /// `unhealthy`
+    Unhealthy,
+    /// `restarting`
+    Restarting,
+    /// `gave_up`
+    GaveUp,
+    /// `watch_restart`
+    WatchRestart,
+    /// `verify_passed`
+    VerifyPassed,
+    /// `verify_failed`
+    VerifyFailed,
+    /// `verify_interrupted`
+    VerifyInterrupted,
+    /// `test_event` (the log's own tests)
+    #[cfg(test)]
+    TestEvent,
+}
+
+/// One event, as `events.log` holds it and a subscriber receives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// RFC 3339 time, filled in when the daemon emits it.
+    pub ts: String,
+    /// What happened.
+    pub event: EventKind,
+    /// Project name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// World (worktree) name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
+    /// Service name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Adapter name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
+    /// Short Binky-written detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl Event {
+    /// An event with only a name.
+    pub fn named(event: EventKind) -> Self {
+        Event {
+            ts: String::new(),
+            event,
+            project: None,
+            worktree: None,
+            service: None,
+            adapter: None,
+            detail: None,
+        }
+    }
+    /// Sets the detail.
+    pub fn detail(mut self, d: impl Into<String>) -> Self {
+        self.detail = Some(d.into());
+        self
+    }
+}
