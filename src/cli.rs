@@ -79,7 +79,7 @@ pub enum Command {
     Doctor(JsonArgs),
     /// Point-in-time daemon metrics as one JSON object (`--json` is accepted; it is always JSON).
     Metrics(JsonArgs),
-    /// Run the MCP server on stdio so agents can call up/down/status/env/verify.
+    /// Run the MCP server on stdio so agents can call up/down/status/env/verify/logs.
     Mcp,
     /// Manage the machine-global background daemon.
     Daemon(DaemonArgs),

@@ -75,6 +75,12 @@ pub(super) async fn handle(
         Request::Cancel => Ok(Response::Done),
         // `serve` gives a subscription the connection; never dispatched.
         Request::Subscribe(_) => Err(ApiError::new("subscribe is served by the connection")),
+        Request::Logs {
+            world: w,
+            service,
+            lines,
+            cursor,
+        } => world::logs(d, w, service, lines, cursor).map(Response::Logs),
         Request::Locate { world: w, service } => {
             world::locate_service(d, w, &service).map(Response::Located)
         }

@@ -267,7 +267,6 @@ fn is_malformed(e: &std::io::Error) -> bool {
 /// command's or an adapter's words. `env` answers are left whole: handing
 /// out a world's addresses is what they are for.
 fn scrubbed(mut reply: Reply) -> Reply {
-    use crate::protocol::Response;
     use crate::secrets::scrub_in_place;
     match &mut reply {
         Reply::Progress(p) => scrub_in_place(&mut p.message),
@@ -287,6 +286,9 @@ fn scrubbed(mut reply: Reply) -> Reply {
             if let Some(d) = e.detail.as_mut() {
                 scrub_in_place(d);
             }
+        }
+        Reply::Ok(Response::Logs(r)) => {
+            r.lines.iter_mut().for_each(|l| scrub_in_place(&mut l.text));
         }
         Reply::Ok(_) | Reply::Lagged(_) => {}
     }

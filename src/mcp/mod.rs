@@ -1,5 +1,6 @@
-//! `binky mcp`: an MCP server on stdio (rmcp) exposing five tools — `up`,
-//! `down`, `status`, `env`, `verify` — over the same daemon API as the CLI.
+//! `binky mcp`: an MCP server on stdio (rmcp) exposing six tools — `up`,
+//! `down`, `status`, `env`, `verify`, `logs` — over the same daemon API as
+//! the CLI.
 //!
 //! stdout carries the protocol only; logs go to stderr. A failure is a tool
 //! result with `isError` and actionable text (message and hint), never a
@@ -67,6 +68,25 @@ pub struct VerifyArgs {
     /// Run every check even after one fails.
     #[serde(default)]
     pub keep_going: bool,
+}
+
+/// Arguments of `logs`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct LogsArgs {
+    /// The world's name.
+    pub name: String,
+    /// The project: a path inside it, or a known project name.
+    #[serde(default)]
+    pub project: Option<String>,
+    /// Only this service's output.
+    #[serde(default)]
+    pub service: Option<String>,
+    /// At most this many lines, the newest (default 100, at most 1000).
+    #[serde(default)]
+    pub lines: Option<usize>,
+    /// The `cursor` of the previous answer: only lines printed since.
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 /// The server.
@@ -302,6 +322,28 @@ impl BinkyMcp {
                 }
                 Ok(res)
             }
+            Ok(other) => Ok(tool_error(&ApiError::new(format!(
+                "unexpected reply: {other:?}"
+            )))),
+            Err(e) => Ok(tool_error(&e)),
+        }
+    }
+
+    #[tool(
+        description = "What a world's services printed (their stdout and stderr, interleaved by time, secrets masked): the newest `lines` lines (default 100, at most 1000), or with `cursor` from the previous answer only what was printed since. Read it when `up` or a check fails, or to watch a service work."
+    )]
+    async fn logs(&self, Parameters(a): Parameters<LogsArgs>) -> Result<CallToolResult, ErrorData> {
+        let req = Request::Logs {
+            world: match self.world_ref(a.project.as_deref(), &a.name) {
+                Ok(w) => w,
+                Err(e) => return Ok(e),
+            },
+            service: a.service,
+            lines: a.lines.unwrap_or(100),
+            cursor: a.cursor,
+        };
+        match self.call(req, None).await {
+            Ok(Response::Logs(r)) => done(r),
             Ok(other) => Ok(tool_error(&ApiError::new(format!(
                 "unexpected reply: {other:?}"
             )))),

@@ -26,9 +26,9 @@ mod reports;
 mod request;
 pub use reply::{ApiError, Progress, ProgressStep, Reply, Response};
 pub use reports::{
-    DaemonInfo, Metrics, ProjectStatus, ProxyMetrics, QueuePlace, ServiceStatus, ServiceTarget,
-    Settings, StatusReport, SweepItem, VerifyCheck, VerifyReport, WorldEnv, WorldOutcome,
-    WorldStatus, natural_cmp,
+    DaemonInfo, LogLine, LogsReport, Metrics, ProjectStatus, ProxyMetrics, QueuePlace,
+    ServiceStatus, ServiceTarget, Settings, StatusReport, SweepItem, VerifyCheck, VerifyReport,
+    WorldEnv, WorldOutcome, WorldStatus, natural_cmp,
 };
 pub use request::{ClientEnv, Request, Subscription, UpRequest, WorldRef};
 

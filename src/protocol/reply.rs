@@ -115,6 +115,8 @@ pub enum Response {
     Env(WorldEnv),
     /// For `locate`.
     Located(ServiceTarget),
+    /// For `logs`.
+    Logs(super::LogsReport),
     /// For `verify`.
     Verified(VerifyReport),
     /// For `gc`: what was (or, with `--dry-run`, would be) swept.

@@ -52,6 +52,38 @@ pub struct VerifyCheck {
     pub duration_ms: u64,
 }
 
+/// Lines a world's services printed (`logs`), oldest first, interleaved
+/// by the time each was written.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LogsReport {
+    /// The lines.
+    pub lines: Vec<LogLine>,
+    /// Pass it back to get only the lines written after these. Opaque; it
+    /// survives a log's rotation.
+    pub cursor: String,
+    /// Lines were left out: more were written since the cursor than one
+    /// answer holds, or a log rotated twice since.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+impl LogsReport {
+    /// The most lines one answer holds.
+    pub const MAX_LINES: usize = 1000;
+}
+
+/// One line of a service's output.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LogLine {
+    /// The service that printed it.
+    pub service: String,
+    /// When it was written (RFC 3339), as the log writer stamped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ts: Option<String>,
+    /// What it printed (secrets the daemon knows masked).
+    pub text: String,
+}
+
 /// How to reach one service.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ServiceTarget {

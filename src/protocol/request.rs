@@ -81,6 +81,21 @@ pub enum Request {
         /// The service.
         service: String,
     },
+    /// A world's captured service output: the newest `lines` lines, or
+    /// those written since `cursor` (returned by the previous call).
+    Logs {
+        /// Which world.
+        world: WorldRef,
+        /// Only this service's log.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        service: Option<String>,
+        /// At most this many lines (the newest), up to
+        /// [`LogsReport::MAX_LINES`](super::LogsReport::MAX_LINES).
+        lines: usize,
+        /// Where the previous call ended ([`LogsReport::cursor`](super::LogsReport::cursor)).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cursor: Option<String>,
+    },
     /// Follow what happens: the daemon sends the last `tail` events as
     /// [`Reply::Event`](super::Reply::Event) frames, then
     /// [`Response::Subscribed`](super::Response::Subscribed), then every
@@ -267,6 +282,7 @@ impl Request {
             Request::Verify { .. } => "verify",
             Request::Gc { .. } => "gc",
             Request::Subscribe(_) => "subscribe",
+            Request::Logs { .. } => "logs",
             Request::Cancel => "cancel",
         }
     }

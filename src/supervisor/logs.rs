@@ -192,6 +192,60 @@ impl Follower {
         }
     }
 
+    /// Where this follower is: the file it reads and how far. With
+    /// [`Follower::resume`], a caller that keeps no follower (an agent
+    /// asking again later) carries on from here.
+    pub fn mark(&self) -> Mark {
+        let (dev, ino) = self.id.unwrap_or((0, 0));
+        Mark {
+            dev,
+            ino,
+            offset: self.offset,
+        }
+    }
+
+    /// Follows `path` from `mark`: in the same file if it still has the
+    /// name, or in its first rotated generation (`<path>.1`) if it was
+    /// renamed there (its rest first, then the new file); else from the
+    /// start of the file at the name, and `lost` is true (it rotated twice
+    /// since, or was replaced).
+    pub fn resume(path: &Path, mark: Mark) -> (Self, bool) {
+        let same =
+            |p: &Path| std::fs::metadata(p).is_ok_and(|m| file_id(&m) == (mark.dev, mark.ino));
+        let rotated = PathBuf::from(format!("{}.1", path.display()));
+        let at = if same(path) {
+            Some(path.to_path_buf())
+        } else if same(&rotated) {
+            Some(rotated)
+        } else {
+            None
+        };
+        let mut f = Follower {
+            path: path.to_path_buf(),
+            file: None,
+            id: None,
+            offset: 0,
+        };
+        match at {
+            Some(p) => {
+                f.file = File::open(&p).ok();
+                f.id = Some((mark.dev, mark.ino));
+                f.offset = mark.offset;
+                (f, false)
+            }
+            None => {
+                f.open_current();
+                (f, true)
+            }
+        }
+    }
+
+    /// Takes back the last `n` bytes read: a line still being written is
+    /// read again, whole, next time.
+    pub fn unread(&mut self, n: usize) {
+        self.offset = self.offset.saturating_sub(n as u64);
+    }
+
     /// Bytes appended since the last call (across a rotation).
     pub fn poll(&mut self) -> Vec<u8> {
         let mut out = Vec::new();
@@ -204,6 +258,18 @@ impl Follower {
         }
         out
     }
+}
+
+/// A place in a log, as [`Follower::mark`] gives it: the file (device and
+/// inode, so a rotation by rename is followed) and the offset in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// The file's device.
+    pub dev: u64,
+    /// The file's inode.
+    pub ino: u64,
+    /// Bytes of it already read.
+    pub offset: u64,
 }
 
 /// Starts `exe log-writer <log>` (the `binky` binary) reading a new pipe,

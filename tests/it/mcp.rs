@@ -22,8 +22,9 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
         return;
     }
     let home = Home::new();
+    // `talker` prints the token the daemon knows is a secret, and more.
     let toml = format!(
-        "{}{}[env]\nAPI_TOKEN = \"${{env.MCP_TEST_TOKEN}}\"\nECHO_BASE = \"${{echo.url}}\"\n[agents]\nverify = [\"test -n \\\"$ECHO_URL\\\"\", \"test ! -e fail-now\"]\n",
+        "{}{}[services.talker]\ncmd = \"echo token is $API_TOKEN; echo second line; exec sleep 600\"\n\n[env]\nAPI_TOKEN = \"${{env.MCP_TEST_TOKEN}}\"\nECHO_BASE = \"${{echo.url}}\"\n[agents]\nverify = [\"test -n \\\"$ECHO_URL\\\"\", \"test ! -e fail-now\"]\n",
         project_header("agents", 4),
         http_service("echo", "")
     );
@@ -67,7 +68,36 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
     assert!(dm.contains("no-such-world") && dm.contains("hint"), "{v}");
     assert_eq!(
         v["tools"],
-        serde_json::json!(["down", "env", "status", "up", "verify"])
+        serde_json::json!(["down", "env", "logs", "status", "up", "verify"])
+    );
+    // logs: the service's own words, the secret masked.
+    let talker: Vec<&str> = v["logs"]["structured"]["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    assert!(talker.contains(&"token is ***"), "{v}");
+    assert!(talker.contains(&"second line"), "{v}");
+    assert!(!v["logs"].to_string().contains("mcp-secret-token"), "{v}");
+    // With the cursor, only what was printed since.
+    let since = v["logs_since"]["structured"]["lines"].as_array().unwrap();
+    assert!(!since.is_empty(), "{v}");
+    let text = |l: &serde_json::Value| l["text"].as_str().unwrap().to_owned();
+    assert!(since.iter().all(|l| l["service"] == "echo"), "{v}");
+    assert!(
+        since.iter().any(|l| text(l).contains("GET /cursor-marker")),
+        "{v}"
+    );
+    // Not the health probe's requests from before the cursor.
+    assert!(!since.iter().any(|l| text(l).contains("GET / ")), "{v}");
+    assert_eq!(v["logs_bad_cursor"]["isError"], true, "{v}");
+    assert!(
+        v["logs_bad_cursor"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("cursor"),
+        "{v}"
     );
     assert_eq!(v["up_schema"]["required"], serde_json::json!(["name"]));
     assert_eq!(v["up"]["isError"], false, "{v}");
@@ -102,7 +132,7 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
         "{v}"
     );
     assert_eq!(v["down"]["structured"]["world"]["state"], "stopped");
-    assert_eq!(v["alive"], 5);
+    assert_eq!(v["alive"], 6);
 }
 
 /// The queue over MCP: `up` with `wait: false` returns the queued place at
@@ -231,7 +261,7 @@ fn malformed_input_gets_an_error_and_the_server_keeps_serving() {
             got_parse_error = true;
         }
         if v["id"] == 2 {
-            assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 5);
+            assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 6);
             got_list = true;
         }
     }
@@ -245,7 +275,7 @@ fn malformed_input_gets_an_error_and_the_server_keeps_serving() {
 }
 
 #[test]
-fn the_mcp_inspector_cli_lists_the_five_tools() {
+fn the_mcp_inspector_cli_lists_the_six_tools() {
     let inspector = std::env::var("BINKY_TEST_MCP_INSPECTOR").unwrap_or_else(|_| {
         format!(
             "{}/.cache/binky-npm/node_modules/.bin/mcp-inspector",
@@ -271,5 +301,5 @@ fn the_mcp_inspector_cli_lists_the_five_tools() {
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["down", "env", "status", "up", "verify"]);
+    assert_eq!(names, ["down", "env", "logs", "status", "up", "verify"]);
 }
