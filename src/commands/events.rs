@@ -12,8 +12,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// How often a follower whose daemon went away looks for it again (only
-/// while it is gone).
-const RECONNECT_EVERY: Duration = Duration::from_millis(250);
+/// while it is gone): first soon, a restart takes moments; then less
+/// often, a stopped daemon may stay stopped.
+const RECONNECT_FIRST: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
 /// Runs `binky events`.
 pub fn run(args: &EventsArgs, project: Option<&str>) -> ExitCode {
@@ -21,11 +23,12 @@ pub fn run(args: &EventsArgs, project: Option<&str>) -> ExitCode {
         Ok(p) => p,
         Err(c) => return c,
     };
-    let world = match &args.world {
-        None => None,
-        Some(name) => {
+    // `--world W`: that world's; `-p P` alone: every world of P's.
+    let world = match (&args.world, project) {
+        (None, None) => None,
+        (name, _) => {
             let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
-            match WorldRef::from_arg(project, &cwd, name) {
+            match WorldRef::from_arg(project, &cwd, name.as_deref().unwrap_or("")) {
                 Ok(w) => Some(w),
                 Err(e) => return fail(&ApiError::new(e)),
             }
@@ -42,8 +45,10 @@ pub fn run(args: &EventsArgs, project: Option<&str>) -> ExitCode {
             anstream::println!("{}", line(e));
         }
     };
+    let mut printed = 0usize;
     let result = follow(&paths, sub, args.follow, &mut |feed| match feed {
         Feed::Event(e) => {
+            printed += 1;
             print(e);
             true
         }
@@ -53,6 +58,16 @@ pub fn run(args: &EventsArgs, project: Option<&str>) -> ExitCode {
             true
         }
     });
+    if let (Ok(()), Some(w), 0, false) = (&result, &args.world, printed, args.follow) {
+        // A typo would otherwise look like a quiet world.
+        if args.lines > 0 {
+            eprintln!(
+                "binky events: no events of world `{}` among the newest {}",
+                untrusted(w),
+                Subscription::MAX_TAIL
+            );
+        }
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
@@ -80,7 +95,7 @@ pub(super) fn follow(
         let ended = client.subscribe(sub.clone(), &mut |feed| match feed {
             Feed::Event(e) if seen.again(e) => true,
             Feed::Live => {
-                seen.replaying = false;
+                seen.live();
                 on_feed(Feed::Live)
             }
             other => on_feed(other),
@@ -94,12 +109,14 @@ pub(super) fn follow(
             }
             Ended::DaemonGone => {
                 eprintln!("binky: the daemon stopped; waiting for it to come back");
+                let mut pause = RECONNECT_FIRST;
                 client = loop {
-                    std::thread::sleep(RECONNECT_EVERY);
+                    std::thread::sleep(pause);
                     // A daemon still starting may refuse for a moment.
                     if let Ok(Some(c)) = Client::connect(paths) {
                         break c;
                     }
+                    pause = (pause * 2).min(RECONNECT_MAX);
                 };
                 sub.tail = Subscription::MAX_TAIL;
                 seen.replaying = true;
@@ -119,6 +136,17 @@ struct Seen {
 }
 
 impl Seen {
+    /// The subscription is live: past events are done with. A follower that
+    /// has passed none on yet started now, so a new daemon's read-back
+    /// begins here too.
+    fn live(&mut self) {
+        self.replaying = false;
+        if self.last.is_none() {
+            let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+            self.last = Some((now, Vec::new()));
+        }
+    }
+
     /// Whether `e` was passed on already; records it if not.
     fn again(&mut self, e: &Event) -> bool {
         if self.replaying
@@ -152,11 +180,18 @@ fn line(e: &Event) -> String {
     if let Some(s) = &e.service {
         place.push_str(&format!(" {s}"));
     }
-    let mut out = format!("{} {what:<18} {}", paint(DIM, &e.ts), untrusted(&place));
+    let mut out = format!("{} {what:<18} {}", paint(DIM, &e.ts), plain(&place));
     if let Some(d) = &e.detail {
-        out.push_str(&format!("  {}", paint(DIM, untrusted(d))));
+        out.push_str(&format!("  {}", paint(DIM, plain(d))));
     }
-    out.trim_end().to_owned()
+    // One event a line, whatever its text holds.
+    out.trim_end().replace('\n', "^J").replace('\t', " ")
+}
+
+/// Untrusted text with no escape sequence left at all: a name or a detail
+/// has no business colouring the line (a "conceal" would hide the rest).
+fn plain(text: &str) -> String {
+    untrusted(text).replace('\x1b', "^[")
 }
 
 /// `binky status --watch`: the table (or with `json`, one JSON document a
@@ -190,13 +225,19 @@ pub(super) fn watch_status(project: Option<String>, json: bool) -> ExitCode {
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return ExitCode::SUCCESS,
             }
         }
-        let report = match Client::connect_or_start(&paths).and_then(|mut c| {
-            c.request(&Request::Status {
-                project: project.clone(),
+        // Never started here: a daemon that stopped was stopped on purpose
+        // (the follower waits for it to come back).
+        let report = match Client::connect(&paths).and_then(|c| {
+            c.map(|mut c| {
+                c.request(&Request::Status {
+                    project: project.clone(),
+                })
             })
+            .transpose()
         }) {
-            Ok(crate::protocol::Response::Status(r)) => r,
-            Ok(other) => return super::unexpected(&other),
+            Ok(Some(crate::protocol::Response::Status(r))) => r,
+            Ok(None) => continue,
+            Ok(Some(other)) => return super::unexpected(&other),
             Err(e) => return fail(&e),
         };
         if json {
@@ -216,5 +257,41 @@ pub(super) fn watch_status(project: Option<String>, json: bool) -> ExitCode {
             }
             super::status::print_human(&report);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::EventKind;
+
+    #[test]
+    fn an_event_is_one_line_whatever_its_text_holds() {
+        let mut e = Event::named(EventKind::WatchRestart)
+            .detail("changed: a\n2026-12-03T09:00:00.000Z removed  evt/w2  FORGED\n.txt");
+        e.project = Some("evt".into());
+        e.worktree = Some("w2".into());
+        let l = line(&e);
+        assert!(!l.contains('\n'), "{l}");
+        assert!(l.contains("a^J2026"), "{l}");
+        // Not even colour from a name or a detail.
+        e.detail = Some("\x1b[8mhidden".into());
+        assert!(line(&e).contains("^[[8mhidden"), "{}", line(&e));
+    }
+
+    #[test]
+    fn a_follower_that_saw_nothing_skips_what_came_before_it_went_live() {
+        let at = |ts: &str| {
+            let mut e = Event::named(EventKind::Up);
+            e.ts = ts.into();
+            e
+        };
+        let mut seen = Seen::default();
+        seen.live();
+        seen.replaying = true;
+        assert!(seen.again(&at("2000-01-01T00:00:00.000Z")));
+        assert!(!seen.again(&at("2999-01-01T00:00:00.000Z")));
+        // Once passed on, the same event is a repeat while reading back.
+        assert!(seen.again(&at("2999-01-01T00:00:00.000Z")));
     }
 }

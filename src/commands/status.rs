@@ -19,9 +19,6 @@ pub fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
     };
     let by_name =
         project_flag.is_some_and(|p| !std::path::Path::new(p).exists() && !p.contains('/'));
-    if args.watch {
-        return super::events::watch_status(project, args.json);
-    }
     let wanted = project.clone();
     match call(&Request::Status { project }) {
         Ok(Response::Status(report)) => {
@@ -29,11 +26,14 @@ pub fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
                 crate::output::error(
                     format!(
                         "no project named `{}` is known to this daemon",
-                        wanted.unwrap_or_default()
+                        crate::output::untrusted(&wanted.unwrap_or_default())
                     ),
                     Some("`binky status` lists every project"),
                 );
                 return ExitCode::from(1);
+            }
+            if args.watch {
+                return super::events::watch_status(wanted, args.json);
             }
             if args.json {
                 print_json(&report);

@@ -31,14 +31,35 @@ pub struct EventLog {
     bus: tokio::sync::broadcast::Sender<Event>,
 }
 
+/// Opens the log for appending. A last line left torn (a crash mid-write)
+/// is ended first, so the next event starts a line of its own and both
+/// stay readable apart.
 fn open(path: &Path) -> Option<File> {
-    OpenOptions::new()
+    let mut f = OpenOptions::new()
         .create(true)
         .append(true)
+        .read(true)
         .mode(0o600)
         .open(path)
-        .ok()
+        .ok()?;
+    let len = f.metadata().map_or(0, |m| m.len());
+    if len > 0 {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut last = [0u8; 1];
+        if f.seek(SeekFrom::Start(len - 1)).is_ok()
+            && f.read_exact(&mut last).is_ok()
+            && last[0] != b'\n'
+        {
+            let _ = f.write_all(b"\n");
+        }
+    }
+    Some(f)
 }
+
+/// The longest detail an event keeps, in characters: an event is a line
+/// for people and followers, not a place for a whole error text (a tail
+/// reads the log's last 256 KiB, which one huge line would fill).
+pub const MAX_DETAIL_CHARS: usize = 1000;
 
 impl EventLog {
     /// Opens (appending) the log at `path`.
@@ -83,6 +104,10 @@ impl EventLog {
         // A detail may quote a command's or an adapter's words.
         if let Some(d) = ev.detail.as_mut() {
             crate::secrets::scrub_in_place(d);
+            if let Some((cut, _)) = d.char_indices().nth(MAX_DETAIL_CHARS) {
+                d.truncate(cut);
+                d.push('…');
+            }
         }
         let Ok(mut line) = serde_json::to_vec(&ev) else {
             return;
@@ -187,5 +212,21 @@ mod tests {
         }
         // Then it carries on with the oldest event still held.
         assert_eq!(rx.try_recv().unwrap().detail.as_deref(), Some("n=13"));
+    }
+
+    #[test]
+    fn a_torn_last_line_is_ended_and_a_long_detail_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("events.log");
+        std::fs::write(&p, "{\"ts\":\"x\",\"event\":\"up\"").unwrap();
+        let log = EventLog::new(p.clone());
+        log.emit(Event::named(EventKind::TestEvent).detail("x".repeat(5000)));
+        let text = std::fs::read_to_string(&p).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        let v: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        let detail = v["detail"].as_str().unwrap();
+        assert_eq!(detail.chars().count(), MAX_DETAIL_CHARS + 1);
+        assert!(detail.ends_with('…'));
     }
 }

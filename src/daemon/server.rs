@@ -431,7 +431,8 @@ async fn follow(daemon: &Arc<Daemon>, sub: Subscription, w: &mut Writer, frames:
     };
     let wanted = |ev: &Event| {
         only.as_ref().is_none_or(|(p, n)| {
-            ev.project.as_deref() == Some(p.as_str()) && ev.worktree.as_deref() == Some(n.as_str())
+            ev.project.as_deref() == Some(p.as_str())
+                && (n.is_empty() || ev.worktree.as_deref() == Some(n.as_str()))
         })
     };
     let tail = sub.tail.min(Subscription::MAX_TAIL);

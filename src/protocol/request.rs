@@ -220,8 +220,9 @@ pub(super) fn yes() -> bool {
 /// What a [`Request::Subscribe`] follows.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Subscription {
-    /// Only this world's events (its project found as for every verb);
-    /// `None`: every event on the machine.
+    /// Only this world's events (its project found as for every verb); a
+    /// `WorldRef` with an empty name: every world of that project; `None`:
+    /// every event on the machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world: Option<WorldRef>,
     /// How many past events (the newest of `events.log`) come first; at

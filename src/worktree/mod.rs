@@ -299,7 +299,10 @@ pub fn ensure(
 }
 
 /// A branch name git takes and no option can be read from.
-fn check_branch(branch: &str) -> Result<(), WorktreeError> {
+///
+/// # Errors
+/// [`WorktreeError::InvalidBranch`], naming the rule it breaks.
+pub fn check_branch(branch: &str) -> Result<(), WorktreeError> {
     // A leading `-` would read as an option to git; git rejects such branch
     // names anyway.
     let rule = match branch_rule_broken(branch) {

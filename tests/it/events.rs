@@ -71,6 +71,29 @@ fn events_follow_an_up_in_order_and_a_world_filter_keeps_only_its_own() {
     // A world of no project here is refused, not taken as "all".
     let out = home.run(&["events", "--world", "alpha"]);
     assert_ne!(out.code(), 0, "{out}");
+    // A world with no events says so (a typo is not a quiet world).
+    let out = repo.ok(&home, &["events", "--world", "alphaa"]);
+    assert!(out.stdout().is_empty(), "{out}");
+    assert!(
+        out.stderr().contains("no events of world `alphaa`"),
+        "{out}"
+    );
+    // -p alone: every world of that project, no other project's.
+    let other = Repo::new(&one_service("evo"));
+    other.ok(&home, &["up", "gamma"]);
+    let project = repo.project.display().to_string();
+    let out = home.ok(&["-p", &project, "events", "-n", "100", "--json"]);
+    let projects: std::collections::BTreeSet<String> = out
+        .stdout()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["project"].to_string())
+        .collect();
+    assert_eq!(
+        projects.into_iter().collect::<Vec<_>>(),
+        ["\"evt\""],
+        "{out}"
+    );
+    other.ok(&home, &["remove", "gamma"]);
     for w in ["alpha", "beta"] {
         repo.ok(&home, &["remove", w]);
     }
@@ -95,6 +118,15 @@ fn a_follower_survives_a_daemon_restart_and_a_stuck_one_never_holds_up_the_daemo
         repo.ok(&home, &["up", "w"]);
         repo.ok(&home, &["down", "w"]);
     }
+    // A follower that has seen nothing of w yet: after the restart it
+    // must not replay w's history.
+    let late = Watched::spawn_stdout(repo.cmd(
+        &home,
+        &["events", "-f", "--json", "-n", "0", "--world", "w"],
+    ));
+    assert!(wait_until(Duration::from_secs(10), || {
+        home.events().iter().filter(|e| e["event"] == "up").count() == 3
+    }));
     home.ok(&["daemon", "stop"]);
     assert!(
         follower.wait_for("waiting for it to come back", Duration::from_secs(10)),
@@ -114,6 +146,21 @@ fn a_follower_survives_a_daemon_restart_and_a_stuck_one_never_holds_up_the_daemo
     let text = out.kill();
     assert!(text.contains("\"daemon_stopped\""), "{text}");
     assert!(text.contains("\"daemon_started\""), "{text}");
+    assert!(
+        wait_until(Duration::from_secs(15), || kinds_of(&late.text(), "w")
+            .contains(&"up".to_owned())),
+        "{}",
+        late.text()
+    );
+    let late = late.kill();
+    assert_eq!(
+        kinds_of(&late, "w")
+            .iter()
+            .filter(|k| *k == "up" || *k == "down")
+            .count(),
+        1,
+        "history replayed: {late}"
+    );
     follower.kill();
     drop(stuck);
     repo.ok(&home, &["remove", "w"]);
@@ -153,6 +200,11 @@ fn status_watch_redraws_when_a_world_changes() {
         "{}",
         watch.text()
     );
+    // A stopped daemon stays stopped: the watcher waits for it.
+    home.ok(&["daemon", "stop"]);
+    assert!(!wait_until(Duration::from_secs(2), || {
+        home.run(&["daemon", "status"]).code() == 0
+    }));
     let text = watch.kill();
     // Not a terminal: each drawing is headed by a separator line, and
     // drawings come on change only (three changes here, a few drawings).

@@ -1110,6 +1110,12 @@ fn json_callers_get_errors_as_json_on_stdout() {
     assert!(v["error"]["hint"].is_string());
     // Said once, as data: not again as text on stderr.
     assert!(!out.stderr().contains("error:"), "{out}");
+    // Refused before admission: no `admitted` is left without its end.
+    assert!(
+        !home.events().iter().any(|e| e["worktree"] == "a..b"),
+        "{:?}",
+        home.events()
+    );
     let out = repo.run(&home, &["down", "nope", "--json"]);
     assert_eq!(
         out.json()["error"]["message"],

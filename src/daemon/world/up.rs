@@ -32,6 +32,9 @@ pub(crate) async fn up(
     progress: &ProgressTx,
 ) -> Result<WorldOutcome, ApiError> {
     check_name(&req.world.name)?;
+    // Before admission: a name git refuses would be admitted (and logged)
+    // only to fail at the worktree.
+    crate::worktree::check_branch(&req.world.name)?;
     check_group(req.group.as_deref())?;
     let loc = locate(d, &req.world)?;
     match admit(d, &loc, req.clone(), progress).await? {
