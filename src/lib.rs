@@ -29,5 +29,7 @@ pub mod registry;
 pub mod secrets;
 pub mod slug;
 pub mod supervisor;
+#[cfg(test)]
+pub(crate) mod testkit;
 pub mod tunables;
 pub mod worktree;

@@ -106,6 +106,16 @@ impl Client {
         })
     }
 
+    /// The error for a request this client cannot send to a daemon of
+    /// another version, with how to get one of this version.
+    fn other_version(&self) -> ApiError {
+        ApiError::new(format!(
+            "the running daemon is version {}, and this binky is {VERSION}",
+            self.welcome.version
+        ))
+        .hint("run `binky daemon stop`, then retry (a new daemon starts on demand)")
+    }
+
     /// Whether the daemon runs this very version.
     pub fn same_version(&self) -> bool {
         self.welcome.protocol == PROTOCOL && self.welcome.version == VERSION
@@ -123,11 +133,7 @@ impl Client {
         on_progress: &mut dyn FnMut(&Progress),
     ) -> Result<Response, ApiError> {
         if !self.same_version() && !req.version_independent() {
-            return Err(ApiError::new(format!(
-                "the running daemon is version {}, and this binky is {VERSION}",
-                self.welcome.version
-            ))
-            .hint("run `binky daemon stop`, then retry (a new daemon starts on demand)"));
+            return Err(self.other_version());
         }
         write_frame(&mut platform::NoSigpipe(&self.writer), req)
             .map_err(|e| ApiError::new(format!("lost the daemon connection: {e}")))?;
@@ -185,11 +191,7 @@ impl Client {
     ) -> Result<Ended, ApiError> {
         let req = Request::Subscribe(sub);
         if !self.same_version() {
-            return Err(ApiError::new(format!(
-                "the running daemon is version {}, and this binky is {VERSION}",
-                self.welcome.version
-            ))
-            .hint("run `binky daemon stop`, then retry (a new daemon starts on demand)"));
+            return Err(self.other_version());
         }
         write_frame(&mut platform::NoSigpipe(&self.writer), &req)
             .map_err(|e| ApiError::new(format!("lost the daemon connection: {e}")))?;

@@ -13,10 +13,10 @@ use crate::protocol::{
     WorldState,
 };
 use crate::registry::Registry;
+use crate::testkit::git;
 use async_trait::async_trait;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,23 +111,6 @@ fn port_range() -> (u16, u16) {
             return (lo, hi);
         }
     }
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {out:?}");
 }
 
 impl Fixture {

@@ -1,25 +1,8 @@
 //! Unit tests of `worktree`.
 
 use super::*;
+use crate::testkit::git;
 use std::process::Command;
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
-}
 
 fn repo() -> (tempfile::TempDir, PathBuf) {
     let t = tempfile::tempdir().unwrap();
