@@ -206,6 +206,20 @@ fn status_watch_redraws_when_a_world_changes() {
         home.run(&["daemon", "status"]).code() == 0
     }));
     let text = watch.kill();
+    // An unknown project is refused as plain `status` refuses it, not
+    // watched forever.
+    let mut c = home.cmd(&["-p", "nosuch", "status", "--watch"]);
+    let mut child = c
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ended = wait_until(Duration::from_secs(10), || {
+        child.try_wait().unwrap().is_some()
+    });
+    let _ = child.kill();
+    assert!(ended, "status -p nosuch --watch kept running");
+    assert_eq!(child.wait().unwrap().code(), Some(1));
     // Not a terminal: each drawing is headed by a separator line, and
     // drawings come on change only (three changes here, a few drawings).
     let drawings = text.lines().filter(|l| l.starts_with("--- ")).count();
