@@ -73,7 +73,7 @@ pub enum Command {
     Reserve(ReserveArgs),
     /// Show or set the proxy's HTTP and HTTPS ports.
     Port(PortArgs),
-    /// (Not built yet.) Live terminal view of every world; `binky status --watch` meanwhile.
+    /// Live terminal view of every world: state, services, costs, logs; act on one with a key.
     Dashboard,
     /// Diagnose the install, the daemon and name resolution; non-zero if something is wrong.
     Doctor(JsonArgs),

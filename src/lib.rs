@@ -16,6 +16,8 @@ pub mod client;
 pub mod commands;
 pub mod config;
 pub mod daemon;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 pub mod faults;
 pub mod http;
 pub mod mcp;

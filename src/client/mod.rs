@@ -147,7 +147,7 @@ impl Client {
                 Ok(Some(Reply::Ok(r))) => return Ok(r),
                 Ok(Some(Reply::Err(e))) => return Err(e),
                 // Only a subscription is sent these (see `subscribe`).
-                Ok(Some(Reply::Event(_) | Reply::Lagged(_))) => {}
+                Ok(Some(Reply::Event(_) | Reply::Lagged(_) | Reply::Logs(_))) => {}
                 Ok(None) if queued => {
                     // The queue is in the registry: nothing of it is lost.
                     let name = match req {
@@ -199,6 +199,7 @@ impl Client {
             let go_on = match read_frame::<_, Reply>(&mut self.reader) {
                 Ok(Some(Reply::Event(e))) => on_feed(Feed::Event(&e)),
                 Ok(Some(Reply::Lagged(n))) => on_feed(Feed::Lagged(n)),
+                Ok(Some(Reply::Logs(r))) => on_feed(Feed::Logs(&r)),
                 Ok(Some(Reply::Ok(_))) => on_feed(Feed::Live),
                 Ok(Some(Reply::Err(e))) => return Err(e),
                 Ok(Some(Reply::Progress(_))) => true,
@@ -226,6 +227,13 @@ pub enum Feed<'a> {
     Live,
     /// This many events were dropped because this client read too slowly.
     Lagged(u64),
+    /// Lines a followed world printed (a log subscription): the newest
+    /// asked for before [`Feed::Live`], new ones after.
+    Logs(&'a crate::protocol::LogsReport),
+    /// The daemon went away and the follower waits for it to come back
+    /// (only a follower that carries on across restarts hands this on;
+    /// [`Client::subscribe`] ends with [`Ended::DaemonGone`] instead).
+    Gone,
 }
 
 /// Why a subscription ended.

@@ -176,7 +176,10 @@ fn daemon(paths: &crate::paths::Paths, checks: &mut Vec<Check>) -> Vec<String> {
         });
     }
     let mut hosts = Vec::new();
-    if let Ok(Response::Status(report)) = c.request(&Request::Status { project: None }) {
+    if let Ok(Response::Status(report)) = c.request(&Request::Status {
+        project: None,
+        usage: false,
+    }) {
         for w in report.projects.iter().flat_map(|p| &p.worlds) {
             if w.state == crate::protocol::WorldState::Running {
                 hosts.extend(w.services.iter().filter_map(|s| s.host.clone()));

@@ -17,6 +17,9 @@ use std::time::Duration;
 const RECONNECT_FIRST: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
+/// What a follower says when its daemon goes away.
+pub(super) const DAEMON_GONE: &str = "binky: the daemon stopped; waiting for it to come back";
+
 /// Runs `binky events`.
 pub fn run(args: &EventsArgs, project: Option<&str>) -> ExitCode {
     let paths = match paths_or_exit() {
@@ -37,6 +40,7 @@ pub fn run(args: &EventsArgs, project: Option<&str>) -> ExitCode {
     let sub = Subscription {
         world,
         tail: args.lines.min(Subscription::MAX_TAIL),
+        logs: None,
     };
     let print = |e: &Event| {
         if args.json {
@@ -55,6 +59,11 @@ pub fn run(args: &EventsArgs, project: Option<&str>) -> ExitCode {
         Feed::Live => args.follow,
         Feed::Lagged(n) => {
             eprintln!("binky events: {n} event(s) dropped: this reader fell behind");
+            true
+        }
+        Feed::Logs(_) => true,
+        Feed::Gone => {
+            eprintln!("{DAEMON_GONE}");
             true
         }
     });
@@ -78,12 +87,13 @@ pub fn run(args: &EventsArgs, project: Option<&str>) -> ExitCode {
 /// returns `false`. With `across_restarts`, a daemon that goes away is
 /// waited for (not started: it was stopped on purpose, or is restarting)
 /// and followed again: what it logged meanwhile first (read back from
-/// `events.log`, from the last event seen here), then live.
+/// `events.log`, from the last event seen here; for a log subscription,
+/// from the cursor of the last lines seen), then live.
 ///
 /// # Errors
 /// The daemon refused the subscription, or (without `across_restarts`)
 /// went away.
-pub(super) fn follow(
+pub(crate) fn follow(
     paths: &Paths,
     mut sub: Subscription,
     across_restarts: bool,
@@ -91,12 +101,17 @@ pub(super) fn follow(
 ) -> Result<(), ApiError> {
     let mut client = Client::connect_or_start(paths)?;
     let mut seen = Seen::default();
+    let mut log_cursor = None;
     loop {
         let ended = client.subscribe(sub.clone(), &mut |feed| match feed {
             Feed::Event(e) if seen.again(e) => true,
             Feed::Live => {
                 seen.live();
                 on_feed(Feed::Live)
+            }
+            Feed::Logs(r) => {
+                log_cursor = Some(r.cursor.clone());
+                on_feed(Feed::Logs(r))
             }
             other => on_feed(other),
         })?;
@@ -108,7 +123,9 @@ pub(super) fn follow(
                 );
             }
             Ended::DaemonGone => {
-                eprintln!("binky: the daemon stopped; waiting for it to come back");
+                if !on_feed(Feed::Gone) {
+                    return Ok(());
+                }
                 let mut pause = RECONNECT_FIRST;
                 client = loop {
                     std::thread::sleep(pause);
@@ -120,6 +137,9 @@ pub(super) fn follow(
                 };
                 sub.tail = Subscription::MAX_TAIL;
                 seen.replaying = true;
+                if let Some(l) = &mut sub.logs {
+                    l.cursor = log_cursor.clone();
+                }
             }
         }
     }
@@ -207,7 +227,10 @@ pub(super) fn watch_status(project: Option<String>, json: bool) -> ExitCode {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let sub_paths = paths.clone();
     std::thread::spawn(move || {
-        let _ = follow(&sub_paths, Subscription::default(), true, &mut |_| {
+        let _ = follow(&sub_paths, Subscription::default(), true, &mut |feed| {
+            if let Feed::Gone = feed {
+                eprintln!("{DAEMON_GONE}");
+            }
             tx.send(()).is_ok()
         });
     });
@@ -230,6 +253,7 @@ pub(super) fn watch_status(project: Option<String>, json: bool) -> ExitCode {
         let report = match Client::connect(&paths).and_then(|c| {
             c.map(|mut c| {
                 c.request(&Request::Status {
+                    usage: false,
                     project: project.clone(),
                 })
             })

@@ -3,11 +3,12 @@
 
 use super::paths_or_exit;
 use crate::cli::LogsArgs;
+use crate::client::Feed;
 use crate::output::{DIM, paint};
+use crate::protocol::{ApiError, LogFollow, LogsReport, Subscription, WorldRef};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// The log folder of a world, found without the daemon.
 fn log_dir(project: Option<&str>, name: &str) -> Result<(PathBuf, String), ExitCode> {
@@ -31,11 +32,11 @@ pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
         Err(c) => return c,
     };
     let width = files.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
-    print_tail(&files, args.lines, width);
     if !args.follow {
+        print_tail(&files, args.lines, width);
         return ExitCode::SUCCESS;
     }
-    follow(&files, width)
+    follow(args, project, width)
 }
 
 /// The world's logs, `(service, path)` sorted by service; just the one of
@@ -115,31 +116,65 @@ fn print_tail(files: &[(String, PathBuf)], lines: usize, width: usize) {
     }
 }
 
-/// Follows the logs by name (as `tail -F`): lines as they are appended, in
-/// arrival order, across a rotation of any log. Ends only with the process.
-fn follow(files: &[(String, PathBuf)], width: usize) -> ExitCode {
-    let mut followers: Vec<crate::supervisor::logs::Follower> = files
-        .iter()
-        .map(|(_, p)| crate::supervisor::logs::Follower::from_end(p))
-        .collect();
-    let mut partial: Vec<String> = vec![String::new(); files.len()];
-    loop {
-        for (i, (svc, _)) in files.iter().enumerate() {
-            let buf = followers[i].poll();
-            if buf.is_empty() {
-                continue;
+/// Follows the logs through the daemon's log subscription: the newest
+/// `args.lines` lines, then each as it is written, in arrival order,
+/// across a rotation of any log, a service's restart and a daemon
+/// restart (carried on from the last line shown). Ends with the process,
+/// or when the world is removed.
+fn follow(args: &LogsArgs, project: Option<&str>, width: usize) -> ExitCode {
+    let paths = match paths_or_exit() {
+        Ok(p) => p,
+        Err(c) => return c,
+    };
+    let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
+    let world = match WorldRef::from_arg(project, &cwd, &args.name) {
+        Ok(w) => w,
+        Err(e) => return super::fail(&ApiError::new(e)),
+    };
+    let sub = Subscription {
+        world: Some(world),
+        tail: 0,
+        logs: Some(LogFollow {
+            service: args.service.clone(),
+            lines: args.lines.min(LogsReport::MAX_LINES),
+            cursor: None,
+        }),
+    };
+    let mut out = anstream::stdout();
+    let result = super::events::follow(&paths, sub, true, &mut |feed| {
+        let r = match feed {
+            Feed::Logs(r) => r,
+            Feed::Gone => {
+                eprintln!("{}", super::events::DAEMON_GONE);
+                return true;
             }
-            partial[i].push_str(&String::from_utf8_lossy(&buf));
-            while let Some(pos) = partial[i].find('\n') {
-                let line: String = partial[i].drain(..=pos).collect();
-                let text = crate::supervisor::logs::split_stamp(line.trim_end_matches('\n')).1;
-                anstream::println!(
-                    "{} {}",
-                    paint(DIM, format!("{svc:<width$} |")),
-                    crate::output::untrusted(text)
-                );
+            _ => return true,
+        };
+        if r.truncated {
+            let _ = writeln!(
+                out,
+                "{}",
+                paint(DIM, "... lines skipped: this reader fell behind")
+            );
+        }
+        for l in &r.lines {
+            let svc = &l.service;
+            // A closed pipe (`| head`) ends the follow quietly.
+            if writeln!(
+                out,
+                "{} {}",
+                paint(DIM, format!("{svc:<width$} |")),
+                crate::output::untrusted(&l.text)
+            )
+            .is_err()
+            {
+                return false;
             }
         }
-        std::thread::sleep(Duration::from_millis(200));
+        out.flush().is_ok()
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => super::fail(&e),
     }
 }

@@ -14,6 +14,8 @@ pub mod settings;
 pub mod status;
 pub mod world;
 
+pub(crate) use events::follow as follow_events;
+
 use crate::cli::{Cli, Command};
 use crate::client::Client;
 use crate::config;
@@ -67,6 +69,8 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Status(args) => status::run(args, project),
         Command::Events(args) => events::run(args, project),
+        #[cfg(feature = "dashboard")]
+        Command::Dashboard => crate::dashboard::run(),
         Command::Config(args) => settings::config(args),
         Command::Reserve(args) => settings::reserve(args),
         Command::Port(args) => settings::port(args),
@@ -102,7 +106,9 @@ fn not_implemented(verb: &str) -> ExitCode {
         "init" => {
             "write binky.toml by hand: the README's \"Your own project\" section has a starting file, and `binky check` validates it"
         }
-        "dashboard" => "`binky status --watch` shows every world, redrawn as it changes",
+        "dashboard" => {
+            "this binky was built without the `dashboard` feature: `binky status --watch` shows every world, redrawn as it changes, and the web view is at http://binky.localhost:<proxy port>/"
+        }
         _ => "see `binky --help` for what is built",
     };
     output::error(format!("binky {verb}: not implemented yet"), Some(instead));

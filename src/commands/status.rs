@@ -20,7 +20,10 @@ pub fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
     let by_name =
         project_flag.is_some_and(|p| !std::path::Path::new(p).exists() && !p.contains('/'));
     let wanted = project.clone();
-    match call(&Request::Status { project }) {
+    match call(&Request::Status {
+        project,
+        usage: false,
+    }) {
         Ok(Response::Status(report)) => {
             if by_name && report.projects.is_empty() {
                 crate::output::error(

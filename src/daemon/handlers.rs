@@ -27,16 +27,8 @@ pub(super) async fn handle(
             let _ = d.shutdown.send(true);
             Ok(Response::Done)
         }
-        Request::Status { project } => {
-            let report = d.registry().status(project.as_deref());
-            report
-                .map(|mut r| {
-                    world::fill_urls(d, &mut r);
-                    super::admission::fill_queue(d, &mut r, project.as_deref());
-                    r.sort_naturally();
-                    Response::Status(r)
-                })
-                .map_err(ApiError::from)
+        Request::Status { project, usage } => {
+            status_report(d, project.as_deref(), usage).map(Response::Status)
         }
         Request::Config => d
             .registry()
@@ -116,6 +108,26 @@ async fn set_ports(
     Ok(Response::Settings(s))
 }
 
+/// Every world (of `project` alone when given) with its URLs and queue
+/// place, and with `usage` what each holds now; in natural order.
+///
+/// # Errors
+/// The registry cannot be read.
+pub(crate) fn status_report(
+    d: &Daemon,
+    project: Option<&str>,
+    usage: bool,
+) -> Result<crate::protocol::StatusReport, ApiError> {
+    let mut r = d.registry().status(project)?;
+    world::fill_urls(d, &mut r);
+    if usage {
+        world::fill_usage(&mut r);
+    }
+    super::admission::fill_queue(d, &mut r, project);
+    r.sort_naturally();
+    Ok(r)
+}
+
 fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
     let (worlds, (services_running, restarts, port_reservations), registry_bytes) = {
         let reg = d.registry();
@@ -131,6 +143,10 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
     let queue_length = d.registry().queue()?.len() as u64;
     let (rss_bytes, cpu_time_ms) = self_usage();
     let memory = crate::platform::memory();
+    let settings = d.registry().settings()?;
+    let reserve_of = super::admission::disk_reserve(d, &settings)?;
+    let disk =
+        crate::platform::disk_space(d.paths.home()).map(|(free, size)| (free, reserve_of(size)));
     let now = Instant::now();
     let cpu_percent = {
         let mut last = d.cpu_sample.lock().unwrap_or_else(|p| p.into_inner());
@@ -158,6 +174,8 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         memory_total: memory.map(|m| m.total),
         memory_available: memory.map(|m| m.available),
         memory_stalls: d.admission.stalls(),
+        disk_free: disk.map(|(free, _)| free),
+        disk_reserve: disk.map(|(_, reserve)| reserve),
         footprints,
         port_reservations,
         proxy: d.proxy.snapshot(),

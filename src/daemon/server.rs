@@ -184,13 +184,29 @@ fn restore_routes(daemon: &Daemon) -> Result<()> {
     Ok(())
 }
 
+/// The dashboard page's view of the daemon.
+struct Board(Arc<Daemon>);
+
+impl crate::proxy::Board for Board {
+    fn report(&self) -> Result<crate::protocol::StatusReport, String> {
+        handlers::status_report(&self.0, None, false).map_err(|e| e.message)
+    }
+    fn changes(&self) -> broadcast::Receiver<Event> {
+        self.0.events.subscribe(0).1
+    }
+}
+
 /// Serves the proxy on the configured port (moved when `binky port`
 /// changes it) and returns once it listens or failed to: a CLI that sees
 /// the daemon ready may use a printed URL at once.
 async fn start_proxy(daemon: &Arc<Daemon>, port_rx: watch::Receiver<u16>) -> Result<()> {
     let port = daemon.registry().settings()?.proxy_port;
     let _ = daemon.proxy_port.send(port);
-    let proxy = crate::proxy::Proxy::new(daemon.routes.clone(), daemon.proxy.clone());
+    let proxy = crate::proxy::Proxy::with_board(
+        daemon.routes.clone(),
+        daemon.proxy.clone(),
+        Arc::new(Board(daemon.clone())),
+    );
     let d = daemon.clone();
     tokio::spawn(crate::proxy::serve(
         proxy,
@@ -287,7 +303,7 @@ fn scrubbed(mut reply: Reply) -> Reply {
                 scrub_in_place(d);
             }
         }
-        Reply::Ok(Response::Logs(r)) => {
+        Reply::Ok(Response::Logs(r)) | Reply::Logs(r) => {
             r.lines.iter_mut().for_each(|l| scrub_in_place(&mut l.text));
         }
         Reply::Ok(_) | Reply::Lagged(_) => {}
@@ -347,7 +363,10 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
             )
         } else if let Request::Subscribe(sub) = req {
             // A subscription has the connection until the client goes.
-            follow(&daemon, sub, &mut w, &mut frames).await;
+            match sub.logs.clone() {
+                Some(logs) => follow_logs(&daemon, sub, logs, &mut w, &mut frames).await,
+                None => follow(&daemon, sub, &mut w, &mut frames).await,
+            }
             return;
         } else {
             answer(&daemon, req, &mut w, &mut frames).await
@@ -474,6 +493,122 @@ async fn follow(daemon: &Arc<Daemon>, sub: Subscription, w: &mut Writer, frames:
             return;
         }
     }
+}
+
+/// Serves a log [`Subscription`]: the newest lines asked for (or those
+/// since its cursor), then each batch as the world's log writers append
+/// it. The log folder is watched (inotify), so nothing is read while no
+/// service prints; a wake that comes while a batch is being sent is
+/// folded into the next read. A client that reads slowly holds back only
+/// its own reads (the lines wait in the files, and a log that rotated
+/// twice meanwhile is marked `truncated`).
+async fn follow_logs(
+    daemon: &Arc<Daemon>,
+    sub: Subscription,
+    logs: crate::protocol::LogFollow,
+    w: &mut Writer,
+    frames: &mut Frames,
+) {
+    let started = match sub.world.filter(|w| !w.name.is_empty()) {
+        None => Err(ApiError::new("a log subscription follows one world")
+            .hint("name the world (`binky logs -f <world>`)")),
+        Some(wref) => world::log_dir(daemon, &wref).map(|dir| (wref, dir)),
+    };
+    let (wref, dir) = match started {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = write_frame_async(w, &scrubbed(Reply::Err(e))).await;
+            return;
+        }
+    };
+    let (wake_tx, mut wake) = tokio::sync::mpsc::channel::<()>(1);
+    let watcher = watch_folder(&dir, wake_tx);
+    let read = |cursor: Option<String>, lines: usize| {
+        world::logs(daemon, wref.clone(), logs.service.clone(), lines, cursor)
+    };
+    // First the newest lines asked for (none: only where they end).
+    let mut first = match logs.cursor.clone() {
+        Some(c) => read(Some(c), 0),
+        None => read(None, logs.lines.max(1)).map(|mut r| {
+            if logs.lines == 0 {
+                r.lines.clear();
+            }
+            r
+        }),
+    };
+    if watcher.is_none() {
+        first = Err(ApiError::new(format!("cannot watch {}", dir.display()))
+            .hint("the system's inotify watches may be used up (fs.inotify.max_user_watches)"));
+    }
+    let mut cursor = match first {
+        Ok(r) => {
+            let c = r.cursor.clone();
+            if write_frame_async(w, &scrubbed(Reply::Logs(r)))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            c
+        }
+        Err(e) => {
+            let _ = write_frame_async(w, &scrubbed(Reply::Err(e))).await;
+            return;
+        }
+    };
+    if write_frame_async(w, &Reply::Ok(Response::Subscribed))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        tokio::select! {
+            Some(()) = wake.recv() => {}
+            _ = frames.recv() => return,
+        }
+        let frame = match read(Some(cursor.clone()), 0) {
+            Ok(r) if r.lines.is_empty() && !r.truncated => {
+                cursor = r.cursor;
+                continue;
+            }
+            Ok(r) => {
+                cursor = r.cursor.clone();
+                Reply::Logs(r)
+            }
+            // Between a rotation's rename and the writer's new file the
+            // service has no log for a moment: the next wake reads on.
+            Err(_) if world::log_dir(daemon, &wref).is_ok() => continue,
+            // The world was removed.
+            Err(e) => Reply::Err(e),
+        };
+        let end = matches!(frame, Reply::Err(_));
+        if write_frame_async(w, &scrubbed(frame)).await.is_err() || end {
+            return;
+        }
+    }
+}
+
+/// Watches `dir` (not its subfolders) and pokes `wake` when a file in it
+/// is written, made, renamed or removed; reads (ours included) are
+/// ignored, or each read would wake the next. `None` when the watch
+/// cannot be set.
+fn watch_folder(
+    dir: &std::path::Path,
+    wake: tokio::sync::mpsc::Sender<()>,
+) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher;
+    let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+        if ev.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
+            // Full: a wake is already pending, and it reads this too.
+            let _ = wake.try_send(());
+        }
+    })
+    .ok()?;
+    watcher
+        .watch(dir, notify::RecursiveMode::NonRecursive)
+        .ok()?;
+    Some(watcher)
 }
 
 /// Runs one request, sending its progress as it comes and passing on a

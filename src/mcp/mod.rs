@@ -265,7 +265,16 @@ impl BinkyMcp {
             }
             Some(name) => Some(name.to_owned()),
         };
-        match self.call(Request::Status { project }, None).await {
+        match self
+            .call(
+                Request::Status {
+                    project,
+                    usage: false,
+                },
+                None,
+            )
+            .await
+        {
             Ok(Response::Status(r)) => done(r),
             Ok(other) => Ok(tool_error(&ApiError::new(format!(
                 "unexpected reply: {other:?}"

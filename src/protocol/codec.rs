@@ -88,12 +88,25 @@ mod tests {
     #[test]
     fn round_trip() {
         let mut buf = Vec::new();
-        write_frame(&mut buf, &Request::Status { project: None }).unwrap();
+        write_frame(
+            &mut buf,
+            &Request::Status {
+                project: None,
+                usage: false,
+            },
+        )
+        .unwrap();
         write_frame(&mut buf, &Reply::Ok(Response::Done)).unwrap();
         let mut r = io::Cursor::new(buf);
         let a: Request = read_frame(&mut r).unwrap().unwrap();
         let b: Reply = read_frame(&mut r).unwrap().unwrap();
-        assert_eq!(a, Request::Status { project: None });
+        assert_eq!(
+            a,
+            Request::Status {
+                project: None,
+                usage: false,
+            }
+        );
         assert_eq!(b, Reply::Ok(Response::Done));
         assert!(read_frame::<_, Request>(&mut r).unwrap().is_none());
     }

@@ -27,13 +27,13 @@ mod request;
 pub use reply::{ApiError, Progress, ProgressStep, Reply, Response};
 pub use reports::{
     DaemonInfo, LogLine, LogsReport, Metrics, ProjectStatus, ProxyMetrics, QueuePlace,
-    ServiceStatus, ServiceTarget, Settings, StatusReport, SweepItem, VerifyCheck, VerifyReport,
-    WorldEnv, WorldOutcome, WorldStatus, natural_cmp,
+    ServiceStatus, ServiceTarget, Settings, StatusReport, SweepItem, Usage, VerifyCheck,
+    VerifyReport, WorldEnv, WorldOutcome, WorldStatus, natural_cmp,
 };
-pub use request::{ClientEnv, Request, Subscription, UpRequest, WorldRef};
+pub use request::{ClientEnv, LogFollow, Request, Subscription, UpRequest, WorldRef};
 
 /// Bumped whenever a frame changes shape.
-pub const PROTOCOL: u32 = 4;
+pub const PROTOCOL: u32 = 5;
 
 /// This build's package version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

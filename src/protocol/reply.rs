@@ -25,6 +25,9 @@ pub enum Reply {
     /// A subscriber read too slowly: this many events were dropped before
     /// the next one it gets.
     Lagged(u64),
+    /// Lines a followed world's services printed (a log subscription's
+    /// frame); its `cursor` resumes after them.
+    Logs(super::LogsReport),
 }
 
 /// A progress event of a long operation.

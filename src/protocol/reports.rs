@@ -276,6 +276,24 @@ pub struct WorldStatus {
     /// Since when it is `suspended` (RFC 3339); `error` says why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspended_since: Option<String>,
+    /// When the world was first made (RFC 3339, seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<String>,
+    /// What its processes hold now, when asked for (`status` with
+    /// `usage`) and it has any running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// What a world's processes hold: summed over the process groups of its
+/// running services (a process that left its group is not counted).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Usage {
+    /// Resident memory, bytes.
+    pub rss_bytes: u64,
+    /// CPU time its live processes have used since each started (user plus
+    /// system), milliseconds: a rate is the difference of two readings.
+    pub cpu_ms: u64,
 }
 
 /// A queued world's place in admission order.
@@ -370,6 +388,14 @@ pub struct Metrics {
     /// Pressure-stall triggers the kernel fired since the daemon started.
     #[serde(default)]
     pub memory_stalls: u64,
+    /// Bytes free (for an unprivileged user) on the filesystem holding
+    /// `BINKY_HOME`; `None` where it cannot be read.
+    #[serde(default)]
+    pub disk_free: Option<u64>,
+    /// The disk reserve admission keeps there now, bytes (the setting, at
+    /// most a tenth of the filesystem unless set explicitly).
+    #[serde(default)]
+    pub disk_reserve: Option<u64>,
     /// Each project's learned footprint (peak RSS of its last running
     /// world), bytes; a project not yet measured is absent and counts as
     /// the default, 512 MiB.

@@ -18,6 +18,11 @@ pub enum Request {
     Status {
         /// Limit to this project name.
         project: Option<String>,
+        /// Also measure what each running world holds now
+        /// ([`WorldStatus::usage`](super::WorldStatus::usage)): one pass
+        /// over the process table, so only a caller that shows it asks.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        usage: bool,
     },
     /// The machine-global settings.
     Config,
@@ -229,6 +234,29 @@ pub struct Subscription {
     /// most [`Subscription::MAX_TAIL`].
     #[serde(default)]
     pub tail: usize,
+    /// Follow the lines the world's services print instead of events: the
+    /// daemon sends [`Reply::Logs`](super::Reply::Logs) frames (the newest
+    /// `lines` first, or those since `cursor`), then each batch as it is
+    /// written, across a rotation and a service's restart. Needs `world`
+    /// with a name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs: Option<LogFollow>,
+}
+
+/// The log lines a [`Subscription`] follows.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LogFollow {
+    /// Only this service's log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// How many of the newest lines come first (0: none).
+    #[serde(default)]
+    pub lines: usize,
+    /// Carry on from here instead ([`LogsReport::cursor`](super::LogsReport::cursor)
+    /// of the last frame received): how a follower resumes after the
+    /// daemon restarts without a line twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
 }
 
 impl Subscription {

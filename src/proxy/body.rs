@@ -19,6 +19,9 @@ pub(crate) enum Body {
     Stream(Option<Bytes>, Incoming),
     /// Bytes gathered already, then the upstream's trailers.
     Trailers(Option<Bytes>, Option<HeaderMap>),
+    /// Bytes as a task of the proxy's own sends them (the dashboard
+    /// page's event stream), until it drops its sender.
+    Channel(tokio::sync::mpsc::Receiver<Bytes>),
 }
 
 impl hyper::body::Body for Body {
@@ -41,6 +44,7 @@ impl hyper::body::Body for Body {
                 Some(d) => Some(Ok(Frame::data(d))),
                 None => trailers.take().map(|t| Ok(Frame::trailers(t))),
             }),
+            Body::Channel(rx) => rx.poll_recv(cx).map(|d| d.map(|d| Ok(Frame::data(d)))),
         }
     }
 
@@ -49,6 +53,7 @@ impl hyper::body::Body for Body {
             Body::Full(data) => data.is_none(),
             Body::Stream(first, body) => first.is_none() && body.is_end_stream(),
             Body::Trailers(first, trailers) => first.is_none() && trailers.is_none(),
+            Body::Channel(_) => false,
         }
     }
 
@@ -67,7 +72,7 @@ impl hyper::body::Body for Body {
                 }
                 hint
             }
-            Body::Trailers(..) => hyper::body::SizeHint::default(),
+            Body::Trailers(..) | Body::Channel(_) => hyper::body::SizeHint::default(),
         }
     }
 }

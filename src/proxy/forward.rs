@@ -229,12 +229,28 @@ impl Worker {
             }
         };
         let host_raw = host_value.to_str().unwrap_or("");
+        if let Some(board) = &this.board
+            && super::board::is_board_host(&super::normalise_host(host_raw))
+        {
+            return Err(super::board::answer(board, req.method(), req.uri().path()));
+        }
         let Some(route) = this.routes.get(host_raw) else {
             if req.uri().path() == TLS_ASK_PATH {
                 return Err(tls_ask(&this.routes, req.uri().query()));
             }
             counters.errors.fetch_add(1, Ordering::Relaxed);
-            return Err(super::pages::not_found(host_raw, &this.routes.all()));
+            let board = match host_raw
+                .rsplit_once(':')
+                .filter(|(_, p)| p.parse::<u16>().is_ok())
+            {
+                Some((_, port)) => format!("http://binky.localhost:{port}/"),
+                None => "http://binky.localhost/".to_owned(),
+            };
+            return Err(super::pages::not_found(
+                host_raw,
+                &board,
+                &this.routes.all(),
+            ));
         };
         // A service that is (re)starting gets a moment to come up, so a
         // planned restart never fails a request that arrives during it.

@@ -32,10 +32,12 @@
 //! | `upstream` | the per-thread idle pool, connecting, sending |
 //! | `body` | the one body type: streamed, or whole when small and at hand |
 //! | `pages` | error pages (text a service or branch names is escaped) |
+//! | `board` | the read-only dashboard page at `binky.localhost`, live over SSE |
 //! | `limits`, `counters` | per-user connection limits; the counters `metrics` reads |
 //! | [`caddy`] | HTTPS through Caddy when it is on PATH |
 //! | here | the proxy threads, binding, the accept loop |
 
+mod board;
 pub mod caddy;
 mod counters;
 mod limits;
@@ -57,6 +59,7 @@ mod connection;
 mod forward;
 mod routes;
 mod upstream;
+pub use board::{BOARD_HOSTS, Board, KEEPALIVE};
 pub(crate) use body::Body;
 pub use body::SMALL_BODY_BYTES;
 use body::full;
@@ -67,6 +70,9 @@ pub use routes::{Route, Routes, TLS_ASK_PATH, normalise_host};
 pub struct Proxy {
     routes: Arc<Routes>,
     counters: Arc<ProxyCounters>,
+    /// What the proxy's own names ([`BOARD_HOSTS`]) show; without one they
+    /// are unknown hosts like any other.
+    board: Option<Arc<dyn Board>>,
 }
 
 /// One proxy thread's state: the shared [`Proxy`] plus this thread's own
@@ -93,7 +99,25 @@ pub const MAX_IDLE_PER_PORT: usize = 64;
 impl Proxy {
     /// A proxy over `routes`, counting into `counters`.
     pub fn new(routes: Arc<Routes>, counters: Arc<ProxyCounters>) -> Arc<Self> {
-        Arc::new(Proxy { routes, counters })
+        Arc::new(Proxy {
+            routes,
+            counters,
+            board: None,
+        })
+    }
+
+    /// A proxy over `routes` that also serves the dashboard page from
+    /// `board` at its own names.
+    pub fn with_board(
+        routes: Arc<Routes>,
+        counters: Arc<ProxyCounters>,
+        board: Arc<dyn Board>,
+    ) -> Arc<Self> {
+        Arc::new(Proxy {
+            routes,
+            counters,
+            board: Some(board),
+        })
     }
 }
 

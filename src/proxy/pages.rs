@@ -4,14 +4,20 @@ use super::{Body, Route, full};
 use crate::protocol::ServiceState;
 use hyper::{Response, StatusCode, header};
 
-fn escape(s: &str) -> String {
+/// `s` as HTML text or a quoted attribute value: markup characters as
+/// entities, and a newline as `&#10;` (so a page fragment stays one line).
+pub(super) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+        .replace('\n', "&#10;")
+        .replace('\r', "&#13;")
 }
 
-fn page(status: StatusCode, title: &str, body: String) -> Response<Body> {
+/// A small page with `title` and `body` (HTML the caller escaped).
+pub(super) fn page(status: StatusCode, title: &str, body: String) -> Response<Body> {
     let html = format!(
         "<!doctype html><meta charset=utf-8><title>{t}</title><body style=\"font-family:sans-serif;max-width:50em;margin:2em auto\"><h1>{t}</h1>{body}<p><small>binky proxy</small></p></body>\n",
         t = escape(title)
@@ -24,12 +30,21 @@ fn page(status: StatusCode, title: &str, body: String) -> Response<Body> {
         .expect("valid response")
 }
 
-/// 404: no route for this host; lists what the daemon knows.
-pub(super) fn not_found(host: &str, routes: &[(String, Route)]) -> Response<Body> {
+/// 404: no route for this host. It links to the dashboard page at
+/// `board` (`binky.localhost` on the port the request came to). A host
+/// under `.localhost` (a typo of a world's name) also gets the list of
+/// names served here; any other (a page that rebound its own name to
+/// loopback) gets the bare page: what runs here is not its to read.
+pub(super) fn not_found(host: &str, board: &str, routes: &[(String, Route)]) -> Response<Body> {
     let mut body = format!("<p>No world serves <code>{}</code>.</p>", escape(host));
-    if routes.is_empty() {
+    body.push_str(&format!(
+        "<p>Every world on this machine: <a href=\"{b}\">{b}</a></p>",
+        b = escape(board)
+    ));
+    let local = super::normalise_host(host).ends_with(".localhost");
+    if local && routes.is_empty() {
         body.push_str("<p>No worlds are up. Run <code>binky up &lt;branch&gt;</code>.</p>");
-    } else {
+    } else if local {
         body.push_str("<p>Known here:</p><ul>");
         for (h, r) in routes {
             body.push_str(&format!(

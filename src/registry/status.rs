@@ -80,7 +80,7 @@ impl Registry {
                            || CASE WHEN dirty THEN ' plus uncommitted changes' ELSE '' END
                       FROM verify_results v WHERE v.world_id = worlds.id
                      ORDER BY v.id DESC LIMIT 1),
-                   suspended_at
+                   suspended_at, created_at
                  FROM worlds ORDER BY name",
             )
             .map_err(|e| self.err(e))?;
@@ -99,11 +99,13 @@ impl Registry {
                         verify: r.get(8)?,
                         services: Vec::new(),
                         queue: None,
-                        suspended_since: r.get::<_, Option<i64>>(9)?.map(|ms| {
-                            let t = std::time::UNIX_EPOCH
-                                + std::time::Duration::from_millis(ms.max(0) as u64);
-                            humantime::format_rfc3339_seconds(t).to_string()
-                        }),
+                        suspended_since: r
+                            .get::<_, Option<i64>>(9)?
+                            .map(|ms| rfc3339(std::time::Duration::from_millis(ms.max(0) as u64))),
+                        created: r
+                            .get::<_, Option<i64>>(10)?
+                            .map(|s| rfc3339(std::time::Duration::from_secs(s.max(0) as u64))),
+                        usage: None,
                     },
                 ))
             })
@@ -226,4 +228,9 @@ impl Registry {
             .map(|m| m.len())
             .sum()
     }
+}
+
+/// `since_epoch` as RFC 3339, to the second.
+fn rfc3339(since_epoch: std::time::Duration) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + since_epoch).to_string()
 }

@@ -239,7 +239,14 @@ fn daemon_answers_an_old_client_with_the_instruction() {
     .unwrap();
     let welcome: Welcome = read_frame(&mut r).unwrap().unwrap();
     assert_eq!(welcome.version, VERSION);
-    write_frame(&mut w, &Request::Status { project: None }).unwrap();
+    write_frame(
+        &mut w,
+        &Request::Status {
+            project: None,
+            usage: false,
+        },
+    )
+    .unwrap();
     match read_frame::<_, Reply>(&mut r).unwrap().unwrap() {
         Reply::Err(e) => {
             assert!(

@@ -174,6 +174,7 @@ fn stuck_subscribe(s: &mut std::os::unix::net::UnixStream) {
     let sub = Request::Subscribe(Subscription {
         world: None,
         tail: Subscription::MAX_TAIL,
+        logs: None,
     });
     s.write_all(&encode(&sub).unwrap()).unwrap();
 }

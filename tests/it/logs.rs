@@ -45,8 +45,20 @@ fn a_log_moved_away_by_logrotate_is_reopened_and_followed_by_name() {
     assert!(out.stdout().contains("tick"), "{out}");
     // `logs -f` carries on in the new file: numbers keep rising past the
     // rename, with none lost at the switch.
-    let mut last: Option<u64> = None;
-    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    consecutive_ticks(&mut lines, None, Duration::from_secs(3));
+    let _ = follow.kill();
+    let _ = follow.wait();
+    repo.ok(&home, &["remove", "x", "--force"]);
+}
+
+/// Reads `tick N` lines for `for_how_long`, asserting each is the one
+/// after the last; returns the last number.
+fn consecutive_ticks(
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+    mut last: Option<u64>,
+    for_how_long: Duration,
+) -> Option<u64> {
+    let deadline = std::time::Instant::now() + for_how_long;
     while std::time::Instant::now() < deadline {
         let l = lines.next().unwrap().unwrap();
         let n: u64 = l.rsplit(' ').next().unwrap().parse().unwrap();
@@ -55,9 +67,84 @@ fn a_log_moved_away_by_logrotate_is_reopened_and_followed_by_name() {
         }
         last = Some(n);
     }
+    last
+}
+
+#[test]
+fn logs_f_carries_on_across_a_daemon_restart_with_no_line_lost_or_repeated() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.tick]\ncmd = \"exec python3 tick.py\"\n",
+        project_header("relog", 1)
+    );
+    let repo = Repo::with("", &toml, &[("tick.py", TICKER)]);
+    repo.ok(&home, &["up", "x"]);
+    let mut follow = repo
+        .cmd(&home, &["logs", "x", "-f", "-n", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    let last = consecutive_ticks(&mut lines, None, Duration::from_secs(1));
+    // The daemon dies; the service (and its log writer) runs on. A new
+    // daemon is started by the next command, and the follower carries on
+    // from where it was: what was written meanwhile, then live.
+    let daemon = home.daemon_pid().unwrap();
+    kill9(daemon);
+    assert!(wait_until(Duration::from_secs(5), || !alive(daemon)));
+    std::thread::sleep(Duration::from_millis(300));
+    home.ok(&["daemon", "start"]);
+    consecutive_ticks(&mut lines, last, Duration::from_secs(2));
     let _ = follow.kill();
     let _ = follow.wait();
     repo.ok(&home, &["remove", "x", "--force"]);
+}
+
+#[test]
+fn a_log_subscriber_that_never_reads_holds_up_nothing() {
+    use binky::protocol::{Hello, LogFollow, Request, Subscription, WorldRef, codec::encode};
+    use std::io::Write;
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.chatty]\ncmd = \"exec python3 chatty.py\"\n",
+        project_header("stuckl", 2)
+    );
+    let repo = Repo::with("", &toml, &[("chatty.py", CHATTY)]);
+    home.ok(&["daemon", "start"]);
+    // Subscribed to x's logs before x prints its 7 MiB, and never read.
+    repo.ok(&home, &["up", "x"]);
+    let mut stuck = std::os::unix::net::UnixStream::connect(home.file("binky.sock")).unwrap();
+    stuck
+        .write_all(&encode(&Hello::current()).unwrap())
+        .unwrap();
+    let sub = Request::Subscribe(Subscription {
+        world: Some(WorldRef {
+            project_dir: None,
+            project: Some("stuckl".into()),
+            name: "x".into(),
+        }),
+        tail: 0,
+        logs: Some(LogFollow {
+            lines: 1000,
+            ..Default::default()
+        }),
+    });
+    stuck.write_all(&encode(&sub).unwrap()).unwrap();
+    let log = home.file("logs/stuckl/x/chatty.log.1");
+    assert!(wait_until(Duration::from_secs(20), || log.exists()));
+    // The daemon serves everyone else as before.
+    let started = std::time::Instant::now();
+    repo.ok(&home, &["up", "y"]);
+    repo.ok(&home, &["status"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "up took {:?} beside a stuck reader",
+        started.elapsed()
+    );
+    drop(stuck);
+    repo.ok(&home, &["remove", "x", "--force"]);
+    repo.ok(&home, &["remove", "y", "--force"]);
 }
 
 #[test]

@@ -6,6 +6,8 @@ mod admission;
 mod cancel;
 mod contract;
 mod daemon;
+#[cfg(feature = "dashboard")]
+mod dashboard;
 mod environment;
 mod events;
 mod exhaustion;

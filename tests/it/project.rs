@@ -60,6 +60,11 @@ impl Repo {
         Self::with("", toml, &[])
     }
 
+    /// The folder holding binky.toml.
+    pub fn project_dir(&self) -> &Path {
+        &self.project
+    }
+
     /// Where Binky puts worktrees by default.
     pub fn worktree_root(&self) -> PathBuf {
         self.dir.path().join("app.worktrees")

@@ -37,7 +37,7 @@ mod room;
 mod sampler;
 mod suspend;
 mod tickets;
-pub(crate) use room::{Standing, fill_queue, unmade};
+pub(crate) use room::{Standing, disk_reserve, fill_queue, unmade};
 pub(crate) use sampler::ensure_sampler;
 pub(crate) use suspend::learned;
 pub(crate) use tickets::{

@@ -105,12 +105,7 @@ pub(super) fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, Ap
                 .map(|(_, (_, f))| f)
                 .sum::<u64>(),
     });
-    let reserve = (s.disk_reserve_gb * 1e9) as u64;
-    // The default reserve (5 GB) is a guess made for a large disk: on a
-    // small filesystem (a 1 GB /tmp) it would keep every `up` queued for
-    // good, so it is at most a tenth of each. A reserve the user set is
-    // kept as set.
-    let chosen = d.registry().setting_is_set("disk_reserve_gb")?;
+    let reserve = disk_reserve(d, &s)?;
     let mut paths: Vec<String> = vec![d.paths.home().display().to_string()];
     for r in rows {
         if !paths.contains(&r.disk_path) {
@@ -124,11 +119,7 @@ pub(super) fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, Ap
             Some(super::decide::Disk {
                 path,
                 free,
-                reserve: if chosen {
-                    reserve
-                } else {
-                    reserve.min(size / DISK_RESERVE_SHARE)
-                },
+                reserve: reserve(size),
             })
         })
         .collect();
@@ -263,6 +254,8 @@ pub(crate) fn unmade(name: &str, group: Option<String>) -> crate::protocol::Worl
         services: Vec::new(),
         queue: None,
         suspended_since: None,
+        created: None,
+        usage: None,
     }
 }
 
@@ -320,6 +313,28 @@ pub(crate) fn fill_queue(
         }
         w.queue = place;
     }
+}
+
+/// The disk reserve admission keeps on a filesystem of `size` bytes. The
+/// default (5 GB) is a guess made for a large disk: on a small filesystem
+/// (a 1 GB /tmp) it would keep every `up` queued for good, so it is at
+/// most a tenth of each. A reserve the user set is kept as set.
+///
+/// # Errors
+/// The registry cannot be read.
+pub(crate) fn disk_reserve(
+    d: &Daemon,
+    s: &crate::protocol::Settings,
+) -> Result<impl Fn(u64) -> u64 + use<>, ApiError> {
+    let reserve = (s.disk_reserve_gb * 1e9) as u64;
+    let chosen = d.registry().setting_is_set("disk_reserve_gb")?;
+    Ok(move |size: u64| {
+        if chosen {
+            reserve
+        } else {
+            reserve.min(size / DISK_RESERVE_SHARE)
+        }
+    })
 }
 
 #[cfg(test)]

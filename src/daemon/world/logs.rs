@@ -92,6 +92,22 @@ pub(crate) fn logs(
     Ok(report)
 }
 
+/// The folder holding world `wref`'s logs (made when missing, so it can
+/// be watched before a service has printed anything).
+///
+/// # Errors
+/// No such world, or the folder cannot be made.
+pub(crate) fn log_dir(d: &Daemon, wref: &WorldRef) -> Result<PathBuf, ApiError> {
+    let loc = locate(d, wref)?;
+    let w = find_world(d, &loc, &wref.name)?;
+    let dir = d.paths.world_logs(&loc.name, &w.slug);
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        ApiError::new(format!("cannot make {}: {e}", dir.display()))
+            .hint("check that BINKY_HOME is writable")
+    })?;
+    Ok(dir)
+}
+
 /// The world's logs, `(service, path)` by service name.
 fn service_logs(dir: &Path) -> Vec<(String, PathBuf)> {
     let mut files: Vec<(String, PathBuf)> = std::fs::read_dir(dir)

@@ -145,3 +145,21 @@ pub(super) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
     }
     left
 }
+
+/// Fills in each world's [`WorldStatus::usage`](crate::protocol::WorldStatus::usage):
+/// its running services' process groups (a service is its group's leader)
+/// measured in one pass over the process table.
+pub(crate) fn fill_usage(report: &mut crate::protocol::StatusReport) {
+    let worlds = report.projects.iter_mut().flat_map(|p| p.worlds.iter_mut());
+    let mut groups: Vec<(usize, u32)> = Vec::new();
+    let mut all: Vec<&mut crate::protocol::WorldStatus> = worlds.collect();
+    for (i, w) in all.iter().enumerate() {
+        groups.extend(w.services.iter().filter_map(|s| s.pid).map(|g| (i, g)));
+    }
+    let pgids: Vec<u32> = groups.iter().map(|(_, g)| *g).collect();
+    for ((i, _), u) in groups.iter().zip(crate::platform::groups_usage(&pgids)) {
+        let sum = all[*i].usage.get_or_insert_with(Default::default);
+        sum.rss_bytes += u.rss_bytes;
+        sum.cpu_ms += u.cpu_ms;
+    }
+}

@@ -17,7 +17,8 @@ mod memory;
 mod procs;
 mod sockets;
 pub use memory::{
-    Memory, PressureTrigger, disk_free, disk_space, groups_rss, memory, memory_pressure_avg10,
+    Memory, PressureTrigger, disk_free, disk_space, groups_rss, groups_usage, memory,
+    memory_pressure_avg10,
 };
 pub use procs::{
     Marked, ProcStat, all_processes, command_line, group_alive, group_members, marked_processes,

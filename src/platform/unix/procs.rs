@@ -58,6 +58,8 @@ pub struct ProcStat {
     pub start_time: u64,
     /// Resident set size, pages (field 24; what `VmRSS` shows in kB).
     pub rss_pages: u64,
+    /// CPU time used, user plus system, clock ticks (fields 14 and 15).
+    pub cpu_ticks: u64,
 }
 
 impl ProcStat {
@@ -83,6 +85,7 @@ pub fn proc_stat(pid: u32) -> Option<ProcStat> {
         session: f.get(3)?.parse().ok()?,
         start_time: f.get(19)?.parse().ok()?,
         rss_pages: f.get(21)?.parse().ok()?,
+        cpu_ticks: f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?,
     })
 }
 
