@@ -337,6 +337,11 @@ pub fn start_daemon(paths: &Paths) -> Result<Welcome, ApiError> {
     let mut pause = Duration::from_millis(2);
     loop {
         if let Some(c) = Client::connect(paths)? {
+            // A long-lived client (the dashboard, `binky mcp`) outlives a
+            // daemon it started: reaped when it ends, never left a zombie.
+            std::thread::spawn(move || {
+                let _ = child.wait();
+            });
             return Ok(c.welcome);
         }
         if let Ok(Some(status)) = child.try_wait() {

@@ -189,7 +189,14 @@ struct Board(Arc<Daemon>);
 
 impl crate::proxy::Board for Board {
     fn report(&self) -> Result<crate::protocol::StatusReport, String> {
-        handlers::status_report(&self.0, None, false).map_err(|e| e.message)
+        let mut r = handlers::status_report(&self.0, None, false).map_err(|e| e.message)?;
+        // A failure's words may quote what a service printed.
+        for w in r.projects.iter_mut().flat_map(|p| p.worlds.iter_mut()) {
+            if let Some(e) = w.error.as_mut() {
+                crate::secrets::scrub_in_place(e);
+            }
+        }
+        Ok(r)
     }
     fn changes(&self) -> broadcast::Receiver<Event> {
         self.0.events.subscribe(0).1

@@ -306,6 +306,10 @@ impl Runner {
                         .map(|c| c.command.clone());
                     format!("{name}: FAILED ({})", failed.unwrap_or_default())
                 }
+                Ok(Response::World(o)) if o.left_queue && o.world.path.is_empty() => {
+                    format!("{name}: it left the queue (it was never made)")
+                }
+                Ok(Response::World(o)) if o.left_queue => format!("{name}: it left the queue"),
                 Ok(Response::World(o)) if o.noop => format!("{name}: nothing to do"),
                 Ok(Response::World(o)) => format!("{name}: {}", o.world.state),
                 Ok(_) => format!("{name}: done"),

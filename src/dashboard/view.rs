@@ -63,7 +63,7 @@ pub(super) fn draw(f: &mut Frame, app: &App, theme: Theme) {
         Constraint::Length(2),
         Constraint::Min(5),
         Constraint::Percentage(35),
-        Constraint::Length(1),
+        Constraint::Length(2),
     ])
     .areas(f.area());
     f.render_widget(Paragraph::new(admission_bar(app, theme)), bar);
@@ -73,7 +73,11 @@ pub(super) fn draw(f: &mut Frame, app: &App, theme: Theme) {
     } else {
         draw_logs(f, app, theme, pane);
     }
-    f.render_widget(Paragraph::new(status_line(app, theme)), status);
+    // Two rows, wrapped: an error's hint must not be cut off.
+    f.render_widget(
+        Paragraph::new(status_line(app, theme)).wrap(Wrap { trim: true }),
+        status,
+    );
     if app.mode == Mode::Help {
         draw_help(f, theme);
     }
@@ -520,5 +524,39 @@ mod tests {
         assert!(s.contains("web:41000"), "{s}");
         assert!(s.contains("passed"), "{s}");
         assert!(!s.contains('\x1b'), "{s}");
+    }
+
+    #[test]
+    fn a_suspended_world_says_why_where_its_services_go() {
+        let mut app = App::default();
+        app.set_report(
+            StatusReport {
+                projects: vec![ProjectStatus {
+                    name: "shop".into(),
+                    root: "/r".into(),
+                    worlds: vec![WorldStatus {
+                        name: "newest".into(),
+                        slug: "newest".into(),
+                        state: WorldState::Suspended,
+                        path: "/w".into(),
+                        group: None,
+                        error: Some("suspended: RAM below the reserve".into()),
+                        verify: None,
+                        services: vec![],
+                        queue: None,
+                        suspended_since: Some("2026-12-03T10:00:00Z".into()),
+                        created: None,
+                        usage: None,
+                    }],
+                }],
+            },
+            std::time::Instant::now(),
+        );
+        let s = screen(&app, 80, 24);
+        let row = s.lines().find(|l| l.contains("newest")).unwrap();
+        assert!(
+            row.contains("suspended") && row.contains("RAM below"),
+            "{s}"
+        );
     }
 }

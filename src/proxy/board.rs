@@ -253,7 +253,7 @@ mod tests {
                     state: WorldState::Failed,
                     path: String::new(),
                     group: None,
-                    error: Some("<img src=x onerror=alert(2)>".into()),
+                    error: Some("<img src=x onerror=alert(2)>\x1b]0;title\x07\u{9b}".into()),
                     verify: None,
                     services: vec![ServiceStatus {
                         name: "web".into(),
@@ -280,6 +280,10 @@ mod tests {
         assert!(!html.contains("<b>shop"), "{html}");
         assert!(!html.contains("href=\"javascript"), "{html}");
         assert!(html.contains("&lt;script&gt;"), "{html}");
+        // Control characters are shown, not sent (a terminal printing the
+        // page would act on them).
+        assert!(!html.chars().any(char::is_control), "{html}");
+        assert!(html.contains("^[]0;title^G"), "{html}");
     }
 
     #[test]

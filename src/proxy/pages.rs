@@ -7,13 +7,27 @@ use hyper::{Response, StatusCode, header};
 /// `s` as HTML text or a quoted attribute value: markup characters as
 /// entities, and a newline as `&#10;` (so a page fragment stays one line).
 pub(super) fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
-        .replace('\n', "&#10;")
-        .replace('\r', "&#13;")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            '\n' => out.push_str("&#10;"),
+            '\t' => out.push(' '),
+            // Shown, never sent: an escape in a page would still act on a
+            // terminal that prints it (`curl` of the page).
+            c if (c as u32) < 0x20 => {
+                out.push('^');
+                out.push((c as u8 + b'@') as char);
+            }
+            c if c.is_control() => out.push_str(&format!("&lt;U+{:04X}&gt;", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// A small page with `title` and `body` (HTML the caller escaped).
