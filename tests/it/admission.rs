@@ -1545,3 +1545,38 @@ fn without_psi_memory_is_sampled_every_two_seconds() {
         "the daemon log names the setting"
     );
 }
+
+#[test]
+fn reloads_of_a_running_world_at_once_run_in_turn_and_never_queue_it() {
+    let home = Home::new();
+    let repo = sleeper("reld");
+    home.ok(&["reserve", "--ram", "0", "--disk", "0"]);
+    repo.ok(&home, &["up", "a"]);
+    repo.ok(&home, &["up", "b"]);
+    // Full beyond the limit: a running world being reloaded keeps its
+    // place all the same.
+    home.ok(&["reserve", "--max-parallel", "1"]);
+    let reloads: Vec<_> = (0..3)
+        .map(|_| {
+            repo.cmd(&home, &["reload", "a"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for r in reloads {
+        let out = r.wait_with_output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{text}");
+        assert!(!text.contains("queued"), "{text}");
+    }
+    assert_eq!(state(&repo, &home, "a"), "running");
+    assert_eq!(state(&repo, &home, "b"), "running");
+    let status = home.ok(&["status", "--json"]);
+    assert!(!status.stdout().contains("\"queued\""), "{status}");
+}

@@ -3,7 +3,7 @@
 use super::admit::admit;
 use super::locate::{check_group, find_world, locate};
 use super::processes::stop_processes;
-use super::up::up_locked;
+use super::up::{fully_running, up_locked};
 use super::{outcome, withdrawn, world_event, world_exists};
 use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
@@ -88,17 +88,30 @@ pub(crate) async fn reload(
     // Only a world that exists is reloaded (`up` makes one).
     find_world(d, &loc, &req.world.name)
         .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
-    let admitted = match admit(d, &loc, req.clone(), progress).await? {
-        Ok(a) => a,
-        Err(queued) => return Ok(queued),
-    };
-    if admitted.is_some() {
-        admission::ensure_sampler(d);
-    }
+    // A running world keeps its place: it is reloaded under its lock with
+    // no admission, so reloads at once run one after another (each finds
+    // it running) instead of queueing behind the one that stopped it (a
+    // queued reload then marked a running world `queued`, and cancelling
+    // it stopped what the other had started).
     let lock = d
         .worlds
         .lock_for(&WorldKey::new(&loc.name, &req.world.name));
-    let _guard = lock.lock().await;
+    let mut guard = lock.lock().await;
+    let running = find_world(d, &loc, &req.world.name).is_ok_and(|w| fully_running(d, &w));
+    let admitted = if running {
+        None
+    } else {
+        drop(guard);
+        let admitted = match admit(d, &loc, req.clone(), progress).await? {
+            Ok(a) => a,
+            Err(queued) => return Ok(queued),
+        };
+        if admitted.is_some() {
+            admission::ensure_sampler(d);
+        }
+        guard = lock.lock().await;
+        admitted
+    };
     let w = find_world(d, &loc, &req.world.name)
         .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
     // Intent first, so a crash mid-reload is reported as such.
@@ -122,6 +135,7 @@ pub(crate) async fn reload(
         progress,
     )
     .await;
+    drop(guard);
     drop(admitted);
     out
 }
