@@ -530,6 +530,10 @@ async fn follow_logs(
     };
     let (wake_tx, mut wake) = tokio::sync::mpsc::channel::<()>(1);
     let watcher = watch_folder(&dir, wake_tx);
+    // The world's removal ends the follow (its folder, and with it the
+    // watch, goes first; nothing would wake the follower again).
+    let project = world::project_of(daemon, &wref).unwrap_or_default();
+    let (_, mut events) = daemon.events.subscribe(0);
     let read = |cursor: Option<String>, lines: usize| {
         world::logs(daemon, wref.clone(), logs.service.clone(), lines, cursor)
     };
@@ -572,6 +576,18 @@ async fn follow_logs(
     loop {
         tokio::select! {
             Some(()) = wake.recv() => {}
+            ev = events.recv() => match ev {
+                Ok(e) if e.event == EventKind::Removed
+                    && e.project.as_deref() == Some(project.as_str())
+                    && e.worktree.as_deref() == Some(wref.name.as_str()) =>
+                {
+                    let gone = ApiError::new(format!("world `{}` was removed", wref.name));
+                    let _ = write_frame_async(w, &scrubbed(Reply::Err(gone))).await;
+                    return;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+                _ => continue,
+            },
             _ = frames.recv() => return,
         }
         let frame = match read(Some(cursor.clone()), 0) {
@@ -587,7 +603,7 @@ async fn follow_logs(
             // service has no log for a moment: the next wake reads on.
             Err(_) if world::log_dir(daemon, &wref).is_ok() => continue,
             // The world was removed.
-            Err(e) => Reply::Err(e),
+            Err(_) => Reply::Err(ApiError::new(format!("world `{}` was removed", wref.name))),
         };
         let end = matches!(frame, Reply::Err(_));
         if write_frame_async(w, &scrubbed(frame)).await.is_err() || end {

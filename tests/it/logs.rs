@@ -281,3 +281,28 @@ fn a_failed_migrate_says_its_first_line_and_tail_and_that_the_branch_file_differ
         st["feature"]
     );
 }
+
+#[test]
+fn logs_f_ends_saying_so_when_its_world_is_removed() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.tick]\ncmd = \"exec python3 tick.py\"\n",
+        project_header("gonelog", 1)
+    );
+    let repo = Repo::with("", &toml, &[("tick.py", TICKER)]);
+    repo.ok(&home, &["up", "x"]);
+    let mut follow = repo
+        .cmd(&home, &["logs", "x", "-f", "-n", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Following: its first line has arrived.
+    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().contains("tick"));
+    repo.ok(&home, &["remove", "x", "--force"]);
+    let out = follow.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("world `x` was removed"), "{stderr}");
+}
