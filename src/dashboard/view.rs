@@ -458,6 +458,17 @@ mod tests {
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
 
+    /// One project `shop` holding `w`.
+    fn one_world(w: WorldStatus) -> StatusReport {
+        StatusReport {
+            projects: vec![ProjectStatus {
+                name: "shop".into(),
+                root: "/r".into(),
+                worlds: vec![w],
+            }],
+        }
+    }
+
     fn screen(app: &App, w: u16, h: u16) -> String {
         let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
         t.draw(|f| draw(f, app, Theme { colour: false })).unwrap();
@@ -491,26 +502,20 @@ mod tests {
             url: None,
         };
         app.set_report(
-            StatusReport {
-                projects: vec![ProjectStatus {
-                    name: "shop".into(),
-                    root: "/r".into(),
-                    worlds: vec![WorldStatus {
-                        name: "evil\x1b[2J".into(),
-                        slug: "evil".into(),
-                        state: WorldState::Running,
-                        path: "/w".into(),
-                        group: None,
-                        error: None,
-                        verify: Some("passed at abc".into()),
-                        services: vec![svc],
-                        queue: None,
-                        suspended_since: None,
-                        created: None,
-                        usage: None,
-                    }],
-                }],
-            },
+            one_world(WorldStatus {
+                name: "evil\x1b[2J".into(),
+                slug: "evil".into(),
+                state: WorldState::Running,
+                path: "/w".into(),
+                group: None,
+                error: None,
+                verify: Some("passed at abc".into()),
+                services: vec![svc],
+                queue: None,
+                suspended_since: None,
+                created: None,
+                usage: None,
+            }),
             std::time::Instant::now(),
         );
         app.logs.push([crate::protocol::LogLine {
@@ -530,26 +535,20 @@ mod tests {
     fn a_suspended_world_says_why_where_its_services_go() {
         let mut app = App::default();
         app.set_report(
-            StatusReport {
-                projects: vec![ProjectStatus {
-                    name: "shop".into(),
-                    root: "/r".into(),
-                    worlds: vec![WorldStatus {
-                        name: "newest".into(),
-                        slug: "newest".into(),
-                        state: WorldState::Suspended,
-                        path: "/w".into(),
-                        group: None,
-                        error: Some("suspended: RAM below the reserve".into()),
-                        verify: None,
-                        services: vec![],
-                        queue: None,
-                        suspended_since: Some("2026-12-03T10:00:00Z".into()),
-                        created: None,
-                        usage: None,
-                    }],
-                }],
-            },
+            one_world(WorldStatus {
+                name: "newest".into(),
+                slug: "newest".into(),
+                state: WorldState::Suspended,
+                path: "/w".into(),
+                group: None,
+                error: Some("suspended: RAM below the reserve".into()),
+                verify: None,
+                services: vec![],
+                queue: None,
+                suspended_since: Some("2026-12-03T10:00:00Z".into()),
+                created: None,
+                usage: None,
+            }),
             std::time::Instant::now(),
         );
         let s = screen(&app, 80, 24);

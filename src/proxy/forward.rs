@@ -229,7 +229,9 @@ impl Worker {
             }
         };
         let host_raw = host_value.to_str().unwrap_or("");
+        // Caddy asks on a loopback name too: its question is not the page's.
         if let Some(board) = &this.board
+            && req.uri().path() != TLS_ASK_PATH
             && super::board::is_board_host(&super::normalise_host(host_raw))
         {
             return Err(super::board::answer(board, req.method(), req.uri().path()));

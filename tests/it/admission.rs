@@ -1346,12 +1346,20 @@ fn memory_that_swings_around_the_reserve_does_not_make_worlds_flap() {
     // 2. The line above the crest: the mean stays below. Worlds are
     // suspended, each once, newest first, and the last one kept; none
     // resumes while the mean stays below.
-    home.ok(&["reserve", "--ram", &pct_of(hi + seen / 2, total)]);
-    assert!(
-        wait_until(Duration::from_secs(30), || transitions(&home).len() == 2),
-        "{}",
-        story(&home)
-    );
+    // Other tests free memory too (a browser closing): when the line no
+    // longer sits above what the daemon sees, it is set again from a fresh
+    // reading (raising it suspends no more than the two that may go).
+    let mut line = hi + seen / 2;
+    let mut both = false;
+    for _ in 0..4 {
+        home.ok(&["reserve", "--ram", &pct_of(line, total)]);
+        if wait_until(Duration::from_secs(20), || transitions(&home).len() == 2) {
+            both = true;
+            break;
+        }
+        line = line.max(daemon_memory(&home).1 + seen / 2);
+    }
+    assert!(both, "{}", story(&home));
     over_samples(40);
     let t = transitions(&home);
     assert_eq!(
