@@ -204,7 +204,7 @@ fn the_dashboard_shows_every_world_acts_through_the_daemon_and_gives_the_termina
 }
 
 #[test]
-fn sigterm_gives_the_terminal_back() {
+fn a_lost_daemon_is_shown_and_picked_up_and_sigterm_gives_the_terminal_back() {
     let home = Home::new();
     let repo = Repo::new(&format!(
         "{}{}",
@@ -216,6 +216,19 @@ fn sigterm_gives_the_terminal_back() {
         return;
     };
     t.wait_for(&["no worlds yet"]);
+    // A daemon that goes away is shown, and picked up when it is back.
+    home.ok(&["daemon", "stop"]);
+    t.wait_for(&["the daemon stopped: waiting for it to come back"]);
+    home.ok(&["daemon", "start"]);
+    assert!(
+        wait_until(Duration::from_secs(20), || !t
+            .screen()
+            .contains("the daemon stopped")),
+        "{}",
+        t.screen()
+    );
+    repo.ok(&home, &["up", "back"]);
+    t.wait_for(&["back", "running"]);
     let pid = t.dashboard_pid();
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
