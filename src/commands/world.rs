@@ -38,11 +38,14 @@ impl ProgressView {
     fn show(&mut self, p: &Progress) {
         let mut err = anstream::stderr();
         if self.tty {
-            let text: String = p.message.chars().take(70).collect();
+            let text: String = crate::output::untrusted(&p.message)
+                .chars()
+                .take(70)
+                .collect();
             let _ = write!(err, "\r\x1b[2K{} {text}", paint(DIM, "…"));
             self.shown = true;
         } else {
-            let _ = writeln!(err, "· {}", p.message);
+            let _ = writeln!(err, "· {}", crate::output::untrusted(&p.message));
         }
         let _ = err.flush();
     }
@@ -143,7 +146,7 @@ fn print_services(o: &WorldOutcome) {
 
 fn notes(o: &WorldOutcome) {
     for n in &o.notes {
-        anstream::eprintln!("{} {n}", paint(DIM, "note:"));
+        anstream::eprintln!("{} {}", paint(DIM, "note:"), crate::output::untrusted(n));
     }
 }
 
@@ -298,10 +301,12 @@ pub fn verify(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode 
         if json {
             return;
         }
+        // A check's output is untrusted text: shown, never acted on.
+        let text = crate::output::untrusted(&p.message);
         if p.step == crate::protocol::ProgressStep::Output {
-            println!("{}", p.message);
+            anstream::println!("{text}");
         } else {
-            anstream::println!("{}", paint(crate::output::BOLD, &p.message));
+            anstream::println!("{}", paint(crate::output::BOLD, text));
         }
     });
     match res {

@@ -1015,7 +1015,7 @@ fn a_killed_daemon_comes_back_and_re_adopts_its_services() {
 fn verify_runs_checks_with_coordinates_records_and_fails_cleanly() {
     let home = Home::new();
     let toml = format!(
-        "{}{}[agents]\nverify = [\"echo web=$WEB_URL port=$BINKY_PORT_WEB\", \"test -n \\\"$WEB_URL\\\"\", \"echo failing >&2; exit 4\", \"echo never-runs\"]\n",
+        "{}{}[agents]\nverify = [\"echo web=$WEB_URL port=$BINKY_PORT_WEB\", \"test -n \\\"$WEB_URL\\\"\", \"echo failing >&2; printf 'x\\\\r\\\\033]0;t\\\\007\\\\n'; exit 4\", \"echo never-runs\"]\n",
         project_header("vf", 4),
         http_service("web", "")
     );
@@ -1033,6 +1033,9 @@ fn verify_runs_checks_with_coordinates_records_and_fails_cleanly() {
         !text.contains("never-runs"),
         "stops at the first failure: {out}"
     );
+    // What a check prints is shown, never acted on by the terminal.
+    assert!(text.contains("x^M"), "{out}");
+    assert!(!text.contains('\r') && !text.contains('\x1b'), "{text:?}");
     assert!(text.contains("✗ verify failed: x at "), "{out}");
     let all = repo.run(&home, &["verify", "x", "--keep-going", "--json"]);
     let v = all.json();
