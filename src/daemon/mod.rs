@@ -28,6 +28,7 @@ mod handlers;
 mod server;
 mod settings;
 mod state;
+mod subscribe;
 mod world;
 
 pub use server::{RunOptions, log_writer, run, run_blocking};

@@ -9,9 +9,7 @@ use crate::daemon::events::EventKind;
 use crate::paths::Paths;
 use crate::platform;
 use crate::protocol::codec::{read_frame_async, write_frame_async};
-use crate::protocol::{
-    ApiError, Hello, PROTOCOL, Reply, Request, Response, Subscription, VERSION, Welcome,
-};
+use crate::protocol::{ApiError, Hello, PROTOCOL, Reply, Request, Response, VERSION, Welcome};
 use crate::registry::Registry;
 use anyhow::{Context, Result, bail};
 use std::io::Write as _;
@@ -289,7 +287,7 @@ fn is_malformed(e: &std::io::Error) -> bool {
 /// [`crate::secrets`]): errors, hints, notes and progress lines may quote a
 /// command's or an adapter's words. `env` answers are left whole: handing
 /// out a world's addresses is what they are for.
-fn scrubbed(mut reply: Reply) -> Reply {
+pub(super) fn scrubbed(mut reply: Reply) -> Reply {
     use crate::secrets::scrub_in_place;
     match &mut reply {
         Reply::Progress(p) => scrub_in_place(&mut p.message),
@@ -371,8 +369,10 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
         } else if let Request::Subscribe(sub) = req {
             // A subscription has the connection until the client goes.
             match sub.logs.clone() {
-                Some(logs) => follow_logs(&daemon, sub, logs, &mut w, &mut frames).await,
-                None => follow(&daemon, sub, &mut w, &mut frames).await,
+                Some(logs) => {
+                    super::subscribe::follow_logs(&daemon, sub, logs, &mut w, &mut frames).await;
+                }
+                None => super::subscribe::follow(&daemon, sub, &mut w, &mut frames).await,
             }
             return;
         } else {
@@ -385,8 +385,8 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
 }
 
 type Reader = BufReader<platform::ServerReadHalf>;
-type Writer = platform::ServerWriteHalf;
-type Frames = tokio::sync::mpsc::Receiver<std::io::Result<Option<Request>>>;
+pub(super) type Writer = platform::ServerWriteHalf;
+pub(super) type Frames = tokio::sync::mpsc::Receiver<std::io::Result<Option<Request>>>;
 
 /// Reads the client's hello (within [`HELLO_TIMEOUT`]) and answers with
 /// this daemon's welcome; `None` ends the connection.
@@ -438,200 +438,6 @@ fn read_frames(mut r: Reader) -> Frames {
         }
     });
     frames
-}
-
-/// Serves a [`Request::Subscribe`]: the past events asked for, then
-/// `subscribed`, then each new event until the client closes or cancels.
-/// A client that cannot keep up is sent how many it missed (the daemon's
-/// side never waits: see [`super::events::BACKLOG`]).
-async fn follow(daemon: &Arc<Daemon>, sub: Subscription, w: &mut Writer, frames: &mut Frames) {
-    let only = match &sub.world {
-        Some(wref) => match world::project_of(daemon, wref) {
-            Ok(project) => Some((project, wref.name.clone())),
-            Err(e) => {
-                let _ = write_frame_async(w, &scrubbed(Reply::Err(e))).await;
-                return;
-            }
-        },
-        None => None,
-    };
-    let wanted = |ev: &Event| {
-        only.as_ref().is_none_or(|(p, n)| {
-            ev.project.as_deref() == Some(p.as_str())
-                && (n.is_empty() || ev.worktree.as_deref() == Some(n.as_str()))
-        })
-    };
-    let tail = sub.tail.min(Subscription::MAX_TAIL);
-    // A world's own past events are found among the newest of all.
-    let read = if only.is_some() && tail > 0 {
-        Subscription::MAX_TAIL
-    } else {
-        tail
-    };
-    let (past, mut rx) = daemon.events.subscribe(read);
-    let past: Vec<Event> = past.into_iter().filter(|e| wanted(e)).collect();
-    for ev in &past[past.len().saturating_sub(tail)..] {
-        if write_frame_async(w, &scrubbed(Reply::Event(ev.clone())))
-            .await
-            .is_err()
-        {
-            return;
-        }
-    }
-    if write_frame_async(w, &Reply::Ok(Response::Subscribed))
-        .await
-        .is_err()
-    {
-        return;
-    }
-    loop {
-        let frame = tokio::select! {
-            r = rx.recv() => match r {
-                Ok(ev) if wanted(&ev) => Reply::Event(ev),
-                Ok(_) => continue,
-                Err(broadcast::error::RecvError::Lagged(n)) => Reply::Lagged(n),
-                Err(broadcast::error::RecvError::Closed) => return,
-            },
-            // The client closed, cancelled, or sent something else: a
-            // subscription is all this connection does.
-            _ = frames.recv() => return,
-        };
-        if write_frame_async(w, &scrubbed(frame)).await.is_err() {
-            return;
-        }
-    }
-}
-
-/// Serves a log [`Subscription`]: the newest lines asked for (or those
-/// since its cursor), then each batch as the world's log writers append
-/// it. The log folder is watched (inotify), so nothing is read while no
-/// service prints; a wake that comes while a batch is being sent is
-/// folded into the next read. A client that reads slowly holds back only
-/// its own reads (the lines wait in the files, and a log that rotated
-/// twice meanwhile is marked `truncated`).
-async fn follow_logs(
-    daemon: &Arc<Daemon>,
-    sub: Subscription,
-    logs: crate::protocol::LogFollow,
-    w: &mut Writer,
-    frames: &mut Frames,
-) {
-    let started = match sub.world.filter(|w| !w.name.is_empty()) {
-        None => Err(ApiError::new("a log subscription follows one world")
-            .hint("name the world (`binky logs -f <world>`)")),
-        Some(wref) => world::log_dir(daemon, &wref).map(|dir| (wref, dir)),
-    };
-    let (wref, dir) = match started {
-        Ok(v) => v,
-        Err(e) => {
-            let _ = write_frame_async(w, &scrubbed(Reply::Err(e))).await;
-            return;
-        }
-    };
-    let (wake_tx, mut wake) = tokio::sync::mpsc::channel::<()>(1);
-    let watcher = watch_folder(&dir, wake_tx);
-    // The world's removal ends the follow (its folder, and with it the
-    // watch, goes first; nothing would wake the follower again).
-    let project = world::project_of(daemon, &wref).unwrap_or_default();
-    let (_, mut events) = daemon.events.subscribe(0);
-    let read = |cursor: Option<String>, lines: usize| {
-        world::logs(daemon, wref.clone(), logs.service.clone(), lines, cursor)
-    };
-    // First the newest lines asked for (none: only where they end).
-    let mut first = match logs.cursor.clone() {
-        Some(c) => read(Some(c), 0),
-        None => read(None, logs.lines.max(1)).map(|mut r| {
-            if logs.lines == 0 {
-                r.lines.clear();
-            }
-            r
-        }),
-    };
-    if watcher.is_none() {
-        first = Err(ApiError::new(format!("cannot watch {}", dir.display()))
-            .hint("the system's inotify watches may be used up (fs.inotify.max_user_watches)"));
-    }
-    let mut cursor = match first {
-        Ok(r) => {
-            let c = r.cursor.clone();
-            if write_frame_async(w, &scrubbed(Reply::Logs(r)))
-                .await
-                .is_err()
-            {
-                return;
-            }
-            c
-        }
-        Err(e) => {
-            let _ = write_frame_async(w, &scrubbed(Reply::Err(e))).await;
-            return;
-        }
-    };
-    if write_frame_async(w, &Reply::Ok(Response::Subscribed))
-        .await
-        .is_err()
-    {
-        return;
-    }
-    loop {
-        tokio::select! {
-            Some(()) = wake.recv() => {}
-            ev = events.recv() => match ev {
-                Ok(e) if e.event == EventKind::Removed
-                    && e.project.as_deref() == Some(project.as_str())
-                    && e.worktree.as_deref() == Some(wref.name.as_str()) =>
-                {
-                    let gone = ApiError::new(format!("world `{}` was removed", wref.name));
-                    let _ = write_frame_async(w, &scrubbed(Reply::Err(gone))).await;
-                    return;
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
-                _ => continue,
-            },
-            _ = frames.recv() => return,
-        }
-        let frame = match read(Some(cursor.clone()), 0) {
-            Ok(r) if r.lines.is_empty() && !r.truncated => {
-                cursor = r.cursor;
-                continue;
-            }
-            Ok(r) => {
-                cursor = r.cursor.clone();
-                Reply::Logs(r)
-            }
-            // Between a rotation's rename and the writer's new file the
-            // service has no log for a moment: the next wake reads on.
-            Err(_) if world::log_dir(daemon, &wref).is_ok() => continue,
-            // The world was removed.
-            Err(_) => Reply::Err(ApiError::new(format!("world `{}` was removed", wref.name))),
-        };
-        let end = matches!(frame, Reply::Err(_));
-        if write_frame_async(w, &scrubbed(frame)).await.is_err() || end {
-            return;
-        }
-    }
-}
-
-/// Watches `dir` (not its subfolders) and pokes `wake` when a file in it
-/// is written, made, renamed or removed; reads (ours included) are
-/// ignored, or each read would wake the next. `None` when the watch
-/// cannot be set.
-fn watch_folder(
-    dir: &std::path::Path,
-    wake: tokio::sync::mpsc::Sender<()>,
-) -> Option<notify::RecommendedWatcher> {
-    use notify::Watcher;
-    let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        if ev.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
-            // Full: a wake is already pending, and it reads this too.
-            let _ = wake.try_send(());
-        }
-    })
-    .ok()?;
-    watcher
-        .watch(dir, notify::RecursiveMode::NonRecursive)
-        .ok()?;
-    Some(watcher)
 }
 
 /// Runs one request, sending its progress as it comes and passing on a

@@ -229,16 +229,15 @@ impl Worker {
             }
         };
         let host_raw = host_value.to_str().unwrap_or("");
-        // Caddy asks on a loopback name too: its question is not the page's.
-        if let Some(board) = &this.board
-            && req.uri().path() != TLS_ASK_PATH
-            && super::board::is_board_host(&super::normalise_host(host_raw))
-        {
-            return Err(super::board::answer(board, req.method(), req.uri().path()));
-        }
         let Some(route) = this.routes.get(host_raw) else {
+            // Off the hot path: a world's host is never one of the page's.
             if req.uri().path() == TLS_ASK_PATH {
                 return Err(tls_ask(&this.routes, req.uri().query()));
+            }
+            if let Some(board) = &this.board
+                && super::board::is_board_host(&super::normalise_host(host_raw))
+            {
+                return Err(super::board::answer(board, req.method(), req.uri().path()));
             }
             counters.errors.fetch_add(1, Ordering::Relaxed);
             let board = match host_raw
