@@ -43,7 +43,6 @@ import json
 import math
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,7 +52,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BenchError, ensure_binary, loadavg, log, verdict  # noqa: E402
+from common import BenchError, cpu_ticks, ensure_binary, free_port, loadavg, log, verdict  # noqa: E402
 
 MIB = 1 << 20
 
@@ -82,18 +81,6 @@ def steady_available() -> int:
 
 def mem_total() -> int:
     return meminfo("MemTotal")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_ticks(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
 
 
 class Bench:

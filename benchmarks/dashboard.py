@@ -25,32 +25,19 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import BenchError, ensure_binary, loadavg, log
+from common import BenchError, cpu_ticks, ensure_binary, free_port, loadavg, log
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 WORLDS = 15
 # The goals.
 TARGET_DASHBOARD_CPU_PCT = 0.5
 TARGET_DASHBOARD_RSS_MIB = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_ticks(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def rss_mib(pid: int) -> float:
