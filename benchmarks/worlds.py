@@ -26,13 +26,17 @@ Time to ready for N = the sum of the first N worlds' times. The marginal
 cost of the Nth world is its own time and RAM increment.
 
 Adapters (`--adapters` runs only this part): for every adapter whose server
-is here (sqlite; postgres, mysql, redis, rabbitmq on their usual ports; s3
-against a moto server and kafka against a tansu broker the script starts), the median `binky up` and
+is here (sqlite; postgres, mysql, redis, rabbitmq, clickhouse on their usual
+ports; s3 against a moto server, kafka against a tansu broker and mongodb
+against an NX-27017 server the script starts), the median `binky up` and
 `binky remove` of a world whose only service is that resource. The sqlite
 row is the floor (worktree, ports, registry): the difference is the slice.
 For redis also: `binky remove` of a world holding 10k / 100k / 1M keys, with
 another client sending GETs to the same server the whole time; its p99 and
 max latency say whether teardown stalls the server for other worlds.
+For clickhouse and mongodb also: each extra world as a server of its own
+(a clickhouse-server with its own ports and folders; an NX-27017) versus
+`binky up` of a slice on one shared server, its time and the RAM in all.
 
 Two more measurements decide the clone strategies:
   - PostgreSQL: CREATE DATABASE ... STRATEGY WAL_LOG versus FILE_COPY, for
@@ -505,6 +509,125 @@ class Tansu:
         self.proc.wait()
 
 
+def nx_binary() -> str:
+    """NX-27017 (a MongoDB wire-protocol server, PyPI): BINKY_NX27017, the
+    venv .ci/run makes in ~/.cache/binky-nx, or PATH's."""
+    binary = os.environ.get("BINKY_NX27017") or str(Path.home() / ".cache/binky-nx/bin/nx-27017")
+    if not Path(binary).is_file():
+        binary = shutil.which("nx-27017") or ""
+    if not binary:
+        raise BenchError("no nx-27017 (pip install nx-27017 into a venv)")
+    return binary
+
+
+class Spawned:
+    """A server process of the script's own on a free port, ready when the
+    port answers; killed at stop."""
+
+    def __init__(self, argv_for_port, what: str, port: int | None = None,
+                 cwd: Path | None = None) -> None:
+        self.port = port or free_port()
+        self.proc = subprocess.Popen(argv_for_port(self.port), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, cwd=cwd)
+        for _ in range(300):
+            if port_open(self.port):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise BenchError(f"{what} did not start")
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def nx_server(data: Path) -> Spawned:
+    data.mkdir(parents=True, exist_ok=True)
+    binary = nx_binary()
+    return Spawned(lambda port: [binary, "--data-dir", str(data), "--host", "127.0.0.1",
+                                 "-p", str(port), "--log-file", str(data / "nx.log"),
+                                 "--pid-file", str(data / "nx.pid")], "nx-27017")
+
+
+CLICKHOUSE_CONFIG = "/etc/clickhouse-server/config.xml"
+
+
+def clickhouse_server(data: Path) -> Spawned:
+    """A ClickHouse server of its own: Debian's config with its own ports
+    and folders."""
+    import re
+    data.mkdir(parents=True, exist_ok=True)
+    text = Path(CLICKHOUSE_CONFIG).read_text()
+    http = free_port()
+
+    def conf(port: int) -> list[str]:
+        c = text
+        for tag, value in [("http_port", str(port)), ("tcp_port", str(free_port())),
+                           ("interserver_http_port", str(free_port())),
+                           ("path", f"{data}/"), ("tmp_path", f"{data}/tmp/"),
+                           ("user_files_path", f"{data}/user_files/"),
+                           ("format_schema_path", f"{data}/format_schemas/"),
+                           ("log", f"{data}/server.log"), ("errorlog", f"{data}/server.err.log")]:
+            c = re.sub(f"<{tag}>[^<]*</{tag}>", f"<{tag}>{value}</{tag}>", c, count=1)
+        (data / "config.xml").write_text(c)
+        users = Path(CLICKHOUSE_CONFIG).with_name("users.xml")
+        shutil.copy(users, data / "users.xml")
+        return ["/usr/sbin/clickhouse-server", f"--config-file={data}/config.xml"]
+
+    return Spawned(conf, "clickhouse-server", port=http, cwd=data)
+
+
+def server_each_vs_slices(binary: Path, root: Path, n: int, tag: str) -> list[dict]:
+    """For ClickHouse and MongoDB: time and RAM of each extra world, as a
+    server of its own versus Binky's slice of one shared server."""
+    cases = []
+    if port_open(8123) and Path("/usr/sbin/clickhouse-server").is_file():
+        shared = int(subprocess.run(["pgrep", "-o", "-f", "clickhouse-server"],
+                                    capture_output=True, text=True).stdout.split()[0])
+        cases.append(("clickhouse", 'adapter = "clickhouse"\n', {}, clickhouse_server,
+                      lambda: shared))
+    try:
+        nx_binary()
+        shared_nx = nx_server(root / f"nx-shared-{tag}")
+        cases.append(("mongodb", 'adapter = "mongodb"\nadmin_url = "${env.BENCH_MONGO}"\n',
+                      {"BENCH_MONGO": f"mongodb://127.0.0.1:{shared_nx.port}"}, nx_server,
+                      lambda: shared_nx.proc.pid))
+    except BenchError as e:
+        shared_nx = None
+        log(f"mongodb rows skipped: {e}")
+    rows = []
+    try:
+        for name, toml, env, start, shared_pid in cases:
+            b = BinkyWorlds(binary, root, f"se{name}{tag}", toml, env)
+            servers: list[Spawned] = []
+            try:
+                b.start()
+                time.sleep(0.5)
+                base = pss_kib(b.daemon_pid()) + pss_kib(shared_pid())
+                for i in range(1, n + 1):
+                    t = b.add()
+                    time.sleep(0.5)
+                    kib = pss_kib(b.daemon_pid()) + pss_kib(shared_pid()) - base
+                    t0 = time.perf_counter()
+                    servers.append(start(root / f"{name}-each-{i}"))
+                    each = time.perf_counter() - t0
+                    time.sleep(0.5)
+                    each_kib = sum(pss_kib(s.proc.pid) for s in servers)
+                    rows.append({"adapter": name, "n": i, "slice_s": t, "slice_kib": kib,
+                                 "server_s": each, "server_kib": each_kib})
+                    log(f"{name} world {i}: slice {t * 1000:.0f} ms, +{kib / 1024:.1f} MiB in all; "
+                        f"server each {each * 1000:.0f} ms, {each_kib / 1024:.1f} MiB in all")
+            finally:
+                for s in servers:
+                    s.stop()
+                b.remove_all()
+    finally:
+        if shared_nx:
+            shared_nx.stop()
+    return rows
+
+
 def adapter_rows(binary: Path, root: Path, runs: int, tag: str) -> list[dict]:
     cases: list[tuple[str, str, dict[str, str]]] = [("sqlite", 'adapter = "sqlite"\n', {})]
     if port_open(5432):
@@ -517,6 +640,15 @@ def adapter_rows(binary: Path, root: Path, runs: int, tag: str) -> list[dict]:
         cases.append(("redis", 'adapter = "redis"\n', {}))
     if port_open(15672):
         cases.append(("rabbitmq", 'adapter = "rabbitmq"\n', {}))
+    if port_open(8123):
+        cases.append(("clickhouse", 'adapter = "clickhouse"\n', {}))
+    nx = None
+    try:
+        nx = nx_server(root / f"nx-rows-{tag}")
+        cases.append(("mongodb", 'adapter = "mongodb"\nadmin_url = "${env.BENCH_MONGO}"\n',
+                      {"BENCH_MONGO": f"mongodb://127.0.0.1:{nx.port}"}))
+    except BenchError as e:
+        log(f"mongodb row skipped: {e}")
     moto = None
     try:
         import moto as _moto  # noqa: F401
@@ -558,6 +690,8 @@ def adapter_rows(binary: Path, root: Path, runs: int, tag: str) -> list[dict]:
     finally:
         if moto:
             moto.stop()
+        if nx:
+            nx.stop()
         if tansu:
             tansu.stop()
     return rows
@@ -616,6 +750,17 @@ def print_adapters(res: dict) -> None:
         print("|---|---:|---:|")
         for r in res["adapters"]:
             print(f"| {r['adapter']} | {r['up_s'] * 1000:.0f} ms | {r['remove_s'] * 1000:.0f} ms |")
+    if res.get("server_each"):
+        print("\nEach extra world: a server of its own versus a slice of one shared server "
+              "(time to ready; RAM = PSS in all, for the slices what the daemon and the "
+              "shared server grew by)\n")
+        print("| adapter | worlds | slice: time | slice: RAM in all | server each: time | "
+              "server each: RAM in all |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in res["server_each"]:
+            print(f"| {r['adapter']} | {r['n']} | {r['slice_s'] * 1000:.0f} ms | "
+                  f"{r['slice_kib'] / 1024:.1f} MiB | {r['server_s'] * 1000:.0f} ms | "
+                  f"{r['server_kib'] / 1024:.1f} MiB |")
     if res.get("redis_teardown"):
         print("\nRedis teardown (SCAN + UNLINK, 1,000 a batch) while another client sends GETs:\n")
         print("| keys | teardown | other client p50 | p99 | max | p99 idle |")
@@ -694,6 +839,8 @@ def main() -> int:
     ap.add_argument("--adapters", action="store_true",
                     help="only the adapter rows and the Redis teardown")
     ap.add_argument("--adapter-runs", type=int, default=5, help="samples per adapter row")
+    ap.add_argument("--server-worlds", type=int, default=4,
+                    help="worlds for the ClickHouse/MongoDB server-each rows (default 4)")
     ap.add_argument("--redis-keys", default="10000,100000,1000000",
                     help="world sizes for the Redis teardown (comma-separated)")
     args = ap.parse_args()
@@ -704,6 +851,8 @@ def main() -> int:
             with tempfile.TemporaryDirectory(prefix="binky-adapters-") as tmp:
                 res = {"adapters": adapter_rows(binary, Path(tmp), args.adapter_runs, tag),
                        "loadavg": loadavg()}
+                res["server_each"] = server_each_vs_slices(binary, Path(tmp), args.server_worlds,
+                                                           tag)
                 if port_open(6379):
                     sizes = [int(x) for x in args.redis_keys.split(",") if x]
                     res["redis_teardown"] = redis_teardown(binary, Path(tmp), sizes, tag)

@@ -331,7 +331,62 @@ pub const ENTRIES: &[Entry] = &[
         schemes: &["amqp"],
         check_url: Some(|u| super::rabbitmq::parse_amqp(u).map(|_| ())),
     },
+    #[cfg(feature = "mongodb")]
+    Entry {
+        name: "mongodb",
+        aliases: &[],
+        make: || Arc::new(super::mongodb::MongoDb),
+        options: &[TIMEOUT],
+        fields: &["database"],
+        needs_admin_url: false,
+        schemes: &["mongodb", "mongodb+srv"],
+        check_url: Some(super::mongodb::check_url),
+    },
+    Entry {
+        name: "clickhouse",
+        aliases: &[],
+        make: || Arc::new(super::clickhouse::ClickHouse),
+        options: &[TIMEOUT],
+        fields: &["database"],
+        needs_admin_url: false,
+        schemes: crate::http::SCHEMES,
+        check_url: Some(super::clickhouse::check_url),
+    },
+    Entry {
+        name: "qdrant",
+        aliases: &[],
+        make: || Arc::new(super::qdrant::Qdrant),
+        options: &[
+            OptionSpec {
+                name: "collections",
+                kind: OptionKind::Custom(super::qdrant::check_collections),
+                help: "collections created under the world's prefix, each with its vector size and distance",
+            },
+            TIMEOUT,
+        ],
+        fields: &["prefix"],
+        needs_admin_url: false,
+        schemes: crate::http::SCHEMES,
+        check_url: Some(super::qdrant::check_url),
+    },
+    Entry {
+        name: "elasticsearch",
+        aliases: &["opensearch"],
+        make: || Arc::new(super::elasticsearch::Elasticsearch),
+        options: &[TIMEOUT],
+        fields: &["prefix"],
+        needs_admin_url: false,
+        schemes: crate::http::SCHEMES,
+        check_url: Some(super::elasticsearch::check_url),
+    },
 ];
+
+/// `options.timeout` of an adapter that waits on one server call at a time.
+const TIMEOUT: OptionSpec = OptionSpec {
+    name: "timeout",
+    kind: OptionKind::Duration,
+    help: "how long one call to the server may take",
+};
 
 /// The built-in adapter `adapter = name` means, if any.
 pub fn find(name: &str) -> Option<&'static Entry> {
@@ -372,5 +427,22 @@ mod tests {
         assert_eq!(find("valkey").unwrap().fields, &["prefix"]);
         #[cfg(feature = "kafka")]
         assert_eq!(find("redpanda").unwrap().name, "kafka");
+        assert_eq!(find("opensearch").unwrap().name, "elasticsearch");
+        assert_eq!(find("qdrant").unwrap().fields, &["prefix"]);
+    }
+
+    /// A field an adapter fills but tokens cannot name would render as the
+    /// literal `${db.database}` (it did, for `database`).
+    #[test]
+    fn every_field_an_adapter_fills_is_one_a_token_can_name() {
+        for e in ENTRIES {
+            for f in e.fields {
+                assert!(
+                    crate::config::render::SLICE_FIELDS.contains(f),
+                    "{}: {f}",
+                    e.name
+                );
+            }
+        }
     }
 }

@@ -7,15 +7,20 @@
 //! protocol-compatible names share one implementation.
 
 pub mod catalog;
+pub mod clickhouse;
+pub mod elasticsearch;
 pub mod external;
 pub mod golden;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod kit;
+#[cfg(feature = "mongodb")]
+pub mod mongodb;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod qdrant;
 pub mod rabbitmq;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -22,14 +22,15 @@ pub enum Field<'a> {
     LocalUrl,
     /// `.host`: the hostname of `.url`.
     Host,
-    /// A field only some adapters' slices have: `.prefix` (a key or topic
-    /// prefix), `.bucket` (see [`SLICE_FIELDS`]).
+    /// A field only some adapters' slices have: `.prefix` (a key, topic,
+    /// collection or index prefix), `.bucket`, `.database` (see
+    /// [`SLICE_FIELDS`]).
     Slice(&'a str),
 }
 
 /// The adapter-specific fields a token may name (`${cache.prefix}`); which
 /// adapter fills which is in `adapters::catalog`.
-pub const SLICE_FIELDS: &[&str] = &["prefix", "bucket"];
+pub const SLICE_FIELDS: &[&str] = &["prefix", "bucket", "database"];
 
 /// What a `${…}` body means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

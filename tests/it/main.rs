@@ -4,6 +4,7 @@
 mod adapters;
 mod admission;
 mod cancel;
+mod clickhouse;
 mod contract;
 mod daemon;
 #[cfg(feature = "dashboard")]
@@ -20,10 +21,13 @@ mod injection;
 mod kafka;
 mod logs;
 mod mcp;
+#[cfg(feature = "mongodb")]
+mod mongodb;
 mod processes;
 mod project;
 mod proxy;
 mod rabbitmq;
+mod recorded;
 mod redis;
 mod s3;
 mod secrets;

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | [`address`] | server URLs read and rebuilt by the `url` crate: credentials, percent-coding, IPv6, default ports; the one lenient reader for text that is not a URL |
 //! | [`names`] | `(project, world slug)` → a slice name under one rule per kind, with one hashing rule so no two worlds share a name |
-//! | [`api`] | for adapters that speak HTTP: a client on `options.timeout`, one reading of a failed exchange (unreachable → environmental, late → names the wait), one of a DELETE's status |
+//! | [`api`] | for adapters that speak HTTP: [`api::Endpoint`] (an `http[s]://` `admin_url` with its credentials as a header; calls, refusals, a teardown's drain), a client on `options.timeout`, one reading of a failed exchange (unreachable → environmental, late → names the wait), one of a DELETE's status |
 //! | [`batch`] | the one bounded loop that lists a page and deletes exactly its names, until the listing ends or a deadline passes |
 //! | [`owner`] | the ownership guard every teardown runs: delete only what Binky made, take "already gone" as done |
 //!

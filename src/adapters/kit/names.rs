@@ -116,11 +116,13 @@ pub const COLLECTION_PREFIX: Rule = Rule {
     allowed: |b| label_or(b"_")(b),
 };
 
-/// An index prefix (Elasticsearch/OpenSearch: lowercase, and `_` may not
-/// start an index but may stand inside one).
+/// An index prefix (Elasticsearch/OpenSearch: lowercase; no `\/*?"<>|
+/// ,#:`; never starting with `-`, `_` or `+`; at most 255 bytes with the
+/// index's own name after it). `-` joins, as for topics, so the name always
+/// carries the hash.
 pub const INDEX_PREFIX: Rule = Rule {
     kind: "index prefix",
-    ..COLLECTION_PREFIX
+    ..TOPIC_PREFIX
 };
 
 /// S3 prefixes a bucket may not start with.
