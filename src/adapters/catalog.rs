@@ -339,7 +339,9 @@ pub const ENTRIES: &[Entry] = &[
         options: &[TIMEOUT],
         fields: &["database"],
         needs_admin_url: false,
-        schemes: &["mongodb", "mongodb+srv"],
+        // Checked by its own reader, which says why `mongodb+srv` is not
+        // taken.
+        schemes: &[],
         check_url: Some(super::mongodb::check_url),
     },
     Entry {

@@ -162,8 +162,15 @@ impl Adapter for ClickHouse {
         let ep = endpoint(slice)?;
         let mut url = url::Url::parse(ep.address().as_str())
             .map_err(|e| AdapterError::new(format!("clickhouse: admin_url: {e}")))?;
+        // The admin's other settings stay; its `database` is the world's.
+        let kept: Vec<(String, String)> = url
+            .query_pairs()
+            .filter(|(k, _)| k != "database")
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
         url.query_pairs_mut()
             .clear()
+            .extend_pairs(kept)
             .append_pair("database", &slice.name);
         Ok(url.into())
     }
@@ -239,14 +246,34 @@ impl Adapter for ClickHouse {
     }
 }
 
-/// `binky check`'s reading of a literal `admin_url`.
+/// `binky check`'s reading of a literal `admin_url`: ClickHouse also takes
+/// credentials as `?user=…&password=…`, which Binky would not send (and a
+/// password there is a literal in the file): refused, saying where they go.
 pub(crate) fn check_url(url: &str) -> Result<(), String> {
-    api::check_url(url, "http://user:password@127.0.0.1:8123")
+    api::check_url(url, "http://user:password@127.0.0.1:8123")?;
+    if let Ok(u) = url::Url::parse(url)
+        && let Some((k, _)) = u
+            .query_pairs()
+            .find(|(k, _)| matches!(&**k, "user" | "password"))
+    {
+        return Err(format!(
+            "admin_url gives `{k}` in its query: write the account as user info, http://user:password@host:8123, with the password from ${{env.NAME}}"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_the_query_are_refused_saying_where_they_go() {
+        let e = check_url("http://127.0.0.1:8123/?user=u&password=QuerySecret").unwrap_err();
+        assert!(e.contains("user info"), "{e}");
+        assert!(!e.contains("QuerySecret"), "{e}");
+        assert!(check_url("http://u:p@127.0.0.1:8123/?max_threads=2").is_ok());
+    }
 
     #[test]
     fn versions_before_24_10_cannot_clone() {

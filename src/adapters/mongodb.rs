@@ -20,7 +20,7 @@
 //! through the driver in batches instead; the error of the server-side path
 //! is kept in the log line that says which path ran.
 
-use super::kit::address::Address;
+use super::kit::address::{self, Address};
 use super::kit::{names, owner};
 use super::{Adapter, AdapterError, Capabilities, Slice};
 use async_trait::async_trait;
@@ -46,6 +46,23 @@ fn parse(url: &str) -> Result<Address, String> {
                 .to_owned(),
         );
     }
+    // The driver refuses these unencoded in the user info, once `up` has
+    // begun; `check` says so first.
+    if let Some((user, password)) = address::userinfo(url) {
+        let bad = |s: &str| {
+            s.contains(['@', ':', '/', '?', '#', '[', ']'])
+                || s.match_indices('%').any(|(i, _)| {
+                    !s.get(i + 1..i + 3)
+                        .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+                })
+        };
+        if bad(user) || password.is_some_and(bad) {
+            return Err(
+                "admin_url's user or password holds a character it must percent-encode (`@` is %40, `:` %3A, `/` %2F, `?` %3F, `#` %23, `[` %5B, `]` %5D, `%` %25)"
+                    .to_owned(),
+            );
+        }
+    }
     Address::parse(url, &["mongodb"], DEFAULT_URL).map_err(|e| format!("admin_url {e}"))
 }
 
@@ -58,6 +75,10 @@ pub(crate) fn check_url(url: &str) -> Result<(), String> {
 struct Server {
     client: mongodb::Client,
     shown: String,
+    /// How long the server may take to be found.
+    wait: Duration,
+    /// `admin_url` asks for TLS (`tls=true` or `ssl=true`).
+    tls: bool,
 }
 
 impl Server {
@@ -75,30 +96,46 @@ impl Server {
         opts.app_name = Some("binky".to_owned());
         let client = mongodb::Client::with_options(opts)
             .map_err(|e| AdapterError::new(format!("mongodb at {shown}: {e}")).redacted(slice))?;
-        Ok(Server { client, shown })
+        let tls = url::Url::parse(url).is_ok_and(|u| {
+            u.query_pairs()
+                .any(|(k, v)| matches!(&*k, "tls" | "ssl") && v == "true")
+        });
+        Ok(Server {
+            client,
+            shown,
+            wait,
+            tls,
+        })
     }
 
     /// `e` as an adapter error: a server that could not be reached is
     /// environmental; never a credential (the caller redacts).
     fn error(&self, what: &str, e: &mongodb::error::Error) -> AdapterError {
         use mongodb::error::ErrorKind;
-        match *e.kind {
-            ErrorKind::ServerSelection { .. } | ErrorKind::Io(_) => {
-                AdapterError::environmental(format!(
-                    "mongodb at {}: {what}: cannot reach the server ({}); check that it runs and that admin_url names it",
-                    self.shown,
-                    first_line(&e.to_string())
-                ))
-            }
-            ErrorKind::Authentication { .. } => AdapterError::new(format!(
+        let tls = if self.tls {
+            "; admin_url asks for TLS (tls=true): check that the server speaks it"
+        } else {
+            ""
+        };
+        match &*e.kind {
+            ErrorKind::ServerSelection { .. } => AdapterError::environmental(format!(
+                "mongodb at {}: {what}: cannot reach the server (none answered within {:?}); check that it runs and that admin_url names it, or raise options.timeout{tls}",
+                self.shown, self.wait
+            )),
+            ErrorKind::Io(io) => AdapterError::environmental(format!(
+                "mongodb at {}: {what}: cannot reach the server ({}); check that it runs and that admin_url names it{tls}",
+                self.shown,
+                first_line(&io.to_string())
+            )),
+            ErrorKind::Authentication { message, .. } => AdapterError::new(format!(
                 "mongodb at {}: {what}: the server refused the credentials in admin_url ({})",
                 self.shown,
-                first_line(&e.to_string())
+                first_line(message)
             )),
-            _ => AdapterError::new(format!(
+            kind => AdapterError::new(format!(
                 "mongodb at {}: {what}: {}",
                 self.shown,
-                first_line(&e.to_string())
+                first_line(&kind.to_string())
             )),
         }
     }
@@ -366,7 +403,7 @@ impl Adapter for MongoDb {
 /// Where `url` points, for a message.
 #[cfg(test)]
 fn shown(url: &str) -> String {
-    super::kit::address::shown(url)
+    address::shown(url)
 }
 
 #[cfg(test)]
@@ -400,6 +437,16 @@ mod tests {
         assert!(e.contains("DNS SRV"), "{e}");
         assert!(!e.contains("secret"));
         assert!(check_url("postgres://h").is_err());
+        for bad in [
+            "mongodb://user:p@ss@127.0.0.1:27017/",
+            "mongodb://us:er:p@127.0.0.1/",
+            "mongodb://u:100%@127.0.0.1/",
+        ] {
+            let e = check_url(bad).unwrap_err();
+            assert!(e.contains("percent-encode"), "{bad}: {e}");
+            assert!(!e.contains("ss@") && !e.contains("100%@"), "{e}");
+        }
+        assert!(check_url("mongodb://u:p%40ss%25@127.0.0.1/").is_ok());
         assert_eq!(shown("mongodb://u:p@h:27018/x"), "h:27018");
     }
 }

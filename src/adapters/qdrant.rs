@@ -74,15 +74,20 @@ pub fn collections(v: &toml::Value) -> Result<Vec<Collection>, String> {
                     .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
             {
                 return Err(format!(
-                    "collection names of letters, digits, `_` and `-` (`{name}` is not one)"
+                    "a table whose collection names are letters, digits, `_` and `-` (`{name}` is not one)"
                 ));
             }
             let size = spec
                 .get("size")
                 .and_then(toml::Value::as_integer)
                 .filter(|n| (1..=MAX_SIZE).contains(n))
-                .ok_or_else(|| {
-                    format!("collections.{name}.size: a vector size from 1 to {MAX_SIZE}")
+                .ok_or_else(|| match spec.get("size") {
+                    None => format!(
+                        "a table whose collections each give `size`, the vector size (`{name}` gives none)"
+                    ),
+                    Some(v) => format!(
+                        "a table whose collections' `size` is from 1 to {MAX_SIZE} (`{name}` has {v})"
+                    ),
                 })?;
             let distance = spec
                 .get("distance")
@@ -90,7 +95,7 @@ pub fn collections(v: &toml::Value) -> Result<Vec<Collection>, String> {
                 .unwrap_or("Cosine");
             if !DISTANCES.contains(&distance) {
                 return Err(format!(
-                    "collections.{name}.distance: one of {}",
+                    "a table whose collections' `distance` is one of {} (`{name}` has \"{distance}\")",
                     DISTANCES.join(", ")
                 ));
             }
@@ -99,7 +104,7 @@ pub fn collections(v: &toml::Value) -> Result<Vec<Collection>, String> {
                     .find(|k| !matches!(k.as_str(), "size" | "distance"))
             }) {
                 return Err(format!(
-                    "collections.{name}: only `size` and `distance` (not `{extra}`)"
+                    "a table whose collections give only `size` and `distance` (`{name}` gives `{extra}`)"
                 ));
             }
             Ok(Collection {
@@ -308,13 +313,19 @@ mod tests {
         assert_eq!((c[0].size, c[0].distance.as_str()), (384, "Cosine"));
         assert_eq!((c[1].size, c[1].distance.as_str()), (512, "Dot"));
         for (bad, says) in [
-            (r#"{ docs = { } }"#, "collections.docs.size"),
-            (r#"{ docs = { size = 0 } }"#, "from 1 to 65536"),
+            (r#"{ docs = { } }"#, "`docs` gives none"),
+            (
+                r#"{ docs = { size = 0 } }"#,
+                "from 1 to 65536 (`docs` has 0)",
+            ),
             (
                 r#"{ docs = { size = 3, distance = "cos" } }"#,
                 "one of Cosine",
             ),
-            (r#"{ docs = { size = 3, dims = 3 } }"#, "not `dims`"),
+            (
+                r#"{ docs = { size = 3, dims = 3 } }"#,
+                "`docs` gives `dims`",
+            ),
             (r#"{ "a/b" = { size = 3 } }"#, "`a/b` is not one"),
             (r#"["docs"]"#, "a table of collections"),
         ] {
