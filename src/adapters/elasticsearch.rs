@@ -98,7 +98,7 @@ async fn under(ep: &Endpoint, prefix: &str) -> Result<Under, AdapterError> {
     );
     let f = ep.json("GET", &path, None).await?;
     let indices = match f.status.as_u16() {
-        200 => indices_in(&json(ep, &f)?, prefix),
+        200 => indices_in(&ep.read(&f)?, prefix),
         404 => Vec::new(),
         _ => return Err(ep.refused(&format!("listing the indices under {prefix}"), &f, "")),
     };
@@ -112,18 +112,13 @@ async fn under(ep: &Endpoint, prefix: &str) -> Result<Under, AdapterError> {
     // A server before data streams (Elasticsearch < 7.9) has none: it
     // answers 400 or 404 to the path.
     let streams = match f.status.as_u16() {
-        200 => streams_in(&json(ep, &f)?, prefix),
+        200 => streams_in(&ep.read(&f)?, prefix),
         400 | 404 | 405 => Vec::new(),
         _ => {
             return Err(ep.refused(&format!("listing the data streams under {prefix}"), &f, ""));
         }
     };
     Ok(Under { indices, streams })
-}
-
-fn json(ep: &Endpoint, f: &crate::http::Fetched) -> Result<serde_json::Value, AdapterError> {
-    f.json()
-        .map_err(|e| AdapterError::new(format!("elasticsearch at {}: {e}", ep.host_port())))
 }
 
 /// The world's indices and data streams, a page of names at a time.

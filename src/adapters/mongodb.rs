@@ -400,12 +400,6 @@ impl Adapter for MongoDb {
     }
 }
 
-/// Where `url` points, for a message.
-#[cfg(test)]
-fn shown(url: &str) -> String {
-    address::shown(url)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,6 +441,6 @@ mod tests {
             assert!(!e.contains("ss@") && !e.contains("100%@"), "{e}");
         }
         assert!(check_url("mongodb://u:p%40ss%25@127.0.0.1/").is_ok());
-        assert_eq!(shown("mongodb://u:p@h:27018/x"), "h:27018");
+        assert_eq!(address::shown("mongodb://u:p@h:27018/x"), "h:27018");
     }
 }

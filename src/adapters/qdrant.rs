@@ -151,10 +151,7 @@ async fn listed(ep: &Endpoint, prefix: &str) -> Result<Vec<String>, AdapterError
     if !f.status.is_success() {
         return Err(ep.refused("listing collections", &f, ""));
     }
-    let body: serde_json::Value = f
-        .json()
-        .map_err(|e| AdapterError::new(format!("qdrant at {}: {e}", ep.host_port())))?;
-    Ok(under(&body, prefix))
+    Ok(under(&ep.read(&f)?, prefix))
 }
 
 async fn delete(ep: &Endpoint, name: &str) -> Result<(), AdapterError> {

@@ -96,10 +96,6 @@ impl Replay {
         Replay { port, state }
     }
 
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
     /// Asserts every recorded exchange was answered and nothing else came.
     fn finished(&self) {
         let st = self.state.lock().unwrap();
@@ -225,7 +221,6 @@ fn qdrant_makes_the_worlds_collections_and_deletes_exactly_them_by_name_recorded
     // The key never reaches what Binky prints.
     assert!(!up.to_string().contains("Hunter2") && !out.to_string().contains("Hunter2"));
     replay.finished();
-    let _ = replay.url();
 }
 
 #[test]

@@ -251,6 +251,20 @@ impl Endpoint {
             .map_err(|e| e.redacted(slice))
     }
 
+    /// An answer's body as JSON; an error naming the server when it is not.
+    ///
+    /// # Errors
+    /// The body is not JSON of that shape.
+    pub fn read<T: serde::de::DeserializeOwned>(&self, f: &Fetched) -> Result<T, AdapterError> {
+        f.json().map_err(|e| {
+            AdapterError::new(format!(
+                "{} at {}: {e}",
+                self.server.adapter,
+                self.host_port()
+            ))
+        })
+    }
+
     /// An answer that is not a success as an error: `<adapter> at
     /// host:port: <what> answered <status>: <body head><hint>`. A 401 or
     /// 403 with no `hint` says which credentials were refused.
