@@ -41,7 +41,7 @@ pub enum ColorChoice {
 /// Every verb.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// (Not built yet.) Write a starting binky.toml from docker-compose.yml and .env key names.
+    /// Write a starting binky.toml from the project's compose file (never a value from .env).
     Init(InitArgs),
     /// Validate a binky.toml and flag footguns (exit 0 valid, 1 errors, 2 unreadable).
     Check(CheckArgs),
@@ -159,12 +159,19 @@ impl Command {
 /// `binky init`.
 #[derive(Debug, Args)]
 pub struct InitArgs {
-    /// Folder holding docker-compose.yml; the binky.toml is written there.
+    /// Folder holding the compose file (compose.yaml, docker-compose.yml, …
+    /// and its override file); binky.toml is written there.
     #[arg(default_value = ".")]
     pub dir: PathBuf,
+    /// Read exactly this compose file (no override file), as `docker compose -f`.
+    #[arg(long, short = 'f', value_name = "FILE")]
+    pub file: Option<PathBuf>,
     /// Overwrite an existing binky.toml.
     #[arg(long)]
     pub force: bool,
+    /// Print the binky.toml instead of writing it.
+    #[arg(long)]
+    pub stdout: bool,
 }
 
 /// `binky check`.

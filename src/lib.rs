@@ -20,6 +20,7 @@ pub mod daemon;
 pub mod dashboard;
 pub mod faults;
 pub mod http;
+pub mod init;
 pub mod mcp;
 pub mod output;
 pub mod paths;

@@ -1,7 +1,7 @@
 //! The CLI side of each verb: parse → (talk to the daemon) → print.
 //!
 //! Exit codes: 0 success, 1 the operation failed or found errors, 2 usage
-//! errors, unreadable input, or a verb that is not implemented yet.
+//! errors, unreadable input, or a verb this build leaves out.
 
 pub mod check;
 pub mod curl;
@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod env;
 pub mod events;
+pub mod init;
 pub mod logs;
 pub mod settings;
 pub mod status;
@@ -29,17 +30,28 @@ use std::process::ExitCode;
 pub fn run(cli: Cli) -> ExitCode {
     let project = cli.project.as_deref();
     if project.is_some() && !cli.command.takes_project() {
+        let (why, hint) = match cli.command {
+            Command::Init(_) => (
+                "it writes a project's binky.toml, so no project exists yet",
+                "name the folder holding the compose file: `binky init path/to/project`",
+            ),
+            _ => (
+                "it acts on the whole machine, not on one project",
+                "run it without -p",
+            ),
+        };
         output::error(
             format!(
-                "-p/--project does not apply to `binky {}`: it acts on the whole machine, not on one project",
+                "-p/--project does not apply to `binky {}`: {why}",
                 cli.command.name()
             ),
-            Some("run it without -p"),
+            Some(hint),
         );
         return ExitCode::from(2);
     }
     match &cli.command {
         Command::Check(args) => check::run(args, project),
+        Command::Init(args) => init::run(args),
         Command::Completions(args) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(args.shell, &mut cmd, "binky", &mut std::io::stdout());
@@ -95,23 +107,21 @@ pub fn run(cli: Cli) -> ExitCode {
             },
             Err(c) => c,
         },
-        other => not_implemented(other.name()),
+        #[cfg(not(feature = "dashboard"))]
+        Command::Dashboard => no_dashboard(),
     }
 }
 
-/// A verb that exists in the CLI but is not built yet. It never pretends to
-/// succeed, and says what to do meanwhile.
-fn not_implemented(verb: &str) -> ExitCode {
-    let instead = match verb {
-        "init" => {
-            "write binky.toml by hand: the README's \"Your own project\" section has a starting file, and `binky check` validates it"
-        }
-        "dashboard" => {
-            "this binky was built without the `dashboard` feature: `binky status --watch` shows every world, redrawn as it changes, and the web view is at http://binky.localhost:<proxy port>/"
-        }
-        _ => "see `binky --help` for what is built",
-    };
-    output::error(format!("binky {verb}: not implemented yet"), Some(instead));
+/// `binky dashboard` in a build without the terminal view: says what
+/// shows the same, never pretends to succeed.
+#[cfg(not(feature = "dashboard"))]
+fn no_dashboard() -> ExitCode {
+    output::error(
+        "binky dashboard: this binky was built without the `dashboard` feature",
+        Some(
+            "`binky status --watch` shows every world, redrawn as it changes, and the web view is at http://binky.localhost:<proxy port>/",
+        ),
+    );
     ExitCode::from(2)
 }
 

@@ -268,12 +268,8 @@ fn project_flag_is_refused_where_it_means_nothing() {
 }
 
 #[test]
-fn verbs_not_built_say_what_to_do_instead() {
+fn the_dashboard_piped_says_what_scripts_use() {
     let home = Home::new();
-    let out = home.run(&["init"]);
-    assert_eq!(out.code(), 2, "{out}");
-    assert!(out.stderr().contains("not implemented yet"), "{out}");
-    assert!(out.stderr().contains("binky check"), "{out}");
     // The dashboard draws on a terminal; piped, it says what scripts use.
     let out = home.run(&["dashboard"]);
     assert_eq!(out.code(), 1, "{out}");

@@ -286,14 +286,15 @@ fn is_service_name(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'_')
 }
 
-fn is_env_key(s: &str) -> bool {
+/// Whether `s` is an environment variable name (`[A-Za-z_][A-Za-z0-9_]*`).
+pub(crate) fn is_env_key(s: &str) -> bool {
     let mut c = s.chars();
     matches!(c.next(), Some(f) if f.is_ascii_alphabetic() || f == '_')
         && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
 }
 
 /// Names a token could never mean a service by, because they are token heads.
-const RESERVED_NAMES: &[&str] = &["self", "env", "worktree", "project"];
+pub(crate) const RESERVED_NAMES: &[&str] = &["self", "env", "worktree", "project"];
 
 #[cfg(test)]
 mod tests {

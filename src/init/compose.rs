@@ -1,0 +1,1070 @@
+//! Reading a compose project as `docker compose` would: which files, how
+//! an override file and `extends` merge into a service, and each
+//! service's fields in the shapes the Compose Specification allows (short
+//! and long syntax alike). Values stay uninterpolated here with their
+//! line; [`Text`] interpolates on demand, so a field `init` never uses
+//! (a `command` with `${…}` compose would refuse) cannot fail it.
+
+use super::interpolate::{InterpError, Interpolated, interpolate};
+use super::yaml::{self, MergeTag, Node, Value};
+use std::path::{Path, PathBuf};
+
+/// The names compose looks for, in its order.
+pub const FILE_NAMES: &[&str] = &[
+    "compose.yaml",
+    "compose.yml",
+    "docker-compose.yaml",
+    "docker-compose.yml",
+];
+
+/// Why a compose project cannot be read: the file, the line when known,
+/// and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComposeError {
+    /// The file at fault.
+    pub file: PathBuf,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+    /// What to do.
+    pub hint: String,
+}
+
+impl std::fmt::Display for ComposeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{l}: {}", self.file.display(), self.message),
+            None => write!(f, "{}: {}", self.file.display(), self.message),
+        }
+    }
+}
+
+/// A scalar as written, with its line; interpolated when asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Text {
+    /// As written in the file.
+    pub raw: String,
+    /// Its line.
+    pub line: usize,
+}
+
+/// A compose project: its files, `name:`, `.env` and services.
+#[derive(Debug, Clone)]
+pub struct Project {
+    /// The files read, base first.
+    pub files: Vec<PathBuf>,
+    /// The project folder (the first file's), where `.env` is read.
+    pub dir: PathBuf,
+    /// `name:`, as written.
+    pub name: Option<Text>,
+    /// `.env`'s variables (values are for interpolation only).
+    pub dotenv: Vec<(String, String)>,
+    /// Services in the file's order.
+    pub services: Vec<Service>,
+    /// What the user should know about how the files were read.
+    pub notes: Vec<String>,
+}
+
+/// One service, its fields normalised from every syntax compose allows.
+#[derive(Debug, Clone, Default)]
+pub struct Service {
+    /// Its compose name.
+    pub name: String,
+    /// Where it is defined.
+    pub line: usize,
+    /// `image:`.
+    pub image: Option<Text>,
+    /// `build:` context (`.` for a build mapping without one).
+    pub build: Option<Text>,
+    /// `environment:` keys with their values (`None`: a bare `- KEY`).
+    pub environment: Vec<(String, Option<Text>)>,
+    /// `env_file:` paths with whether each is required.
+    pub env_files: Vec<(Text, bool)>,
+    /// `ports:`.
+    pub ports: Vec<Port>,
+    /// `ports:` was written as something other than a list.
+    pub ports_not_a_list: bool,
+    /// `depends_on:` names with their condition.
+    pub depends_on: Vec<(String, Option<String>)>,
+    /// `healthcheck.test` as words (`CMD-SHELL` text is one word), unless
+    /// disabled.
+    pub healthcheck: Option<Vec<Text>>,
+    /// `profiles:`.
+    pub profiles: Vec<String>,
+    /// `secrets:` names.
+    pub secrets: Vec<String>,
+    /// Names other containers reach it by: its own, `hostname`,
+    /// `container_name` and network `aliases`.
+    pub aliases: Vec<String>,
+}
+
+/// One `ports:` entry as written: the short syntax's text, or the long
+/// syntax's `target` with its `protocol`. [`parse_port`] reads it once
+/// interpolated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Port {
+    /// The short syntax (`"127.0.0.1:8080:80/tcp"`), or the long one's
+    /// `target`.
+    pub raw: String,
+    /// The long syntax's `protocol` (`None`: short syntax).
+    pub long_protocol: Option<String>,
+    /// Its line.
+    pub line: usize,
+}
+
+impl Text {
+    /// Interpolated with `lookup`.
+    ///
+    /// # Errors
+    /// As [`interpolate`].
+    pub fn value(
+        &self,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Interpolated, InterpError> {
+        interpolate(&self.raw, lookup)
+    }
+}
+
+/// The compose files of `dir`: the first of [`FILE_NAMES`] there, and its
+/// override file (`compose.override.yaml` for `compose.yaml`, …) when one
+/// exists; or exactly `file` when given (as `docker compose -f`).
+///
+/// # Errors
+/// No compose file in `dir`, or `file` does not exist.
+pub fn locate(
+    dir: &Path,
+    file: Option<&Path>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<PathBuf>, ComposeError> {
+    // `COMPOSE_FILE` (the shell's, else `.env`'s) names the files as `-f`
+    // would, separated by `COMPOSE_PATH_SEPARATOR` (`:` on Linux).
+    let from_dotenv = |name: &str| {
+        std::fs::read_to_string(dir.join(".env"))
+            .ok()
+            .and_then(|t| crate::config::dotenv::parse(&t).ok())
+            .and_then(|pairs| pairs.into_iter().find(|(k, _)| k == name).map(|(_, v)| v))
+    };
+    let var = |name: &str| env(name).or_else(|| from_dotenv(name));
+    if file.is_none()
+        && let Some(list) = var("COMPOSE_FILE").filter(|l| !l.trim().is_empty())
+    {
+        let sep = var("COMPOSE_PATH_SEPARATOR").unwrap_or_else(|| ":".into());
+        let mut files = Vec::new();
+        for name in list.split(sep.as_str()).filter(|n| !n.is_empty()) {
+            let f = dir.join(name);
+            if !f.is_file() {
+                return Err(ComposeError {
+                    file: f,
+                    line: None,
+                    message: "COMPOSE_FILE names this file, which does not exist".into(),
+                    hint: "fix COMPOSE_FILE (in your shell or .env), or name the file with `-f`"
+                        .into(),
+                });
+            }
+            files.push(f);
+        }
+        if !files.is_empty() {
+            return Ok(files);
+        }
+    }
+    if let Some(f) = file {
+        if !f.is_file() {
+            return Err(ComposeError {
+                file: f.to_path_buf(),
+                line: None,
+                message: if f.exists() {
+                    "not a file".into()
+                } else {
+                    "no such file".into()
+                },
+                hint: "pass the path of a compose file to `-f`".into(),
+            });
+        }
+        return Ok(vec![f.to_path_buf()]);
+    }
+    let Some(base) = FILE_NAMES.iter().map(|n| dir.join(n)).find(|p| p.is_file()) else {
+        return Err(ComposeError {
+            file: dir.to_path_buf(),
+            line: None,
+            message: format!(
+                "no compose file here (looked for {})",
+                FILE_NAMES.join(", ")
+            ),
+            hint: "run `binky init` in the folder holding it, or name it with `-f FILE`".into(),
+        });
+    };
+    let stem = base
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split('.').next())
+        .unwrap_or("compose")
+        .to_owned();
+    let mut files = vec![base];
+    if let Some(o) = ["yaml", "yml"]
+        .iter()
+        .map(|e| dir.join(format!("{stem}.override.{e}")))
+        .find(|p| p.is_file())
+    {
+        files.push(o);
+    }
+    Ok(files)
+}
+
+/// Reads and merges `files` (base first) into one project.
+///
+/// # Errors
+/// A file that cannot be read or is not YAML, the legacy format with no
+/// `services:`, a service that is not a mapping, or an `extends` that
+/// names a missing file or service or goes round in a circle.
+pub fn read(
+    files: &[PathBuf],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Project, ComposeError> {
+    let mut docs = Vec::new();
+    for f in files {
+        docs.push((f.clone(), load_file(f)?));
+    }
+    let mut project = merge(docs)?;
+    project.dotenv = read_dotenv(&project.dir.join(".env"), env)?;
+    Ok(project)
+}
+
+/// The `.env` compose reads for interpolation: none when there is no such
+/// file.
+///
+/// # Errors
+/// A `.env` that cannot be read or parsed (compose refuses it too), named
+/// with its line and never quoting a value.
+fn read_dotenv(
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, String)>, ComposeError> {
+    let err = |line, message: String| ComposeError {
+        file: path.to_path_buf(),
+        line,
+        message,
+        hint: "fix .env (KEY=value lines), or move it away if it is not compose's".into(),
+    };
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(err(None, format!("cannot read it: {e}"))),
+    };
+    let pairs = crate::config::dotenv::parse(&text).map_err(|e| err(Some(e.line), e.reason))?;
+    // Compose expands `${VAR}` in `.env` from the variables above it (and
+    // the shell's); a value that cannot expand stays as written.
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (k, v) in pairs {
+        let lookup = |name: &str| {
+            env(name).or_else(|| {
+                out.iter()
+                    .rev()
+                    .find(|(o, _)| o == name)
+                    .map(|(_, v)| v.clone())
+            })
+        };
+        let v = interpolate(&v, &lookup).map_or(v, |i| i.text);
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+/// [`read`] over one file's text, with no `.env` (what the fuzzer drives;
+/// an `extends` of another file is still read from beside `path`).
+///
+/// # Errors
+/// As [`read`].
+pub fn read_text(path: &Path, text: &str) -> Result<Project, ComposeError> {
+    merge(vec![(path.to_path_buf(), parse(path, text)?)])
+}
+
+/// Loaded files (base first) merged into one project, `extends` followed.
+fn merge(docs: Vec<(PathBuf, Node)>) -> Result<Project, ComposeError> {
+    let files: Vec<PathBuf> = docs.iter().map(|(f, _)| f.clone()).collect();
+    let dir = files[0]
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let mut merged: Option<Node> = None;
+    for (f, mut doc) in docs {
+        let services = services_of(&f, &doc)?.clone();
+        // Each file's `extends` resolve in that file, before the merge.
+        let mut resolved = resolve_extends(&f, &services, &mut Vec::new())?;
+        // Included files' services come first; the file's own win a clash.
+        let mut all = included(&f, &doc, 0)?;
+        if let Value::Map(own) = std::mem::replace(&mut resolved.value, Value::Null) {
+            for (n, v) in own {
+                all.retain(|(m, _)| *m != n);
+                all.push((n, v));
+            }
+        }
+        resolved.value = Value::Map(all);
+        match &mut doc.value {
+            Value::Map(entries) => match entries.iter_mut().find(|(k, _)| k == "services") {
+                Some((_, s)) => *s = resolved,
+                None => entries.push(("services".into(), resolved)),
+            },
+            _ => doc = resolved,
+        }
+        merged = Some(match merged {
+            None => doc,
+            Some(base) => merge_files(&base, &doc),
+        });
+    }
+    let doc = merged.expect("at least one file");
+    let name = doc
+        .get("name")
+        .and_then(|n| n.scalar_text().map(|raw| Text { raw, line: n.line }));
+    let mut services = Vec::new();
+    if let Some(entries) = doc.get("services").and_then(Node::as_map) {
+        for (name, node) in entries {
+            services.push(service(name, node));
+        }
+    }
+    Ok(Project {
+        files,
+        dir,
+        name,
+        dotenv: Vec::new(),
+        services,
+        notes: Vec::new(),
+    })
+}
+
+fn load_file(f: &Path) -> Result<Node, ComposeError> {
+    let text = std::fs::read_to_string(f).map_err(|e| ComposeError {
+        file: f.to_path_buf(),
+        line: None,
+        message: format!("cannot read it: {e}"),
+        hint: "check the path and that it is a UTF-8 text file".into(),
+    })?;
+    parse(f, &text)
+}
+
+fn parse(f: &Path, text: &str) -> Result<Node, ComposeError> {
+    yaml::load(text).map_err(|e| ComposeError {
+        file: f.to_path_buf(),
+        line: e.line,
+        message: if e.message.contains("budget") {
+            format!("too large once its aliases are expanded ({})", e.message)
+        } else {
+            format!("not valid YAML: {}", e.message)
+        },
+        hint: "fix the YAML there (`docker compose config` shows what compose makes of it)".into(),
+    })
+}
+
+/// The `services:` mapping of a loaded file.
+fn services_of<'a>(f: &Path, doc: &'a Node) -> Result<&'a Node, ComposeError> {
+    let err = |line, message: String, hint: &str| ComposeError {
+        file: f.to_path_buf(),
+        line,
+        message,
+        hint: hint.to_owned(),
+    };
+    let Some(map) = doc.as_map() else {
+        return Err(err(
+            Some(doc.line),
+            format!(
+                "a compose file is a mapping with `services:`; this one is {}",
+                doc.kind()
+            ),
+            "is this the compose file? `-f FILE` names another",
+        ));
+    };
+    match doc.get("services") {
+        Some(s) if s.as_map().is_some() => Ok(s),
+        Some(s) if s.value == Value::Null => Ok(s),
+        // A file of `include:` alone.
+        None if doc.get("include").is_some() => Ok(&EMPTY),
+        Some(s) => Err(err(
+            Some(s.line),
+            format!(
+                "`services:` must be a mapping of service names, and it is {}",
+                s.kind()
+            ),
+            "write each service as `name:` with its keys indented below",
+        )),
+        None => {
+            let legacy = map
+                .iter()
+                .any(|(_, v)| v.get("image").is_some() || v.get("build").is_some());
+            Err(if legacy {
+                err(
+                    Some(map[0].1.line),
+                    "this is the legacy version 1 format (services at the top level, no `services:`), which compose no longer reads".into(),
+                    "move the services under a top-level `services:` key (and drop `links:`), then run `binky init` again",
+                )
+            } else {
+                err(
+                    Some(doc.line),
+                    "no `services:` key: there is nothing to map".into(),
+                    "add the services under a top-level `services:` key",
+                )
+            })
+        }
+    }
+}
+
+static EMPTY: Node = Node {
+    value: Value::Null,
+    line: 1,
+    tag: None,
+};
+
+/// How deep `include:` may nest: a file that includes itself stops here.
+const MAX_INCLUDE_DEPTH: usize = 8;
+
+/// The services of the files `doc` (file `f`) names in `include:`, each
+/// with its own `extends` followed and its paths rebased onto `f`'s folder.
+fn included(f: &Path, doc: &Node, depth: usize) -> Result<Vec<(String, Node)>, ComposeError> {
+    let Some(inc) = doc.get("include") else {
+        return Ok(Vec::new());
+    };
+    let err = |line, message: String, hint: &str| ComposeError {
+        file: f.to_path_buf(),
+        line: Some(line),
+        message,
+        hint: hint.to_owned(),
+    };
+    if depth >= MAX_INCLUDE_DEPTH {
+        return Err(err(
+            inc.line,
+            format!("`include:` nests more than {MAX_INCLUDE_DEPTH} files deep"),
+            "does a file include itself?",
+        ));
+    }
+    let items: Vec<&Node> = match &inc.value {
+        Value::Seq(items) => items.iter().collect(),
+        _ => vec![inc],
+    };
+    let mut out: Vec<(String, Node)> = Vec::new();
+    for item in items {
+        let path = match &item.value {
+            Value::Map(_) => item.get("path").and_then(|p| match p.as_seq() {
+                Some(list) => list.first().and_then(Node::scalar_text),
+                None => p.scalar_text(),
+            }),
+            _ => item.scalar_text(),
+        };
+        let Some(path) = path.filter(|p| !p.contains('$')) else {
+            return Err(err(
+                item.line,
+                "an `include:` entry must be a file's path, written without variables".into(),
+                "write the path (relative to this file's folder), or run init with `-f` on each file",
+            ));
+        };
+        let full = resolve_path(f, &path);
+        if !full.is_file() {
+            return Err(err(
+                item.line,
+                format!("`include:` names file {path}, which does not exist"),
+                "fix the path (it is relative to this file's folder)",
+            ));
+        }
+        let d = load_file(&full)?;
+        let services = services_of(&full, &d)?.clone();
+        let resolved = resolve_extends(&full, &services, &mut Vec::new())?;
+        let mut theirs = included(&full, &d, depth + 1)?;
+        theirs.extend(resolved.as_map().unwrap_or_default().iter().cloned());
+        let prefix = Path::new(&path).parent().unwrap_or(Path::new(""));
+        for (n, mut node) in theirs {
+            rebase_paths(&mut node, prefix);
+            out.retain(|(m, _)| *m != n);
+            out.push((n, node));
+        }
+    }
+    Ok(out)
+}
+
+/// Each service with its `extends` chain merged in (the base first, then
+/// the service's own keys), in file `f`.
+fn resolve_extends(
+    f: &Path,
+    services: &Node,
+    stack: &mut Vec<(PathBuf, String)>,
+) -> Result<Node, ComposeError> {
+    let Some(entries) = services.as_map() else {
+        return Ok(services.clone());
+    };
+    let mut out = Vec::new();
+    for (name, node) in entries {
+        out.push((name.clone(), extended(f, services, name, node, stack)?));
+    }
+    Ok(Node {
+        value: Value::Map(out),
+        ..services.clone()
+    })
+}
+
+/// Service `name` (`node`, in `services` of file `f`) with what it
+/// extends merged under it.
+fn extended(
+    f: &Path,
+    services: &Node,
+    name: &str,
+    node: &Node,
+    stack: &mut Vec<(PathBuf, String)>,
+) -> Result<Node, ComposeError> {
+    let err = |line, message: String, hint: &str| ComposeError {
+        file: f.to_path_buf(),
+        line: Some(line),
+        message,
+        hint: hint.to_owned(),
+    };
+    if node.as_map().is_none() && node.value != Value::Null {
+        return Err(err(
+            node.line,
+            format!(
+                "service `{name}` must be a mapping, and it is {}",
+                node.kind()
+            ),
+            "write the service's keys indented below its name",
+        ));
+    }
+    let Some(ext) = node.get("extends") else {
+        return Ok(node.clone());
+    };
+    let (base_name, base_file) = match (&ext.value, ext.get("service"), ext.get("file")) {
+        (Value::Str(s), _, _) => (s.clone(), None),
+        (Value::Map(_), Some(s), file) => (
+            s.scalar_text().unwrap_or_default(),
+            file.and_then(Node::scalar_text),
+        ),
+        _ => {
+            return Err(err(
+                ext.line,
+                format!(
+                    "`extends` of `{name}` must name a service (`extends: {{ service: base }}`)"
+                ),
+                "give `extends` a `service:` (and a `file:` for another file)",
+            ));
+        }
+    };
+    let key = (
+        base_file
+            .as_deref()
+            .map_or_else(|| f.to_path_buf(), |b| resolve_path(f, b)),
+        base_name.clone(),
+    );
+    if stack.contains(&key) || (key.0 == f && key.1 == name) {
+        return Err(err(
+            ext.line,
+            format!("`extends` of `{name}` goes round in a circle through `{base_name}`"),
+            "break the circle: a service cannot extend itself, directly or through others",
+        ));
+    }
+    let (base_file_path, base_services, base_doc);
+    let (bf, bs): (&Path, &Node) = match &base_file {
+        None => (f, services),
+        Some(_) => {
+            base_file_path = key.0.clone();
+            if !base_file_path.is_file() {
+                return Err(err(
+                    ext.line,
+                    format!(
+                        "`extends` of `{name}` names file {}, which does not exist",
+                        base_file.as_deref().unwrap_or_default()
+                    ),
+                    "fix the `file:` path (it is relative to this file's folder)",
+                ));
+            }
+            base_doc = load_file(&base_file_path)?;
+            base_services = services_of(&base_file_path, &base_doc)?.clone();
+            (&base_file_path, &base_services)
+        }
+    };
+    let Some(base) = bs.get(&base_name) else {
+        return Err(err(
+            ext.line,
+            format!(
+                "`extends` of `{name}` names service `{base_name}`, which {} does not define",
+                bf.display()
+            ),
+            "name a service defined there",
+        ));
+    };
+    stack.push(key);
+    let mut base = extended(bf, bs, &base_name, base, stack)?;
+    stack.pop();
+    if let Some(b) = &base_file {
+        // The base's paths are relative to its own file's folder.
+        rebase_paths(&mut base, Path::new(b).parent().unwrap_or(Path::new("")));
+    }
+    let mut own = node.clone();
+    if let Value::Map(m) = &mut own.value {
+        m.retain(|(k, _)| k != "extends");
+    }
+    Ok(merge_service(&base, &own))
+}
+
+/// Rewrites the relative paths a service names (`build` and its
+/// `context`, `env_file`) as seen from a folder `prefix` above them.
+fn rebase_paths(service: &mut Node, prefix: &Path) {
+    let Value::Map(entries) = &mut service.value else {
+        return;
+    };
+    let rebase = |n: &mut Node| {
+        if let Value::Str(p) = &mut n.value
+            && !Path::new(p.as_str()).is_absolute()
+            && !p.contains('$')
+        {
+            *p = lexical_join(prefix, p);
+        }
+    };
+    for (k, v) in entries.iter_mut() {
+        match (k.as_str(), &mut v.value) {
+            ("build", Value::Str(_)) => rebase(v),
+            ("build", Value::Map(m)) => {
+                if let Some((_, c)) = m.iter_mut().find(|(k, _)| k == "context") {
+                    rebase(c);
+                }
+            }
+            ("env_file", Value::Str(_)) => rebase(v),
+            ("env_file", Value::Seq(items)) => {
+                for i in items {
+                    match &mut i.value {
+                        Value::Map(m) => {
+                            if let Some((_, p)) = m.iter_mut().find(|(k, _)| k == "path") {
+                                rebase(p);
+                            }
+                        }
+                        _ => rebase(i),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `prefix/path` with `.` and `name/..` taken out, as text.
+fn lexical_join(prefix: &Path, path: &str) -> String {
+    use std::path::Component;
+    let mut parts: Vec<String> = Vec::new();
+    for c in prefix.join(path).components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if parts.last().is_some_and(|l| l != "..") => {
+                parts.pop();
+            }
+            other => parts.push(other.as_os_str().to_string_lossy().into_owned()),
+        }
+    }
+    if parts.is_empty() {
+        ".".to_owned()
+    } else {
+        parts.join("/")
+    }
+}
+
+/// `path` as written in file `f`: relative to `f`'s folder.
+pub fn resolve_path(f: &Path, path: &str) -> PathBuf {
+    f.parent().unwrap_or(Path::new(".")).join(path)
+}
+
+/// An override file over a base: `services` merge by name, every other
+/// top-level key is replaced.
+fn merge_files(base: &Node, over: &Node) -> Node {
+    let mut out = base.clone();
+    let (Value::Map(b), Some(o)) = (&mut out.value, over.as_map()) else {
+        return over.clone();
+    };
+    for (k, v) in o {
+        match b.iter_mut().find(|(bk, _)| bk == k) {
+            Some((_, bv)) if k == "services" => {
+                let mut merged = bv.clone();
+                if let (Value::Map(ms), Some(os)) = (&mut merged.value, v.as_map()) {
+                    for (sn, sv) in os {
+                        match ms.iter_mut().find(|(n, _)| n == sn) {
+                            Some((_, s)) => *s = merge_service(s, sv),
+                            None => ms.push((sn.clone(), sv.clone())),
+                        }
+                    }
+                } else {
+                    merged = v.clone();
+                }
+                *bv = merged;
+            }
+            Some((_, bv)) => *bv = v.clone(),
+            None => b.push((k.clone(), v.clone())),
+        }
+    }
+    out
+}
+
+/// Keys whose lists add up across a merge; any other list is replaced
+/// (`command`, `entrypoint`, `healthcheck.test`, `profiles`).
+const APPENDED: &[&str] = &[
+    "ports",
+    "expose",
+    "env_file",
+    "dns",
+    "dns_search",
+    "secrets",
+    "configs",
+    "volumes",
+    "external_links",
+    "cap_add",
+    "cap_drop",
+    "devices",
+    "tmpfs",
+];
+
+/// Keys that are mappings but may be written as `KEY=value` lists, merged
+/// by key.
+const KEYED: &[&str] = &[
+    "environment",
+    "labels",
+    "depends_on",
+    "extra_hosts",
+    "annotations",
+];
+
+/// `over` merged onto `base` as compose merges a service: mappings by
+/// key, listed keys appended, `environment` and friends by variable
+/// (list or map), scalars and other lists replaced; `!reset` removes and
+/// `!override` replaces whole.
+pub fn merge_service(base: &Node, over: &Node) -> Node {
+    let (Some(b), Some(o)) = (base.as_map(), over.as_map()) else {
+        return if over.value == Value::Null {
+            base.clone()
+        } else {
+            over.clone()
+        };
+    };
+    let mut out: Vec<(String, Node)> = b.to_vec();
+    for (k, v) in o {
+        let at = out.iter().position(|(ok, _)| ok == k);
+        match (at, v.tag) {
+            (Some(i), Some(MergeTag::Reset)) => {
+                out.remove(i);
+            }
+            (None, Some(MergeTag::Reset)) => {}
+            (Some(i), Some(MergeTag::Override)) => out[i].1 = v.clone(),
+            (Some(i), None) => {
+                let b = &out[i].1;
+                out[i].1 = if KEYED.contains(&k.as_str()) {
+                    merge_keyed(b, v)
+                } else if APPENDED.contains(&k.as_str())
+                    && b.as_seq().is_some()
+                    && v.as_seq().is_some()
+                {
+                    append(b, v)
+                } else if b.as_map().is_some() && v.as_map().is_some() {
+                    merge_service(b, v)
+                } else {
+                    v.clone()
+                };
+            }
+            (None, _) => out.push((k.clone(), v.clone())),
+        }
+    }
+    Node {
+        value: Value::Map(out),
+        ..base.clone()
+    }
+}
+
+/// A `KEY=value` list or a mapping as `(key, value)` pairs.
+pub fn keyed_entries(n: &Node) -> Vec<(String, Node)> {
+    match &n.value {
+        Value::Map(m) => m.clone(),
+        Value::Seq(items) => items
+            .iter()
+            .filter_map(|i| {
+                let t = i.scalar_text()?;
+                Some(match t.split_once('=') {
+                    Some((k, v)) => (k.trim().to_owned(), Node::text(v, i.line)),
+                    None => (
+                        t.trim().to_owned(),
+                        Node {
+                            value: Value::Null,
+                            line: i.line,
+                            tag: None,
+                        },
+                    ),
+                })
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn merge_keyed(base: &Node, over: &Node) -> Node {
+    let mut out = keyed_entries(base);
+    for (k, v) in keyed_entries(over) {
+        match out.iter_mut().find(|(ok, _)| *ok == k) {
+            Some((_, ov)) => *ov = v,
+            None => out.push((k, v)),
+        }
+    }
+    Node {
+        value: Value::Map(out),
+        ..over.clone()
+    }
+}
+
+fn append(base: &Node, over: &Node) -> Node {
+    let mut items = base.as_seq().unwrap_or_default().to_vec();
+    for i in over.as_seq().unwrap_or_default() {
+        if !items.iter().any(|x| x.value == i.value) {
+            items.push(i.clone());
+        }
+    }
+    Node {
+        value: Value::Seq(items),
+        ..over.clone()
+    }
+}
+
+/// The fields `init` reads of service `name`.
+fn service(name: &str, node: &Node) -> Service {
+    let text = |n: &Node| n.scalar_text().map(|raw| Text { raw, line: n.line });
+    let mut s = Service {
+        name: name.to_owned(),
+        line: node.line,
+        aliases: vec![name.to_owned()],
+        ..Service::default()
+    };
+    s.image = node.get("image").and_then(text);
+    s.build = node.get("build").map(|b| match &b.value {
+        Value::Map(_) => b.get("context").and_then(text).unwrap_or(Text {
+            raw: ".".into(),
+            line: b.line,
+        }),
+        _ => text(b).unwrap_or(Text {
+            raw: ".".into(),
+            line: b.line,
+        }),
+    });
+    if let Some(env) = node.get("environment") {
+        s.environment = keyed_entries(env)
+            .into_iter()
+            .map(|(k, v)| (k, text(&v)))
+            .collect();
+    }
+    if let Some(ef) = node.get("env_file") {
+        let one = |n: &Node| -> Option<(Text, bool)> {
+            match &n.value {
+                Value::Map(_) => Some((
+                    text(n.get("path")?)?,
+                    n.get("required")
+                        .is_none_or(|r| r.value != Value::Bool(false)),
+                )),
+                _ => Some((text(n)?, true)),
+            }
+        };
+        s.env_files = match ef.as_seq() {
+            Some(items) => items.iter().filter_map(one).collect(),
+            None => one(ef).into_iter().collect(),
+        };
+    }
+    if let Some(ports) = node.get("ports") {
+        s.ports = match ports.as_seq() {
+            Some(items) => items.iter().filter_map(port).collect(),
+            // Not a list: left for `plan` to refuse with its line.
+            None => vec![Port {
+                raw: ports.scalar_text().unwrap_or_default(),
+                long_protocol: None,
+                line: ports.line,
+            }],
+        };
+        s.ports_not_a_list = ports.as_seq().is_none() && ports.value != Value::Null;
+    }
+    if let Some(d) = node.get("depends_on") {
+        // A list of names reads as keys with no value; a mapping gives
+        // each a `condition`.
+        s.depends_on = keyed_entries(d)
+            .into_iter()
+            .map(|(k, v)| (k, v.get("condition").and_then(Node::scalar_text)))
+            .collect();
+    }
+    if let Some(h) = node.get("healthcheck")
+        && h.get("disable")
+            .is_none_or(|d| d.value != Value::Bool(true))
+        && let Some(test) = h.get("test")
+    {
+        let words: Vec<Text> = match test.as_seq() {
+            Some(items) => items.iter().filter_map(text).collect(),
+            None => text(test).into_iter().collect(),
+        };
+        if words.first().is_none_or(|w| w.raw != "NONE") {
+            s.healthcheck = Some(words);
+        }
+    }
+    s.profiles = node
+        .get("profiles")
+        .and_then(Node::as_seq)
+        .map(|p| {
+            p.iter()
+                .filter_map(Node::scalar_text)
+                .filter(|p| !p.trim().is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    s.secrets = node
+        .get("secrets")
+        .and_then(Node::as_seq)
+        .map(|p| {
+            p.iter()
+                .filter_map(|n| n.scalar_text().or_else(|| n.get("source")?.scalar_text()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for key in ["hostname", "container_name"] {
+        if let Some(h) = node.get(key).and_then(Node::scalar_text) {
+            s.aliases.push(h);
+        }
+    }
+    if let Some(nets) = node.get("networks").and_then(Node::as_map) {
+        for (_, n) in nets {
+            if let Some(a) = n.get("aliases").and_then(Node::as_seq) {
+                s.aliases.extend(a.iter().filter_map(Node::scalar_text));
+            }
+        }
+    }
+    s
+}
+
+/// One `ports:` entry as written.
+fn port(n: &Node) -> Option<Port> {
+    if n.as_map().is_some() {
+        return Some(Port {
+            raw: n.get("target")?.scalar_text()?,
+            long_protocol: Some(
+                n.get("protocol")
+                    .and_then(Node::scalar_text)
+                    .unwrap_or_else(|| "tcp".into()),
+            ),
+            line: n.line,
+        });
+    }
+    Some(Port {
+        raw: n.scalar_text()?,
+        long_protocol: None,
+        line: n.line,
+    })
+}
+
+/// The container port (the first of a range) and protocol of a `ports:`
+/// entry, interpolated: `[IP:][HOST:]CONTAINER[/PROTO]` with ranges and
+/// `[::1]` host IPs, or the long syntax's `target`.
+///
+/// # Errors
+/// What compose would refuse: a port that is no number from 1 to 65535,
+/// a range that runs backwards, a protocol other than tcp, udp or sctp.
+pub fn parse_port(text: &str, long_protocol: Option<&str>) -> Result<(u16, String), String> {
+    let (spec, protocol) = match (long_protocol, text.rsplit_once('/')) {
+        (Some(p), _) => (text, p),
+        (None, Some((s, p))) => (s, p),
+        (None, None) => (text, "tcp"),
+    };
+    let protocol = protocol.to_ascii_lowercase();
+    if !["tcp", "udp", "sctp"].contains(&protocol.as_str()) {
+        return Err(format!("protocol `{protocol}` is none of tcp, udp, sctp"));
+    }
+    let spec = spec.trim();
+    // A bracketed IPv6 host IP first, then HOST:CONTAINER or CONTAINER;
+    // an IPv4 host IP makes three parts.
+    let rest = match spec.strip_prefix('[') {
+        Some(r) => {
+            let (_, after) = r.split_once(']').ok_or("an unclosed `[` in the host IP")?;
+            after.strip_prefix(':').ok_or("nothing after the host IP")?
+        }
+        None => spec,
+    };
+    let parts: Vec<&str> = rest.split(':').collect();
+    let (host, container) = match (long_protocol, parts.as_slice()) {
+        (Some(_), [c]) => (None, *c),
+        (None, [c]) => (None, *c),
+        (None, [h, c]) => (Some(*h), *c),
+        (None, [_ip, h, c]) if !spec.starts_with('[') => (Some(*h), *c),
+        _ => return Err("expected [HOST_IP:][HOST_PORT:]CONTAINER_PORT[/PROTOCOL]".into()),
+    };
+    if let Some(h) = host.filter(|h| !h.is_empty()) {
+        port_range(h)?;
+    }
+    Ok((port_range(container)?, protocol))
+}
+
+/// The first port of `8080` or `8080-8085`.
+fn port_range(s: &str) -> Result<u16, String> {
+    let one = |p: &str| -> Result<u16, String> {
+        match p.trim().parse::<u16>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("`{}` is not a port (1 to 65535)", p.trim())),
+        }
+    };
+    match s.split_once('-') {
+        Some((a, b)) => {
+            let (a, b) = (one(a)?, one(b)?);
+            if a > b {
+                return Err(format!("the range {a}-{b} runs backwards"));
+            }
+            Ok(a)
+        }
+        None => one(s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_forms() {
+        let p = |s: &str| parse_port(s, None);
+        assert_eq!(p("8080"), Ok((8080, "tcp".into())));
+        assert_eq!(p("3000:80"), Ok((80, "tcp".into())));
+        assert_eq!(p("127.0.0.1:5432:5432/tcp"), Ok((5432, "tcp".into())));
+        assert_eq!(p("[::1]:6000:6001"), Ok((6001, "tcp".into())));
+        assert_eq!(p("9090-9091:8080-8081"), Ok((8080, "tcp".into())));
+        assert_eq!(p("53:53/UDP"), Ok((53, "udp".into())));
+        assert_eq!(p(":80"), Ok((80, "tcp".into())));
+        assert_eq!(parse_port("80", Some("tcp")), Ok((80, "tcp".into())));
+        for bad in [
+            "abc", "99999:80", "-1", "0", "80/http", "1:2:3:4", "[::1:80", "90-80",
+        ] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn environment_merges_by_key_whatever_its_form() {
+        let base = yaml::load("environment: [A=1, B=2]\nports: ['1:1']\ncommand: [x]\n").unwrap();
+        let over = yaml::load("environment: {B: 3, C: 4}\nports: ['2:2']\ncommand: [y]\n").unwrap();
+        let m = merge_service(&base, &over);
+        let env: Vec<(String, Option<String>)> = keyed_entries(m.get("environment").unwrap())
+            .into_iter()
+            .map(|(k, v)| (k, v.scalar_text()))
+            .collect();
+        assert_eq!(
+            env,
+            [("A", "1"), ("B", "3"), ("C", "4")].map(|(k, v)| (k.to_owned(), Some(v.to_owned())))
+        );
+        assert_eq!(m.get("ports").unwrap().as_seq().unwrap().len(), 2);
+        assert_eq!(m.get("command").unwrap().as_seq().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn paths_of_a_base_in_another_folder_are_rebased() {
+        assert_eq!(lexical_join(Path::new("common"), ".."), ".");
+        assert_eq!(
+            lexical_join(Path::new("common"), "./app.env"),
+            "common/app.env"
+        );
+        assert_eq!(lexical_join(Path::new("../x"), "../y"), "../y");
+        assert_eq!(lexical_join(Path::new(""), "a"), "a");
+    }
+
+    #[test]
+    fn reset_and_override_tags() {
+        let base = yaml::load("ports: ['1:1']\nenvironment: {A: 1}\n").unwrap();
+        let over = yaml::load("ports: !reset []\nenvironment: !override {B: 2}\n").unwrap();
+        let m = merge_service(&base, &over);
+        assert!(m.get("ports").is_none());
+        assert_eq!(keyed_entries(m.get("environment").unwrap()).len(), 1);
+    }
+}
