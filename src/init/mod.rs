@@ -12,7 +12,9 @@
 
 pub mod compose;
 pub mod interpolate;
+mod merge;
 mod plan;
+mod ports;
 mod write;
 pub mod yaml;
 

@@ -6,7 +6,7 @@
 //! probe). Interpolated text only decides here: what is kept is either
 //! the file's own text with nothing substituted, or a token Binky makes.
 
-use super::compose::{self, ComposeError, Project, Service, Text};
+use super::compose::{ComposeError, Project, Service, Text};
 use super::interpolate;
 use crate::adapters::catalog::{self, ImageIs};
 use std::collections::BTreeSet;
@@ -169,8 +169,9 @@ pub fn plan(
         for p in &s.ports {
             let text = interpolate::interpolate(&p.raw, lookup)
                 .map_err(|e| port_err(p.line, e.to_string()))?;
-            let (target, protocol) = compose::parse_port(&text.text, p.long_protocol.as_deref())
-                .map_err(|why| port_err(p.line, why))?;
+            let (target, protocol) =
+                super::ports::parse_port(&text.text, p.long_protocol.as_deref())
+                    .map_err(|why| port_err(p.line, why))?;
             if protocol == "tcp" {
                 published_tcp = true;
                 if !targets.contains(&target) {
