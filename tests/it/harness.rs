@@ -180,6 +180,17 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// A child process that is killed and reaped when dropped, so a test that
+/// fails half-way leaves no follower or server of its own running.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A command running in the background whose stderr is read as it comes,
 /// so a test can wait for what it says (`queued: …`) instead of sleeping.
 pub struct Watched {

@@ -30,8 +30,9 @@ fn a_log_moved_away_by_logrotate_is_reopened_and_followed_by_name() {
         .cmd(&home, &["logs", "x", "tick", "-f", "-n", "0"])
         .stdout(Stdio::piped())
         .spawn()
+        .map(Reaped)
         .unwrap();
-    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    let mut lines = BufReader::new(follow.0.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     assert!(first.contains("tick"), "{first}");
     // logrotate's default `create` mode: rename, nothing else.
@@ -46,8 +47,7 @@ fn a_log_moved_away_by_logrotate_is_reopened_and_followed_by_name() {
     // `logs -f` carries on in the new file: numbers keep rising past the
     // rename, with none lost at the switch.
     consecutive_ticks(&mut lines, None, Duration::from_secs(3));
-    let _ = follow.kill();
-    let _ = follow.wait();
+    drop(follow);
     repo.ok(&home, &["remove", "x", "--force"]);
 }
 
@@ -94,8 +94,9 @@ fn logs_f_carries_on_across_a_daemon_restart_with_no_line_lost_or_repeated() {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
+        .map(Reaped)
         .unwrap();
-    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    let mut lines = BufReader::new(follow.0.stdout.take().unwrap()).lines();
     let last = consecutive_ticks(&mut lines, None, Duration::from_secs(1));
     // The daemon dies; the service (and its log writer) runs on. A new
     // daemon is started by the next command, and the follower carries on
@@ -106,8 +107,7 @@ fn logs_f_carries_on_across_a_daemon_restart_with_no_line_lost_or_repeated() {
     std::thread::sleep(Duration::from_millis(300));
     home.ok(&["daemon", "start"]);
     consecutive_ticks(&mut lines, last, Duration::from_secs(2));
-    let _ = follow.kill();
-    let _ = follow.wait();
+    drop(follow);
     repo.ok(&home, &["remove", "x", "--force"]);
 }
 
