@@ -11,6 +11,7 @@ pub mod clickhouse;
 pub mod elasticsearch;
 pub mod external;
 pub mod golden;
+pub mod images;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod kit;

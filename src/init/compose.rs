@@ -5,8 +5,9 @@
 //! line; [`Text`] interpolates on demand, so a field `init` never uses
 //! (a `command` with `${…}` compose would refuse) cannot fail it.
 
+use super::extends::Follower;
 use super::interpolate::{InterpError, Interpolated, interpolate};
-use super::merge::{keyed_entries, merge_files, merge_service, rebase_paths};
+use super::merge::{keyed_entries, merge_files};
 use super::yaml::{self, Node, Value};
 use std::path::{Path, PathBuf};
 
@@ -30,6 +31,23 @@ pub struct ComposeError {
     pub message: String,
     /// What to do.
     pub hint: String,
+}
+
+impl ComposeError {
+    /// An error in `file` (at `line`, when known).
+    pub fn at(
+        file: &Path,
+        line: Option<usize>,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> ComposeError {
+        ComposeError {
+            file: file.to_path_buf(),
+            line,
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
 }
 
 impl std::fmt::Display for ComposeError {
@@ -80,12 +98,12 @@ pub struct Service {
     pub build: Option<Text>,
     /// `environment:` keys with their values (`None`: a bare `- KEY`).
     pub environment: Vec<(String, Option<Text>)>,
-    /// `env_file:` paths with whether each is required.
-    pub env_files: Vec<(Text, bool)>,
+    /// `env_file:` paths, short or long form.
+    pub env_files: Vec<Text>,
     /// `ports:`.
     pub ports: Vec<Port>,
-    /// `ports:` was written as something other than a list.
-    pub ports_not_a_list: bool,
+    /// The line of a `ports:` written as something other than a list.
+    pub ports_not_a_list: Option<usize>,
     /// `depends_on:` names with their condition.
     pub depends_on: Vec<(String, Option<String>)>,
     /// `healthcheck.test` as words (`CMD-SHELL` text is one word), unless
@@ -127,80 +145,103 @@ impl Text {
     }
 }
 
-/// The compose files of `dir`: the first of [`FILE_NAMES`] there, and its
-/// override file (`compose.override.yaml` for `compose.yaml`, …) when one
-/// exists; or exactly `file` when given (as `docker compose -f`).
+/// The files a compose project is read from, and its `.env`.
+#[derive(Debug, Clone)]
+pub struct Located {
+    /// Compose files, base first.
+    pub files: Vec<PathBuf>,
+    /// `.env`'s variables: of `dir`, or beside the `-f` file.
+    pub dotenv: Vec<(String, String)>,
+    /// What the user should know about the choice (both `compose.yaml`
+    /// and `docker-compose.yml` there).
+    pub notes: Vec<String>,
+}
+
+/// The compose files of `dir`: those `COMPOSE_FILE` names (the shell's,
+/// else `.env`'s, separated by `COMPOSE_PATH_SEPARATOR`), else the first
+/// of [`FILE_NAMES`] there and its override file (`compose.override.yaml`
+/// for `compose.yaml`, …); or exactly `file` when given (as
+/// `docker compose -f`). `.env` is read here, once.
 ///
 /// # Errors
-/// No compose file in `dir`, or `file` does not exist.
+/// No compose file in `dir`, `file` or a `COMPOSE_FILE` entry does not
+/// exist, or `.env` cannot be read.
 pub fn locate(
     dir: &Path,
     file: Option<&Path>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<PathBuf>, ComposeError> {
-    // `COMPOSE_FILE` (the shell's, else `.env`'s) names the files as `-f`
-    // would, separated by `COMPOSE_PATH_SEPARATOR` (`:` on Linux).
-    let from_dotenv = |name: &str| {
-        std::fs::read_to_string(dir.join(".env"))
-            .ok()
-            .and_then(|t| crate::config::dotenv::parse(&t).ok())
-            .and_then(|pairs| pairs.into_iter().find(|(k, _)| k == name).map(|(_, v)| v))
-    };
-    let var = |name: &str| env(name).or_else(|| from_dotenv(name));
-    if file.is_none()
-        && let Some(list) = var("COMPOSE_FILE").filter(|l| !l.trim().is_empty())
-    {
+) -> Result<Located, ComposeError> {
+    if let Some(f) = file {
+        if !f.is_file() {
+            let message = if f.exists() {
+                "not a file"
+            } else {
+                "no such file"
+            };
+            return Err(ComposeError::at(
+                f,
+                None,
+                message,
+                "pass the path of a compose file to `-f`",
+            ));
+        }
+        let beside = f.parent().unwrap_or(Path::new("."));
+        return Ok(Located {
+            files: vec![f.to_path_buf()],
+            dotenv: read_dotenv(&beside.join(".env"), env)?,
+            notes: Vec::new(),
+        });
+    }
+    let dotenv = read_dotenv(&dir.join(".env"), env)?;
+    let var = |name: &str| variable(env, &dotenv, name);
+    if let Some(list) = var("COMPOSE_FILE").filter(|l| !l.trim().is_empty()) {
         let sep = var("COMPOSE_PATH_SEPARATOR").unwrap_or_else(|| ":".into());
         let mut files = Vec::new();
         for name in list.split(sep.as_str()).filter(|n| !n.is_empty()) {
             let f = dir.join(name);
             if !f.is_file() {
-                return Err(ComposeError {
-                    file: f,
-                    line: None,
-                    message: "COMPOSE_FILE names this file, which does not exist".into(),
-                    hint: "fix COMPOSE_FILE (in your shell or .env), or name the file with `-f`"
-                        .into(),
-                });
+                return Err(ComposeError::at(
+                    &f,
+                    None,
+                    "COMPOSE_FILE names this file, which does not exist",
+                    "fix COMPOSE_FILE (in your shell or .env), or name the file with `-f`",
+                ));
             }
             files.push(f);
         }
         if !files.is_empty() {
-            return Ok(files);
-        }
-    }
-    if let Some(f) = file {
-        if !f.is_file() {
-            return Err(ComposeError {
-                file: f.to_path_buf(),
-                line: None,
-                message: if f.exists() {
-                    "not a file".into()
-                } else {
-                    "no such file".into()
-                },
-                hint: "pass the path of a compose file to `-f`".into(),
+            return Ok(Located {
+                files,
+                dotenv,
+                notes: Vec::new(),
             });
         }
-        return Ok(vec![f.to_path_buf()]);
     }
-    let Some(base) = FILE_NAMES.iter().map(|n| dir.join(n)).find(|p| p.is_file()) else {
-        return Err(ComposeError {
-            file: dir.to_path_buf(),
-            line: None,
-            message: format!(
+    let found: Vec<&str> = FILE_NAMES
+        .iter()
+        .copied()
+        .filter(|n| dir.join(n).is_file())
+        .collect();
+    let Some(base) = found.first().map(|n| dir.join(n)) else {
+        return Err(ComposeError::at(
+            dir,
+            None,
+            format!(
                 "no compose file here (looked for {})",
                 FILE_NAMES.join(", ")
             ),
-            hint: "run `binky init` in the folder holding it, or name it with `-f FILE`".into(),
-        });
+            "run `binky init` in the folder holding it, or name it with `-f FILE`",
+        ));
     };
-    let stem = base
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.split('.').next())
-        .unwrap_or("compose")
-        .to_owned();
+    let mut notes = Vec::new();
+    if found.len() > 1 {
+        notes.push(format!(
+            "found {}: read {}, as compose does (`-f` picks another)",
+            found.join(" and "),
+            found[0]
+        ));
+    }
+    let stem = found[0].split('.').next().unwrap_or("compose");
     let mut files = vec![base];
     if let Some(o) = ["yaml", "yml"]
         .iter()
@@ -209,25 +250,42 @@ pub fn locate(
     {
         files.push(o);
     }
-    Ok(files)
+    Ok(Located {
+        files,
+        dotenv,
+        notes,
+    })
 }
 
-/// Reads and merges `files` (base first) into one project.
+/// A variable as compose interpolates it: the shell's value wins over
+/// `.env`'s.
+pub fn variable(
+    env: &dyn Fn(&str) -> Option<String>,
+    dotenv: &[(String, String)],
+    name: &str,
+) -> Option<String> {
+    env(name).or_else(|| {
+        dotenv
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    })
+}
+
+/// Reads and merges the located files (base first) into one project.
 ///
 /// # Errors
 /// A file that cannot be read or is not YAML, the legacy format with no
 /// `services:`, a service that is not a mapping, or an `extends` that
 /// names a missing file or service or goes round in a circle.
-pub fn read(
-    files: &[PathBuf],
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Project, ComposeError> {
+pub fn read(located: Located) -> Result<Project, ComposeError> {
     let mut docs = Vec::new();
-    for f in files {
+    for f in &located.files {
         docs.push((f.clone(), load_file(f)?));
     }
     let mut project = merge(docs)?;
-    project.dotenv = read_dotenv(&project.dir.join(".env"), env)?;
+    project.dotenv = located.dotenv;
+    project.notes = located.notes;
     Ok(project)
 }
 
@@ -288,12 +346,13 @@ fn merge(docs: Vec<(PathBuf, Node)>) -> Result<Project, ComposeError> {
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
     let mut merged: Option<Node> = None;
+    let mut follow = Follower::default();
     for (f, mut doc) in docs {
         let services = services_of(&f, &doc)?.clone();
         // Each file's `extends` resolve in that file, before the merge.
-        let mut resolved = resolve_extends(&f, &services, &mut Vec::new())?;
+        let mut resolved = follow.resolve(&f, &services)?;
         // Included files' services come first; the file's own win a clash.
-        let mut all = included(&f, &doc, 0)?;
+        let mut all = follow.included(&f, &doc, 0)?;
         if let Value::Map(own) = std::mem::replace(&mut resolved.value, Value::Null) {
             for (n, v) in own {
                 all.retain(|(m, _)| *m != n);
@@ -333,7 +392,7 @@ fn merge(docs: Vec<(PathBuf, Node)>) -> Result<Project, ComposeError> {
     })
 }
 
-fn load_file(f: &Path) -> Result<Node, ComposeError> {
+pub(super) fn load_file(f: &Path) -> Result<Node, ComposeError> {
     let text = std::fs::read_to_string(f).map_err(|e| ComposeError {
         file: f.to_path_buf(),
         line: None,
@@ -357,13 +416,8 @@ fn parse(f: &Path, text: &str) -> Result<Node, ComposeError> {
 }
 
 /// The `services:` mapping of a loaded file.
-fn services_of<'a>(f: &Path, doc: &'a Node) -> Result<&'a Node, ComposeError> {
-    let err = |line, message: String, hint: &str| ComposeError {
-        file: f.to_path_buf(),
-        line,
-        message,
-        hint: hint.to_owned(),
-    };
+pub(super) fn services_of<'a>(f: &Path, doc: &'a Node) -> Result<&'a Node, ComposeError> {
+    let err = |line, message: String, hint: &str| ComposeError::at(f, line, message, hint);
     let Some(map) = doc.as_map() else {
         return Err(err(
             Some(doc.line),
@@ -414,197 +468,6 @@ static EMPTY: Node = Node {
     tag: None,
 };
 
-/// How deep `include:` may nest: a file that includes itself stops here.
-const MAX_INCLUDE_DEPTH: usize = 8;
-
-/// The services of the files `doc` (file `f`) names in `include:`, each
-/// with its own `extends` followed and its paths rebased onto `f`'s folder.
-fn included(f: &Path, doc: &Node, depth: usize) -> Result<Vec<(String, Node)>, ComposeError> {
-    let Some(inc) = doc.get("include") else {
-        return Ok(Vec::new());
-    };
-    let err = |line, message: String, hint: &str| ComposeError {
-        file: f.to_path_buf(),
-        line: Some(line),
-        message,
-        hint: hint.to_owned(),
-    };
-    if depth >= MAX_INCLUDE_DEPTH {
-        return Err(err(
-            inc.line,
-            format!("`include:` nests more than {MAX_INCLUDE_DEPTH} files deep"),
-            "does a file include itself?",
-        ));
-    }
-    let items: Vec<&Node> = match &inc.value {
-        Value::Seq(items) => items.iter().collect(),
-        _ => vec![inc],
-    };
-    let mut out: Vec<(String, Node)> = Vec::new();
-    for item in items {
-        let path = match &item.value {
-            Value::Map(_) => item.get("path").and_then(|p| match p.as_seq() {
-                Some(list) => list.first().and_then(Node::scalar_text),
-                None => p.scalar_text(),
-            }),
-            _ => item.scalar_text(),
-        };
-        let Some(path) = path.filter(|p| !p.contains('$')) else {
-            return Err(err(
-                item.line,
-                "an `include:` entry must be a file's path, written without variables".into(),
-                "write the path (relative to this file's folder), or run init with `-f` on each file",
-            ));
-        };
-        let full = resolve_path(f, &path);
-        if !full.is_file() {
-            return Err(err(
-                item.line,
-                format!("`include:` names file {path}, which does not exist"),
-                "fix the path (it is relative to this file's folder)",
-            ));
-        }
-        let d = load_file(&full)?;
-        let services = services_of(&full, &d)?.clone();
-        let resolved = resolve_extends(&full, &services, &mut Vec::new())?;
-        let mut theirs = included(&full, &d, depth + 1)?;
-        theirs.extend(resolved.as_map().unwrap_or_default().iter().cloned());
-        let prefix = Path::new(&path).parent().unwrap_or(Path::new(""));
-        for (n, mut node) in theirs {
-            rebase_paths(&mut node, prefix);
-            out.retain(|(m, _)| *m != n);
-            out.push((n, node));
-        }
-    }
-    Ok(out)
-}
-
-/// Each service with its `extends` chain merged in (the base first, then
-/// the service's own keys), in file `f`.
-fn resolve_extends(
-    f: &Path,
-    services: &Node,
-    stack: &mut Vec<(PathBuf, String)>,
-) -> Result<Node, ComposeError> {
-    let Some(entries) = services.as_map() else {
-        return Ok(services.clone());
-    };
-    let mut out = Vec::new();
-    for (name, node) in entries {
-        out.push((name.clone(), extended(f, services, name, node, stack)?));
-    }
-    Ok(Node {
-        value: Value::Map(out),
-        ..services.clone()
-    })
-}
-
-/// Service `name` (`node`, in `services` of file `f`) with what it
-/// extends merged under it.
-fn extended(
-    f: &Path,
-    services: &Node,
-    name: &str,
-    node: &Node,
-    stack: &mut Vec<(PathBuf, String)>,
-) -> Result<Node, ComposeError> {
-    let err = |line, message: String, hint: &str| ComposeError {
-        file: f.to_path_buf(),
-        line: Some(line),
-        message,
-        hint: hint.to_owned(),
-    };
-    if node.as_map().is_none() && node.value != Value::Null {
-        return Err(err(
-            node.line,
-            format!(
-                "service `{name}` must be a mapping, and it is {}",
-                node.kind()
-            ),
-            "write the service's keys indented below its name",
-        ));
-    }
-    let Some(ext) = node.get("extends") else {
-        return Ok(node.clone());
-    };
-    let (base_name, base_file) = match (&ext.value, ext.get("service"), ext.get("file")) {
-        (Value::Str(s), _, _) => (s.clone(), None),
-        (Value::Map(_), Some(s), file) => (
-            s.scalar_text().unwrap_or_default(),
-            file.and_then(Node::scalar_text),
-        ),
-        _ => {
-            return Err(err(
-                ext.line,
-                format!(
-                    "`extends` of `{name}` must name a service (`extends: {{ service: base }}`)"
-                ),
-                "give `extends` a `service:` (and a `file:` for another file)",
-            ));
-        }
-    };
-    let key = (
-        base_file
-            .as_deref()
-            .map_or_else(|| f.to_path_buf(), |b| resolve_path(f, b)),
-        base_name.clone(),
-    );
-    if stack.contains(&key) || (key.0 == f && key.1 == name) {
-        return Err(err(
-            ext.line,
-            format!("`extends` of `{name}` goes round in a circle through `{base_name}`"),
-            "break the circle: a service cannot extend itself, directly or through others",
-        ));
-    }
-    let (base_file_path, base_services, base_doc);
-    let (bf, bs): (&Path, &Node) = match &base_file {
-        None => (f, services),
-        Some(_) => {
-            base_file_path = key.0.clone();
-            if !base_file_path.is_file() {
-                return Err(err(
-                    ext.line,
-                    format!(
-                        "`extends` of `{name}` names file {}, which does not exist",
-                        base_file.as_deref().unwrap_or_default()
-                    ),
-                    "fix the `file:` path (it is relative to this file's folder)",
-                ));
-            }
-            base_doc = load_file(&base_file_path)?;
-            base_services = services_of(&base_file_path, &base_doc)?.clone();
-            (&base_file_path, &base_services)
-        }
-    };
-    let Some(base) = bs.get(&base_name) else {
-        return Err(err(
-            ext.line,
-            format!(
-                "`extends` of `{name}` names service `{base_name}`, which {} does not define",
-                bf.display()
-            ),
-            "name a service defined there",
-        ));
-    };
-    stack.push(key);
-    let mut base = extended(bf, bs, &base_name, base, stack)?;
-    stack.pop();
-    if let Some(b) = &base_file {
-        // The base's paths are relative to its own file's folder.
-        rebase_paths(&mut base, Path::new(b).parent().unwrap_or(Path::new("")));
-    }
-    let mut own = node.clone();
-    if let Value::Map(m) = &mut own.value {
-        m.retain(|(k, _)| k != "extends");
-    }
-    Ok(merge_service(&base, &own))
-}
-
-/// `path` as written in file `f`: relative to `f`'s folder.
-pub fn resolve_path(f: &Path, path: &str) -> PathBuf {
-    f.parent().unwrap_or(Path::new(".")).join(path)
-}
-
 /// The fields `init` reads of service `name`.
 fn service(name: &str, node: &Node) -> Service {
     let text = |n: &Node| n.scalar_text().map(|raw| Text { raw, line: n.line });
@@ -632,15 +495,9 @@ fn service(name: &str, node: &Node) -> Service {
             .collect();
     }
     if let Some(ef) = node.get("env_file") {
-        let one = |n: &Node| -> Option<(Text, bool)> {
-            match &n.value {
-                Value::Map(_) => Some((
-                    text(n.get("path")?)?,
-                    n.get("required")
-                        .is_none_or(|r| r.value != Value::Bool(false)),
-                )),
-                _ => Some((text(n)?, true)),
-            }
+        let one = |n: &Node| match &n.value {
+            Value::Map(_) => text(n.get("path")?),
+            _ => text(n),
         };
         s.env_files = match ef.as_seq() {
             Some(items) => items.iter().filter_map(one).collect(),
@@ -648,16 +505,12 @@ fn service(name: &str, node: &Node) -> Service {
         };
     }
     if let Some(ports) = node.get("ports") {
-        s.ports = match ports.as_seq() {
-            Some(items) => items.iter().filter_map(port).collect(),
-            // Not a list: left for `plan` to refuse with its line.
-            None => vec![Port {
-                raw: ports.scalar_text().unwrap_or_default(),
-                long_protocol: None,
-                line: ports.line,
-            }],
-        };
-        s.ports_not_a_list = ports.as_seq().is_none() && ports.value != Value::Null;
+        match ports.as_seq() {
+            Some(items) => s.ports = items.iter().filter_map(port).collect(),
+            // Left for `plan` to refuse with its line.
+            None if ports.value != Value::Null => s.ports_not_a_list = Some(ports.line),
+            None => {}
+        }
     }
     if let Some(d) = node.get("depends_on") {
         // A list of names reads as keys with no value; a mapping gives

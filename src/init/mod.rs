@@ -11,10 +11,12 @@
 //! used to decide, never written).
 
 pub mod compose;
+mod extends;
 pub mod interpolate;
 mod merge;
 mod plan;
 mod ports;
+mod refs;
 mod write;
 pub mod yaml;
 
@@ -51,22 +53,7 @@ pub fn generate(
     file: Option<&Path>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Generated, ComposeError> {
-    let files = compose::locate(dir, file, env)?;
-    let mut project = compose::read(&files, env)?;
-    if file.is_none() && env("COMPOSE_FILE").is_none() {
-        let found: Vec<&str> = compose::FILE_NAMES
-            .iter()
-            .copied()
-            .filter(|n| dir.join(n).is_file())
-            .collect();
-        if found.len() > 1 {
-            project.notes.push(format!(
-                "found {}: read {}, as compose does (`-f` picks another)",
-                found.join(" and "),
-                found[0]
-            ));
-        }
-    }
+    let project = compose::read(compose::locate(dir, file, env)?)?;
     make(&project, dir, env)
 }
 
@@ -91,15 +78,7 @@ fn make(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Generated, ComposeError> {
     let files = project.files.clone();
-    let dotenv = project.dotenv.clone();
-    let lookup = |name: &str| {
-        env(name).or_else(|| {
-            dotenv
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-        })
-    };
+    let lookup = |name: &str| compose::variable(env, &project.dotenv, name);
     let planned = plan::plan(project, &lookup)?;
     let toml = write::write(project, &planned, dir);
     let report = crate::config::check_str(&toml, &dir.join(crate::config::FILE_NAME));

@@ -8,7 +8,8 @@
 
 use super::compose::{ComposeError, Project, Service, Text};
 use super::interpolate;
-use crate::adapters::catalog::{self, ImageIs};
+use crate::adapters::catalog;
+use crate::adapters::images::{self, ImageIs};
 use std::collections::BTreeSet;
 
 /// What a compose service becomes.
@@ -27,6 +28,11 @@ pub enum Role {
         /// The token field naming the slice inside the server (`prefix`),
         /// when the adapter has one.
         field: Option<&'static str>,
+        /// The adapter implementation (`mysql` for `mariadb`): a world has
+        /// one slice of each.
+        implementation: &'static str,
+        /// How an app's configuration reaches the server.
+        client: catalog::ClientUrl,
     },
     /// A tool for a server (an admin UI): written commented.
     Tool {
@@ -57,9 +63,8 @@ pub struct Planned {
     pub admin_var: String,
     /// `url` label, for a service that publishes a TCP port.
     pub url: Option<String>,
-    /// Published ports as written (for the comment that says they are
-    /// replaced by Binky's allocator).
-    pub published: Vec<String>,
+    /// Compose published a port (which Binky's allocator replaces).
+    pub published: bool,
     /// Named extra ports, for further published TCP ports.
     pub extra_ports: Vec<String>,
     /// Binky names it starts after.
@@ -72,8 +77,8 @@ pub struct Planned {
     pub env: Vec<(String, String)>,
     /// `environment` keys not carried (their values are never written).
     pub env_dropped: Vec<String>,
-    /// `env_file` paths as written, with whether each is required.
-    pub env_files: Vec<(String, bool)>,
+    /// `env_file` paths as written.
+    pub env_files: Vec<String>,
     /// `secrets:` names.
     pub secrets: Vec<String>,
     /// For a second resource on an adapter an earlier one uses: that one's
@@ -94,14 +99,14 @@ impl Planned {
 /// Decides every service of `project`.
 ///
 /// # Errors
-/// An image that needs a variable compose requires (`${TAG:?…}`) and
-/// neither `.env` nor the shell sets, or whose `$` compose cannot read.
+/// An image or port that needs a variable compose requires (`${TAG:?…}`)
+/// and neither `.env` nor the shell sets, or whose `$` compose cannot
+/// read; a port compose would refuse.
 pub fn plan(
     project: &Project,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<Planned>, ComposeError> {
     let file = &project.files[0];
-    let mut taken = BTreeSet::new();
     // Profiles compose starts without being asked: `COMPOSE_PROFILES`.
     let active: Vec<String> = lookup("COMPOSE_PROFILES")
         .unwrap_or_default()
@@ -109,119 +114,24 @@ pub fn plan(
         .map(|p| p.trim().to_owned())
         .filter(|p| !p.is_empty())
         .collect();
+    let mut taken = BTreeSet::new();
     let mut labels = BTreeSet::new();
     // `my-db` and `my_db` are one variable name: each resource its own.
     let mut admin_vars = BTreeSet::new();
     let mut out: Vec<Planned> = Vec::new();
     for s in &project.services {
-        let image = match &s.image {
-            Some(t) => Some(t.value(lookup).map_err(|e| ComposeError {
-                file: file.clone(),
-                line: Some(t.line),
-                message: format!("the image of service `{}`: {e}", s.name),
-                hint: match e {
-                    interpolate::InterpError::Required { .. } => "set the variable in .env beside the compose file or in your shell, as `docker compose` needs too",
-                    interpolate::InterpError::Invalid(_) => "fix the `${…}` there (`$$` writes a literal `$`)",
-                }
-                .into(),
-            })?),
-            None => None,
-        };
-        let rule = image.as_ref().and_then(|i| catalog::image(&i.text));
-        let role = match (rule.map(|r| r.is), &s.build) {
-            (
-                Some(ImageIs::Server {
-                    adapter,
-                    server,
-                    adds,
-                }),
-                None,
-            ) => {
-                let entry = catalog::find(adapter);
-                Role::Resource {
-                    adapter,
-                    server,
-                    adds,
-                    example_url: entry.map_or("", |e| e.example_url),
-                    field: entry.and_then(|e| e.fields.first().copied()),
-                }
-            }
-            (Some(ImageIs::Tool { what }), None) => Role::Tool { what },
-            _ => Role::App,
-        };
+        let role = role(file, s, lookup)?;
         let name = unique(binky_name(&s.name), &mut taken);
-        let mut targets: Vec<u16> = Vec::new();
-        let mut published_tcp = false;
-        let port_err = |line, why: String| {
-            ComposeError {
-            file: file.clone(),
-            line: Some(line),
-            message: format!("a `ports:` entry of service `{}`: {why}", s.name),
-            hint: "write it as compose takes it: \"[HOST_IP:][HOST_PORT:]CONTAINER_PORT[/PROTOCOL]\", or the long form with `target:`".into(),
-        }
-        };
-        if s.ports_not_a_list {
-            return Err(port_err(
-                s.ports.first().map_or(s.line, |p| p.line),
-                "`ports:` must be a list".into(),
-            ));
-        }
-        for p in &s.ports {
-            let text = interpolate::interpolate(&p.raw, lookup)
-                .map_err(|e| port_err(p.line, e.to_string()))?;
-            let (target, protocol) =
-                super::ports::parse_port(&text.text, p.long_protocol.as_deref())
-                    .map_err(|why| port_err(p.line, why))?;
-            if protocol == "tcp" {
-                published_tcp = true;
-                if !targets.contains(&target) {
-                    targets.push(target);
-                }
-            }
-        }
-        let serves = !matches!(role, Role::Resource { .. }) && published_tcp;
-        let url = serves.then(|| unique(crate::slug::dns_label_hint(&name), &mut labels));
-        let check = match (&s.healthcheck, &role) {
-            (Some(words), Role::App | Role::Tool { .. }) => {
-                Some(http_check(words, &s.aliases, lookup))
-            }
-            _ => None,
-        };
-        // The port the app serves on: the one its healthcheck asks, else
-        // the first that is no debugger's.
-        let primary = match &check {
-            Some(Ok((port, _))) if targets.contains(port) => Some(*port),
-            _ => targets
-                .iter()
-                .copied()
-                .find(|p| !NOT_PRIMARY.contains(p))
-                .or(targets.first().copied()),
-        };
-        let extra_ports = if serves {
-            targets
-                .iter()
-                .filter(|t| Some(**t) != primary)
-                .map(|t| format!("port-{t}"))
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let (health, health_note) = match check {
-            // No port of its own: nothing a probe could ask.
-            _ if !serves => (None, None),
-            Some(Ok((port, path))) if Some(port) == primary => (Some(path), None),
-            Some(Ok(_)) => (None, Some(NOT_OWN_PORT)),
-            Some(Err(why)) => (None, Some(why)),
-            None => (None, None),
-        };
+        let serving = serving(file, s, &role, lookup)?;
         out.push(Planned {
             compose_name: s.name.clone(),
             admin_var: unique(
                 format!("{}_ADMIN_URL", crate::slug::env_key(&name)),
                 &mut admin_vars,
             ),
+            url: serving
+                .serves
+                .then(|| unique(crate::slug::dns_label_hint(&name), &mut labels)),
             name,
             role,
             profiles: if s.profiles.iter().any(|p| active.contains(p)) {
@@ -231,42 +141,190 @@ pub fn plan(
             },
             image: s.image.as_ref().map(|t| t.raw.clone()),
             build: s.build.as_ref().map(|t| t.raw.clone()),
-            url,
-            published: s.ports.iter().map(|p| p.raw.clone()).collect(),
-            extra_ports,
+            published: !s.ports.is_empty(),
+            extra_ports: serving.extra_ports,
             depends_on: Vec::new(),
-            health,
-            health_note,
+            health: serving.health,
+            health_note: serving.health_note,
             env: Vec::new(),
             env_dropped: Vec::new(),
-            env_files: s
-                .env_files
-                .iter()
-                .map(|(t, r)| (t.raw.clone(), *r))
-                .collect(),
+            env_files: s.env_files.iter().map(|t| t.raw.clone()).collect(),
             secrets: s.secrets.clone(),
             shares: None,
         });
     }
-    // One slice per adapter and world: the first live resource of each
-    // implementation keeps it, later ones share it.
+    share_slices(&mut out);
+    link(project, &mut out, lookup);
+    Ok(out)
+}
+
+/// What service `s` is: a server of the catalog's image table (unless it
+/// is built), a tool, or an app.
+fn role(
+    file: &std::path::Path,
+    s: &Service,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Role, ComposeError> {
+    let image = match &s.image {
+        Some(t) => Some(t.value(lookup).map_err(|e| {
+            let hint = match e {
+                interpolate::InterpError::Required { .. } => "set the variable in .env beside the compose file or in your shell, as `docker compose` needs too",
+                interpolate::InterpError::Invalid(_) => "fix the `${…}` there (`$$` writes a literal `$`)",
+            };
+            ComposeError::at(
+                file,
+                Some(t.line),
+                format!("the image of service `{}`: {e}", s.name),
+                hint,
+            )
+        })?),
+        None => None,
+    };
+    let rule = image.as_ref().and_then(|i| images::image(&i.text));
+    Ok(match (rule.map(|r| r.is), &s.build) {
+        (
+            Some(ImageIs::Server {
+                adapter,
+                server,
+                adds,
+            }),
+            None,
+        ) => {
+            let entry = catalog::find(adapter);
+            Role::Resource {
+                adapter,
+                server,
+                adds,
+                example_url: entry.map_or("", |e| e.example_url),
+                field: entry.and_then(|e| e.fields.first().copied()),
+                implementation: entry.map_or(adapter, |e| e.name),
+                client: entry.map_or(catalog::ClientUrl::NONE, |e| e.client),
+            }
+        }
+        (Some(ImageIs::Tool { what }), None) => Role::Tool { what },
+        _ => Role::App,
+    })
+}
+
+/// How a tool or an app serves: whether it publishes a TCP port (then it
+/// gets a `url`), its further ports, and its health probe.
+struct Serving {
+    serves: bool,
+    extra_ports: Vec<String>,
+    health: Option<String>,
+    health_note: Option<&'static str>,
+}
+
+fn serving(
+    file: &std::path::Path,
+    s: &Service,
+    role: &Role,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Serving, ComposeError> {
+    let targets = tcp_targets(file, s, lookup)?;
+    let serves = !matches!(role, Role::Resource { .. }) && !targets.is_empty();
+    let check = match (&s.healthcheck, role) {
+        (Some(words), Role::App | Role::Tool { .. }) => Some(http_check(words, &s.aliases, lookup)),
+        _ => None,
+    };
+    // The port the app serves on: the one its healthcheck asks, else the
+    // first that is no debugger's.
+    let primary = match &check {
+        Some(Ok((port, _))) if targets.contains(port) => Some(*port),
+        _ => targets
+            .iter()
+            .copied()
+            .find(|p| !NOT_PRIMARY.contains(p))
+            .or(targets.first().copied()),
+    };
+    let extra_ports = if serves {
+        targets
+            .iter()
+            .filter(|t| Some(**t) != primary)
+            .map(|t| format!("port-{t}"))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let (health, health_note) = match check {
+        // No port of its own: nothing a probe could ask.
+        _ if !serves => (None, None),
+        Some(Ok((port, path))) if Some(port) == primary => (Some(path), None),
+        Some(Ok(_)) => (None, Some(NOT_OWN_PORT)),
+        Some(Err(why)) => (None, Some(why)),
+        None => (None, None),
+    };
+    Ok(Serving {
+        serves,
+        extra_ports,
+        health,
+        health_note,
+    })
+}
+
+/// The container ports `s` publishes over TCP, each once, in order.
+///
+/// # Errors
+/// A `ports:` that is not a list, or an entry compose would refuse.
+fn tcp_targets(
+    file: &std::path::Path,
+    s: &Service,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<u16>, ComposeError> {
+    let port_err = |line, why: String| {
+        ComposeError::at(
+            file,
+            Some(line),
+            format!("a `ports:` entry of service `{}`: {why}", s.name),
+            "write it as compose takes it: \"[HOST_IP:][HOST_PORT:]CONTAINER_PORT[/PROTOCOL]\", or the long form with `target:`",
+        )
+    };
+    if let Some(line) = s.ports_not_a_list {
+        return Err(port_err(line, "`ports:` must be a list".into()));
+    }
+    let mut targets = Vec::new();
+    for p in &s.ports {
+        let text = interpolate::interpolate(&p.raw, lookup)
+            .map_err(|e| port_err(p.line, e.to_string()))?;
+        let (target, protocol) = super::ports::parse_port(&text.text, p.long_protocol.as_deref())
+            .map_err(|why| port_err(p.line, why))?;
+        if protocol == "tcp" && !targets.contains(&target) {
+            targets.push(target);
+        }
+    }
+    Ok(targets)
+}
+
+/// One slice per adapter and world: the first live resource of each
+/// implementation keeps it, later ones share it.
+fn share_slices(out: &mut [Planned]) {
     let mut first: Vec<(&'static str, usize)> = Vec::new();
     for (i, p) in out.iter_mut().enumerate() {
-        let Role::Resource { adapter, .. } = p.role else {
+        let Role::Resource { implementation, .. } = p.role else {
             continue;
         };
         if !p.profiles.is_empty() {
             continue;
         }
-        let implementation = catalog::find(adapter).map_or(adapter, |e| e.name);
         match first.iter().find(|(a, _)| *a == implementation) {
             Some((_, j)) => p.shares = Some(*j),
             None => first.push((implementation, i)),
         }
     }
-    // Second pass: what refers to whom needs every service's name and role.
+}
+
+/// What refers to whom, once every service's name and role is known: an
+/// app's `env` tokens and `depends_on`; a resource's environment, which
+/// configured that server and is listed as not carried.
+fn link(project: &Project, out: &mut [Planned], lookup: &dyn Fn(&str) -> Option<String>) {
     for (i, s) in project.services.iter().enumerate() {
-        let (env, dropped, refs) = environment(s, &project.services, &out, lookup);
+        if matches!(out[i].role, Role::Resource { .. }) {
+            out[i].env_dropped = s.environment.iter().map(|(k, _)| k.clone()).collect();
+            continue;
+        }
+        let (env, dropped, refs) = super::refs::environment(s, &project.services, out, lookup);
         let mut deps: Vec<String> = Vec::new();
         for (d, _) in &s.depends_on {
             if let Some(j) = project.services.iter().position(|x| x.name == *d) {
@@ -279,17 +337,10 @@ pub fn plan(
             }
         }
         let p = &mut out[i];
-        if matches!(p.role, Role::Resource { .. }) {
-            // A server's environment configured that server; a slice on
-            // the user's server takes none of it.
-            p.env_dropped = s.environment.iter().map(|(k, _)| k.clone()).collect();
-            continue;
-        }
         p.env = env;
         p.env_dropped = dropped;
         p.depends_on = deps;
     }
-    Ok(out)
 }
 
 /// A compose name as a Binky service name: lowercase, `[a-z0-9_-]`,
@@ -326,134 +377,6 @@ fn unique(name: String, taken: &mut BTreeSet<String>) -> String {
     }
     taken.insert(n.clone());
     n
-}
-
-/// The `environment` of `s`: entries that name another service, as
-/// tokens; the keys of the rest; and the resources they name (an app
-/// named by URL needs no `depends_on`: its port is known before anything
-/// starts, and adding one would make two apps that name each other a
-/// cycle).
-fn environment(
-    s: &Service,
-    all: &[Service],
-    planned: &[Planned],
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> (Vec<(String, String)>, Vec<String>, Vec<usize>) {
-    let mut env = Vec::new();
-    let mut dropped = Vec::new();
-    let mut refs = Vec::new();
-    for (key, value) in &s.environment {
-        let token = value
-            .as_ref()
-            .and_then(|v| v.value(lookup).ok())
-            .and_then(|v| reference(key, &v.text, all, planned));
-        // `PORT` and `BINKY_*` are Binky's to set.
-        let binkys = key == "PORT" || key.starts_with("BINKY_");
-        match token {
-            Some((t, j)) if crate::config::validate::is_env_key(key) && !binkys => {
-                env.push((key.clone(), t));
-                if matches!(planned[j].role, Role::Resource { .. }) {
-                    refs.push(j);
-                }
-            }
-            _ => dropped.push(key.clone()),
-        }
-    }
-    (env, dropped, refs)
-}
-
-/// Whether variable `key` names a host (so a value that is just a
-/// service's name is its host, not a word such as `DB_CONNECTION=mysql`).
-fn names_a_host(key: &str) -> bool {
-    let k = key.to_ascii_uppercase();
-    [
-        "HOST", "HOSTNAME", "HOSTS", "SERVER", "SERVERS", "ADDR", "ADDRESS", "SEEDS", "BROKERS",
-    ]
-    .iter()
-    .any(|end| k == *end || k.ends_with(&format!("_{end}")))
-}
-
-/// The token for value `v` of variable `key` when it points at another
-/// service, with that service's index: a URL whose host is the service (a
-/// resource's by its client's scheme and port, an app's as its bare
-/// address), Kafka's `host:port` bootstrap list, or the bare host in a
-/// variable that names a host. Anything more (a path, a query, another
-/// port of the server) is the value's own, which is never copied, so such
-/// a value is left out rather than half-rewritten.
-fn reference(key: &str, v: &str, all: &[Service], planned: &[Planned]) -> Option<(String, usize)> {
-    let v = v.trim();
-    // A resource that shares another's slice is reached as that one.
-    let find = |host: &str| {
-        all.iter()
-            .position(|s| s.aliases.iter().any(|a| a.eq_ignore_ascii_case(host)))
-            .map(|j| planned[j].shares.unwrap_or(j))
-    };
-    let client = |j: usize| match planned[j].role {
-        Role::Resource { adapter, .. } => catalog::find(adapter).map(|e| e.client),
-        _ => None,
-    };
-    if v.contains("://") {
-        if v.contains(',') {
-            return None;
-        }
-        let u = url::Url::parse(v).ok()?;
-        let j = find(u.host_str()?)?;
-        let p = &planned[j];
-        let n = &p.name;
-        let scheme = u.scheme().split('+').next().unwrap_or_default();
-        let token = match &p.role {
-            Role::Resource { .. } => {
-                let c = client(j)?;
-                let ours = c.schemes.contains(&scheme)
-                    && u.port().is_none_or(|port| port == c.port)
-                    && u.query().is_none();
-                ours.then(|| format!("${{{n}.url}}"))?
-            }
-            _ => {
-                let bare = matches!(scheme, "http" | "https")
-                    && matches!(u.path(), "" | "/")
-                    && u.query().is_none()
-                    && u.fragment().is_none();
-                (bare && p.url.is_some()).then(|| format!("${{{n}.local_url}}"))?
-            }
-        };
-        return Some((token, j));
-    }
-    // `host:port[,host:port]`, all one service.
-    let hosts: Option<Vec<(usize, u16)>> = v
-        .split(',')
-        .map(|hp| {
-            let (h, p) = hp.trim().rsplit_once(':')?;
-            Some((find(h)?, p.parse::<u16>().ok()?))
-        })
-        .collect();
-    if let Some(hs) = hosts
-        && let Some(&(j, _)) = hs.first()
-        && hs.iter().all(|(x, _)| *x == j)
-    {
-        let p = &planned[j];
-        let n = &p.name;
-        let token = match p.role {
-            Role::Resource { adapter, .. } => (catalog::find(adapter)
-                .is_some_and(|e| e.name == "kafka")
-                && client(j).is_some_and(|c| hs.iter().all(|(_, q)| *q == c.port)))
-            .then(|| format!("${{{n}.url}}"))?,
-            _ if p.url.is_some() && hs.len() == 1 => format!("localhost:${{{n}.port}}"),
-            _ => return None,
-        };
-        return Some((token, j));
-    }
-    if !names_a_host(key) {
-        return None;
-    }
-    let j = find(v)?;
-    let p = &planned[j];
-    let token = match p.role {
-        Role::Resource { .. } => format!("${{{}.host}}", p.name),
-        _ if p.url.is_some() => "localhost".to_owned(),
-        _ => return None,
-    };
-    Some((token, j))
 }
 
 /// Ports that are not the one an app serves plain HTTP on, which the

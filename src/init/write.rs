@@ -159,58 +159,12 @@ fn block(w: &mut String, p: &Planned, shared: Option<&str>, project: &Project, o
         format!(" (`{}` in compose)", one_line(&p.compose_name))
     };
     match &p.role {
-        Role::Resource {
-            adapter,
-            server,
-            adds,
-            field,
-            ..
-        } => {
+        Role::Resource { server, .. } => {
             notes.push(format!(
                 "{}{renamed}: {server} ({origin}), a slice of your server per world.",
                 p.name
             ));
-            body.push(format!("adapter = {}", quote(adapter)));
-            let example = match p.role {
-                Role::Resource { example_url, .. } if !example_url.is_empty() => {
-                    format!("  # export {}='{example_url}'", p.admin_var)
-                }
-                _ => String::new(),
-            };
-            body.push(format!("admin_url = \"${{env.{}}}\"{example}", p.admin_var));
-            if let Some(a) = adds {
-                notes.push(format!(
-                    "The image adds {a}: the server you run needs it too; create it in `migrate`."
-                ));
-            }
-            if let (Some(f), None) = (field, shared) {
-                notes.push(format!(
-                    "Apps find the world's {f} in ${{{}.{f}}}: give it to their client.",
-                    p.name
-                ));
-            }
-            let mut configured = Vec::new();
-            if !p.env_dropped.is_empty() {
-                configured.push(format!("environment ({})", p.env_dropped.join(", ")));
-            }
-            if !p.env_files.is_empty() {
-                let files: Vec<String> = p.env_files.iter().map(|(f, _)| one_line(f)).collect();
-                configured.push(format!("env_file {}", files.join(", ")));
-            }
-            if !configured.is_empty() {
-                notes.push(format!(
-                    "compose's {} configured a server of its own; a slice on yours needs none of it.",
-                    configured.join(" and ")
-                ));
-            }
-            if !p.published.is_empty() {
-                notes.push("compose published its port; a slice needs none of its own.".into());
-            }
-            if let Some(first) = shared {
-                notes.push(format!(
-                    "A world has one slice per adapter, and `{first}` has this one's: it is commented, and what named it is pointed at `{first}` (a second database or prefix inside that slice is the app's to make)."
-                ));
-            }
+            resource_body(&mut body, &mut notes, p, shared);
         }
         Role::Tool { what } => {
             notes.push(format!(
@@ -243,6 +197,65 @@ fn block(w: &mut String, p: &Planned, shared: Option<&str>, project: &Project, o
         }
         w.push_str(&line);
         w.push('\n');
+    }
+}
+
+/// The keys of a resource block, and the notes that go with them.
+fn resource_body(
+    body: &mut Vec<String>,
+    notes: &mut Vec<String>,
+    p: &Planned,
+    shared: Option<&str>,
+) {
+    let Role::Resource {
+        adapter,
+        adds,
+        field,
+        example_url,
+        ..
+    } = p.role
+    else {
+        return;
+    };
+    body.push(format!("adapter = {}", quote(adapter)));
+    let example = if example_url.is_empty() {
+        String::new()
+    } else {
+        format!("  # export {}='{example_url}'", p.admin_var)
+    };
+    body.push(format!("admin_url = \"${{env.{}}}\"{example}", p.admin_var));
+    if let Some(a) = adds {
+        notes.push(format!(
+            "The image adds {a}: the server you run needs it too; create it in `migrate`."
+        ));
+    }
+    if let (Some(f), None) = (field, shared) {
+        notes.push(format!(
+            "Apps find the world's {f} in ${{{}.{f}}}: give it to their client.",
+            p.name
+        ));
+    }
+    let mut configured = Vec::new();
+    if !p.env_dropped.is_empty() {
+        configured.push(format!("environment ({})", p.env_dropped.join(", ")));
+    }
+    if !p.env_files.is_empty() {
+        let files: Vec<String> = p.env_files.iter().map(|f| one_line(f)).collect();
+        configured.push(format!("env_file {}", files.join(", ")));
+    }
+    if !configured.is_empty() {
+        notes.push(format!(
+            "compose's {} configured a server of its own; a slice on yours needs none of it.",
+            configured.join(" and ")
+        ));
+    }
+    if p.published {
+        notes.push("compose published its port; a slice needs none of its own.".into());
+    }
+    if let Some(first) = shared {
+        notes.push(format!(
+            "A world has one slice per adapter, and `{first}` has this one's: it is commented, and what named it is pointed at `{first}` (a second database or prefix inside that slice is the app's to make)."
+        ));
     }
 }
 
@@ -281,15 +294,15 @@ fn app_body(
         )),
         (None, None) => {}
     }
-    let files: Vec<(String, bool)> = p
+    let files: Vec<String> = p
         .env_files
         .iter()
-        .filter_map(|(f, req)| env_file_path(project, out_dir, f).map(|p| (p, *req)))
+        .filter_map(|f| env_file_path(project, out_dir, f))
         .collect();
-    if let Some((first, _)) = files.first() {
+    if let Some(first) = files.first() {
         body.push(format!("env_file = {}", quote(first)));
         if files.len() > 1 {
-            let rest: Vec<&str> = files[1..].iter().map(|(f, _)| f.as_str()).collect();
+            let rest: Vec<&str> = files[1..].iter().map(String::as_str).collect();
             notes.push(format!(
                 "compose also read env_file {}: Binky takes one per service; merge them or use the project's env_file.",
                 rest.join(", ")
