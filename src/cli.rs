@@ -49,6 +49,8 @@ pub enum Command {
     Up(UpArgs),
     /// Restart a world in place: stop, then up again on the same ports and data.
     Reload(UpArgs),
+    /// Rebuild a world's slices from their golden template (or migrate + seed); keep worktree and ports.
+    Reset(ResetArgs),
     /// Stop a world's processes; keep its files, ports and slices.
     Down(NameArgs),
     /// Destroy a world: stop it, tear down its slices, delete its worktree and logs.
@@ -65,7 +67,7 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Print a world's captured service logs, interleaved by time.
     Logs(LogsArgs),
-    /// Sweep what a crash left half-made: slices, worktrees, stale golden markers.
+    /// Sweep what a crash left half-made (slices, worktrees) and golden templates no world uses.
     Gc(GcArgs),
     /// Show the machine-global settings (reserves, max_parallel, proxy ports).
     Config(JsonArgs),
@@ -79,7 +81,7 @@ pub enum Command {
     Doctor(JsonArgs),
     /// Point-in-time daemon metrics as one JSON object (`--json` is accepted; it is always JSON).
     Metrics(JsonArgs),
-    /// Run the MCP server on stdio so agents can call up/down/status/env/verify/logs.
+    /// Run the MCP server on stdio so agents can call up/down/reset/remove/status/env/verify/logs.
     Mcp,
     /// Manage the machine-global background daemon.
     Daemon(DaemonArgs),
@@ -114,6 +116,7 @@ impl Command {
             Command::Check(_)
                 | Command::Up(_)
                 | Command::Reload(_)
+                | Command::Reset(_)
                 | Command::Down(_)
                 | Command::Remove(_)
                 | Command::Status(_)
@@ -133,6 +136,7 @@ impl Command {
             Command::Check(_) => "check",
             Command::Up(_) => "up",
             Command::Reload(_) => "reload",
+            Command::Reset(_) => "reset",
             Command::Down(_) => "down",
             Command::Remove(_) => "remove",
             Command::Status(_) => "status",
@@ -180,6 +184,30 @@ pub struct CheckArgs {
     /// A binky.toml, or a folder to search upward from. Default: the current folder.
     pub path: Option<PathBuf>,
     /// Print the findings as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `binky reset`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Stops the world, drops the named slices on the servers they were made on, and brings the world up again: \
+each slice is cloned afresh from the golden template of the branch's current migrations (or provisioned, migrated and seeded \
+where the resource has no clone_from). The worktree, its files and the ports are kept; only this world's slices are touched."
+)]
+pub struct ResetArgs {
+    /// The world's name.
+    pub name: String,
+    /// Resource services whose slices to rebuild (default: the world's only resource).
+    #[arg(value_name = "SERVICE", conflicts_with = "all")]
+    pub services: Vec<String>,
+    /// Rebuild every slice of the world.
+    #[arg(long)]
+    pub all: bool,
+    /// Admission group, when the world is not running and must wait for room.
+    #[arg(long, short = 'g', value_name = "GROUP")]
+    pub group: Option<String>,
+    /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
 }

@@ -73,9 +73,10 @@ impl Adapter for DirStore {
         Ok(folder(slice).is_dir())
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<(), AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
         let (from, to) = (folder(template), folder(slice));
-        copy_tree(&from, &to).map_err(|e| io("copy the template into", &to, e))
+        copy_tree(&from, &to).map_err(|e| io("copy the template into", &to, e))?;
+        Ok("folder copy".to_owned())
     }
 }
 

@@ -203,7 +203,7 @@ impl Adapter for ClickHouse {
         Ok(n.trim() != "0")
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<(), AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
         let ep = endpoint(slice)?;
         check_ours(&ep, slice)?;
         let server = ep.host_port();
@@ -238,7 +238,7 @@ impl Adapter for ClickHouse {
                 return Err(e.redacted(slice));
             }
         }
-        Ok(())
+        Ok("CREATE TABLE … CLONE AS".to_owned())
     }
 
     fn fields(&self, slice: &Slice) -> Vec<(&'static str, String)> {

@@ -225,7 +225,7 @@ impl Adapter for External {
         })
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<(), AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
         let caps = self.call("capabilities", slice, None).await?;
         if !caps
             .capabilities
@@ -238,6 +238,8 @@ impl Adapter for External {
                 environmental: true,
             });
         }
-        self.call("clone", slice, Some(template)).await.map(|_| ())
+        self.call("clone", slice, Some(template))
+            .await
+            .map(|_| format!("{} clone", self.name))
     }
 }

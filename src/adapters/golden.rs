@@ -1,20 +1,23 @@
 //! Golden templates: pay for migrate + seed once, then copy per world.
 //!
-//! The template `<project>_golden_<clone_from>` is keyed by a hash of the
-//! migrate and seed commands and the contents of the `clone_inputs` files. Its
-//! marker `$BINKY_HOME/golden/<adapter>/<template>` ([`Marker`]) holds that
-//! key, the key its schema was migrated at and the server it was built on; a
-//! changed key (or a missing template) rebuilds it, on the server it was
-//! built on first when `admin_url` now names another.
+//! A template is keyed by a hash of the migrate and seed commands and the
+//! contents of the `clone_inputs` files, and named by that key
+//! (`<project>_golden_<clone_from>_<key>`, [`template_name`]): branches
+//! whose migrations differ each keep their own template instead of
+//! rebuilding one shared template back and forth. Its marker
+//! `$BINKY_HOME/golden/<adapter>/<template>` ([`Marker`]) holds the key, the
+//! key its schema was migrated at, the server it was built on, and whose it
+//! is; `gc` drops a template no world's current key names.
 
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
 /// What a template's marker file records, a line each: the template's key,
-/// the key its schema was migrated at (empty when none), then the server's
-/// address and the fingerprint of its credentials (see
-/// [`super::server`]; absent in markers written before servers were
-/// recorded, and for a template of no server).
+/// the key its schema was migrated at (empty when none), the server's
+/// address and the fingerprint of its credentials (see [`super::server`];
+/// empty for a template of no server), then its project and resource
+/// service. Markers written by older versions lack the later lines: a
+/// missing line is an empty field.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Marker {
     /// [`key`] of the template when it was built.
@@ -23,6 +26,11 @@ pub struct Marker {
     pub migrated: Option<String>,
     /// The server it was built on.
     pub server: Option<super::server::Server>,
+    /// The project it belongs to (`None` in an older marker: its name's
+    /// head says).
+    pub project: Option<String>,
+    /// The resource service it was built for (`None` in an older marker).
+    pub service: Option<String>,
 }
 
 impl Marker {
@@ -33,6 +41,8 @@ impl Marker {
         let migrated = lines.next().filter(|l| !l.is_empty()).map(str::to_owned);
         let address = lines.next().filter(|l| !l.is_empty());
         let credentials = lines.next().unwrap_or("");
+        let mut field = || lines.next().filter(|l| !l.is_empty()).map(str::to_owned);
+        let (project, service) = (field(), field());
         Marker {
             key,
             migrated,
@@ -40,6 +50,8 @@ impl Marker {
                 address: a.to_owned(),
                 credentials: credentials.to_owned(),
             }),
+            project,
+            service,
         }
     }
 
@@ -50,16 +62,32 @@ impl Marker {
             .as_ref()
             .map_or(("", ""), |s| (s.address.as_str(), s.credentials.as_str()));
         format!(
-            "{}\n{}\n{address}\n{credentials}\n",
+            "{}\n{}\n{address}\n{credentials}\n{}\n{}\n",
             self.key,
-            self.migrated.as_deref().unwrap_or("")
+            self.migrated.as_deref().unwrap_or(""),
+            self.project.as_deref().unwrap_or(""),
+            self.service.as_deref().unwrap_or("")
         )
     }
 }
 
-/// The template's name.
-pub fn template_name(project: &str, clone_from: &str) -> String {
-    format!("{project}_golden_{clone_from}")
+/// Hex digits of the key a template's name carries: 48 bits, so two keys
+/// of one project and `clone_from` meet by chance about once in 10^7
+/// pairs (and then the marker's full key tells them apart).
+pub const NAME_KEY_LEN: usize = 12;
+
+/// The longest template name: PostgreSQL's identifier limit, the shortest
+/// of the servers that clone (MySQL allows 64; MongoDB and ClickHouse
+/// databases, sqlite files more).
+pub const NAME_MAX: usize = 63;
+
+/// Template `clone_from` of `project` at `key`:
+/// `<project>_golden_<clone_from>_<first 12 hex digits of key>`, cut to
+/// [`NAME_MAX`] bytes with a hash of the whole when longer. `_` never
+/// occurs in a world's slug, so no world's slice shares the name.
+pub fn template_name(project: &str, clone_from: &str, key: &str) -> String {
+    let short = &key[..key.len().min(NAME_KEY_LEN)];
+    super::fit_identifier(&format!("{project}_golden_{clone_from}_{short}"), NAME_MAX)
 }
 
 /// The template key: SHA-256 over the commands and every file matching the
@@ -84,8 +112,19 @@ pub fn key(
         }
         if let Ok(set) = b.build() {
             let mut files = Vec::new();
-            collect(root, root, &set, &mut files);
+            let (plain, wild): (Vec<&String>, Vec<&String>) =
+                clone_inputs.iter().partition(|g| !has_wildcard(g));
+            // A glob without a wildcard names one file: read, not searched for.
+            for g in plain {
+                if root.join(g).is_file() && set.is_match(g.as_str()) {
+                    files.push(g.clone());
+                }
+            }
+            for base in literal_bases(wild) {
+                collect(root, &root.join(base), &set, &mut files);
+            }
             files.sort();
+            files.dedup();
             for rel in files {
                 h.update(rel.as_bytes());
                 h.update(b"\0");
@@ -119,6 +158,41 @@ pub fn migrate_key(
         return h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     }
     key(Some(migrate), None, clone_inputs, root)
+}
+
+/// Whether glob text holds a wildcard (or an escape, taken as one).
+fn has_wildcard(glob: &str) -> bool {
+    glob.contains(['*', '?', '[', '{', '\\'])
+}
+
+/// The folders the globs can match under: each glob's leading components
+/// before the first one with a wildcard (`migrations/*.sql` →
+/// `migrations`; `**/*.sql` → the root), with no folder listed under
+/// another. So the key reads the few files it needs, not the whole worktree
+/// (a `target/` folder can hold 100,000 files), and `status` can afford it.
+fn literal_bases(globs: Vec<&String>) -> Vec<std::path::PathBuf> {
+    let mut bases: Vec<std::path::PathBuf> = globs
+        .iter()
+        .map(|g| {
+            let mut parts: Vec<&str> = g.split('/').collect();
+            // The last component names files, never a folder to walk.
+            parts.pop();
+            parts
+                .into_iter()
+                .take_while(|p| !has_wildcard(p))
+                .filter(|p| !p.is_empty() && *p != ".")
+                .collect()
+        })
+        .collect();
+    bases.sort();
+    bases.dedup();
+    let mut out: Vec<std::path::PathBuf> = Vec::new();
+    for b in bases {
+        if !out.iter().any(|o| b.starts_with(o)) {
+            out.push(b);
+        }
+    }
+    out
 }
 
 fn collect(root: &Path, dir: &Path, set: &globset::GlobSet, out: &mut Vec<String>) {
@@ -158,11 +232,76 @@ mod tests {
                 address: "postgres://127.0.0.1:5432".into(),
                 credentials: "fp1:00".into(),
             }),
+            ..Marker::default()
         };
         assert_eq!(Marker::parse(&m.render()), m);
         let old = Marker::parse("k\nm\n");
         assert_eq!((old.key.as_str(), old.server), ("k", None));
         assert_eq!(Marker::parse("k\n\n").migrated, None);
+        let owned = Marker {
+            project: Some("shop".into()),
+            service: Some("db".into()),
+            ..m
+        };
+        assert_eq!(Marker::parse(&owned.render()), owned);
+    }
+
+    #[test]
+    fn template_names_carry_the_key_and_fit_every_server() {
+        let k1 = "0123456789abcdef".repeat(4);
+        let k2 = "fedcba9876543210".repeat(4);
+        assert_eq!(
+            template_name("shop", "golden", &k1),
+            "shop_golden_golden_0123456789ab"
+        );
+        assert_ne!(
+            template_name("shop", "golden", &k1),
+            template_name("shop", "golden", &k2)
+        );
+        let long = "p".repeat(63);
+        for k in [&k1, &k2] {
+            let n = template_name(&long, "golden", k);
+            assert!(n.len() <= NAME_MAX, "{n}");
+        }
+        assert_ne!(
+            template_name(&long, "golden", &k1),
+            template_name(&long, "golden", &k2)
+        );
+    }
+
+    #[test]
+    fn the_key_reads_only_under_the_globs_literal_folders() {
+        assert_eq!(
+            literal_bases(
+                ["migrations/*.sql", "migrations/v2/**", "**/*.prisma"]
+                    .map(String::from)
+                    .iter()
+                    .collect()
+            ),
+            vec![std::path::PathBuf::new()]
+        );
+        assert_eq!(
+            literal_bases(
+                ["db/migrate/*.rb", "db/*.rb", "lib/{a,b}/*.sql"]
+                    .map(String::from)
+                    .iter()
+                    .collect()
+            ),
+            vec![std::path::PathBuf::from("db"), "lib".into()]
+        );
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("db/migrate")).unwrap();
+        std::fs::write(d.path().join("db/migrate/1.rb"), "a").unwrap();
+        let inputs = vec!["db/migrate/*.rb".to_string(), "schema.sql".into()];
+        let k = key(Some("m"), None, &inputs, d.path());
+        // A file outside the folders is not read, a change inside is.
+        std::fs::write(d.path().join("other.rb"), "x").unwrap();
+        assert_eq!(k, key(Some("m"), None, &inputs, d.path()));
+        std::fs::write(d.path().join("db/migrate/2.rb"), "b").unwrap();
+        let k2 = key(Some("m"), None, &inputs, d.path());
+        assert_ne!(k, k2);
+        std::fs::write(d.path().join("schema.sql"), "c").unwrap();
+        assert_ne!(k2, key(Some("m"), None, &inputs, d.path()));
     }
 
     #[test]

@@ -170,8 +170,15 @@ pub trait Adapter: Send + Sync {
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError>;
     /// Whether the slice exists.
     async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError>;
-    /// Copies `template` into a new `slice` (only with `capabilities().clone`).
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<(), AdapterError> {
+    /// Copies `template` into a new `slice` (only with `capabilities().clone`),
+    /// returning how it was copied (`TEMPLATE STRATEGY FILE_COPY`,
+    /// `reflink`, …) for the `cloned` event.
+    ///
+    /// # Errors
+    /// The copy failed. An [`AdapterError::environmental`] one (a missing
+    /// grant or client program, a busy template) lets the world be built by
+    /// provision + migrate + seed instead; any other fails the world's `up`.
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
         let _ = (template, slice);
         Err(AdapterError::new(format!(
             "the {} adapter cannot clone",
@@ -184,11 +191,20 @@ pub trait Adapter: Send + Sync {
         let _ = slice;
         Vec::new()
     }
-    /// Takes a lock on the server that serialises building `template` across
-    /// daemons (two `BINKY_HOME`s on one server); held until the guard drops.
-    /// Within one daemon a mutex already does this, so the default is none.
-    async fn lock_template(&self, template: &Slice) -> Result<Option<TemplateLock>, AdapterError> {
-        let _ = template;
+    /// Takes a lock on the server that serialises building, cloning and
+    /// dropping `template` across daemons (two `BINKY_HOME`s on one
+    /// server); held until the guard drops. Within one daemon a mutex
+    /// already does this, so the default is none.
+    ///
+    /// # Errors
+    /// The server cannot be reached; or, without `wait`, another daemon
+    /// holds the lock now (with `wait`, after the adapter's own limit).
+    async fn lock_template(
+        &self,
+        template: &Slice,
+        wait: bool,
+    ) -> Result<Option<TemplateLock>, AdapterError> {
+        let _ = (template, wait);
         Ok(None)
     }
 }

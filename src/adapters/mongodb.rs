@@ -368,7 +368,7 @@ impl Adapter for MongoDb {
             .map_err(|e| s.error("listing databases", &e).redacted(slice))
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<(), AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
         let s = Server::of(slice).await?;
         check_ours(&s.shown, slice)?;
         let started = std::time::Instant::now();
@@ -381,7 +381,11 @@ impl Adapter for MongoDb {
                     took_ms = started.elapsed().as_millis() as u64,
                     "mongodb clone"
                 );
-                Ok(())
+                Ok(match path {
+                    CopyPath::Merge => "$merge on the server",
+                    CopyPath::Stream => "streamed through binky",
+                }
+                .to_owned())
             }
             Err(e) => {
                 let _ = s.client.database(&slice.name).drop().await;

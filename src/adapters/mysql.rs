@@ -85,9 +85,29 @@ async fn connect(slice: &Slice) -> Result<Conn, AdapterError> {
     })
 }
 
+/// A failed statement as an adapter error: environmental (a clone may then
+/// fall back to migrate + seed) when the server refused for want of a grant
+/// or a definer account, or the connection broke; plain otherwise.
 fn sql_err(what: &str, e: mysql_async::Error) -> AdapterError {
-    AdapterError::new(format!("mysql: {what}: {e}"))
+    let message = format!("mysql: {what}: {e}");
+    let environmental = match &e {
+        mysql_async::Error::Server(s) => ENVIRONMENTAL_CODES.contains(&s.code),
+        mysql_async::Error::Io(_) => true,
+        _ => false,
+    };
+    if environmental {
+        AdapterError::environmental(message)
+    } else {
+        AdapterError::new(message)
+    }
 }
+
+/// Server error codes that say the account lacks something, not that the
+/// statement is wrong: access denied to a database (1044), an account
+/// (1045), a table (1142) or column (1143), a privilege such as SUPER or
+/// SET USER (1227), a routine (1370); a routine that needs SUPER with
+/// binary logging (1419); a definer that does not exist here (1449).
+const ENVIRONMENTAL_CODES: &[u16] = &[1044, 1045, 1142, 1143, 1227, 1370, 1419, 1449];
 
 /// Runs one statement.
 async fn exec(c: &mut Conn, sql: &str) -> Result<(), AdapterError> {
@@ -158,10 +178,66 @@ async fn show_create(
     })
 }
 
-/// Strips `` `schema`. `` qualifiers that name the template, so a view's
-/// definition reads the clone's tables (as mysqldump does for one database).
+/// Turns `` `schema`. `` qualifiers that name the template into ones that
+/// name the clone, so a view, trigger or routine reads the clone's tables
+/// (as mysqldump does for one database). Only qualifiers are rewritten:
+/// the same text inside a string literal (`'shop_golden_main.'`, data the
+/// definition returns) or a comment is left as written.
 fn requalify(sql: &str, from: &str, to: &str) -> String {
-    sql.replace(&format!("{}.", quote(from)), &format!("{}.", quote(to)))
+    let (qualifier, with) = (format!("{}.", quote(from)), format!("{}.", quote(to)));
+    let b = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len());
+    // Delimiters are ASCII, so every index below is a char boundary.
+    let (mut i, mut copied) = (0, 0);
+    while i < b.len() {
+        let end = match b[i] {
+            q @ (b'\'' | b'"') => quoted_end(b, i, q, true),
+            b'`' if sql[i..].starts_with(&qualifier) => {
+                out.push_str(&sql[copied..i]);
+                out.push_str(&with);
+                i += qualifier.len();
+                copied = i;
+                continue;
+            }
+            b'`' => quoted_end(b, i, b'`', false),
+            b'#' => line_end(b, i),
+            b'-' if b.get(i + 1) == Some(&b'-')
+                && b.get(i + 2).is_none_or(|c| c.is_ascii_whitespace()) =>
+            {
+                line_end(b, i)
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                sql[i + 2..].find("*/").map_or(b.len(), |at| i + 2 + at + 2)
+            }
+            _ => i + 1,
+        };
+        i = end;
+    }
+    out.push_str(&sql[copied..]);
+    out
+}
+
+/// Just past the quoted text opened by `q` at `start`: a doubled `q` stands
+/// for itself, and in a string (`backslash`) `\\` escapes the next byte.
+fn quoted_end(b: &[u8], start: usize, q: u8, backslash: bool) -> usize {
+    let mut i = start + 1;
+    while i < b.len() {
+        match b[i] {
+            b'\\' if backslash => i += 2,
+            c if c == q && b.get(i + 1) == Some(&q) => i += 2,
+            c if c == q => return i + 1,
+            _ => i += 1,
+        }
+    }
+    b.len()
+}
+
+/// Just past the line a comment starting at `start` ends with.
+fn line_end(b: &[u8], start: usize) -> usize {
+    b[start..]
+        .iter()
+        .position(|&c| c == b'\n')
+        .map_or(b.len(), |at| start + at + 1)
 }
 
 /// The server-side copy (`clone_strategy = "copy"`).
@@ -201,6 +277,28 @@ async fn copy_table(
     let def = show_create(c, "TABLE", src, table).await?;
     exec_creating(c, "TABLE", table, &def.sql).await?;
     if sequence {
+        // The definition gives where the sequence started, not where it
+        // is: the clone carries on from the template's next value (as
+        // mysqldump's `SETVAL(…, next, 0)` does), so ids the seed used are
+        // never handed out again.
+        let next: Option<i64> = c
+            .exec_first(
+                format!(
+                    "SELECT next_not_cached_value FROM {}.{}",
+                    quote(src),
+                    quote(table)
+                ),
+                (),
+            )
+            .await
+            .map_err(|e| sql_err("reading a sequence", e))?;
+        if let Some(next) = next {
+            exec(
+                c,
+                &format!("SELECT SETVAL({}.{}, {next}, 0)", quote(dst), quote(table)),
+            )
+            .await?;
+        }
         return Ok(());
     }
     // Generated columns are computed, never inserted.
@@ -435,17 +533,23 @@ impl Adapter for Mysql {
         Ok(found.is_some())
     }
 
-    async fn lock_template(&self, template: &Slice) -> Result<Option<TemplateLock>, AdapterError> {
+    async fn lock_template(
+        &self,
+        template: &Slice,
+        wait: bool,
+    ) -> Result<Option<TemplateLock>, AdapterError> {
         let mut c = connect(template).await?;
         // Lock names are limited to 64 characters: hash the template's name.
         let name = format!("binky_golden_{}", crate::slug::short_hash(&template.name));
+        let timeout: u32 = if wait { 600 } else { 0 };
         let got: Option<Option<i64>> = c
-            .exec_first("SELECT GET_LOCK(?, 600)", (&name,))
+            .exec_first("SELECT GET_LOCK(?, ?)", (&name, timeout))
             .await
             .map_err(|e| sql_err("GET_LOCK", e))?;
         if got.flatten() != Some(1) {
+            let how_long = if wait { " for 10 minutes" } else { "" };
             return Err(AdapterError::new(format!(
-                "mysql: another daemon has been building {} for 10 minutes; try again later",
+                "mysql: another daemon has been using the template {}{how_long}; try again later",
                 template.name
             )));
         }
@@ -453,7 +557,7 @@ impl Adapter for Mysql {
         Ok(Some(Box::new(tokio::sync::Mutex::new(c))))
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<(), AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
         let strategy = slice
             .options
             .get("clone_strategy")
@@ -489,7 +593,7 @@ impl Adapter for Mysql {
             ))),
         };
         let _ = c.disconnect().await;
-        copied
+        copied.map(|()| strategy.to_owned())
     }
 }
 
@@ -515,6 +619,32 @@ mod tests {
                 "shop_x"
             ),
             "select `shop_x`.`t`.`a` AS `a` from `shop_x`.`t`"
+        );
+        // A literal or a comment holding the same text is data, not a
+        // qualifier.
+        for kept in [
+            "select 'x`shop_golden_main`.y' AS `s`",
+            "select \"`shop_golden_main`.\" AS `s`",
+            "select 'it''s `shop_golden_main`.' AS `s`",
+            "select 'a\\'`shop_golden_main`.' AS `s`",
+            "# `shop_golden_main`.t\nselect 1",
+            "-- `shop_golden_main`.t\nselect 1",
+            "/* `shop_golden_main`.t */ select 1",
+        ] {
+            assert_eq!(requalify(kept, "shop_golden_main", "shop_x"), kept);
+        }
+        assert_eq!(
+            requalify(
+                "select 'n''s' AS `s`, `shop_golden_main`.`t`.`é` from `shop_golden_main`.`t` -- x\n",
+                "shop_golden_main",
+                "shop_x"
+            ),
+            "select 'n''s' AS `s`, `shop_x`.`t`.`é` from `shop_x`.`t` -- x\n"
+        );
+        // A quoted identifier that merely ends like the template is not it.
+        assert_eq!(
+            requalify("select `a``shop_golden_main`.t", "shop_golden_main", "x"),
+            "select `a``shop_golden_main`.t"
         );
     }
 }

@@ -249,25 +249,42 @@ impl Adapter for Postgres {
         Ok(!rows.is_empty())
     }
 
-    async fn lock_template(&self, template: &Slice) -> Result<Option<TemplateLock>, AdapterError> {
+    async fn lock_template(
+        &self,
+        template: &Slice,
+        wait: bool,
+    ) -> Result<Option<TemplateLock>, AdapterError> {
         let c = connect(template).await?;
         // Session-level: released when this connection closes, which is when
         // the guard (the client) drops, or when a crashed daemon's socket does.
-        c.execute(
-            "SELECT pg_advisory_lock($1)",
-            &[&advisory_key(&template.name)],
-        )
-        .await
-        .map_err(|e| sql_err("pg_advisory_lock", e))?;
+        let key = advisory_key(&template.name);
+        if wait {
+            c.execute("SELECT pg_advisory_lock($1)", &[&key])
+                .await
+                .map_err(|e| sql_err("pg_advisory_lock", e))?;
+        } else {
+            let got: bool = c
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+                .await
+                .map_err(|e| sql_err("pg_try_advisory_lock", e))?
+                .get(0);
+            if !got {
+                return Err(AdapterError::new(format!(
+                    "postgres: another daemon is using the template {} now; try again later",
+                    quote(&template.name)
+                )));
+            }
+        }
         Ok(Some(Box::new(c)))
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<(), AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
         let c = connect(slice).await?;
         let strategy = match choose_strategy(&c, template).await? {
             Some(s) => format!(" STRATEGY {s}"),
             None => String::new(),
         };
+        let how = format!("TEMPLATE{strategy}");
         let sql = format!(
             "CREATE DATABASE {} TEMPLATE {}{strategy}",
             quote(&slice.name),
@@ -280,7 +297,7 @@ impl Adapter for Postgres {
         let deadline = tokio::time::Instant::now() + TEMPLATE_FREE_WAIT;
         loop {
             let e = match c.batch_execute(&sql).await {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(how),
                 Err(e) => e,
             };
             let in_use = e

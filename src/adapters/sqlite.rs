@@ -65,7 +65,7 @@ impl Adapter for Sqlite {
         Ok(file(slice).exists())
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<(), AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
         let src = file(template);
         // Fold the template's WAL into the main file so one file is the whole
         // database.
@@ -76,7 +76,7 @@ impl Adapter for Sqlite {
         drop(conn);
         let dst = file(slice);
         std::fs::create_dir_all(&slice.data_dir).map_err(|e| io(e, "create", &slice.data_dir))?;
-        std::fs::copy(&src, &dst).map_err(|e| io(e, "copy to", &dst))?;
-        Ok(())
+        let how = crate::platform::clone_file(&src, &dst).map_err(|e| io(e, "copy to", &dst))?;
+        Ok(how.as_str().to_owned())
     }
 }

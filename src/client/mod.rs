@@ -252,7 +252,11 @@ pub enum Ended {
 fn daemon_gone(req: &Request) -> ApiError {
     let verb = req.verb();
     let world = match req {
-        Request::Up(u) | Request::Reload(u) => Some(u.world.name.as_str()),
+        Request::Up(u)
+        | Request::Reload(u)
+        | Request::Reset(crate::protocol::ResetRequest { up: u, .. }) => {
+            Some(u.world.name.as_str())
+        }
         Request::Down(w) => Some(w.name.as_str()),
         Request::Remove { world, .. } | Request::Verify { world, .. } => Some(world.name.as_str()),
         _ => None,
@@ -266,7 +270,10 @@ fn daemon_gone(req: &Request) -> ApiError {
                 "`binky status` shows how it went; `binky up {w}` again is safe (it makes nothing twice)"
             ),
         ),
-        (Request::Reload(_) | Request::Down(_) | Request::Remove { .. }, Some(w)) => (
+        (
+            Request::Reload(_) | Request::Reset(_) | Request::Down(_) | Request::Remove { .. },
+            Some(w),
+        ) => (
             format!(
                 "`{verb}` of {w} may have been cut short; the restarted daemon marks it interrupted (status says so), and what it finished stays done"
             ),

@@ -89,6 +89,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Metrics(_) => settings::metrics(),
         Command::Up(args) => world::up(args, project, false),
         Command::Reload(args) => world::up(args, project, true),
+        Command::Reset(args) => world::reset(args, project),
         Command::Down(args) => world::down(args, project),
         Command::Remove(args) => world::remove(args, project),
         Command::Env(args) => env::env(args, project),

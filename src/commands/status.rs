@@ -130,6 +130,9 @@ pub fn print_human(report: &StatusReport) {
             if let Some(v) = &w.verify {
                 anstream::println!("      {}", paint(DIM, format!("verify {v}")));
             }
+            for n in &w.notes {
+                anstream::println!("      {}", paint(WARN, n));
+            }
             let sw = w.services.iter().map(|s| s.name.len()).max().unwrap_or(0);
             for s in &w.services {
                 let mut line = format!("      {:<sw$}", s.name);

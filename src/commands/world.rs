@@ -1,10 +1,12 @@
 //! `binky up`, `reload`, `down`, `remove`, `verify`, `gc`.
 
 use super::{fail_json, paths_or_exit, print_json};
-use crate::cli::{NameArgs, RemoveArgs, UpArgs};
+use crate::cli::{NameArgs, RemoveArgs, ResetArgs, UpArgs};
 use crate::client::Client;
 use crate::output::{DIM, OK, paint};
-use crate::protocol::{ClientEnv, Progress, Request, Response, UpRequest, WorldOutcome, WorldRef};
+use crate::protocol::{
+    ClientEnv, Progress, Request, ResetRequest, Response, UpRequest, WorldOutcome, WorldRef,
+};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -65,7 +67,7 @@ fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
     // SIGTERM and SIGHUP (a closed terminal, `timeout`) cancel the same way;
     // the exit status then says which signal (128 + its number).
     let cancelled = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
-    if matches!(req, Request::Up(_) | Request::Reload(_)) {
+    if matches!(req, Request::Up(_) | Request::Reload(_) | Request::Reset(_)) {
         let canceller = client.canceller().map_err(|e| fail_json(json, &e))?;
         let (flag, verb, name) = (cancelled.clone(), req.verb(), world_name(&req));
         crate::platform::on_interrupt(move |n, sig| {
@@ -108,7 +110,9 @@ fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
 /// The world a lifecycle request names.
 fn world_name(req: &Request) -> String {
     match req {
-        Request::Up(r) | Request::Reload(r) => r.world.name.clone(),
+        Request::Up(r) | Request::Reload(r) | Request::Reset(ResetRequest { up: r, .. }) => {
+            r.world.name.clone()
+        }
         Request::Down(w) | Request::Remove { world: w, .. } => w.name.clone(),
         _ => String::new(),
     }
@@ -189,6 +193,37 @@ pub fn up(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
                     o.world.name,
                     o.world.services.len()
                 );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(c) => c,
+    }
+}
+
+/// `binky reset`.
+pub fn reset(args: &ResetArgs, project: Option<&str>) -> ExitCode {
+    let up = UpRequest {
+        world: match world_ref(project, &args.name) {
+            Ok(w) => w,
+            Err(c) => return c,
+        },
+        group: args.group.clone(),
+        env: ClientEnv::current(),
+        wait: true,
+    };
+    let req = Request::Reset(ResetRequest {
+        up,
+        services: args.services.clone(),
+        all: args.all,
+    });
+    match call_world(req, args.json) {
+        Ok(o) => {
+            if args.json {
+                print_json(&o);
+            } else {
+                notes(&o);
+                print_services(&o);
+                anstream::println!("{} reset: {}", paint(OK, "✓"), o.world.name);
             }
             ExitCode::SUCCESS
         }

@@ -57,6 +57,14 @@ pub struct Project {
     pub worktree_root: Option<String>,
     /// A dotenv file whose values every service and `${env.*}` see.
     pub env_file: Option<String>,
+    /// Paths (globs, relative to [`Config::root`]) copied from the main
+    /// checkout into a new worktree when it is made, each only where the
+    /// worktree lacks it (`crate::worktree::copy`).
+    pub copy: Vec<String>,
+    /// Commands run once in a new worktree, before its slices and services,
+    /// with the world's environment (tokens render; slices are not made
+    /// yet); a failed one runs again on the next `up`.
+    pub setup: Vec<String>,
 }
 
 /// An inclusive port range.

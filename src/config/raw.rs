@@ -37,6 +37,8 @@ pub struct RawProject {
     pub port_range: Option<[i64; 2]>,
     pub worktree_root: Option<String>,
     pub env_file: Option<String>,
+    pub copy: Option<Vec<String>>,
+    pub setup: Option<Vec<String>>,
 }
 
 /// `[services.<name>]`: the union of process and resource keys.
@@ -258,6 +260,8 @@ pub fn known_keys(table: &str) -> &'static [&'static str] {
             "port_range",
             "worktree_root",
             "env_file",
+            "copy",
+            "setup",
         ],
         "service" => &[
             "cmd",

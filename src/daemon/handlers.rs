@@ -44,6 +44,7 @@ pub(super) async fn handle(
         Request::Metrics => metrics(d).map(Response::Metrics),
         Request::Up(r) => world::up(d, r, &progress).await.map(Response::World),
         Request::Reload(r) => world::reload(d, r, &progress).await.map(Response::World),
+        Request::Reset(r) => world::reset(d, r, &progress).await.map(Response::World),
         Request::Down(w) => world::down(d, w).await.map(Response::World),
         Request::Remove {
             world: w,
@@ -120,6 +121,7 @@ pub(crate) fn status_report(
 ) -> Result<crate::protocol::StatusReport, ApiError> {
     let mut r = d.registry().status(project)?;
     world::fill_urls(d, &mut r);
+    world::fill_stale_clones(d, &mut r);
     if usage {
         world::fill_usage(&mut r);
     }

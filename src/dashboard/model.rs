@@ -439,6 +439,7 @@ mod tests {
             suspended_since: None,
             created: None,
             usage: None,
+            notes: Vec::new(),
         }
     }
 

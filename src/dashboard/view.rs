@@ -515,6 +515,7 @@ mod tests {
                 suspended_since: None,
                 created: None,
                 usage: None,
+                notes: Vec::new(),
             }),
             std::time::Instant::now(),
         );
@@ -548,6 +549,7 @@ mod tests {
                 suspended_since: Some("2026-12-03T10:00:00Z".into()),
                 created: None,
                 usage: None,
+                notes: Vec::new(),
             }),
             std::time::Instant::now(),
         );

@@ -1,6 +1,6 @@
-//! `binky mcp`: an MCP server on stdio (rmcp) exposing six tools — `up`,
-//! `down`, `status`, `env`, `verify`, `logs` — over the same daemon API as
-//! the CLI.
+//! `binky mcp`: an MCP server on stdio (rmcp) exposing eight tools — `up`,
+//! `down`, `reset`, `remove` (never forced), `status`, `env`, `verify`,
+//! `logs` — over the same daemon API as the CLI.
 //!
 //! stdout carries the protocol only; logs go to stderr. A failure is a tool
 //! result with `isError` and actionable text (message and hint), never a
@@ -9,7 +9,9 @@
 
 use crate::client::Client;
 use crate::paths::Paths;
-use crate::protocol::{ApiError, ClientEnv, Progress, Request, Response, UpRequest, WorldRef};
+use crate::protocol::{
+    ApiError, ClientEnv, Progress, Request, ResetRequest, Response, UpRequest, WorldRef,
+};
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{
     CallToolResult, Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig,
@@ -47,6 +49,24 @@ pub struct UpArgs {
     /// returns at once with state `queued` and its place; poll `status`.
     #[serde(default)]
     pub wait: Option<bool>,
+}
+
+/// Arguments of `reset`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ResetArgs {
+    /// The world's name.
+    pub name: String,
+    /// The project: a path inside it, or a known project name. Default: the
+    /// folder `binky mcp` runs in.
+    #[serde(default)]
+    pub project: Option<String>,
+    /// The resource service whose slice to rebuild (e.g. `db`). Default:
+    /// the world's only resource.
+    #[serde(default)]
+    pub service: Option<String>,
+    /// Rebuild every slice of the world.
+    #[serde(default)]
+    pub all: bool,
 }
 
 /// Arguments of `status`.
@@ -183,6 +203,24 @@ impl BinkyMcp {
     }
 }
 
+impl BinkyMcp {
+    /// A lifecycle request whose answer is a world: the world as the tool's
+    /// result, or the failure as an error result.
+    async fn world_call(
+        &self,
+        req: Request,
+        ctx: Option<RequestContext<RoleServer>>,
+    ) -> Result<CallToolResult, ErrorData> {
+        match self.call(req, ctx).await {
+            Ok(Response::World(o)) => done(o),
+            Ok(other) => Ok(tool_error(&ApiError::new(format!(
+                "unexpected reply: {other:?}"
+            )))),
+            Err(e) => Ok(tool_error(&e)),
+        }
+    }
+}
+
 fn done(v: impl serde::Serialize) -> Result<CallToolResult, ErrorData> {
     Ok(CallToolResult::structured(
         serde_json::to_value(v).unwrap_or_default(),
@@ -219,13 +257,7 @@ impl BinkyMcp {
             env: ClientEnv::current(),
             wait: a.wait.unwrap_or(true),
         });
-        match self.call(req, Some(ctx)).await {
-            Ok(Response::World(o)) => done(o),
-            Ok(other) => Ok(tool_error(&ApiError::new(format!(
-                "unexpected reply: {other:?}"
-            )))),
-            Err(e) => Ok(tool_error(&e)),
-        }
+        self.world_call(req, Some(ctx)).await
     }
 
     #[tool(
@@ -239,13 +271,50 @@ impl BinkyMcp {
             Ok(w) => Request::Down(w),
             Err(e) => return Ok(e),
         };
-        match self.call(req, None).await {
-            Ok(Response::World(o)) => done(o),
-            Ok(other) => Ok(tool_error(&ApiError::new(format!(
-                "unexpected reply: {other:?}"
-            )))),
-            Err(e) => Ok(tool_error(&e)),
-        }
+        self.world_call(req, None).await
+    }
+
+    #[tool(
+        description = "Rebuild a world's data: its slices (databases, key prefixes, …) are dropped and made afresh — cloned from the golden template of the branch's current migrations, or provisioned, migrated and seeded — then its services start again. The worktree, its files and its ports are kept. For data a test or a migration left in a bad state. Names one resource service, or `all: true` for every slice; with neither, the world's only resource."
+    )]
+    async fn reset(
+        &self,
+        Parameters(a): Parameters<ResetArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let up = UpRequest {
+            world: match self.world_ref(a.project.as_deref(), &a.name) {
+                Ok(w) => w,
+                Err(e) => return Ok(e),
+            },
+            group: None,
+            env: ClientEnv::current(),
+            wait: true,
+        };
+        let req = Request::Reset(ResetRequest {
+            up,
+            services: a.service.into_iter().collect(),
+            all: a.all,
+        });
+        self.world_call(req, Some(ctx)).await
+    }
+
+    #[tool(
+        description = "Destroy a world when its work is done: stop its processes, drop its slices on their servers, delete its worktree and logs. Refuses a worktree with uncommitted or untracked changes (commit or push them first); never forced from here."
+    )]
+    async fn remove(
+        &self,
+        Parameters(a): Parameters<WorldArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let req = match self.world_ref(a.project.as_deref(), &a.name) {
+            Ok(world) => Request::Remove {
+                world,
+                force: false,
+                env: ClientEnv::current(),
+            },
+            Err(e) => return Ok(e),
+        };
+        self.world_call(req, None).await
     }
 
     #[tool(

@@ -66,8 +66,20 @@ pub enum EventKind {
     Provisioned,
     /// `migrated`
     Migrated,
+    /// `cloned`: a slice was copied from a golden template (the detail
+    /// names the template, how it was copied and how long it took)
+    Cloned,
     /// `clone_fallback`
     CloneFallback,
+    /// `clone_rebuilt`: a fresh clone's catch-up `migrate` failed, so the
+    /// slice was built from scratch instead
+    CloneRebuilt,
+    /// `reset`: a world's slices were rebuilt (`binky reset`)
+    Reset,
+    /// `setup_ran`: `[project] setup` passed in a new worktree
+    SetupRan,
+    /// `template_dropped`: `gc` dropped a golden template no world uses
+    TemplateDropped,
     /// `golden_built`
     GoldenBuilt,
     /// `golden_moved`

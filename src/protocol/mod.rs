@@ -30,7 +30,7 @@ pub use reports::{
     ServiceStatus, ServiceTarget, Settings, StatusReport, SweepItem, Usage, VerifyCheck,
     VerifyReport, WorldEnv, WorldOutcome, WorldStatus, natural_cmp,
 };
-pub use request::{ClientEnv, LogFollow, Request, Subscription, UpRequest, WorldRef};
+pub use request::{ClientEnv, LogFollow, Request, ResetRequest, Subscription, UpRequest, WorldRef};
 
 /// Bumped whenever a frame changes shape.
 pub const PROTOCOL: u32 = 5;

@@ -55,6 +55,8 @@ pub enum ProgressStep {
     Worktree,
     /// Ports are reserved.
     Ports,
+    /// A new worktree is made ready: `[project] copy`, then `setup`.
+    Setup,
     /// A resource's slice is made.
     Provision,
     /// A slice's `migrate` runs to catch up with the branch.

@@ -283,6 +283,10 @@ pub struct WorldStatus {
     /// `usage`) and it has any running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// What the user should act on, each with the command that does it (a
+    /// slice cloned from a template older than its branch's migrations).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// What a world's processes hold: summed over the process groups of its

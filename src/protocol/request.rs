@@ -50,6 +50,10 @@ pub enum Request {
     Up(UpRequest),
     /// Stop, then up again on the same ports and data.
     Reload(UpRequest),
+    /// Rebuild slices of a world from their golden template (or by
+    /// provision + migrate + seed), then bring it up again on the same
+    /// worktree and ports (streams progress).
+    Reset(ResetRequest),
     /// Stop a world's processes.
     Down(WorldRef),
     /// Destroy a world.
@@ -218,6 +222,20 @@ pub struct UpRequest {
     pub wait: bool,
 }
 
+/// Which slices a [`Request::Reset`] rebuilds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ResetRequest {
+    /// The world, and how it comes back up (as `reload`).
+    pub up: UpRequest,
+    /// The resource services whose slices to rebuild; empty: the world's
+    /// only resource (an error when it has several and `all` is not set).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<String>,
+    /// Every slice of the world.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all: bool,
+}
+
 pub(super) fn yes() -> bool {
     true
 }
@@ -304,6 +322,7 @@ impl Request {
             Request::Metrics => "metrics",
             Request::Up(_) => "up",
             Request::Reload(_) => "reload",
+            Request::Reset(_) => "reset",
             Request::Down(_) => "down",
             Request::Remove { .. } => "remove",
             Request::Env { .. } => "env",

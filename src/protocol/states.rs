@@ -158,8 +158,12 @@ states! {
         Worktree = "worktree",
         /// A worktree git lists whose folder is gone.
         Registration = "registration",
-        /// A golden template's marker with no template behind it.
+        /// A golden template (and its marker) of a project this daemon
+        /// does not know.
         GoldenMarker = "golden_marker",
+        /// A golden template of a known project whose key no world's
+        /// branch has now.
+        Template = "template",
     }
 }
 

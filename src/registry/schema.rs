@@ -4,7 +4,7 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 9;
+pub const LATEST: i64 = 10;
 
 /// All migrations, oldest first.
 pub fn migrations() -> Migrations<'static> {
@@ -18,6 +18,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V7),
         M::up(V8),
         M::up(V9),
+        M::up(V10),
     ])
 }
 
@@ -189,4 +190,12 @@ UPDATE verify_results SET
                    WHEN detail LIKE 'interrupted%' THEN 'interrupted'
                    ELSE 'failed' END,
     dirty = (detail LIKE '%with uncommitted changes%');
+"#;
+
+/// v10: the golden template each slice was cloned from and that template's
+/// key, so `status` can say when a world's data predates its branch's
+/// migrations (`binky reset` then re-clones it). NULL: not cloned.
+const V10: &str = r#"
+ALTER TABLE slices ADD COLUMN template TEXT;
+ALTER TABLE slices ADD COLUMN template_key TEXT;
 "#;

@@ -24,6 +24,23 @@ pub struct SliceRow {
     /// The server it was made on; `None` for a slice of no server (sqlite)
     /// or one recorded before schema v7.
     pub server: Option<Server>,
+    /// The golden template it was cloned from and that template's key
+    /// (`adapters::golden::key`); `None` when it was not cloned.
+    pub template: Option<(String, String)>,
+}
+
+/// A live slice cloned from a golden template (see
+/// [`Registry::cloned_slices`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClonedSlice {
+    /// Its project's name.
+    pub project: String,
+    /// Its world's name.
+    pub world: String,
+    /// The resource service's name.
+    pub service: String,
+    /// The key of the template it was cloned from.
+    pub template_key: String,
 }
 
 /// A slice `gc` may sweep (see [`Registry::orphan_slices`]).
@@ -116,6 +133,48 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 
+    /// Records the golden template a slice was cloned from, with the
+    /// template's key; `None` clears it (the slice was built without one).
+    pub fn set_slice_template(
+        &self,
+        adapter: &str,
+        slice: &str,
+        template: Option<(&str, &str)>,
+    ) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE slices SET template = ?3, template_key = ?4 WHERE adapter = ?1 AND slice = ?2",
+                params![adapter, slice, template.map(|t| t.0), template.map(|t| t.1)],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Every slice cloned from a golden template, in one query (`status`
+    /// asks on every call): its project, world, resource service and the
+    /// template's key.
+    pub fn cloned_slices(&self) -> Result<Vec<ClonedSlice>, RegistryError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT p.name, w.name, s.service, s.template_key FROM slices s
+                 JOIN worlds w ON s.world_id = w.id JOIN projects p ON w.project_id = p.id
+                 WHERE s.template_key IS NOT NULL AND s.state = 'live'",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(ClonedSlice {
+                    project: r.get(0)?,
+                    world: r.get(1)?,
+                    service: r.get(2)?,
+                    template_key: r.get(3)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
     /// The project that recorded slice `slice` of `adapter`, if any.
     pub fn slice_owner(&self, adapter: &str, slice: &str) -> Result<Option<String>, RegistryError> {
         self.one(
@@ -129,7 +188,7 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT service, adapter, slice, state, migrated_key, server, server_credentials FROM slices WHERE world_id = ?1",
+                "SELECT service, adapter, slice, state, migrated_key, server, server_credentials, template, template_key FROM slices WHERE world_id = ?1",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
@@ -141,6 +200,9 @@ impl Registry {
                     state: r.get(3)?,
                     migrated_key: r.get(4)?,
                     server: server_from(r.get(5)?, r.get(6)?),
+                    template: r
+                        .get::<_, Option<String>>(7)?
+                        .zip(r.get::<_, Option<String>>(8)?),
                 })
             })
             .map_err(|e| self.err(e))?;

@@ -106,6 +106,7 @@ impl Registry {
                             .get::<_, Option<i64>>(10)?
                             .map(|s| rfc3339(std::time::Duration::from_secs(s.max(0) as u64))),
                         usage: None,
+                        notes: Vec::new(),
                     },
                 ))
             })

@@ -13,6 +13,8 @@
 //! (Git LFS), the `post-checkout` hook, sparse-checkout and whatever else
 //! git does. libgit2 does none of those; it is used only to read.
 
+pub mod copy;
+
 use git2::{BranchType, Repository};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -94,7 +94,12 @@ fn postgres_slices_are_isolated_cloned_named_within_limits_and_dropped() {
     }
     let distinct: std::collections::HashSet<_> = names.iter().map(|(n, _)| n).collect();
     assert_eq!(distinct.len(), 4, "{names:?}");
-    assert!(dbs.contains(&format!("{project}_golden_golden")));
+    let template = home.cloned_from("Feature-Login", "db");
+    assert!(
+        template.starts_with(&format!("{project}_golden_golden_")),
+        "{template}"
+    );
+    assert!(dbs.contains(&template), "{template}: {dbs:?}");
     // One world's writes are invisible to another.
     psql(&names[0].1, "insert into items values (-1)");
     assert_eq!(

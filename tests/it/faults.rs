@@ -142,8 +142,10 @@ fn run_point(point: &str, op: &[&str]) -> String {
         Some("42"),
         "{point}"
     );
+    let template = home.cloned_from("x", "db");
+    assert!(template.starts_with("fault_golden_main_"), "{template}");
     assert!(
-        home.file("golden/sqlite/fault_golden_main").exists(),
+        home.file(&format!("golden/sqlite/{template}")).exists(),
         "{point}"
     );
     // And it can be removed cleanly.

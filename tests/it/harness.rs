@@ -108,6 +108,23 @@ impl Home {
             .map(|l| serde_json::from_str(l).expect("event line is JSON"))
             .collect()
     }
+
+    /// The golden template world `world`'s slice of `service` was last
+    /// cloned from, as its `cloned` event names it ("from NAME (how, ms)").
+    pub fn cloned_from(&self, world: &str, service: &str) -> String {
+        let events = self.events();
+        let detail = events
+            .iter()
+            .rev()
+            .find(|e| e["event"] == "cloned" && e["worktree"] == world && e["service"] == service)
+            .and_then(|e| e["detail"].as_str())
+            .unwrap_or_else(|| panic!("no `cloned` event for {world}/{service}: {events:?}"));
+        detail
+            .strip_prefix("from ")
+            .and_then(|d| d.split(' ').next())
+            .unwrap_or_else(|| panic!("cloned detail: {detail}"))
+            .to_owned()
+    }
 }
 
 impl Drop for Home {

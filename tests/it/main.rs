@@ -3,6 +3,7 @@
 
 mod adapters;
 mod admission;
+mod bootstrap;
 mod cancel;
 mod clickhouse;
 mod contract;
@@ -14,6 +15,7 @@ mod events;
 mod exhaustion;
 mod faults;
 mod frameworks;
+mod golden;
 mod harness;
 mod hygiene;
 mod injection;
@@ -27,6 +29,7 @@ mod processes;
 mod project;
 mod proxy;
 mod rabbitmq;
+mod rag;
 mod recorded;
 mod redis;
 mod s3;

@@ -24,11 +24,12 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
     let home = Home::new();
     // `talker` prints the token the daemon knows is a secret, and more.
     let toml = format!(
-        "{}{}[services.talker]\ncmd = \"echo token is $API_TOKEN; echo second line; exec sleep 600\"\n\n[env]\nAPI_TOKEN = \"${{env.MCP_TEST_TOKEN}}\"\nECHO_BASE = \"${{echo.url}}\"\n[agents]\nverify = [\"test -n \\\"$ECHO_URL\\\"\", \"test ! -e fail-now\"]\n",
+        "{}{}[services.talker]\ncmd = \"echo token is $API_TOKEN; echo second line; exec sleep 600\"\n[services.notes]\nadapter = \"sqlite\"\nseed = \"python3 notes.py\"\n\n[env]\nAPI_TOKEN = \"${{env.MCP_TEST_TOKEN}}\"\nECHO_BASE = \"${{echo.url}}\"\n[agents]\nverify = [\"test -n \\\"$ECHO_URL\\\"\", \"test ! -e fail-now\"]\n",
         project_header("agents", 4),
         http_service("echo", "")
     );
-    let repo = Repo::new(&toml);
+    let notes = "import os, sqlite3\ndb = sqlite3.connect(os.environ['NOTES_URL'].removeprefix('sqlite://'))\ndb.execute('CREATE TABLE notes (text TEXT)')\ndb.execute(\"INSERT INTO notes VALUES ('seeded')\")\ndb.commit()\n";
+    let repo = Repo::with("", &toml, &[("notes.py", notes)]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp_client.py");
     // The client starts `binky mcp` itself, with this home's environment.
     let mut py = home.program("python3", &[script]);
@@ -68,8 +69,39 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
     assert!(dm.contains("no-such-world") && dm.contains("hint"), "{v}");
     assert_eq!(
         v["tools"],
-        serde_json::json!(["down", "env", "logs", "status", "up", "verify"])
+        serde_json::json!([
+            "down", "env", "logs", "remove", "reset", "status", "up", "verify"
+        ])
     );
+    // reset: only a resource, and the seeded data back after the agent
+    // deleted it.
+    assert_eq!(v["reset_not_a_resource"]["isError"], true, "{v}");
+    assert!(
+        v["reset_not_a_resource"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("`echo` is not a resource"),
+        "{v}"
+    );
+    assert_eq!(v["reset"]["isError"], false, "{v}");
+    assert_eq!(v["reset"]["structured"]["world"]["state"], "running", "{v}");
+    assert_eq!(v["notes_after_reset"], serde_json::json!(["seeded"]), "{v}");
+    // remove: a dirty worktree is refused even when the caller asks for
+    // force (MCP has no such argument); a clean one is removed.
+    assert_eq!(v["remove_dirty"]["isError"], true, "{v}");
+    assert!(
+        v["remove_dirty"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("fail-now"),
+        "{v}"
+    );
+    assert_eq!(v["remove"]["isError"], false, "{v}");
+    assert_eq!(
+        v["remove"]["structured"]["world"]["state"], "removed",
+        "{v}"
+    );
+    assert_eq!(v["worktree_after_remove"], false, "{v}");
     // logs: the service's own words, the secret masked.
     let talker: Vec<&str> = v["logs"]["structured"]["lines"]
         .as_array()
@@ -132,7 +164,7 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
         "{v}"
     );
     assert_eq!(v["down"]["structured"]["world"]["state"], "stopped");
-    assert_eq!(v["alive"], 6);
+    assert_eq!(v["alive"], 8);
 }
 
 /// The queue over MCP: `up` with `wait: false` returns the queued place at
@@ -261,7 +293,7 @@ fn malformed_input_gets_an_error_and_the_server_keeps_serving() {
             got_parse_error = true;
         }
         if v["id"] == 2 {
-            assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 6);
+            assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 8);
             got_list = true;
         }
     }
@@ -275,7 +307,7 @@ fn malformed_input_gets_an_error_and_the_server_keeps_serving() {
 }
 
 #[test]
-fn the_mcp_inspector_cli_lists_the_six_tools() {
+fn the_mcp_inspector_cli_lists_the_eight_tools() {
     let inspector = std::env::var("BINKY_TEST_MCP_INSPECTOR").unwrap_or_else(|_| {
         format!(
             "{}/.cache/binky-npm/node_modules/.bin/mcp-inspector",
@@ -301,5 +333,10 @@ fn the_mcp_inspector_cli_lists_the_six_tools() {
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["down", "env", "logs", "status", "up", "verify"]);
+    assert_eq!(
+        names,
+        [
+            "down", "env", "logs", "remove", "reset", "status", "up", "verify"
+        ]
+    );
 }

@@ -229,7 +229,7 @@ fn mysql_clones_carry_rows_views_triggers_and_routines_and_stay_isolated() {
     assert_eq!(mysql(&names[1], "select c from item_count"), "200001");
     mysql(&names[0], "delete from items where n < 1000");
     assert_eq!(mysql(&names[1], "select c from item_count"), "200001");
-    let template = format!("{project}_golden_golden");
+    let template = home.cloned_from(worlds[0], "db");
     assert_eq!(mysql(&template, "select c from item_count"), "200000");
     // remove drops exactly the world's database; the template stays.
     for w in worlds {
@@ -241,6 +241,65 @@ fn mysql_clones_carry_rows_views_triggers_and_routines_and_stay_isolated() {
         assert_eq!(out.code(), 0, "{out}");
     }
     assert_eq!(mysql_databases(&format!("{project}_")), vec![template]);
+}
+
+/// A view whose text holds the template's name as data (a string
+/// literal), and a sequence the seed advanced.
+const LITERAL_AND_SEQUENCE: &str = r#"db=${DB_URL##*/}
+mysql -h127.0.0.1 -uroot "$db" <<SQL
+CREATE TABLE t (x INT);
+CREATE VIEW labels AS SELECT '\`$db\`.t' AS built_in, COUNT(*) AS n FROM \`$db\`.t;
+CREATE SEQUENCE ids START WITH 1;
+SQL
+"#;
+
+#[test]
+fn mysql_copies_keep_string_literals_and_carry_sequences_on() {
+    if !mysql_up() {
+        skip("no MariaDB/MySQL on 127.0.0.1:3306 (or the mysql client is missing)");
+        return;
+    }
+    let home = Home::new();
+    let project = format!("myq{}", std::process::id() % 10000);
+    let _cleanup = Cleanup {
+        prefix: format!("{project}_"),
+        mysql: true,
+    };
+    let toml = format!(
+        "{}[services.db]\nadapter = \"mariadb\"\nadmin_url = \"${{env.TEST_MYSQL_ADMIN}}\"\nmigrate = \"sh migrate.sh\"\nseed = \"mysql -h127.0.0.1 -uroot \\\"${{DB_URL##*/}}\\\" -e 'INSERT INTO t VALUES (1); SELECT NEXTVAL(ids); SELECT NEXTVAL(ids)'\"\nclone_from = \"golden\"\n",
+        project_header(&project, 2)
+    );
+    let repo = Repo::with("", &toml, &[("migrate.sh", LITERAL_AND_SEQUENCE)]);
+    let var = ("TEST_MYSQL_ADMIN", MYSQL_ADMIN);
+    let out = up_with(&repo, &home, "a", &[var]);
+    assert_eq!(out.code(), 0, "{out}");
+    let template = home.cloned_from("a", "db");
+    let db = env_url(&repo, &home, "a", var)
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    // The literal is data: the clone's view still says where it was built;
+    // its qualifier reads the clone's table.
+    assert_eq!(
+        mysql(&db, "select built_in from labels"),
+        format!("`{template}`.t")
+    );
+    assert_eq!(
+        mysql(&db, "insert into t values (2); select n from labels"),
+        "2"
+    );
+    assert_eq!(mysql(&template, "select n from labels"), "1");
+    // The sequence goes on from where the template's was, never handing
+    // out an id the seed used.
+    let next: i64 = mysql(&db, "select nextval(ids)").parse().unwrap();
+    assert!(next > 2, "the clone's sequence restarted at {next}");
+    let out = Out(repo
+        .cmd(&home, &["remove", "a", "--force"])
+        .env(var.0, var.1)
+        .output()
+        .unwrap());
+    assert_eq!(out.code(), 0, "{out}");
 }
 
 #[test]
@@ -768,7 +827,7 @@ fn a_session_on_the_golden_template_is_never_ended_and_the_world_is_built_anyway
     let out = up_with(&repo, &home, "a", &[var]);
     assert_eq!(out.code(), 0, "{out}");
     // Someone inspects the template in psql and leaves the session open.
-    let template = format!("{project}_golden_golden");
+    let template = home.cloned_from("a", "db");
     let holder_url = format!("{}/{template}", PG_ADMIN.rsplit_once('/').unwrap().0);
     let mut holder = std::process::Command::new("psql")
         .arg(&holder_url)
@@ -947,10 +1006,10 @@ fn a_golden_template_is_dropped_on_the_server_it_was_built_on_when_admin_url_mov
         mysql: false,
     };
     let repo = Repo::new(&pg_toml(&project, "TEST_PG_ADMIN"));
-    let marker = home.file(&format!("golden/postgres/{project}_golden_golden"));
     // Built through 127.0.0.1: the marker says so, with no credential.
     let out = up_with(&repo, &home, "a", &[("TEST_PG_ADMIN", PG_ADMIN)]);
     assert_eq!(out.code(), 0, "{out}");
+    let marker = home.file(&format!("golden/postgres/{}", home.cloned_from("a", "db")));
     let text = std::fs::read_to_string(&marker).unwrap();
     assert!(text.contains("postgresql://127.0.0.1:5432\n"), "{text}");
     assert!(!text.contains("postgres@"), "{text}");

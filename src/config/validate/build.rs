@@ -98,7 +98,8 @@ pub(super) fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Conf
     check_urls(cx, &services);
     check_shared_slices(cx, &services);
     check_tokens(cx, range, &services, &declared);
-    check_unowned_tokens(cx, &agents, &env, &services, &declared);
+    let setup = raw.project.setup.clone().unwrap_or_default();
+    check_unowned_tokens(cx, &agents, &setup, &env, &services, &declared);
     super::literals::check_literal_fields(cx);
     check_credentials(cx, &raw);
     let project = project?;
@@ -228,6 +229,31 @@ pub(super) fn build_project(
     };
     let port_range = build_port_range(cx, p.port_range);
     ok &= port_range.is_some();
+    for (i, g) in p.copy.iter().flatten().enumerate() {
+        if let Some(why) = crate::worktree::copy::check_glob(g) {
+            ok = false;
+            cx.error(
+                "invalid-copy",
+                &keypath!["project", "copy", i],
+                format!("copy: {why}"),
+                Some(
+                    "list paths inside the project, relative to binky.toml's folder, e.g. \"node_modules\" or \".env.local\""
+                        .to_owned(),
+                ),
+            );
+        }
+    }
+    for (i, c) in p.setup.iter().flatten().enumerate() {
+        if c.trim().is_empty() {
+            ok = false;
+            cx.error(
+                "empty-cmd",
+                &keypath!["project", "setup", i],
+                "a project.setup command is empty".to_owned(),
+                None,
+            );
+        }
+    }
     let project = ok.then(|| Project {
         name: p.name.clone(),
         domain,
@@ -235,6 +261,8 @@ pub(super) fn build_project(
         port_range: port_range.unwrap_or(DEFAULT_PORT_RANGE),
         worktree_root: p.worktree_root.clone(),
         env_file: p.env_file.clone(),
+        copy: p.copy.clone().unwrap_or_default(),
+        setup: p.setup.clone().unwrap_or_default(),
     });
     (project, port_range)
 }

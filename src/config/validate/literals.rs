@@ -6,7 +6,8 @@ use super::*;
 /// Whether the string at `path` (keys and indexes, as in the file) is one
 /// tokens render in: a service's `cmd`, `cwd`, `env` values, `health`
 /// probe, a resource's `admin_url`, `migrate`, `seed` and every string of
-/// its `options`, the project's `[env]` and `[agents] verify`. Every other
+/// its `options`, the project's `[env]`, `[agents] verify` and `[project]
+/// setup`. Every other
 /// string is literal.
 pub(super) fn renders_tokens(path: &[Step]) -> bool {
     let key = |i: usize| match path.get(i) {
@@ -16,6 +17,7 @@ pub(super) fn renders_tokens(path: &[Step]) -> bool {
     match (key(0), path.len()) {
         (Some("env"), 2) => true,
         (Some("agents"), 3) => key(1) == Some("verify"),
+        (Some("project"), 3) => key(1) == Some("setup"),
         (Some("services"), n) if n >= 3 => match key(2) {
             Some("cmd" | "cwd" | "admin_url" | "migrate" | "seed") => n == 3,
             Some("env") => n == 4,
@@ -48,7 +50,7 @@ pub(super) fn check_literal_fields(cx: &mut Cx<'_>) {
             &path,
             Some(at),
             format!(
-                "`{}` is in {}, which is taken as written: tokens render only in cmd, cwd, env, health, admin_url, migrate, seed, options, [env] and [agents] verify",
+                "`{}` is in {}, which is taken as written: tokens render only in cmd, cwd, env, health, admin_url, migrate, seed, options, [env], [agents] verify and [project] setup",
                 at.text(),
                 key_string(&path)
             ),

@@ -114,11 +114,12 @@ pub(super) fn check_tokens(
     }
 }
 
-/// Tokens in `[agents] verify` and the project's `[env]`: they render with
-/// no `self`, against the same services.
+/// Tokens in `[agents] verify`, `[project] setup` and the project's
+/// `[env]`: they render with no `self`, against the same services.
 pub(super) fn check_unowned_tokens(
     cx: &mut Cx<'_>,
     agents: &Agents,
+    setup: &[String],
     env: &IndexMap<String, String>,
     services: &IndexMap<String, Service>,
     declared: &BTreeSet<&str>,
@@ -127,7 +128,13 @@ pub(super) fn check_unowned_tokens(
         .verify
         .iter()
         .enumerate()
-        .map(|(i, t)| (keypath!["agents", "verify", i].to_vec(), t));
+        .map(|(i, t)| (keypath!["agents", "verify", i].to_vec(), t))
+        .chain(
+            setup
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (keypath!["project", "setup", i].to_vec(), t)),
+        );
     let env = env
         .iter()
         .map(|(k, t)| (keypath!["env", k.as_str()].to_vec(), t));

@@ -256,6 +256,7 @@ pub(crate) fn unmade(name: &str, group: Option<String>) -> crate::protocol::Worl
         suspended_since: None,
         created: None,
         usage: None,
+        notes: Vec::new(),
     }
 }
 

@@ -56,6 +56,61 @@ pub(super) fn moved_migrations(d: &Daemon, loc: &Located, w: &WorldRow) -> Vec<S
     notes
 }
 
+/// Adds a note to each world in `report` with a slice cloned from a
+/// template whose key is no longer its branch's (the migrations, seed or
+/// `clone_inputs` changed since): its data predates them, and `binky
+/// reset` re-clones it from the template of the current key. Reads only
+/// worlds with cloned slices (one registry query finds them), and only the
+/// `clone_inputs` files of each.
+pub(crate) fn fill_stale_clones(d: &Daemon, report: &mut crate::protocol::StatusReport) {
+    let Ok(cloned) = d.registry().cloned_slices() else {
+        return;
+    };
+    for p in &mut report.projects {
+        let mine: Vec<_> = cloned.iter().filter(|c| c.project == p.name).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let wref = crate::protocol::WorldRef {
+            project_dir: None,
+            project: Some(p.name.clone()),
+            name: String::new(),
+        };
+        let Ok(loc) = super::locate::locate(d, &wref) else {
+            continue;
+        };
+        for w in &mut p.worlds {
+            let root = join_subdir(Path::new(&w.path), &loc.subdir);
+            let mut cfg = None;
+            for c in mine.iter().filter(|c| c.world == w.name) {
+                let cfg = cfg.get_or_insert_with(|| config::load(&root.join(config::FILE_NAME)));
+                let Some(r) = cfg
+                    .as_ref()
+                    .ok()
+                    .and_then(|cfg| cfg.services.get(&c.service))
+                    .and_then(|s| s.resource())
+                    .filter(|r| r.clone_from.is_some())
+                else {
+                    continue;
+                };
+                let now = golden::key(
+                    r.migrate.as_deref(),
+                    r.seed.as_deref(),
+                    &r.clone_inputs,
+                    &root,
+                );
+                if now != c.template_key {
+                    w.notes.push(format!(
+                        "{svc} cloned before migrations changed: `binky reset {} {svc}`",
+                        w.name,
+                        svc = c.service
+                    ));
+                }
+            }
+        }
+    }
+}
+
 /// Runs only `migrate` against a slice that has data (never `seed`), so its
 /// schema catches up with the world's branch; says so in `up`'s progress,
 /// the resource's log and the event log. `dropped`: the slice is dropped if
@@ -109,12 +164,7 @@ pub(super) async fn provision_and_seed(
 /// A failed `migrate` or `seed` as its error: a first line that stands
 /// alone (status shows only it): the step, how it ended and its first
 /// words, often the cause; then the head and tail of its output in `log`.
-fn step_failed(
-    service: &str,
-    step: &str,
-    status: std::process::ExitStatus,
-    log: &Path,
-) -> ApiError {
+fn step_failed(label: &str, status: std::process::ExitStatus, log: &Path) -> ApiError {
     let run = supervisor::logs::current_run(log);
     let first = run
         .iter()
@@ -122,7 +172,7 @@ fn step_failed(
         .find(|l| !l.is_empty())
         .map(|l| format!(": {}", l.chars().take(200).collect::<String>()))
         .unwrap_or_else(|| " with no output".to_owned());
-    let mut msg = format!("services.{service}.{step} failed ({status}){first}");
+    let mut msg = format!("{label} failed ({status}){first}");
     if !run.is_empty() {
         msg.push_str(&format!(
             "\noutput ({} line(s), in {}):\n{}",
@@ -171,36 +221,55 @@ pub(super) async fn run_data_commands(
             Some(service),
             &fx,
         )?;
-        supervisor::logs::mark_run(log, &format!("services.{service}.{step}"));
-        let out = supervisor::logs::open_append(log)
-            .and_then(|out| Ok((out.try_clone()?, out)))
-            .map_err(|e| file_error("open", log, e))?;
-        let (err, out) = out;
-        let status = crate::platform::command("/bin/sh")
-            .arg("-c")
-            .arg(&rendered)
-            .current_dir(&plan.world_root)
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(std::process::Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .status()
-            .await
-            .map_err(|e| ApiError::new(format!("services.{service}.{step}: cannot run: {e}")))?;
-        if !status.success() {
+        let label = format!("services.{service}.{step}");
+        if let Err(e) = run_logged(&label, &rendered, &plan.world_root, &env, log).await {
             let kept = if dropped {
                 "the slice was dropped"
             } else {
                 "its data is kept"
             };
-            return Err(
-                step_failed(service, step, status, log).hint(with_config_note(
-                    format!("{kept}; fix the {step} command and run `binky up {world}` again"),
-                    plan,
-                )),
-            );
+            return Err(e.hint(with_config_note(
+                format!("{kept}; fix the {step} command and run `binky up {world}` again"),
+                plan,
+            )));
         }
     }
     Ok(())
+}
+
+/// Runs the rendered command `label` (`services.db.migrate`,
+/// `project.setup[0]`) through the shell in `cwd` with exactly `env`, its
+/// output appended to `log` under a run mark.
+///
+/// # Errors
+/// It could not be started, or it failed: the error quotes the head and
+/// tail of this run's output ([`step_failed`]); the caller adds the hint.
+pub(super) async fn run_logged(
+    label: &str,
+    rendered: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+    log: &Path,
+) -> Result<(), ApiError> {
+    supervisor::logs::mark_run(log, label);
+    let (err, out) = supervisor::logs::open_append(log)
+        .and_then(|out| Ok((out.try_clone()?, out)))
+        .map_err(|e| file_error("open", log, e))?;
+    let status = crate::platform::command("/bin/sh")
+        .arg("-c")
+        .arg(rendered)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .status()
+        .await
+        .map_err(|e| ApiError::new(format!("{label}: cannot run: {e}")))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(step_failed(label, status, log))
+    }
 }

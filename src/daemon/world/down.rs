@@ -83,6 +83,17 @@ pub(crate) async fn reload(
     req: UpRequest,
     progress: &ProgressTx,
 ) -> Result<WorldOutcome, ApiError> {
+    reload_with(d, req, progress, None).await
+}
+
+/// [`reload`], with the slices of the services in `reset` dropped while
+/// the world is stopped, so that `up` makes them afresh (`binky reset`).
+pub(super) async fn reload_with(
+    d: &Arc<Daemon>,
+    req: UpRequest,
+    progress: &ProgressTx,
+    reset: Option<&[String]>,
+) -> Result<WorldOutcome, ApiError> {
     check_group(req.group.as_deref())?;
     let loc = locate(d, &req.world)?;
     // Only a world that exists is reloaded (`up` makes one).
@@ -126,6 +137,10 @@ pub(crate) async fn reload(
     fault_point("reload:stopped");
     d.registry()
         .set_world_state(w.id, WorldState::Stopped, None, None)?;
+    let dropped = match reset {
+        Some(services) => super::reset::drop_slices(d, &loc, &w, services, &req, progress).await?,
+        None => Vec::new(),
+    };
     let out = up_locked(
         d,
         &loc,
@@ -137,5 +152,8 @@ pub(crate) async fn reload(
     .await;
     drop(guard);
     drop(admitted);
-    out
+    out.map(|mut o| {
+        o.notes.splice(0..0, dropped);
+        o
+    })
 }

@@ -11,20 +11,21 @@ use crate::protocol::{ApiError, ClientEnv, ServiceState, SweepItem, SweepKind, S
 use crate::registry::OrphanSlice;
 use crate::{config, worktree};
 use indexmap::IndexMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// `binky gc`: sweeps what a crash left half-made — slices an interrupted
 /// operation left, worktrees in a project's worktree root that no world
-/// owns, git registrations whose folder is gone, golden markers of unknown
-/// projects. Never touches a slice the registry says is live, a world the
+/// owns, git registrations whose folder is gone, golden templates of
+/// unknown projects or whose key no world's branch has now. Never touches a slice the registry says is live, a world the
 /// registry knows, or a worktree with changes. With `dry_run`, says what it
 /// would sweep.
 pub(crate) async fn gc(d: &Arc<Daemon>, dry_run: bool, client_env: ClientEnv) -> Vec<SweepItem> {
     let mut out = Vec::new();
     sweep_slices(d, dry_run, &client_env, &mut out).await;
     sweep_worktrees(d, dry_run, &client_env, &mut out);
-    sweep_markers(d, dry_run, &mut out).await;
+    sweep_markers(d, dry_run, &client_env, &mut out).await;
     if !dry_run && !out.is_empty() {
         d.event(LogEvent::named(EventKind::Gc).detail(format!("{} item(s)", out.len())));
     }
@@ -107,48 +108,18 @@ async fn teardown_orphan(
     o: &OrphanSlice,
     client_env: &ClientEnv,
 ) -> Result<TornDown, String> {
-    let with_hint = |e: ApiError| match e.hint {
-        Some(h) => format!("{}; {h}", e.message),
-        None => e.message,
-    };
     let Some(adapter) = adapter_for(d, &o.adapter, client_env) else {
         return Err(format!("no adapter named {} in this build", o.adapter));
     };
-    let root = d.registry().project_root(&o.project).ok().flatten();
-    let cfg = root.and_then(|r| config::load(&Path::new(&r).join(config::FILE_NAME)).ok());
     let built = o.world_id.and_then(|w| d.worlds.built_env(w));
-    let mut candidates = Vec::new();
-    match &cfg {
-        Some(c) => {
-            let penv = project_env(c, &c.root, &c.root).unwrap_or_default();
-            for env in std::iter::once(client_env).chain(built.as_ref()) {
-                let env_fn = lookup_env(&penv, env);
-                let at = SliceAt {
-                    cfg: c,
-                    project: &o.project,
-                    world: "",
-                    world_root: &c.root,
-                    facts: &IndexMap::new(),
-                    env: &env_fn,
-                    client_env: env,
-                };
-                match at.slice(d, &o.service, adapter.as_ref(), o.slice.clone()) {
-                    Ok(s) => candidates.push(s),
-                    Err(e) if candidates.is_empty() => return Err(with_hint(e)),
-                    Err(_) => {}
-                }
-            }
-        }
-        None => candidates.push(slice_for(
-            d,
-            adapter.as_ref(),
-            o.slice.clone(),
-            &o.project,
-            None,
-            None,
-            client_env,
-        )),
-    }
+    let candidates = rendered(
+        d,
+        (&o.project, &o.service),
+        adapter.as_ref(),
+        &o.slice,
+        client_env,
+        built.as_ref(),
+    )?;
     let reached = reach(
         d,
         adapter.as_ref(),
@@ -169,6 +140,65 @@ async fn teardown_orphan(
     reg.delete_slice(&o.adapter, &o.slice)
         .map_err(|e| e.to_string())?;
     Ok(found)
+}
+
+/// Slice `name` of `service` of `project` as it would be reached: rendered
+/// from the project's config (its main checkout's) with `client_env`, then
+/// with `built` (the environment a world was built with); with no config,
+/// by name alone.
+///
+/// # Errors
+/// The first rendering fails (an unset `${env.NAME}`), as text with its
+/// hint.
+fn rendered(
+    d: &Arc<Daemon>,
+    (project, service): (&str, &str),
+    adapter: &dyn crate::adapters::Adapter,
+    name: &str,
+    client_env: &ClientEnv,
+    built: Option<&ClientEnv>,
+) -> Result<Vec<crate::adapters::Slice>, String> {
+    let root = d.registry().project_root(project).ok().flatten();
+    let cfg = root.and_then(|r| config::load(&Path::new(&r).join(config::FILE_NAME)).ok());
+    let Some(c) = &cfg else {
+        return Ok(vec![slice_for(
+            d,
+            adapter,
+            name.to_owned(),
+            project,
+            None,
+            None,
+            client_env,
+        )]);
+    };
+    let penv = project_env(c, &c.root, &c.root).unwrap_or_default();
+    let mut candidates = Vec::new();
+    for env in std::iter::once(client_env).chain(built) {
+        let env_fn = lookup_env(&penv, env);
+        let at = SliceAt {
+            cfg: c,
+            project,
+            world: "",
+            world_root: &c.root,
+            facts: &IndexMap::new(),
+            env: &env_fn,
+            client_env: env,
+        };
+        match at.slice(d, service, adapter, name.to_owned()) {
+            Ok(s) => candidates.push(s),
+            Err(e) if candidates.is_empty() => return Err(with_hint(e)),
+            Err(_) => {}
+        }
+    }
+    Ok(candidates)
+}
+
+/// An error as one line of text, with its hint.
+fn with_hint(e: ApiError) -> String {
+    match e.hint {
+        Some(h) => format!("{}; {h}", e.message),
+        None => e.message,
+    }
 }
 
 /// 2. Worktree folders in a project's worktree root that no world owns
@@ -251,22 +281,23 @@ fn sweep_worktrees(
     }
 }
 
-/// 3. Golden templates of projects the registry does not know: each is
-///    dropped on the server its marker names, then the marker. With no
-///    config to render an `admin_url` from, only a server reached without
-///    credentials (or a template of no server, sqlite's) can be; the others
-///    are named for the user to drop by hand, marker kept.
-async fn sweep_markers(d: &Arc<Daemon>, dry_run: bool, out: &mut Vec<SweepItem>) {
-    let known: Vec<String> = d
-        .registry()
-        .projects()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(_, name, _)| name)
-        .collect();
+/// 3. Golden templates no world needs: those of projects the registry
+///    does not know, and those of a known project whose key is no world's
+///    current key (for every world, running or not: the key its worktree
+///    gives now). Each is dropped on the server its marker names, under
+///    the template's locks (a template this daemon or another on the same
+///    server is using is left, and said), then its marker.
+async fn sweep_markers(
+    d: &Arc<Daemon>,
+    dry_run: bool,
+    client_env: &ClientEnv,
+    out: &mut Vec<SweepItem>,
+) {
+    let projects = d.registry().projects().unwrap_or_default();
     let Ok(adapters_dir) = std::fs::read_dir(d.paths.home().join("golden")) else {
         return;
     };
+    let mut in_use: HashMap<String, Result<HashSet<String>, String>> = HashMap::new();
     for a in adapters_dir.flatten() {
         let Ok(markers) = std::fs::read_dir(a.path()) else {
             continue;
@@ -274,37 +305,203 @@ async fn sweep_markers(d: &Arc<Daemon>, dry_run: bool, out: &mut Vec<SweepItem>)
         let adapter_name = a.file_name().to_string_lossy().into_owned();
         for m in markers.flatten() {
             let file = m.file_name().to_string_lossy().into_owned();
-            let owner_known = known
-                .iter()
-                .any(|p| file.starts_with(&format!("{p}_golden_")));
             // A template's build log sits beside its marker.
-            if owner_known || file.ends_with(".log") {
+            if file.ends_with(".log") {
                 continue;
             }
-            let outcome = if dry_run {
-                swept(true, Ok(()))
-            } else {
-                match drop_unknown_template(d, &adapter_name, &file, &m.path()).await {
-                    Ok(TornDown::Deleted) => (
-                        SweepResult::Swept,
-                        "swept: template dropped, marker removed".to_owned(),
-                    ),
-                    Ok(TornDown::NotFound) => (
-                        SweepResult::Forgotten,
-                        "marker removed: its template was not on its server (nothing deleted)"
-                            .to_owned(),
-                    ),
-                    Err(e) => swept(false, Err(e)),
+            let marker =
+                golden::Marker::parse(&std::fs::read_to_string(m.path()).unwrap_or_default());
+            let owner = projects.iter().find(|(_, p, _)| {
+                marker.project.as_deref() == Some(p.as_str())
+                    || (marker.project.is_none() && file.starts_with(&format!("{p}_golden_")))
+            });
+            let Some((pid, project, root)) = owner else {
+                let outcome = if dry_run {
+                    swept(true, Ok(()))
+                } else {
+                    dropped(drop_unknown_template(d, &adapter_name, &file, &m.path()).await)
+                };
+                out.push(item(
+                    SweepKind::GoldenMarker,
+                    m.path().display().to_string(),
+                    "a golden template of a project this daemon does not know".into(),
+                    outcome,
+                ));
+                continue;
+            };
+            let used = in_use
+                .entry(project.clone())
+                .or_insert_with(|| templates_in_use(d, *pid, project, Path::new(root)));
+            let outcome = match used {
+                Ok(names) if names.contains(&file) => continue,
+                Err(why) => (SweepResult::NotSwept, format!("not swept: {why}")),
+                Ok(_) if dry_run => swept(true, Ok(())),
+                Ok(_) => {
+                    let at = UnusedTemplate {
+                        adapter: &adapter_name,
+                        name: &file,
+                        path: &m.path(),
+                        marker: &marker,
+                        project,
+                    };
+                    dropped(drop_unused_template(d, &at, client_env).await)
                 }
             };
             out.push(item(
-                SweepKind::GoldenMarker,
+                SweepKind::Template,
                 m.path().display().to_string(),
-                "a golden template of a project this daemon does not know".into(),
+                format!(
+                    "a golden template of project {project} whose key no world's branch has now"
+                ),
                 outcome,
             ));
         }
     }
+}
+
+/// How a template drop reads in the report.
+fn dropped(r: Result<TornDown, String>) -> (SweepResult, String) {
+    match r {
+        Ok(TornDown::Deleted) => (
+            SweepResult::Swept,
+            "swept: template dropped, marker removed".to_owned(),
+        ),
+        Ok(TornDown::NotFound) => (
+            SweepResult::Forgotten,
+            "marker removed: its template was not on its server (nothing deleted)".to_owned(),
+        ),
+        Err(e) => swept(false, Err(e)),
+    }
+}
+
+/// The names of the templates project `project`'s worlds would clone from
+/// now: for each world, each resource with `clone_from` in its worktree's
+/// `binky.toml` (the main checkout's when the worktree is gone), at the key
+/// its worktree gives.
+///
+/// # Errors
+/// A world's `binky.toml` cannot be read: its key is unknown, so none of
+/// the project's templates may be dropped.
+fn templates_in_use(
+    d: &Daemon,
+    pid: i64,
+    project: &str,
+    root: &Path,
+) -> Result<HashSet<String>, String> {
+    let loc = worktree::locate(root).map_err(|e| format!("project {project}: {e}"))?;
+    let main = config::load(&root.join(config::FILE_NAME)).ok();
+    let mut names = HashSet::new();
+    for path in d.registry().world_paths(pid).map_err(|e| e.to_string())? {
+        let world_root = super::locate::join_subdir(Path::new(&path), &loc.subdir);
+        let file = world_root.join(config::FILE_NAME);
+        let cfg = if file.exists() {
+            config::load(&file).map_err(|e| {
+                format!("{} cannot be read, so the key its world needs is unknown ({e}); fix it and run gc again", file.display())
+            })?
+        } else {
+            main.clone()
+                .ok_or_else(|| format!("project {project}'s binky.toml cannot be read"))?
+        };
+        for s in cfg.services.values() {
+            if let Some(r) = s.resource()
+                && let Some(from) = &r.clone_from
+            {
+                let key = golden::key(
+                    r.migrate.as_deref(),
+                    r.seed.as_deref(),
+                    &r.clone_inputs,
+                    &world_root,
+                );
+                names.insert(golden::template_name(project, from, &key));
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// A template of a known project that `gc` drops.
+struct UnusedTemplate<'a> {
+    adapter: &'a str,
+    name: &'a str,
+    path: &'a Path,
+    marker: &'a golden::Marker,
+    project: &'a str,
+}
+
+/// Drops template `t` on the server its marker names, rendered from its
+/// project's config with the caller's environment, under its locks; then
+/// the marker and the template's log.
+///
+/// # Errors
+/// What to do, as text: no such adapter, no service of the project builds
+/// such a template, its server cannot be reached, an `up` here or another
+/// daemon on that server is using it now, or the adapter failed. The
+/// marker is kept.
+async fn drop_unused_template(
+    d: &Arc<Daemon>,
+    t: &UnusedTemplate<'_>,
+    client_env: &ClientEnv,
+) -> Result<TornDown, String> {
+    let adapter = adapter_for(d, t.adapter, client_env)
+        .ok_or_else(|| format!("no adapter named {} in this build", t.adapter))?;
+    let service = match &t.marker.service {
+        Some(s) => s.clone(),
+        None => builder_of(d, t, client_env).ok_or_else(|| {
+            format!(
+                "no service of project {} builds the template {}; drop it by hand, then delete this marker",
+                t.project, t.name
+            )
+        })?,
+    };
+    let candidates = rendered(
+        d,
+        (t.project, &service),
+        adapter.as_ref(),
+        t.name,
+        client_env,
+        None,
+    )?;
+    let reached = reach(
+        d,
+        adapter.as_ref(),
+        &service,
+        candidates,
+        t.marker.server.as_ref(),
+    )
+    .map_err(with_hint)?;
+    let glock = d.worlds.golden_lock(&format!("{}/{}", t.adapter, t.name));
+    let Ok(_local) = glock.try_lock() else {
+        return Err("an `up` of this daemon is using it now; run gc again later".into());
+    };
+    let _server = adapter
+        .lock_template(&reached.slice, false)
+        .await
+        .map_err(|e| e.redacted(&reached.slice).message)?;
+    let found = tear_down(adapter.as_ref(), &reached.slice)
+        .await
+        .map_err(|e| e.redacted(&reached.slice).message)?;
+    std::fs::remove_file(t.path).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(format!("{}.log", t.path.display()));
+    let mut ev = LogEvent::named(EventKind::TemplateDropped).detail(t.name.to_owned());
+    ev.project = Some(t.project.to_owned());
+    ev.service = Some(service);
+    ev.adapter = Some(t.adapter.to_owned());
+    d.event(ev);
+    Ok(found)
+}
+
+/// For a marker written before markers named their service: the resource
+/// of the project (main checkout's config) on this adapter whose
+/// `clone_from` names such a template.
+fn builder_of(d: &Daemon, t: &UnusedTemplate<'_>, client_env: &ClientEnv) -> Option<String> {
+    let root = d.registry().project_root(t.project).ok().flatten()?;
+    let cfg = config::load(&Path::new(&root).join(config::FILE_NAME)).ok()?;
+    cfg.services.iter().find_map(|(n, s)| {
+        let r = s.resource()?;
+        let from = r.clone_from.as_ref()?;
+        let same = adapter_for(d, &r.adapter, client_env).is_some_and(|a| a.name() == t.adapter);
+        (same && t.name.starts_with(&format!("{}_golden_{from}", t.project))).then(|| n.clone())
+    })
 }
 
 /// Drops the template `name` of adapter `adapter_name` on the server its

@@ -13,13 +13,14 @@
 //! | [`data`] | migrate and seed, catching up with the branch |
 //! | [`reach`] | a recorded slice on the server it was made on; teardown that says what it found |
 //! | [`templates`] | golden templates: build once, clone per world, fall back |
+//! | [`bootstrap`] | a new worktree made ready: `[project] copy`, then `setup`, once |
 //! | [`start`] | starting processes by dependency level behind their probes |
 //! | [`processes`] | stopping a world's processes, recording the supervisor's reports |
 //! | [`routes`] | URLs, the HTTPS front (Caddy) |
 //! | [`reconcile`](mod@reconcile) | after a daemon restart: adopt, stop what no world owns |
 //! | [`strays`] | a world's processes that left its process groups (daemonized), by the token in their environment |
 //! | [`admit`] | `up` through admission: ticket, wait, `--no-wait`, resumes |
-//! | [`up`](mod@up), [`down`](mod@down) (and `reload`), [`remove`](mod@remove), [`env`](mod@env), [`verify`](mod@verify), [`gc`](mod@gc) | one verb each |
+//! | [`up`](mod@up), [`down`](mod@down) (and `reload`), [`remove`](mod@remove), [`reset`](mod@reset), [`env`](mod@env), [`verify`](mod@verify), [`gc`](mod@gc) | one verb each |
 //!
 //! Here: the daemon's live [`Worlds`], and what every verb's reply is made
 //! of (a world's status and ports).
@@ -37,6 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 mod admit;
+mod bootstrap;
 mod data;
 mod down;
 mod env;
@@ -48,6 +50,7 @@ mod processes;
 mod reach;
 mod reconcile;
 mod remove;
+mod reset;
 mod routes;
 mod slices;
 mod start;
@@ -57,6 +60,7 @@ mod up;
 mod verify;
 
 pub(crate) use admit::up_admitted;
+pub(crate) use data::fill_stale_clones;
 pub(crate) use down::{down, reload, suspend};
 pub(crate) use env::{env, locate_service};
 pub(crate) use gc::gc;
@@ -64,6 +68,7 @@ pub(crate) use logs::{log_dir, logs};
 pub(crate) use processes::fill_usage;
 pub(crate) use reconcile::reconcile;
 pub(crate) use remove::remove;
+pub(crate) use reset::reset;
 pub(crate) use routes::fill_urls;
 pub(crate) use up::up;
 pub(crate) use verify::verify;

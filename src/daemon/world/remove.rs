@@ -34,23 +34,13 @@ pub(crate) async fn remove(
     let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, &wref.name));
     let _guard = lock.lock().await;
     let w = find_world(d, &loc, &wref.name)?;
-    let rm = Removal {
-        d,
-        path: PathBuf::from(&w.path),
-        root: match &loc.config.project.worktree_root {
-            Some(r) => config::resolve_against(&loc.main_root(), r),
-            None => worktree::default_root(&loc.main),
-        },
-        loc: &loc,
-        w: &w,
-        force,
-    };
+    let rm = Removal::new(d, &loc, &w, force);
     let (ours, left_in_place) = rm.check(&client_env).await?;
     // Everything the teardown needs is rendered before anything is done,
     // with the environment the world was built with: a missing variable
     // fails here, leaving the world as it was.
     let client_env = d.worlds.env_for(w.id, &client_env);
-    let teardowns = rm.teardowns(&client_env)?;
+    let teardowns = rm.teardowns(&client_env, None)?;
     let git = user_git(&client_env)?;
     let before = world_status(d, &loc.name, w.id)?;
     d.registry()
@@ -83,9 +73,9 @@ pub(crate) async fn remove(
     })
 }
 
-/// One `remove` under way: the world, its worktree and the root Binky makes
-/// worktrees in.
-struct Removal<'a> {
+/// One `remove` under way (or the teardown half of a `reset`): the world,
+/// its worktree and the root Binky makes worktrees in.
+pub(super) struct Removal<'a> {
     d: &'a Daemon,
     loc: &'a Located,
     w: &'a WorldRow,
@@ -96,13 +86,29 @@ struct Removal<'a> {
 
 /// A slice to tear down: its row, its adapter and the slice as rendered to
 /// reach the server it was made on (or why it cannot be).
-type Teardown = (
+pub(super) type Teardown = (
     crate::registry::SliceRow,
     Arc<dyn adapters::Adapter>,
     Result<Reached, ApiError>,
 );
 
-impl Removal<'_> {
+impl<'a> Removal<'a> {
+    /// The removal of world `w`; `force` goes past uncommitted changes and
+    /// failed teardowns (left for `gc`).
+    pub(super) fn new(d: &'a Daemon, loc: &'a Located, w: &'a WorldRow, force: bool) -> Self {
+        Removal {
+            d,
+            path: PathBuf::from(&w.path),
+            root: match &loc.config.project.worktree_root {
+                Some(r) => config::resolve_against(&loc.main_root(), r),
+                None => worktree::default_root(&loc.main),
+            },
+            loc,
+            w,
+            force,
+        }
+    }
+
     /// Whether the worktree is Binky's to delete, and the note to give when
     /// `--force` removes the world but leaves a folder that is not.
     ///
@@ -160,15 +166,21 @@ impl Removal<'_> {
         )))
     }
 
-    /// Every slice of the world, rendered for teardown from the world's own
-    /// config (it names the servers), else the main checkout's when the
-    /// worktree is gone — with today's environment, and with the one the
-    /// world was built with — and pinned to the server it was made on.
+    /// Every slice of the world (of the services in `only`, when given),
+    /// rendered for teardown from the world's own config (it names the
+    /// servers), else the main checkout's when the worktree is gone — with
+    /// today's environment, and with the one the world was built with — and
+    /// pinned to the server it was made on. Only slices the registry
+    /// records for this world: never another world's.
     ///
     /// # Errors
     /// An `admin_url` cannot be rendered (an unset variable); without
     /// `--force`, a slice's server cannot be reached (see [`reach`]).
-    fn teardowns(&self, client_env: &ClientEnv) -> Result<Vec<Teardown>, ApiError> {
+    pub(super) fn teardowns(
+        &self,
+        client_env: &ClientEnv,
+        only: Option<&[String]>,
+    ) -> Result<Vec<Teardown>, ApiError> {
         let (d, loc, w) = (self.d, self.loc, self.w);
         let world_root = join_subdir(&self.path, &loc.subdir);
         let cfg = config::load(&world_root.join(config::FILE_NAME))
@@ -179,7 +191,10 @@ impl Removal<'_> {
         let mut teardowns = Vec::new();
         // Read first: the registry's lock must not be held across the loop.
         let rows = d.registry().slices_of(w.id)?;
-        for s in rows {
+        for s in rows
+            .into_iter()
+            .filter(|s| only.is_none_or(|o| o.contains(&s.service)))
+        {
             let Some(adapter) = adapter_for(d, &s.adapter, client_env) else {
                 continue;
             };
@@ -229,7 +244,7 @@ impl Removal<'_> {
     /// A teardown failed, without `--force` (the world is then `failed`;
     /// its processes are already stopped). With `--force` the failure is a
     /// note and the slice stays recorded for `gc`.
-    async fn tear_down(
+    pub(super) async fn tear_down(
         &self,
         teardowns: Vec<Teardown>,
         notes: &mut Vec<String>,

@@ -449,6 +449,10 @@ impl Provisioning<'_> {
                 "slice",
             )
             .await?;
+            self.cx
+                .d
+                .registry()
+                .set_slice_template(self.adapter.name(), &self.slice.name, None)?;
         }
         fault_point("slice:ready");
         Ok(())

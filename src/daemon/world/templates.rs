@@ -13,40 +13,50 @@ use crate::protocol::ApiError;
 use crate::supervisor;
 use std::path::{Path, PathBuf};
 
-/// A golden template ready to clone: its name, the log of its build, and
-/// the key its schema was migrated at.
+/// A golden template ready to clone: its name and key, the log of its
+/// build, the key its schema was migrated at, and the locks that keep it
+/// from being rebuilt or dropped (by this daemon, or another on the same
+/// server) until the clone is done.
 pub(super) struct Template {
     pub(super) name: String,
+    pub(super) key: String,
     pub(super) slice: Slice,
     pub(super) log: PathBuf,
     pub(super) migrated: Option<String>,
+    _held: (
+        tokio::sync::OwnedMutexGuard<()>,
+        Option<crate::adapters::TemplateLock>,
+    ),
 }
 
 impl Provisioning<'_> {
-    /// The golden template `from`, built first when its key changed or it
-    /// is gone — once, under a lock in this daemon and one on the server
-    /// (other daemons sharing it). The marker holds the template's key,
-    /// then the key its schema was migrated at (the building world's).
+    /// The golden template `from` at the key of the world's branch, built
+    /// first when it is not there — once, under a lock in this daemon and
+    /// one on the server (other daemons sharing it), both held by the
+    /// returned [`Template`]. Each key has its own template, so branches
+    /// whose migrations differ never rebuild each other's. The marker holds
+    /// the template's key, then the key its schema was migrated at (the
+    /// building world's).
     pub(super) async fn golden(&self, from: &str) -> Result<Template, ApiError> {
         let WorldCtx { d, project, .. } = *self.cx;
         let (adapter, r) = (self.adapter, self.job.r);
-        let tname = golden::template_name(project, from);
-        // The world's slice on the same server, by the template's name.
-        let template = Slice {
-            name: tname.clone(),
-            ..self.slice.clone()
-        };
         let key = golden::key(
             r.migrate.as_deref(),
             r.seed.as_deref(),
             &r.clone_inputs,
             &self.plan.world_root,
         );
+        let tname = golden::template_name(project, from, &key);
+        // The world's slice on the same server, by the template's name.
+        let template = Slice {
+            name: tname.clone(),
+            ..self.slice.clone()
+        };
         let marker = d.paths.golden_dir(adapter.name()).join(&tname);
         let glock = d.worlds.golden_lock(&format!("{}/{tname}", adapter.name()));
-        let _g = glock.lock().await;
-        let _server_lock = adapter
-            .lock_template(&template)
+        let local = glock.lock_owned().await;
+        let server_lock = adapter
+            .lock_template(&template, true)
             .await
             .map_err(|e| self.named(e))?;
         let recorded = golden::Marker::parse(&std::fs::read_to_string(&marker).unwrap_or_default());
@@ -69,24 +79,25 @@ impl Provisioning<'_> {
         let template_log = PathBuf::from(format!("{}.log", marker.display()));
         let mut t = Template {
             name: tname,
+            key,
             slice: template,
             log: template_log,
             migrated: recorded.migrated.clone(),
+            _held: (local, server_lock),
         };
         if !fresh {
-            t.migrated = self.build_template(&t, &key, &marker, server).await?;
+            t.migrated = self.build_template(&t, &marker, server).await?;
         }
         Ok(t)
     }
 
     /// Builds template `t` afresh (dropping what is there): provisioned,
     /// migrated and seeded with its output in `t.log`, then its marker
-    /// written with `key`, the key it was migrated at (returned) and the
-    /// server it is on. A failed build is dropped.
+    /// written with its key, the key it was migrated at (returned), the
+    /// server it is on and whose it is. A failed build is dropped.
     async fn build_template(
         &self,
         t: &Template,
-        key: &str,
         marker: &Path,
         server: Option<crate::adapters::server::Server>,
     ) -> Result<Option<String>, ApiError> {
@@ -94,7 +105,7 @@ impl Provisioning<'_> {
             d, project, world, ..
         } = *self.cx;
         let adapter = self.adapter;
-        let (tname, template, template_log) = (&t.name, &t.slice, &t.log);
+        let (tname, key, template, template_log) = (&t.name, &t.key, &t.slice, &t.log);
         let _ = std::fs::remove_file(marker);
         adapter
             .teardown(template)
@@ -128,6 +139,8 @@ impl Provisioning<'_> {
             key: key.to_owned(),
             migrated: migrated.clone(),
             server,
+            project: Some(project.to_owned()),
+            service: Some(self.job.service.to_owned()),
         };
         std::fs::write(marker, m.render()).map_err(|e| file_error("write", marker, e))?;
         d.event(world_event(EventKind::GoldenBuilt, project, world).detail(tname.clone()));
@@ -171,65 +184,127 @@ impl Provisioning<'_> {
         Ok(())
     }
 
-    /// Copies `template` into the slice; `false` (after `clone_fallback` is
-    /// logged, with the reason) when the copy failed and the slice is to be
-    /// built by provision + migrate + seed instead. A template migrated at
+    /// Copies `template` into the slice (a `cloned` event says from which,
+    /// how and how long it took) and returns `true`; a template migrated at
     /// another commit than the world's branch is caught up on the clone.
+    /// `false` when the slice is to be built by provision + migrate + seed
+    /// instead (the slice dropped, and why said in `up`'s progress, the
+    /// log and an event): the copy failed for an environmental reason
+    /// (`clone_fallback`), or the catch-up `migrate` failed on this fresh
+    /// copy, which holds no data of the world's own yet (`clone_rebuilt`).
+    ///
+    /// # Errors
+    /// The copy failed for any other reason (the slice is dropped).
     pub(super) async fn clone_from(&self, template: &Template) -> Result<bool, ApiError> {
         let WorldCtx {
             d, project, world, ..
         } = *self.cx;
         let (adapter, service, log) = (self.adapter, self.job.service, self.job.log);
-        match adapter.clone_slice(&template.slice, self.slice).await {
-            Ok(()) => {
-                if let Ok(mut f) = supervisor::logs::open_append(log) {
-                    use std::io::Write;
-                    let _ = writeln!(
-                        f,
-                        "binky: cloned from template {}; its migrate and seed output is in {}",
-                        template.name,
-                        template.log.display()
-                    );
-                }
-                if let Some(key) = &self.world_key
-                    && template.migrated.as_deref() != Some(key.as_str())
-                {
-                    let address = adapter
-                        .resolve(self.slice)
-                        .await
-                        .map_err(|e| self.named(e))?;
-                    catch_up(
-                        self.cx,
-                        &self.job,
-                        self.plan,
-                        &Resolved::new(address, adapter, self.slice),
-                        self.progress,
-                        "its golden template was migrated at another commit",
-                        true,
-                    )
-                    .await?;
-                }
-                Ok(true)
-            }
-            Err(e) => {
+        let started = std::time::Instant::now();
+        let how = match adapter.clone_slice(&template.slice, self.slice).await {
+            Ok(how) => how,
+            Err(e) if e.environmental => {
                 let e = e.redacted(self.slice);
                 tracing::warn!(project, world, service, reason = %e.message, "clone_fallback");
-                if let Ok(mut f) = supervisor::logs::open_append(log) {
-                    use std::io::Write;
-                    let _ = writeln!(
-                        f,
-                        "binky: clone_fallback: {}; building this world by provision + migrate + seed",
+                self.rebuilding(
+                    EventKind::CloneFallback,
+                    &format!(
+                        "clone_fallback: {}; building this world by provision + migrate + seed",
                         e.message
-                    );
-                }
-                let mut ev =
-                    world_event(EventKind::CloneFallback, project, world).detail(e.message.clone());
-                ev.service = Some(service.to_owned());
-                ev.adapter = Some(adapter.name().to_owned());
-                d.event(ev);
+                    ),
+                    e.message.clone(),
+                )
+                .await;
+                return Ok(false);
+            }
+            Err(e) => {
                 let _ = adapter.teardown(self.slice).await;
-                Ok(false)
+                return Err(self.named(e).hint(format!(
+                    "the copy of the golden template {} failed; `binky up {world}` tries again, and `binky gc` drops a template no world uses",
+                    template.name
+                )));
+            }
+        };
+        let took = started.elapsed().as_millis();
+        d.registry().set_slice_template(
+            adapter.name(),
+            &self.slice.name,
+            Some((&template.name, &template.key)),
+        )?;
+        if let Ok(mut f) = supervisor::logs::open_append(log) {
+            use std::io::Write;
+            let _ = writeln!(
+                f,
+                "binky: cloned from template {} ({how}, {took} ms); its migrate and seed output is in {}",
+                template.name,
+                template.log.display()
+            );
+        }
+        let mut ev = world_event(EventKind::Cloned, project, world)
+            .detail(format!("from {} ({how}, {took} ms)", template.name));
+        ev.service = Some(service.to_owned());
+        ev.adapter = Some(adapter.name().to_owned());
+        d.event(ev);
+        if let Some(key) = &self.world_key
+            && template.migrated.as_deref() != Some(key.as_str())
+        {
+            let address = adapter
+                .resolve(self.slice)
+                .await
+                .map_err(|e| self.named(e))?;
+            let caught_up = catch_up(
+                self.cx,
+                &self.job,
+                self.plan,
+                &Resolved::new(address, adapter, self.slice),
+                self.progress,
+                "its golden template was migrated at another commit",
+                true,
+            )
+            .await;
+            if let Err(e) = caught_up {
+                // A fresh copy holds nothing of the world's own: a
+                // `migrate` that cannot run twice (`CREATE TABLE` without
+                // `IF NOT EXISTS`) must not fail a brand-new world.
+                let first = e.message.lines().next().unwrap_or_default().to_owned();
+                self.rebuilding(
+                    EventKind::CloneRebuilt,
+                    &format!(
+                        "{first}; the clone holds no data of its own yet, so it is built from scratch (provision + migrate + seed)"
+                    ),
+                    first.clone(),
+                )
+                .await;
+                return Ok(false);
             }
         }
+        Ok(true)
+    }
+
+    /// Says (in `up`'s progress, the resource's log and an event of `kind`
+    /// with `detail`) that the slice is built from scratch after all, and
+    /// drops the copy.
+    async fn rebuilding(&self, kind: EventKind, why: &str, detail: String) {
+        let WorldCtx {
+            d, project, world, ..
+        } = *self.cx;
+        let service = self.job.service;
+        self.progress.say(
+            crate::protocol::ProgressStep::Migrate,
+            Some(service),
+            format!("{service}: {why}"),
+        );
+        if let Ok(mut f) = supervisor::logs::open_append(self.job.log) {
+            use std::io::Write;
+            let _ = writeln!(f, "binky: {why}");
+        }
+        let mut ev = world_event(kind, project, world).detail(detail);
+        ev.service = Some(service.to_owned());
+        ev.adapter = Some(self.adapter.name().to_owned());
+        d.event(ev);
+        let _ = self.adapter.teardown(self.slice).await;
+        let _ = d
+            .registry()
+            .set_slice_template(self.adapter.name(), &self.slice.name, None);
     }
 }

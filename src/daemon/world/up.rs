@@ -98,6 +98,9 @@ pub(super) async fn up_locked(
 
     // Record the intent before acting, so a crash can be reconciled.
     let world_id = record_world(d, project_id, name, &slug, &ensured.path, group, &cfg)?;
+    if ensured.created || ensured.recreated {
+        super::bootstrap::forget(d, project, &slug);
+    }
     d.worlds.remember_env(world_id, client_env);
     d.event(world_event(EventKind::UpStarted, project, name));
 
@@ -359,6 +362,8 @@ pub(super) async fn bring_up(
     fault_point("up:ports");
     check_cancelled(progress, cx.world)?;
     let mut plan = make_plan(cx, loc, world_root, &allocated, notes).await?;
+    super::bootstrap::prepare(cx, loc, &plan, progress).await?;
+    check_cancelled(progress, cx.world)?;
     provision_slices(cx, &mut plan, progress).await?;
     fault_point("up:provisioned");
     start_processes(cx, &plan, progress).await

@@ -6,6 +6,7 @@
 //! | [`procs`] | the process table: signals, stat, start time, environment, descendants, marked processes |
 //! | [`sockets`] | `/proc/net`: who owns a TCP connection, who listens on a port |
 //! | [`memory`](mod@memory) | `MemAvailable` within the cgroup limit, pressure-stall triggers, RSS, free disk |
+//! | [`files`] | copying a file by copy-on-write clone where the filesystem can |
 //! | here | files, locks, the socket, spawning and detaching, descriptors, signals to the CLI |
 
 use std::fs::{File, OpenOptions};
@@ -13,9 +14,11 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+mod files;
 mod memory;
 mod procs;
 mod sockets;
+pub use files::{FileCopy, clone_file};
 pub use memory::{
     Memory, PressureTrigger, disk_free, disk_space, groups_rss, groups_usage, memory,
     memory_pressure_avg10,

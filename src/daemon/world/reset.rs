@@ -1,0 +1,156 @@
+//! `reset`: a world's slices rebuilt from their golden template (or by
+//! provision + migrate + seed where there is none), its worktree and ports
+//! kept — for an agent or a person whose data went wrong.
+
+use super::down::reload_with;
+use super::locate::{Located, find_world, join_subdir, locate};
+use super::remove::Removal;
+use super::world_event;
+use crate::config;
+use crate::daemon::events::EventKind;
+use crate::daemon::{Daemon, ProgressTx};
+use crate::protocol::{ApiError, ResetRequest, UpRequest, WorldOutcome};
+use crate::registry::WorldRow;
+use std::path::Path;
+use std::sync::Arc;
+
+/// `binky reset`: checks which slices are meant (before anything stops),
+/// then reloads the world with them dropped while it is stopped, so its
+/// `up` makes them afresh — a clone of the template of the branch's
+/// current key where the resource has `clone_from`. Only slices the
+/// registry records for this world of this project are touched.
+///
+/// # Errors
+/// The world does not exist; a named service is not a resource of the
+/// world; neither a service nor `all` was given and the world has several
+/// resources; a teardown or the `up` that follows failed.
+pub(crate) async fn reset(
+    d: &Arc<Daemon>,
+    req: ResetRequest,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
+    let loc = locate(d, &req.up.world)?;
+    let name = &req.up.world.name;
+    let w = find_world(d, &loc, name).map_err(|e| {
+        e.hint("`binky up` creates a world; `reset` rebuilds the slices of one that exists")
+    })?;
+    let root = join_subdir(Path::new(&w.path), &loc.subdir);
+    let cfg = config::load(&root.join(config::FILE_NAME)).unwrap_or_else(|_| loc.config.clone());
+    let resources: Vec<String> = cfg
+        .services
+        .iter()
+        .filter(|(_, s)| s.resource().is_some())
+        .map(|(n, _)| n.clone())
+        .collect();
+    let chosen = choose(&resources, &req.services, req.all, name)?;
+    reload_with(d, req.up, progress, Some(&chosen)).await
+}
+
+/// The services a reset rebuilds: those named (each a resource of the
+/// world), every resource with `all`, or the only one.
+fn choose(
+    resources: &[String],
+    named: &[String],
+    all: bool,
+    world: &str,
+) -> Result<Vec<String>, ApiError> {
+    let listed = || {
+        if resources.is_empty() {
+            "it has none".to_owned()
+        } else {
+            format!("its resources: {}", resources.join(", "))
+        }
+    };
+    if all {
+        return Ok(resources.to_vec());
+    }
+    if named.is_empty() {
+        return match resources {
+            [one] => Ok(vec![one.clone()]),
+            [] => Err(ApiError::new(format!(
+                "{world} has no resource (no service with an adapter): nothing to reset"
+            ))),
+            _ => Err(ApiError::new(format!(
+                "{world} has several resources ({}): name one, or pass --all",
+                resources.join(", ")
+            ))
+            .hint(format!("binky reset {world} {}", resources[0]))),
+        };
+    }
+    for n in named {
+        if !resources.contains(n) {
+            return Err(ApiError::new(format!(
+                "`{n}` is not a resource of {world}; {}",
+                listed()
+            ))
+            .hint("reset rebuilds a slice (a service with an adapter); `binky reload` restarts processes"));
+        }
+    }
+    Ok(named.to_vec())
+}
+
+/// Drops the slices of `services` of stopped world `w` on the servers they
+/// were made on, returning what was done as notes. Called by
+/// [`reload_with`] under the world's lock, after its processes stopped.
+///
+/// # Errors
+/// A slice cannot be rendered or reached, or its teardown failed (the
+/// world is then `failed`, its other slices kept).
+pub(super) async fn drop_slices(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    w: &WorldRow,
+    services: &[String],
+    req: &UpRequest,
+    progress: &ProgressTx,
+) -> Result<Vec<String>, ApiError> {
+    let retry = || {
+        format!(
+            "fix the cause and run `binky reset {} {}` again",
+            w.name,
+            services.join(" ")
+        )
+    };
+    let env = d.worlds.env_for(w.id, &req.env);
+    let rm = Removal::new(d, loc, w, false);
+    let teardowns = rm
+        .teardowns(&env, Some(services))
+        .map_err(|e| e.hint(retry()))?;
+    progress.say(
+        crate::protocol::ProgressStep::Stop,
+        None,
+        format!("dropping the slice(s) of {}", services.join(", ")),
+    );
+    let mut notes = Vec::new();
+    let (torn, _) = rm
+        .tear_down(teardowns, &mut notes)
+        .await
+        .map_err(|e| ApiError::new(e.message).hint(retry()))?;
+    for t in &torn {
+        notes.push(format!("dropped {t}: it is made afresh below"));
+    }
+    d.event(world_event(EventKind::Reset, &loc.name, &w.name).detail(services.join(", ")));
+    Ok(notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reset_names_a_resource_of_the_world_or_all() {
+        let rs = vec!["db".to_owned(), "cache".to_owned()];
+        assert_eq!(choose(&rs, &[], true, "w").unwrap(), rs);
+        assert_eq!(choose(&rs, &["db".into()], false, "w").unwrap(), ["db"]);
+        let several = choose(&rs, &[], false, "w").unwrap_err();
+        assert!(several.message.contains("db, cache"), "{}", several.message);
+        let not = choose(&rs, &["api".into()], false, "w").unwrap_err();
+        assert!(
+            not.message.contains("`api` is not a resource"),
+            "{}",
+            not.message
+        );
+        assert_eq!(choose(&["db".into()], &[], false, "w").unwrap(), ["db"]);
+        assert!(choose(&[], &[], false, "w").is_err());
+    }
+}
