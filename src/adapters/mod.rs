@@ -185,6 +185,17 @@ pub trait Adapter: Send + Sync {
             self.name()
         )))
     }
+    /// Drops golden template `template`, which (unlike a world's slice) no
+    /// process of Binky's uses between clones: a session someone else holds
+    /// on it (a person in `psql`, an IDE) is never ended, and the drop
+    /// fails instead. The default is [`Adapter::teardown`].
+    ///
+    /// # Errors
+    /// The server refuses, or another session holds the template
+    /// (environmental: it is in use, not wrong).
+    async fn drop_template(&self, template: &Slice) -> Result<(), AdapterError> {
+        self.teardown(template).await
+    }
     /// The slice's adapter-specific token fields (`prefix`, `bucket`), each
     /// listed for the adapter in [`catalog`]; none by default.
     fn fields(&self, slice: &Slice) -> Vec<(&'static str, String)> {

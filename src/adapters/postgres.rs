@@ -237,6 +237,35 @@ impl Adapter for Postgres {
         .map_err(|e| sql_err(&format!("DROP DATABASE {}", quote(&slice.name)), e))
     }
 
+    async fn drop_template(&self, template: &Slice) -> Result<(), AdapterError> {
+        let c = connect(template).await?;
+        // No FORCE: the template's sessions are not Binky's to end.
+        let sql = format!("DROP DATABASE IF EXISTS {}", quote(&template.name));
+        match c.batch_execute(&sql).await {
+            Ok(()) => Ok(()),
+            Err(e)
+                if e.as_db_error().is_some_and(|db| {
+                    *db.code() == tokio_postgres::error::SqlState::OBJECT_IN_USE
+                }) =>
+            {
+                let who = sessions_on(&c, &template.name).await;
+                Err(AdapterError::environmental(format!(
+                    "postgres: the template {} is in use by other sessions ({}); it is left, and binky never ends a session it did not open",
+                    quote(&template.name),
+                    if who.is_empty() {
+                        "ones the admin role may not see".to_owned()
+                    } else {
+                        who.join("; ")
+                    }
+                )))
+            }
+            Err(e) => Err(sql_err(
+                &format!("DROP DATABASE {}", quote(&template.name)),
+                e,
+            )),
+        }
+    }
+
     async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError> {
         let c = connect(slice).await?;
         let rows = c

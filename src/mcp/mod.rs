@@ -51,6 +51,19 @@ pub struct UpArgs {
     pub wait: Option<bool>,
 }
 
+/// Arguments of `remove`: no `force` — over MCP a worktree with work in
+/// it is never discarded, and an unknown argument is refused, not ignored.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RemoveArgs {
+    /// The world's name.
+    pub name: String,
+    /// The project: a path inside it, or a known project name. Default: the
+    /// folder `binky mcp` runs in.
+    #[serde(default)]
+    pub project: Option<String>,
+}
+
 /// Arguments of `reset`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ResetArgs {
@@ -304,7 +317,7 @@ impl BinkyMcp {
     )]
     async fn remove(
         &self,
-        Parameters(a): Parameters<WorldArgs>,
+        Parameters(a): Parameters<RemoveArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         let req = match self.world_ref(a.project.as_deref(), &a.name) {
             Ok(world) => Request::Remove {
@@ -314,7 +327,21 @@ impl BinkyMcp {
             },
             Err(e) => return Ok(e),
         };
-        self.world_call(req, None).await
+        match self.call(req, None).await {
+            Ok(Response::World(o)) => done(o),
+            Ok(other) => Ok(tool_error(&ApiError::new(format!(
+                "unexpected reply: {other:?}"
+            )))),
+            // The daemon's hint offers the CLI's `--force`, which an agent
+            // must not reach for: the work in the worktree is the user's.
+            Err(mut e) if e.hint.as_deref().is_some_and(|h| h.contains("--force")) => {
+                e.hint = Some(
+                    "commit (and push) or stash the work first: over MCP remove never discards it; only the user decides to force it".to_owned(),
+                );
+                Ok(tool_error(&e))
+            }
+            Err(e) => Ok(tool_error(&e)),
+        }
     }
 
     #[tool(

@@ -41,6 +41,8 @@ pub struct ClonedSlice {
     pub service: String,
     /// The key of the template it was cloned from.
     pub template_key: String,
+    /// The key its schema was last migrated at (see [`SliceRow`]).
+    pub migrated_key: Option<String>,
 }
 
 /// A slice `gc` may sweep (see [`Registry::orphan_slices`]).
@@ -157,7 +159,7 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT p.name, w.name, s.service, s.template_key FROM slices s
+                "SELECT p.name, w.name, s.service, s.template_key, s.migrated_key FROM slices s
                  JOIN worlds w ON s.world_id = w.id JOIN projects p ON w.project_id = p.id
                  WHERE s.template_key IS NOT NULL AND s.state = 'live'",
             )
@@ -169,6 +171,7 @@ impl Registry {
                     world: r.get(1)?,
                     service: r.get(2)?,
                     template_key: r.get(3)?,
+                    migrated_key: r.get(4)?,
                 })
             })
             .map_err(|e| self.err(e))?;

@@ -128,6 +128,22 @@ pub(super) async fn obey(
 /// in the kernel (uninterruptible I/O) or one of another user takes longer.
 pub const KILL_WAIT: Duration = Duration::from_secs(5);
 
+/// Stops one-shot command `child` (the leader of its own process group:
+/// a `verify` check, a `setup` command) and its whole group — SIGTERM, 2 s,
+/// then SIGKILL — and reaps it.
+pub(crate) async fn stop_child_group(child: &mut tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        stop_pgid(
+            pid,
+            "SIGTERM",
+            Duration::from_secs(2),
+            platform::wait_exit(pid),
+        )
+        .await;
+    }
+    let _ = child.wait().await;
+}
+
 /// Sends `signal` to group `pgid`, waits for the leader to exit (through
 /// `leader_exit`) and for the rest of the group, up to `grace`, then SIGKILLs
 /// whatever is left and waits — bounded by [`KILL_WAIT`] — until no member

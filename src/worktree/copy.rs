@@ -22,16 +22,33 @@ pub struct Copied {
     pub bytes: u64,
     /// How: [`FileCopy::Reflink`] when every file was cloned.
     pub how: FileCopy,
+    /// What became of it.
+    pub outcome: Outcome,
+}
+
+/// What became of one `copy` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Copied into the worktree.
+    Copied,
     /// It was already in the worktree: left as it was.
-    pub present: bool,
+    Present,
+    /// Nothing in the main checkout matches the glob (`path` is the glob).
+    NoMatch,
 }
 
 impl Copied {
     /// One line for `up`'s progress: `node_modules: 12034 files, 201 MB
     /// (reflink)`, or why nothing was copied.
     pub fn describe(&self) -> String {
-        if self.present {
-            return format!("{}: already in the worktree, left as it is", self.path);
+        match self.outcome {
+            Outcome::Present => {
+                return format!("{}: already in the worktree, left as it is", self.path);
+            }
+            Outcome::NoMatch => {
+                return format!("{}: nothing in the main checkout matches it", self.path);
+            }
+            Outcome::Copied => {}
         }
         format!(
             "{}: {} file(s), {:.1} MB ({})",
@@ -62,7 +79,7 @@ pub fn check_glob(glob: &str) -> Option<String> {
     }
     if p.components().any(|c| c == Component::ParentDir) {
         return Some(format!(
-            "`{glob}` climbs out with `..`: only paths inside the repository are copied"
+            "`{glob}` climbs out with `..`: only paths under binky.toml's folder are copied"
         ));
     }
     if p.components().any(|c| c.as_os_str() == ".git") {
@@ -97,6 +114,7 @@ pub fn copy_paths(
         .canonicalize()
         .map_err(|e| CopyError(format!("{}: {e}", repo.display())))?;
     let mut found: Vec<PathBuf> = Vec::new();
+    let mut out = Vec::new();
     for g in globs {
         if let Some(why) = check_glob(g) {
             return Err(CopyError(why));
@@ -105,7 +123,17 @@ pub fn copy_paths(
             .split('/')
             .filter(|c| !c.is_empty() && *c != ".")
             .collect();
+        let before = found.len();
         matching(from, PathBuf::new(), &parts, &mut found);
+        if found.len() == before {
+            out.push(Copied {
+                path: g.clone(),
+                files: 0,
+                bytes: 0,
+                how: FileCopy::Bytes,
+                outcome: Outcome::NoMatch,
+            });
+        }
     }
     found.sort();
     found.dedup();
@@ -116,7 +144,6 @@ pub fn copy_paths(
             kept.push(p);
         }
     }
-    let mut out = Vec::new();
     for rel in kept {
         let src = from.join(&rel);
         let real = src
@@ -135,9 +162,13 @@ pub fn copy_paths(
             files: 0,
             bytes: 0,
             how: FileCopy::Reflink,
-            present: dst.symlink_metadata().is_ok(),
+            outcome: if dst.symlink_metadata().is_ok() {
+                Outcome::Present
+            } else {
+                Outcome::Copied
+            },
         };
-        if !c.present {
+        if c.outcome == Outcome::Copied {
             if let Some(parent) = dst.parent() {
                 std::fs::create_dir_all(parent)
                     .map_err(|e| CopyError(format!("{}: {e}", parent.display())))?;
@@ -278,7 +309,7 @@ mod tests {
         let done = copy_paths(&main, &wt, &main, &globs).unwrap();
         let by: std::collections::HashMap<_, _> =
             done.iter().map(|c| (c.path.as_str(), c)).collect();
-        assert!(by[".env.local"].present);
+        assert_eq!(by[".env.local"].outcome, Outcome::Present);
         assert_eq!(
             std::fs::read_to_string(wt.join(".env.local")).unwrap(),
             "mine"
@@ -296,7 +327,13 @@ mod tests {
         assert!(!wt.join("src").exists());
         // Run again: everything is present now, nothing is touched.
         let again = copy_paths(&main, &wt, &main, &globs).unwrap();
-        assert!(again.iter().all(|c| c.present), "{again:?}");
+        assert!(
+            again.iter().all(|c| c.outcome == Outcome::Present),
+            "{again:?}"
+        );
+        let none = copy_paths(&main, &wt, &main, &["does-not-exist".into()]).unwrap();
+        assert_eq!(none[0].outcome, Outcome::NoMatch);
+        assert!(none[0].describe().contains("nothing in the main checkout"));
     }
 
     #[test]

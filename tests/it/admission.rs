@@ -753,16 +753,28 @@ fn a_memory_stall_wakes_the_sampler_at_once() {
             .as_u64()
             .unwrap()
     };
-    let before = samples();
+    let stalls = || {
+        home.ok(&["metrics"]).json()["memory_stalls"]
+            .as_u64()
+            .unwrap()
+    };
+    let (before, stalls_before) = (samples(), stalls());
     // Then RAM sinks 1.5 GiB, outside binky: below the reserve, unseen —
     // no sample is due, and an allocation alone wakes nothing.
     let _hog = Hog::hold(&home, "hog", 1536 * MIB);
-    assert_eq!(
-        state(&repo, &home, "w"),
-        "running",
-        "sampled without a stall"
-    );
-    assert_eq!(samples(), before, "sampled without a stall");
+    let (now, state_now) = (samples(), state(&repo, &home, "w"));
+    if stalls() == stalls_before {
+        assert_eq!(state_now, "running", "sampled without a stall");
+        assert_eq!(now, before, "sampled without a stall");
+    } else {
+        // The trigger is machine-wide: a stall elsewhere (another test, a
+        // build) woke the daemon, rightly, so this run cannot tell whether
+        // the allocation alone would have. The stall half below still runs.
+        eprintln!(
+            "a memory stall from elsewhere on the machine came during the hog ({} sample(s)): the no-stall check is inconclusive this run",
+            now - before
+        );
+    }
     // The stall comes from re-reading a file's page cache in a small
     // memory cgroup: on a tmpfs the file would be memory itself.
     let scratch = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));

@@ -172,3 +172,60 @@ fn setup_runs_once_before_services_with_the_world_env_and_again_after_a_failure(
     assert_eq!(runs(), 3);
     repo.ok(&home, &["remove", "w", "--force"]);
 }
+
+#[test]
+fn ctrl_c_during_setup_stops_its_command_and_the_next_up_runs_it_again() {
+    let home = Home::new();
+    let marker = format!("SETUPSLEEP{}", std::process::id());
+    let scratch = tempfile::tempdir().unwrap();
+    let count = scratch.path().join("runs");
+    // A long install: its first run is cancelled, a later one is quick.
+    let toml = format!(
+        "{}setup = [\"echo ran >> \\\"$SETUP_COUNT\\\"; if test ! -e \\\"$SETUP_COUNT.fast\\\"; then sh -c 'sleep 60 # {marker}'; fi\"]\n[services.app]\ncmd = \"exec sleep 600\"\n",
+        project_header("setupcancel", 1)
+    );
+    let repo = Repo::new(&toml);
+    let counter = count.to_str().unwrap();
+    home.ok(&["daemon", "start"]);
+    let mut child = Reaped(
+        repo.cmd(&home, &["up", "w"])
+            .env("SETUP_COUNT", counter)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || !pids_with(&marker)
+            .is_empty()),
+        "setup's command never started"
+    );
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.0.id().to_string()])
+        .status();
+    let started = std::time::Instant::now();
+    let status = child.0.wait().unwrap();
+    assert!(!status.success(), "{status}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "up waited for the whole setup command"
+    );
+    let w = &repo.worlds(&home)["w"];
+    assert!(
+        w["error"].as_str().unwrap_or("").contains("cancelled"),
+        "{w}"
+    );
+    assert!(
+        wait_until(std::time::Duration::from_secs(5), || pids_with(&marker)
+            .is_empty()),
+        "setup's command still runs: {:?}",
+        pids_with(&marker)
+    );
+    assert!(!home.events().iter().any(|e| e["event"] == "setup_ran"));
+    // Not passed, so the next `up` runs it again.
+    std::fs::write(format!("{counter}.fast"), "").unwrap();
+    let out = repo.run_with(&home, &["up", "w"], &[("SETUP_COUNT", counter)]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 2);
+    repo.ok(&home, &["remove", "w", "--force"]);
+}

@@ -86,16 +86,15 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
     assert_eq!(v["reset"]["isError"], false, "{v}");
     assert_eq!(v["reset"]["structured"]["world"]["state"], "running", "{v}");
     assert_eq!(v["notes_after_reset"], serde_json::json!(["seeded"]), "{v}");
-    // remove: a dirty worktree is refused even when the caller asks for
-    // force (MCP has no such argument); a clean one is removed.
+    // remove: there is no `force` over MCP (refused, not ignored); a dirty
+    // worktree is refused, and the hint never offers forcing it; a clean
+    // one is removed.
+    let forced = v["remove_forced"].to_string();
+    assert!(forced.contains("unknown field `force`"), "{v}");
     assert_eq!(v["remove_dirty"]["isError"], true, "{v}");
-    assert!(
-        v["remove_dirty"]["text"]
-            .as_str()
-            .unwrap()
-            .contains("fail-now"),
-        "{v}"
-    );
+    let dirty = v["remove_dirty"]["text"].as_str().unwrap();
+    assert!(dirty.contains("fail-now"), "{v}");
+    assert!(!dirty.contains("--force"), "{v}");
     assert_eq!(v["remove"]["isError"], false, "{v}");
     assert_eq!(
         v["remove"]["structured"]["world"]["state"], "removed",

@@ -146,6 +146,26 @@ pub(super) fn check_unowned_tokens(
                 end: occ.end,
             };
             check_token(cx, services, declared, None, &path, at, occ.body);
+            // `setup` runs before any slice is made: a resource's fields
+            // have no value yet, and running `up` again never gives them one.
+            if matches!(path.get(1), Some(Step::Key(k)) if k == "setup")
+                && let Some(Token::Service(svc, _)) = classify(occ.body)
+                && services.get(svc).is_some_and(|s| s.resource().is_some())
+            {
+                cx.push_at(
+                    Severity::Error,
+                    "token-before-slice",
+                    &path,
+                    Some(at),
+                    format!(
+                        "`{}` names resource `{svc}`, whose slice is made after setup runs: it has no value then",
+                        at.text()
+                    ),
+                    Some(format!(
+                        "use it in `{svc}`'s migrate or seed, or in a service's cmd; setup gets ports, BINKY_* and [env]"
+                    )),
+                );
+            }
         }
     }
 }

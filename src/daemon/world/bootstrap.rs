@@ -118,8 +118,15 @@ async fn setup(cx: &WorldCtx<'_>, plan: &Plan, progress: &ProgressTx) -> Result<
         let label = format!("project.setup[{i}]");
         let rendered = render_strict(cmd, &label, None, &fx)?;
         progress.say(ProgressStep::Setup, None, format!("setup: {cmd}"));
-        run_logged(&label, &rendered, &plan.world_root, &env, &log)
-            .await
+        run_logged(
+            &label,
+            &rendered,
+            &plan.world_root,
+            &env,
+            &log,
+            Some((progress, world)),
+        )
+        .await
             .map_err(|e| {
                 e.hint(format!(
                     "fix the command (or what it needs) and run `binky up {world}` again: setup runs until it passes; its whole output is in {}",

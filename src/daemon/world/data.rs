@@ -58,8 +58,9 @@ pub(super) fn moved_migrations(d: &Daemon, loc: &Located, w: &WorldRow) -> Vec<S
 
 /// Adds a note to each world in `report` with a slice cloned from a
 /// template whose key is no longer its branch's (the migrations, seed or
-/// `clone_inputs` changed since): its data predates them, and `binky
-/// reset` re-clones it from the template of the current key. Reads only
+/// `clone_inputs` changed since) and not migrated since: its data predates
+/// them; `binky reset` re-clones it from the template of the current key,
+/// `binky reload` runs its `migrate` on the data it has. Reads only
 /// worlds with cloned slices (one registry query finds them), and only the
 /// `clone_inputs` files of each.
 pub(crate) fn fill_stale_clones(d: &Daemon, report: &mut crate::protocol::StatusReport) {
@@ -99,10 +100,15 @@ pub(crate) fn fill_stale_clones(d: &Daemon, report: &mut crate::protocol::Status
                     &r.clone_inputs,
                     &root,
                 );
-                if now != c.template_key {
+                // Its own `migrate` may have caught it up since (a reload):
+                // then its schema is the branch's, and a reset would only
+                // cost the world its data.
+                let caught_up = world_migrate_key(r, &root)
+                    .is_some_and(|k| c.migrated_key.as_deref() == Some(k.as_str()));
+                if now != c.template_key && !caught_up {
                     w.notes.push(format!(
-                        "{svc} cloned before migrations changed: `binky reset {} {svc}`",
-                        w.name,
+                        "{svc} cloned before migrations changed: `binky reset {w} {svc}` (or `binky reload {w}` to migrate the data it has)",
+                        w = w.name,
                         svc = c.service
                     ));
                 }
@@ -222,7 +228,7 @@ pub(super) async fn run_data_commands(
             &fx,
         )?;
         let label = format!("services.{service}.{step}");
-        if let Err(e) = run_logged(&label, &rendered, &plan.world_root, &env, log).await {
+        if let Err(e) = run_logged(&label, &rendered, &plan.world_root, &env, log, None).await {
             let kept = if dropped {
                 "the slice was dropped"
             } else {
@@ -239,23 +245,28 @@ pub(super) async fn run_data_commands(
 
 /// Runs the rendered command `label` (`services.db.migrate`,
 /// `project.setup[0]`) through the shell in `cwd` with exactly `env`, its
-/// output appended to `log` under a run mark.
+/// output appended to `log` under a run mark. With `cancel`, a caller's
+/// cancel stops its whole process group (an install may take minutes);
+/// without, it runs to its end (a `migrate` cut short could leave a
+/// schema half-changed).
 ///
 /// # Errors
 /// It could not be started, or it failed: the error quotes the head and
 /// tail of this run's output ([`step_failed`]); the caller adds the hint.
+/// Cancelled: [`super::up::cancelled_error`] for `world`.
 pub(super) async fn run_logged(
     label: &str,
     rendered: &str,
     cwd: &Path,
     env: &[(String, String)],
     log: &Path,
+    cancel: Option<(&crate::daemon::ProgressTx, &str)>,
 ) -> Result<(), ApiError> {
     supervisor::logs::mark_run(log, label);
     let (err, out) = supervisor::logs::open_append(log)
         .and_then(|out| Ok((out.try_clone()?, out)))
         .map_err(|e| file_error("open", log, e))?;
-    let status = crate::platform::command("/bin/sh")
+    let mut child = crate::platform::command("/bin/sh")
         .arg("-c")
         .arg(rendered)
         .current_dir(cwd)
@@ -264,9 +275,22 @@ pub(super) async fn run_logged(
         .stdin(std::process::Stdio::null())
         .stdout(out)
         .stderr(err)
-        .status()
-        .await
+        // Its own group, so a cancel stops what it started too.
+        .process_group(0)
+        .kill_on_drop(cancel.is_some())
+        .spawn()
         .map_err(|e| ApiError::new(format!("{label}: cannot run: {e}")))?;
+    let waited = match cancel {
+        None => child.wait().await,
+        Some((progress, world)) => tokio::select! {
+            st = child.wait() => st,
+            _ = progress.until_cancelled() => {
+                supervisor::stop_child_group(&mut child).await;
+                return Err(super::up::cancelled_error(world));
+            }
+        },
+    };
+    let status = waited.map_err(|e| ApiError::new(format!("{label}: cannot run: {e}")))?;
     if status.success() {
         Ok(())
     } else {

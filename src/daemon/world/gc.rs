@@ -2,7 +2,7 @@
 
 use super::locate::user_git;
 use super::plan::{lookup_env, project_env};
-use super::reach::{TornDown, reach, tear_down};
+use super::reach::{TornDown, drop_template, reach, tear_down};
 use super::slices::{SliceAt, adapter_for, slice_for};
 use crate::adapters::golden;
 use crate::daemon::Daemon;
@@ -477,7 +477,7 @@ async fn drop_unused_template(
         .lock_template(&reached.slice, false)
         .await
         .map_err(|e| e.redacted(&reached.slice).message)?;
-    let found = tear_down(adapter.as_ref(), &reached.slice)
+    let found = drop_template(adapter.as_ref(), &reached.slice)
         .await
         .map_err(|e| e.redacted(&reached.slice).message)?;
     std::fs::remove_file(t.path).map_err(|e| e.to_string())?;
@@ -547,7 +547,7 @@ async fn drop_unknown_template(
         admin_url,
         &no_env,
     );
-    let found = tear_down(adapter.as_ref(), &slice)
+    let found = drop_template(adapter.as_ref(), &slice)
         .await
         .map_err(|e| e.redacted(&slice).message)?;
     std::fs::remove_file(marker).map_err(|e| e.to_string())?;

@@ -152,16 +152,38 @@ pub(super) async fn tear_down(
     adapter: &dyn adapters::Adapter,
     slice: &Slice,
 ) -> Result<TornDown, adapters::AdapterError> {
+    found_then(adapter, slice, adapter.teardown(slice)).await
+}
+
+/// Whether `slice` is there, then `drop` (run even when it is missing: the
+/// adapter's ownership guard refuses what it finds there that Binky did
+/// not make, such as keys under a prefix whose marker is gone, and takes
+/// an empty place as gone).
+async fn found_then(
+    adapter: &dyn adapters::Adapter,
+    slice: &Slice,
+    drop: impl std::future::Future<Output = Result<(), adapters::AdapterError>>,
+) -> Result<TornDown, adapters::AdapterError> {
     let existed = adapter.exists(slice).await?;
-    // Run even when the slice is missing: the adapter's ownership guard
-    // refuses what it finds there that Binky did not make (keys under a
-    // prefix whose marker is gone), and takes an empty place as gone.
-    adapter.teardown(slice).await?;
+    drop.await?;
     Ok(if existed {
         TornDown::Deleted
     } else {
         TornDown::NotFound
     })
+}
+
+/// [`tear_down`] for a golden template: dropped with
+/// [`adapters::Adapter::drop_template`], which never ends another's
+/// session on it.
+///
+/// # Errors
+/// The adapter's; a template in use is an error, and is left.
+pub(super) async fn drop_template(
+    adapter: &dyn adapters::Adapter,
+    template: &Slice,
+) -> Result<TornDown, adapters::AdapterError> {
+    found_then(adapter, template, adapter.drop_template(template)).await
 }
 
 /// The note for a slice that was not where it was made.

@@ -61,6 +61,15 @@ fn choose(
             format!("its resources: {}", resources.join(", "))
         }
     };
+    if all && !named.is_empty() {
+        return Err(ApiError::new(format!(
+            "reset of {world}: name services or ask for all of them, not both"
+        ))
+        .hint(format!(
+            "binky reset {world} --all, or binky reset {world} {}",
+            named.join(" ")
+        )));
+    }
     if all {
         return Ok(resources.to_vec());
     }
@@ -86,7 +95,11 @@ fn choose(
             .hint("reset rebuilds a slice (a service with an adapter); `binky reload` restarts processes"));
         }
     }
-    Ok(named.to_vec())
+    let mut chosen = named.to_vec();
+    chosen.dedup();
+    chosen.sort();
+    chosen.dedup();
+    Ok(chosen)
 }
 
 /// Drops the slices of `services` of stopped world `w` on the servers they
@@ -151,6 +164,11 @@ mod tests {
             not.message
         );
         assert_eq!(choose(&["db".into()], &[], false, "w").unwrap(), ["db"]);
+        assert!(choose(&rs, &["db".into()], true, "w").is_err());
+        assert_eq!(
+            choose(&rs, &["db".into(), "db".into()], false, "w").unwrap(),
+            ["db"]
+        );
         assert!(choose(&[], &[], false, "w").is_err());
     }
 }

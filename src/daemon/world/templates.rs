@@ -2,7 +2,7 @@
 //! then cloned for each world where the adapter can clone.
 
 use super::data::{catch_up, provision_and_seed};
-use super::reach::{TornDown, reach, server_now, tear_down};
+use super::reach::{TornDown, drop_template, reach, server_now};
 use super::slices::{Provisioning, Resolved, adapter_error};
 use super::{SliceJob, WorldCtx, world_event};
 use crate::adapters::{Slice, golden};
@@ -108,7 +108,7 @@ impl Provisioning<'_> {
         let (tname, key, template, template_log) = (&t.name, &t.key, &t.slice, &t.log);
         let _ = std::fs::remove_file(marker);
         adapter
-            .teardown(template)
+            .drop_template(template)
             .await
             .map_err(|e| self.named(e))?;
         let _ = std::fs::remove_file(template_log);
@@ -127,7 +127,7 @@ impl Provisioning<'_> {
         if let Err(e) = built {
             // Nothing half-made: a template that failed its migrate or
             // seed is dropped, so the next `up` builds it afresh.
-            let _ = adapter.teardown(template).await;
+            let _ = adapter.drop_template(template).await;
             return Err(e);
         }
         fault_point("golden:built");
@@ -168,7 +168,7 @@ impl Provisioning<'_> {
             vec![template.clone()],
             recorded.server.as_ref(),
         )?;
-        let found = tear_down(self.adapter, &old.slice)
+        let found = drop_template(self.adapter, &old.slice)
             .await
             .map_err(|e| adapter_error(service, &old.slice, e))?;
         let how = match found {

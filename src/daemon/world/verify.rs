@@ -240,16 +240,7 @@ async fn run_check(
             Err(_) => Ok((None, false, false)),
         },
         _ = progress.until_cancelled() => {
-            if let Some(pid) = child.id() {
-                supervisor::stop_pgid(
-                    pid,
-                    "SIGTERM",
-                    std::time::Duration::from_secs(2),
-                    crate::platform::wait_exit(pid),
-                )
-                .await;
-            }
-            let _ = child.wait().await;
+            supervisor::stop_child_group(&mut child).await;
             progress.say(crate::protocol::ProgressStep::Output, None, "cancelled".into());
             Ok((None, false, true))
         }
