@@ -96,7 +96,6 @@ fn choose(
         }
     }
     let mut chosen = named.to_vec();
-    chosen.dedup();
     chosen.sort();
     chosen.dedup();
     Ok(chosen)

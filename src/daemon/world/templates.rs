@@ -245,40 +245,53 @@ impl Provisioning<'_> {
         ev.service = Some(service.to_owned());
         ev.adapter = Some(adapter.name().to_owned());
         d.event(ev);
-        if let Some(key) = &self.world_key
-            && template.migrated.as_deref() != Some(key.as_str())
-        {
-            let address = adapter
-                .resolve(self.slice)
-                .await
-                .map_err(|e| self.named(e))?;
-            let caught_up = catch_up(
-                self.cx,
-                &self.job,
-                self.plan,
-                &Resolved::new(address, adapter, self.slice),
-                self.progress,
-                "its golden template was migrated at another commit",
-                true,
-            )
-            .await;
-            if let Err(e) = caught_up {
-                // A fresh copy holds nothing of the world's own: a
-                // `migrate` that cannot run twice (`CREATE TABLE` without
-                // `IF NOT EXISTS`) must not fail a brand-new world.
-                let first = e.message.lines().next().unwrap_or_default().to_owned();
-                self.rebuilding(
-                    EventKind::CloneRebuilt,
-                    &format!(
-                        "{first}; the clone holds no data of its own yet, so it is built from scratch (provision + migrate + seed)"
-                    ),
-                    first.clone(),
-                )
-                .await;
-                return Ok(false);
-            }
+        self.catch_up_clone(template).await
+    }
+
+    /// Runs `migrate` on a fresh clone of `template` when the template was
+    /// migrated at another key than the world's branch; `false` (the copy
+    /// dropped, `clone_rebuilt` said) when that fails.
+    ///
+    /// # Errors
+    /// The clone's address cannot be resolved.
+    async fn catch_up_clone(&self, template: &Template) -> Result<bool, ApiError> {
+        let Some(key) = &self.world_key else {
+            return Ok(true);
+        };
+        if template.migrated.as_deref() == Some(key.as_str()) {
+            return Ok(true);
         }
-        Ok(true)
+        let address = self
+            .adapter
+            .resolve(self.slice)
+            .await
+            .map_err(|e| self.named(e))?;
+        let caught_up = catch_up(
+            self.cx,
+            &self.job,
+            self.plan,
+            &Resolved::new(address, self.adapter, self.slice),
+            self.progress,
+            "its golden template was migrated at another commit",
+            true,
+        )
+        .await;
+        let Err(e) = caught_up else {
+            return Ok(true);
+        };
+        // A fresh copy holds nothing of the world's own: a `migrate` that
+        // cannot run twice (`CREATE TABLE` without `IF NOT EXISTS`) must
+        // not fail a brand-new world.
+        let first = e.message.lines().next().unwrap_or_default().to_owned();
+        self.rebuilding(
+            EventKind::CloneRebuilt,
+            &format!(
+                "{first}; the clone holds no data of its own yet, so it is built from scratch (provision + migrate + seed)"
+            ),
+            first.clone(),
+        )
+        .await;
+        Ok(false)
     }
 
     /// Says (in `up`'s progress, the resource's log and an event of `kind`
