@@ -280,8 +280,9 @@ verify = ["python3 manage.py test items --noinput"]
     .0 == 200));
     more(10);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // `more` waited for 10 answers before the touch and 10 after the
+    // restart: every one of them must be a 200.
     let statuses = hammer.join().unwrap();
-    assert!(statuses.len() > 20, "{statuses:?}");
     let bad: Vec<_> = statuses.iter().filter(|s| **s != 200).collect();
     assert!(
         bad.is_empty(),
