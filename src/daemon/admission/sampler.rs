@@ -84,11 +84,14 @@ pub(crate) fn ensure_sampler(d: &Arc<Daemon>) {
                     }
                 },
             };
-            if stalled {
+            // What share of the last 10 s tasks stalled: one reading for
+            // the event and the verdict both.
+            let stalled = stalled.then(|| crate::platform::memory_pressure_avg10().unwrap_or(0.0));
+            if let Some(share) = stalled {
                 d.admission.stalls.fetch_add(1, Ordering::Relaxed);
                 if last_event.is_none_or(|t| t.elapsed() >= PRESSURE_EVENT_EVERY) {
                     last_event = Some(std::time::Instant::now());
-                    pressure_event(&d);
+                    pressure_event(&d, share);
                 }
             }
             d.admission.samples.fetch_add(1, Ordering::Relaxed);
@@ -117,9 +120,9 @@ pub(super) async fn stalled(
 }
 
 /// `memory_pressure` in events.log: the kernel reported tasks stalled on
-/// memory, with the stall share and the RAM figures as sampled now.
-pub(super) fn pressure_event(d: &Daemon) {
-    let avg10 = crate::platform::memory_pressure_avg10().unwrap_or(0.0);
+/// memory, with the stall share (`some avg10`, percent) and the RAM figures
+/// as sampled now.
+pub(super) fn pressure_event(d: &Daemon, avg10: f64) {
     let mut detail = format!("tasks stalled on memory {avg10:.2} % of the last 10 s");
     if let (Some(mem), Ok(s)) = (crate::platform::memory(), d.registry().settings()) {
         let reserve = (mem.total as f64 * s.ram_reserve_pct / 100.0) as u64;
@@ -136,13 +139,14 @@ pub(super) fn pressure_event(d: &Daemon) {
 /// footprint), and a `MemAvailable` reading into the trend; when the trend
 /// shows a real shortfall below the reserve ([`steady`](super::steady)), the newest world
 /// past its hold is suspended. The last running world is suspended only
-/// when the pressure is beyond doubt (a stall, or a drop far below the
-/// line): suspending every world leaves nothing done, and a shortfall other
-/// programs cause is not ended by it.
+/// when the pressure is beyond doubt ([`Shortfall::takes_the_last_world`](super::steady::Shortfall::takes_the_last_world)):
+/// suspending every world leaves nothing done, and a shortfall other
+/// programs cause is not ended by it. `stalled`: the stall trigger fired,
+/// with the share of the last 10 s tasks stalled, percent.
 ///
 /// Returns whether anything is running or waiting to resume (the sampler
 /// goes on), and whether a verdict is pending (sample again soon).
-pub(super) async fn sample(d: &Arc<Daemon>, stalled: bool) -> (bool, bool) {
+pub(super) async fn sample(d: &Arc<Daemon>, stalled: Option<f64>) -> (bool, bool) {
     let Ok(active) = d.registry().active_worlds() else {
         return (true, false);
     };
@@ -177,7 +181,7 @@ pub(super) async fn sample(d: &Arc<Daemon>, stalled: bool) -> (bool, bool) {
     let Some(shortfall) = shortfall else {
         return (true, confirm);
     };
-    let beyond_doubt = !matches!(shortfall, super::steady::Shortfall::Lasting { .. });
+    let beyond_doubt = shortfall.takes_the_last_world();
     let now = crate::registry::now_ms();
     let candidates: Vec<super::decide::Active> = {
         let st = d.admission.lock();
