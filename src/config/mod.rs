@@ -14,7 +14,7 @@ pub mod validate;
 
 pub use diagnostic::{Diagnostic, Severity};
 pub use model::*;
-pub use validate::{Report, check_str};
+pub use validate::{Report, check_str, users_of};
 
 use std::path::{Path, PathBuf};
 

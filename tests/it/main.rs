@@ -32,6 +32,7 @@ mod rabbitmq;
 mod rag;
 mod recorded;
 mod redis;
+mod reset;
 mod s3;
 mod secrets;
 mod templates;

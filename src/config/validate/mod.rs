@@ -20,6 +20,7 @@ mod lints;
 mod literals;
 mod service;
 mod tokens;
+pub use tokens::users_of;
 
 use lints::*;
 
@@ -316,6 +317,54 @@ mod tests {
             .map(|d| d.render("binky.toml"))
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    #[test]
+    fn users_of_a_slice_are_its_dependents_and_those_naming_it() {
+        let src = r#"
+[project]
+name = "shop"
+[services.db]
+adapter = "sqlite"
+[services.cache]
+adapter = "redis"
+[services.api]
+cmd = "true"
+depends_on = ["db"]
+[services.web]
+cmd = "true"
+depends_on = ["api"]
+[services.report]
+cmd = "echo ${db.url}"
+[services.worker]
+cmd = "true"
+depends_on = ["cache"]
+env = { API = "${api.url}" }
+[services.docs]
+cmd = "true"
+"#;
+        let report = check_str(src, Path::new("binky.toml"));
+        let cfg = report.config.expect("valid");
+        let users = |r: &[&str]| {
+            users_of(&cfg, &r.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .into_iter()
+                .collect::<Vec<_>>()
+        };
+        // api depends on db, web on api; report names db's URL without
+        // depending on it. worker only names api's URL: not a user.
+        assert_eq!(users(&["db"]), ["api", "report", "web"]);
+        assert_eq!(users(&["cache"]), ["worker"]);
+        assert_eq!(users(&["db", "cache"]), ["api", "report", "web", "worker"]);
+        assert!(users(&[]).is_empty());
+        // The project's [env] goes to every process: naming db there makes
+        // every one of them a user.
+        let with_env = format!("{src}[env]\nDATABASE_URL = \"${{db.url}}\"\n");
+        let cfg = check_str(&with_env, Path::new("binky.toml"))
+            .config
+            .expect("valid");
+        let all = users_of(&cfg, &["db".to_owned()]);
+        assert_eq!(all.len(), 5, "{all:?}");
+        assert!(users_of(&cfg, &["cache".to_owned()]).contains("worker"));
     }
 
     #[test]

@@ -515,3 +515,62 @@ pub(super) fn depends_transitively(
     }
     false
 }
+
+/// The processes of `cfg` that use any of `resources`, by name: each that
+/// names one in a token of its own fields (`cmd`, `env`, `health`, `cwd`)
+/// or depends on one, and every process that depends on those in turn —
+/// or every process, when the project's `[env]` (which they all get) names
+/// one. What `binky reset` stops while it remakes a slice: a service that
+/// only names a slice's URL without `depends_on` (a lint warns of it) holds
+/// connections to it all the same. Naming another *process* is no use of
+/// it here: its port stays the same through a restart.
+pub fn users_of(cfg: &Config, resources: &[String]) -> BTreeSet<String> {
+    let names = |text: &str| -> Vec<String> {
+        occurrences(text)
+            .filter_map(|o| match classify(o.body) {
+                Some(Token::Service(svc, _)) => Some(svc.to_owned()),
+                _ => None,
+            })
+            .collect()
+    };
+    let processes = cfg
+        .services
+        .iter()
+        .filter(|(_, s)| s.process().is_some())
+        .map(|(n, _)| n.clone());
+    if cfg
+        .env
+        .values()
+        .any(|v| names(v).iter().any(|n| resources.contains(n)))
+    {
+        return processes.collect();
+    }
+    // Each process's direct uses: what it depends on and what it names.
+    let uses: Vec<(String, BTreeSet<String>)> = cfg
+        .services
+        .iter()
+        .filter(|(_, s)| s.process().is_some())
+        .map(|(n, s)| {
+            let mut u: BTreeSet<String> = s.depends_on().iter().cloned().collect();
+            for (_, text) in token_fields(n, s) {
+                u.extend(names(text).into_iter().filter(|t| resources.contains(t)));
+            }
+            (n.clone(), u)
+        })
+        .collect();
+    let mut used: BTreeSet<String> = resources.iter().cloned().collect();
+    let mut out = BTreeSet::new();
+    // Until nothing new: a process using anything used is itself used.
+    loop {
+        let before = out.len();
+        for (n, u) in &uses {
+            if !out.contains(n) && u.iter().any(|x| used.contains(x)) {
+                out.insert(n.clone());
+                used.insert(n.clone());
+            }
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
+}

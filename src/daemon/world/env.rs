@@ -2,8 +2,7 @@
 
 use super::locate::{Located, find_world, join_subdir, locate};
 use super::plan::{facts_for, facts_of, lookup_env, project_env, project_vars};
-use super::reach::pinned;
-use super::slices::{Resolved, SliceAt, adapter_error, adapter_for};
+use super::slices::{SliceAt, adapter_for};
 use super::world_ports;
 use crate::config;
 use crate::config::Config;
@@ -143,7 +142,7 @@ pub(super) async fn world_facts(
             };
             // Rendered per service: an earlier resource's address is a
             // fact the next one's admin_url may use.
-            let slice = SliceAt {
+            SliceAt {
                 cfg: &cfg,
                 project: &loc.name,
                 world: &w.name,
@@ -152,14 +151,9 @@ pub(super) async fn world_facts(
                 env: &env_fn,
                 client_env: &env,
             }
-            .slice(d, n, a.as_ref(), a.slice_name(&loc.name, &w.slug))?;
-            let slice = pinned(d, a.as_ref(), n, w.id, slice)?;
-            let address = a
-                .resolve(&slice)
-                .await
-                .map_err(|e| adapter_error(n, &slice, e))?;
-            Resolved::new(address, a.as_ref(), &slice)
-                .apply(facts.get_mut(n).expect("fact per service"));
+            .resolved(d, n, a.as_ref(), &w.slug, w.id)
+            .await?
+            .apply(facts.get_mut(n).expect("fact per service"));
         }
     }
     Ok(WorldFacts {

@@ -120,6 +120,7 @@ pub(crate) struct Worlds {
 }
 
 /// Supervised processes of one world.
+#[derive(Clone)]
 pub(crate) struct Runtime {
     handles: IndexMap<String, Arc<Handle>>,
     /// Start order by dependency level.

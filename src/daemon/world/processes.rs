@@ -92,20 +92,7 @@ pub(super) fn recorder(
 pub(super) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
     let mut left = Vec::new();
     match d.worlds.take_runtime(w.id) {
-        Some(rt) => {
-            for level in rt.levels.iter().rev() {
-                let mut set = tokio::task::JoinSet::new();
-                for n in level {
-                    if let Some(h) = rt.handles.get(n) {
-                        let (h, n) = (h.clone(), n.clone());
-                        set.spawn(async move { h.stop().await.map(|p| format!("{n}: {p}")) });
-                    }
-                }
-                while let Some(r) = set.join_next().await {
-                    left.extend(r.ok().flatten());
-                }
-            }
-        }
+        Some(rt) => left = stop_handles(&rt.levels, &rt.handles, &|_| true).await,
         None => {
             // No live supervisor (the daemon restarted): stop what the
             // registry recorded, if it is still that very process.
@@ -142,6 +129,48 @@ pub(super) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
     if let Ok(Some((project, _))) = reg.world_names(w.id) {
         d.routes
             .set_world_state(&project, &w.name, ServiceState::Stopped);
+    }
+    left
+}
+
+/// Stops the processes of `services` of a running world (dependents
+/// first) and keeps the rest of its runtime; what outlived its stop is
+/// returned, as [`stop_processes`] does. A process that left its group is
+/// not attributed to a service, so it is left for the world's own stop.
+pub(super) async fn stop_services(
+    d: &Daemon,
+    w: &WorldRow,
+    services: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    let Some(rt) = d.worlds.take_runtime(w.id) else {
+        return Vec::new();
+    };
+    let left = stop_handles(&rt.levels, &rt.handles, &|n| services.contains(n)).await;
+    let mut kept = (*rt).clone();
+    kept.handles.retain(|n, _| !services.contains(n));
+    d.worlds.put_runtime(w.id, kept);
+    left
+}
+
+/// Stops each handle `chosen` picks, level by level from the last (so a
+/// service stops before what it depends on), those of one level together.
+async fn stop_handles(
+    levels: &[Vec<String>],
+    handles: &indexmap::IndexMap<String, Arc<supervisor::Handle>>,
+    chosen: &(dyn Fn(&str) -> bool + Sync),
+) -> Vec<String> {
+    let mut left = Vec::new();
+    for level in levels.iter().rev() {
+        let mut set = tokio::task::JoinSet::new();
+        for n in level.iter().filter(|n| chosen(n)) {
+            if let Some(h) = handles.get(n) {
+                let (h, n) = (h.clone(), n.clone());
+                set.spawn(async move { h.stop().await.map(|p| format!("{n}: {p}")) });
+            }
+        }
+        while let Some(r) = set.join_next().await {
+            left.extend(r.ok().flatten());
+        }
     }
     left
 }

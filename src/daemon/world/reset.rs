@@ -4,21 +4,28 @@
 
 use super::down::reload_with;
 use super::locate::{Located, find_world, join_subdir, locate};
+use super::plan::facts_of;
+use super::processes::stop_services;
 use super::remove::Removal;
-use super::world_event;
+use super::start::start_processes;
+use super::up::{fully_running, plan_with, provision_slices, settle_up};
+use super::{WorldCtx, world_event, world_ports};
 use crate::config;
 use crate::daemon::events::EventKind;
-use crate::daemon::{Daemon, ProgressTx};
-use crate::protocol::{ApiError, ResetRequest, UpRequest, WorldOutcome};
+use crate::daemon::{Daemon, ProgressTx, WorldKey};
+use crate::protocol::{ApiError, Intent, ResetRequest, UpRequest, WorldOutcome};
 use crate::registry::WorldRow;
 use std::path::Path;
 use std::sync::Arc;
 
 /// `binky reset`: checks which slices are meant (before anything stops),
-/// then reloads the world with them dropped while it is stopped, so its
-/// `up` makes them afresh — a clone of the template of the branch's
-/// current key where the resource has `clone_from`. Only slices the
-/// registry records for this world of this project are touched.
+/// then, in a running world, stops only the processes that use them
+/// ([`config::users_of`]), drops the slices, makes them afresh — a clone
+/// of the template of the branch's current key where the resource has
+/// `clone_from` — and starts those processes again; the others run on. A
+/// world not (fully) running is reloaded whole with the slices dropped
+/// while it is stopped. Only slices the registry records for this world of
+/// this project are touched.
 ///
 /// # Errors
 /// The world does not exist; a named service is not a resource of the
@@ -43,7 +50,81 @@ pub(crate) async fn reset(
         .map(|(n, _)| n.clone())
         .collect();
     let chosen = choose(&resources, &req.services, req.all, name)?;
+    if let Some(out) = reset_running(d, &loc, &req.up, &cfg, &chosen, progress).await? {
+        return Ok(out);
+    }
     reload_with(d, req.up, progress, Some(&chosen)).await
+}
+
+/// The reset of a running world, in place, under its lock: the users of
+/// `chosen` stop (dependents first), the slices are dropped and made
+/// afresh on the world's own ports and environment, and the users start
+/// again level by level; every other process runs on, and the other
+/// slices are not touched. `None` when the world is not fully running (the
+/// caller reloads it whole).
+///
+/// # Errors
+/// A teardown, the remaking of a slice, or a restarted process failed:
+/// the world is then `failed`, as a failed `up` leaves it, with what it
+/// did not reach stopped.
+async fn reset_running(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    req: &UpRequest,
+    cfg: &config::Config,
+    chosen: &[String],
+    progress: &ProgressTx,
+) -> Result<Option<WorldOutcome>, ApiError> {
+    let name = &req.world.name;
+    let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, name));
+    let _guard = lock.lock().await;
+    let w = find_world(d, loc, name)?;
+    if !fully_running(d, &w) {
+        return Ok(None);
+    }
+    let users = config::users_of(cfg, chosen);
+    // Intent first, so a crash mid-reset is reported as such.
+    d.registry()
+        .set_world_state(w.id, w.state, Some(Intent::Reload), None)?;
+    if !users.is_empty() {
+        let listed: Vec<&str> = users.iter().map(String::as_str).collect();
+        progress.say(
+            crate::protocol::ProgressStep::Stop,
+            None,
+            format!(
+                "stopping {} (using {})",
+                listed.join(", "),
+                chosen.join(", ")
+            ),
+        );
+    }
+    stop_services(d, &w, &users).await;
+    let env = d.worlds.env_for(w.id, &req.env);
+    let cx = WorldCtx {
+        d,
+        cfg,
+        project: &loc.name,
+        world: name,
+        slug: &w.slug,
+        world_id: w.id,
+        client_env: &env,
+    };
+    let mut notes = Vec::new();
+    let result = async {
+        notes = drop_slices(d, loc, &w, chosen, req, progress).await?;
+        // The world's ports as reserved: the processes running on hold
+        // theirs, and the restarted ones take theirs back.
+        let ports = world_ports(d, w.id)?;
+        let facts = facts_of(d, cfg, &w.slug, &ports);
+        let root = join_subdir(Path::new(&w.path), &loc.subdir);
+        let mut plan = plan_with(&cx, loc, root, facts)?;
+        provision_slices(&cx, &mut plan, progress, Some(chosen)).await?;
+        start_processes(&cx, &plan, progress, Some(&users)).await
+    }
+    .await;
+    settle_up(&cx, w.project_id, result, progress, notes)
+        .await
+        .map(Some)
 }
 
 /// The services a reset rebuilds: those named (each a resource of the
@@ -101,9 +182,10 @@ fn choose(
     Ok(chosen)
 }
 
-/// Drops the slices of `services` of stopped world `w` on the servers they
-/// were made on, returning what was done as notes. Called by
-/// [`reload_with`] under the world's lock, after its processes stopped.
+/// Drops the slices of `services` of world `w` on the servers they were
+/// made on, returning what was done as notes. Called under the world's
+/// lock once the processes using them stopped ([`reset_running`], or
+/// [`reload_with`] with the whole world stopped).
 ///
 /// # Errors
 /// A slice cannot be rendered or reached, or its teardown failed (the

@@ -37,6 +37,29 @@ pub(super) struct SliceAt<'a> {
 }
 
 impl SliceAt<'_> {
+    /// The address and fields of resource `service`'s slice as it was made
+    /// (on the server its record names), touching nothing on the server.
+    ///
+    /// # Errors
+    /// As [`slice`](Self::slice), [`pinned`](super::reach::pinned), or the
+    /// adapter failing to resolve it.
+    pub(super) async fn resolved(
+        &self,
+        d: &Daemon,
+        service: &str,
+        adapter: &dyn adapters::Adapter,
+        slug: &str,
+        world_id: i64,
+    ) -> Result<Resolved, ApiError> {
+        let slice = self.slice(d, service, adapter, adapter.slice_name(self.project, slug))?;
+        let slice = super::reach::pinned(d, adapter, service, world_id, slice)?;
+        let address = adapter
+            .resolve(&slice)
+            .await
+            .map_err(|e| adapter_error(service, &slice, e))?;
+        Ok(Resolved::new(address, adapter, &slice))
+    }
+
     /// Slice `name` of resource `service` on `adapter`, with its rendered
     /// `admin_url` (registered as a secret) and rendered options; a service
     /// the config no longer has gets neither.

@@ -20,10 +20,14 @@ type Started = (String, Arc<Handle>, PathBuf);
 /// Processes, level by level; independent ones start together, and a level
 /// starts once the one before is ready. The first failure (or a cancel)
 /// stops the climb; services already started stay up for inspection.
+/// `only`: start just these (a reset's users of a slice), added to the
+/// world's runtime beside the processes that run on; `None` starts every
+/// process of a world that runs none.
 pub(super) async fn start_processes(
     cx: &WorldCtx<'_>,
     plan: &Plan,
     progress: &ProgressTx,
+    only: Option<&std::collections::BTreeSet<String>>,
 ) -> Result<(), ApiError> {
     let WorldCtx {
         d,
@@ -34,10 +38,15 @@ pub(super) async fn start_processes(
         ..
     } = *cx;
     let lv = levels(cfg);
+    let wanted = |n: &String| only.is_none_or(|o| o.contains(n));
     let mut handles: IndexMap<String, Arc<Handle>> = IndexMap::new();
     let mut failure: Option<ApiError> = None;
     for level in &lv {
-        let started = start_level(cx, level, plan, progress)?;
+        let level: Vec<String> = level.iter().filter(|n| wanted(n)).cloned().collect();
+        if level.is_empty() {
+            continue;
+        }
+        let started = start_level(cx, &level, plan, progress)?;
         for (sname, h, _) in &started {
             handles.insert(sname.clone(), h.clone());
         }
@@ -51,19 +60,22 @@ pub(super) async fn start_processes(
         // Services a failure kept from starting are stopped, not starting:
         // their proxy page must not promise a retry that never comes.
         for (sname, svc) in &cfg.services {
-            if svc.process().is_some() && !handles.contains_key(sname) {
+            if svc.process().is_some() && wanted(sname) && !handles.contains_key(sname) {
                 d.routes
                     .set_state(project, name, sname, ServiceState::Stopped);
             }
         }
     }
-    d.worlds.put_runtime(
-        world_id,
-        Runtime {
-            handles,
-            levels: lv,
-        },
-    );
+    // Beside what runs on when only some start (a reset); the whole
+    // world starts with nothing else running (`up` stopped it first).
+    let kept = only.and_then(|_| d.worlds.take_runtime(world_id));
+    let mut rt = kept.map(|rt| (*rt).clone()).unwrap_or_else(|| Runtime {
+        handles: IndexMap::new(),
+        levels: Vec::new(),
+    });
+    rt.handles.extend(handles);
+    rt.levels = lv;
+    d.worlds.put_runtime(world_id, rt);
     match failure {
         Some(e) => Err(e),
         None => Ok(()),

@@ -284,7 +284,7 @@ fn record_world(
 /// Records how `bring_up` ended: `running`; `stopped` when the caller
 /// cancelled (what it started is stopped, what it made is kept, as `down`
 /// would: nothing is left half-made); else `failed` with the reason.
-async fn settle_up(
+pub(super) async fn settle_up(
     cx: &WorldCtx<'_>,
     project_id: i64,
     result: Result<(), ApiError>,
@@ -364,9 +364,9 @@ pub(super) async fn bring_up(
     let mut plan = make_plan(cx, loc, world_root, &allocated, notes).await?;
     super::bootstrap::prepare(cx, loc, &plan, progress).await?;
     check_cancelled(progress, cx.world)?;
-    provision_slices(cx, &mut plan, progress).await?;
+    provision_slices(cx, &mut plan, progress, None).await?;
     fault_point("up:provisioned");
-    start_processes(cx, &plan, progress).await
+    start_processes(cx, &plan, progress, None).await
 }
 
 /// Ports: the world's whole map, reserved before anything starts (so every
@@ -451,36 +451,70 @@ async fn make_plan(
         world_id,
         ..
     } = *cx;
-    let main_root = loc.main_root();
-    let project_env = project_env(cfg, &world_root, &main_root)?;
     if cfg.project.https
         && let Some(note) = ensure_https(d, project, name).await
     {
         notes.push(note);
     }
     let facts = build_facts(d, cfg, project, name, slug, world_id, allocated)?;
+    plan_with(cx, loc, world_root, facts)
+}
+
+/// The plan for a world whose `facts` (ports, URLs) are known: its
+/// `env_file`, token and config note, no slice made yet.
+///
+/// # Errors
+/// The `env_file` cannot be read; a registry error.
+pub(super) fn plan_with(
+    cx: &WorldCtx<'_>,
+    loc: &Located,
+    world_root: PathBuf,
+    facts: IndexMap<String, crate::config::render::ServiceFacts>,
+) -> Result<Plan, ApiError> {
+    let main_root = loc.main_root();
     Ok(Plan {
         facts,
-        config_note: config_differs(&world_root, &main_root, name),
+        config_note: config_differs(&world_root, &main_root, cx.world),
+        project_env: project_env(cx.cfg, &world_root, &main_root)?,
         world_root,
-        project_env,
-        home: d.paths.home().to_path_buf(),
+        home: cx.d.paths.home().to_path_buf(),
         strict: true,
         slices_ready: false,
-        token: d.registry().world_token(world_id)?,
+        token: cx.d.registry().world_token(cx.world_id)?,
     })
 }
 
 /// Slices, before any process that may use them; each address joins the
-/// plan's facts as it is made.
-async fn provision_slices(
+/// plan's facts as it is made. `only`: make just these (a reset's, dropped
+/// just before) and take the others' addresses as they are, untouched;
+/// `None` makes (or keeps and catches up) every one.
+pub(super) async fn provision_slices(
     cx: &WorldCtx<'_>,
     plan: &mut Plan,
     progress: &ProgressTx,
+    only: Option<&[String]>,
 ) -> Result<(), ApiError> {
     for (n, s) in &cx.cfg.services {
         if let ServiceKind::Resource(r) = &s.kind {
             check_cancelled(progress, cx.world)?;
+            if only.is_some_and(|o| !o.contains(n)) {
+                let adapter = adapter_for(cx.d, &r.adapter, cx.client_env)
+                    .ok_or_else(|| no_adapter(n, &r.adapter))?;
+                let env_fn = super::plan::lookup_env(&plan.project_env, cx.client_env);
+                let resolved = super::slices::SliceAt {
+                    cfg: cx.cfg,
+                    project: cx.project,
+                    world: cx.world,
+                    world_root: &plan.world_root,
+                    facts: &plan.facts,
+                    env: &env_fn,
+                    client_env: cx.client_env,
+                }
+                .resolved(cx.d, n, adapter.as_ref(), cx.slug, cx.world_id)
+                .await?;
+                resolved.apply(plan.facts.get_mut(n).expect("fact per service"));
+                continue;
+            }
             progress.say(
                 crate::protocol::ProgressStep::Provision,
                 Some(n),
