@@ -125,11 +125,17 @@ fn status(paths: &Paths, json: bool) -> ExitCode {
                     print_json(&v);
                 } else {
                     println!("running");
-                    println!("  pid      {}", info.pid);
-                    println!("  version  {}", info.version);
-                    println!("  uptime   {}", human_duration(info.uptime_secs));
-                    println!("  socket   {}", info.socket);
-                    println!("  home     {}", info.home);
+                    let uptime = human_duration(info.uptime_secs);
+                    for (label, value) in [
+                        ("pid", info.pid.to_string()),
+                        ("version", info.version),
+                        ("uptime", uptime),
+                        ("socket", info.socket),
+                        ("home", info.home),
+                        ("followers", info.followers.to_string()),
+                    ] {
+                        println!("  {label:<10}{value}");
+                    }
                 }
                 ExitCode::SUCCESS
             }

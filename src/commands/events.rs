@@ -135,8 +135,14 @@ pub(crate) fn follow(
                     }
                     pause = (pause * 2).min(RECONNECT_MAX);
                 };
-                sub.tail = Subscription::MAX_TAIL;
-                seen.replaying = true;
+                // Read back what was missed, from the last event passed on
+                // (or from when the follow went live). A follow that went
+                // away before either starts over as asked: with `-n 0` it
+                // has no "now" yet, and the whole tail would be history.
+                if seen.last.is_some() {
+                    sub.tail = Subscription::MAX_TAIL;
+                    seen.replaying = true;
+                }
                 if let Some(l) = &mut sub.logs {
                     l.cursor = log_cursor.clone();
                 }

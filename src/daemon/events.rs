@@ -96,6 +96,13 @@ impl EventLog {
         (past, self.bus.subscribe())
     }
 
+    /// How many subscriptions are open now (`binky events -f`, `status
+    /// --watch`, the dashboard, log followers): each holds one receiver
+    /// from [`Self::subscribe`] until its connection ends.
+    pub fn followers(&self) -> usize {
+        self.bus.receiver_count()
+    }
+
     /// Appends one event and hands it to subscribers. Failures to write are
     /// logged, never fatal: the event log is for people, not for
     /// correctness.

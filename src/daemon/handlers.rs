@@ -22,6 +22,7 @@ pub(super) async fn handle(
             uptime_secs: d.started.elapsed().as_secs(),
             socket: d.paths.socket().display().to_string(),
             home: d.paths.home().display().to_string(),
+            followers: d.events.followers(),
         })),
         Request::Shutdown => {
             let _ = d.shutdown.send(true);

@@ -258,7 +258,15 @@ async fn up_down_up_reload_remove_make_keep_and_tear_down_one_slice() {
     assert_eq!(f.memory.slices(), ["unit_feature-a"]);
     let pid = app_pid(&first);
     assert!(alive(pid));
-    // The process got the slice's address, rendered.
+    // The process got the slice's address, rendered. Its probe (`true`)
+    // may pass before the child has exec'd, when /proc still shows the
+    // environment it was forked with: wait for the exec first.
+    let me = std::env::current_exe().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == me) {
+        assert!(tokio::time::Instant::now() < deadline, "app {pid} never exec'd");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
     assert!(
         environ

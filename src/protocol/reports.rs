@@ -159,6 +159,10 @@ pub struct DaemonInfo {
     pub socket: String,
     /// Its state folder.
     pub home: String,
+    /// Open subscriptions (event and log followers) at the moment of asking;
+    /// 0 from a daemon older than the field.
+    #[serde(default)]
+    pub followers: usize,
 }
 
 /// Machine-global settings, persisted in the registry.

@@ -111,9 +111,14 @@ fn a_follower_survives_a_daemon_restart_and_a_stuck_one_never_holds_up_the_daemo
     stuck_subscribe(&mut stuck);
     let follower = Watched::spawn(repo.cmd(&home, &["events", "-f", "-n", "0"]));
     let out = Watched::spawn_stdout(repo.cmd(&home, &["events", "-f", "--json", "-n", "0"]));
-    assert!(wait_until(Duration::from_secs(10), || {
-        repo.run(&home, &["status"]).code() == 0
-    }));
+    // Each follower is counted once the daemon holds its subscription:
+    // what happens after that reaches it.
+    let followers = |n: u64| {
+        wait_until(Duration::from_secs(20), || {
+            home.ok(&["daemon", "status", "--json"]).json()["followers"] == n
+        })
+    };
+    assert!(followers(3), "{}", home.ok(&["daemon", "status"]));
     for _ in 0..3 {
         repo.ok(&home, &["up", "w"]);
         repo.ok(&home, &["down", "w"]);
@@ -124,6 +129,7 @@ fn a_follower_survives_a_daemon_restart_and_a_stuck_one_never_holds_up_the_daemo
         &home,
         &["events", "-f", "--json", "-n", "0", "--world", "w"],
     ));
+    assert!(followers(4), "{}", home.ok(&["daemon", "status"]));
     assert!(wait_until(Duration::from_secs(10), || {
         home.events().iter().filter(|e| e["event"] == "up").count() == 3
     }));
