@@ -264,7 +264,10 @@ async fn up_down_up_reload_remove_make_keep_and_tear_down_one_slice() {
     let me = std::env::current_exe().unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == me) {
-        assert!(tokio::time::Instant::now() < deadline, "app {pid} never exec'd");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "app {pid} never exec'd"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
