@@ -279,19 +279,20 @@ impl Browser {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        // Chromium writes the port it chose here.
+        // Chromium writes the port it chose here. The file exists before
+        // its first line does (CI once read it empty), so wait for the port.
         let file = profile.path().join("DevToolsActivePort");
+        let mut port: Option<u16> = None;
         assert!(
-            wait_until(Duration::from_secs(30), || file.exists()),
+            wait_until(Duration::from_secs(30), || {
+                port = std::fs::read_to_string(&file)
+                    .ok()
+                    .and_then(|t| t.lines().next()?.trim().parse().ok());
+                port.is_some()
+            }),
             "chromium never listened"
         );
-        let port: u16 = std::fs::read_to_string(&file)
-            .unwrap()
-            .lines()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let port = port.unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
