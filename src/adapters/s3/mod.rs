@@ -136,8 +136,9 @@ pub(crate) fn parse_admin_url(url: &str) -> Result<(url::Url, String, String), S
     let secret = decode(endpoint.password().unwrap_or(""));
     if key.is_empty() || secret.is_empty() {
         return Err(format!(
-            "admin_url for {} has no access key and secret: write http://KEY:SECRET@host:port",
-            server(&endpoint)
+            "admin_url for {} has no access key and secret: write {}://KEY:SECRET@host:port",
+            server(&endpoint),
+            endpoint.scheme()
         ));
     }
     if !matches!(endpoint.path(), "" | "/") {
