@@ -84,10 +84,16 @@ impl hyper::body::Body for Body {
 pub const SMALL_BODY_BYTES: u64 = 64 * 1024;
 
 /// How many turns of the proxy thread's scheduler a body of unknown length
-/// gets to produce its next frame before what has arrived is sent on. One
-/// turn lets the upstream connection's task read what is already in its
-/// socket; the second covers a frame split across reads.
-pub(super) const COALESCE_YIELDS: u32 = 2;
+/// gets to produce its next frame before what has arrived is sent on.
+/// hyper hands a body over one frame per turn of its upstream connection
+/// (the reader asks, then the connection decodes), so even a reply already
+/// whole in the socket buffer needs a few, more when that connection came
+/// from the pool and runs as a task of its own: with 2, Node's chunked
+/// replies on a pooled connection reached the client chunked, in two writes
+/// instead of one (one system call a request more). 4 is enough for a reply
+/// that is at hand; an event stream's first bytes still go after 4 empty
+/// turns.
+pub(super) const COALESCE_YIELDS: u32 = 4;
 
 /// `fut`'s output if it is ready now or within `turns` trips through the
 /// scheduler (other ready tasks run in between), else `None`.

@@ -2,6 +2,7 @@
 //! connections driven as one task, and what it holds between requests.
 
 use super::forward::{X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
+use super::routes::{Route, Routes};
 use super::{Upstream, Worker};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper_util::rt::TokioIo;
@@ -28,6 +29,10 @@ pub(super) struct Held {
     /// Upstream connections just made for this client connection, for its
     /// task to take over and drive.
     pub(super) new_conns: Mutex<Vec<ConnFuture>>,
+    /// The route of the last Host seen on this connection, as of a routing
+    /// table generation: this connection's own copy, so the requests of a
+    /// keep-alive connection share nothing with other proxy threads.
+    route: Mutex<Option<(u64, HeaderValue, Arc<Route>)>>,
 }
 
 /// An upstream connection's future (hyper's dispatcher for it).
@@ -47,33 +52,50 @@ impl Held {
             forwarded_for,
             forwarded: Mutex::new(None),
             new_conns: Mutex::new(Vec::new()),
+            route: Mutex::new(None),
         }
+    }
+
+    /// The route for `host` (a Host header value), from this connection's
+    /// copy while the table has not changed since it was made.
+    pub(super) fn route(&self, routes: &Routes, host: &HeaderValue) -> Option<Arc<Route>> {
+        let generation = routes.generation();
+        let mut cached = self.route.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((g, h, r)) = &*cached
+            && *g == generation
+            && h == host
+        {
+            return Some(r.clone());
+        }
+        let shared = routes.get(host.to_str().unwrap_or(""))?;
+        let own = Arc::new((*shared).clone());
+        *cached = Some((generation, host.clone(), own.clone()));
+        Some(own)
     }
 
     /// Sets `X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded`.
     pub(super) fn add_forwarded(&self, h: &mut HeaderMap, host: &HeaderValue) {
-        match h.get(X_FORWARDED_FOR).map(|v| v.as_bytes()) {
-            Some(prev) => {
-                let mut v = prev.to_vec();
+        // Entries, so each name is hashed once.
+        match h.entry(X_FORWARDED_FOR) {
+            header::Entry::Occupied(mut e) => {
+                let mut v = e.get().as_bytes().to_vec();
                 v.extend_from_slice(b", ");
                 v.extend_from_slice(self.peer_ip.as_bytes());
                 if let Ok(v) = HeaderValue::from_bytes(&v) {
-                    h.insert(X_FORWARDED_FOR, v);
+                    e.insert(v);
                 }
             }
-            None => {
-                h.insert(X_FORWARDED_FOR, self.peer_ip.clone());
+            header::Entry::Vacant(e) => {
+                e.insert(self.peer_ip.clone());
             }
         }
         // A proto set in front of us (Caddy terminating TLS) is kept, and
         // `Forwarded` says the same, so the two never disagree.
-        let https = match h.get(X_FORWARDED_PROTO) {
-            Some(p) => p.as_bytes().eq_ignore_ascii_case(b"https"),
-            None => {
-                h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-                false
-            }
-        };
+        let https = h
+            .entry(X_FORWARDED_PROTO)
+            .or_insert(HeaderValue::from_static("http"))
+            .as_bytes()
+            .eq_ignore_ascii_case(b"https");
         h.insert(X_FORWARDED_HOST, host.clone());
         let mut cached = self.forwarded.lock().unwrap_or_else(|p| p.into_inner());
         let fwd = match &*cached {
@@ -242,15 +264,16 @@ impl Future for Driver {
                 }
                 return Poll::Ready(());
             }
-            let fresh: Vec<ConnFuture> = this
-                .held
-                .new_conns
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .drain(..)
-                .collect();
-            let again = !fresh.is_empty();
-            this.conns.extend(fresh);
+            let again = {
+                let mut fresh = this
+                    .held
+                    .new_conns
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                let any = !fresh.is_empty();
+                this.conns.append(&mut fresh);
+                any
+            };
             this.wake.polling.store(false, Ordering::SeqCst);
             if !again && !this.wake.woken.swap(false, Ordering::SeqCst) {
                 return Poll::Pending;

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -39,6 +40,11 @@ pub const TLS_ASK_PATH: &str = "/.well-known/binky/tls-ask";
 #[derive(Default)]
 pub struct Routes {
     pub(super) table: RwLock<BTreeMap<String, Arc<Route>>>,
+    /// Bumped after every change to `table`, so a connection's copy of its
+    /// route (see `Held::route`) knows when it is stale without touching the
+    /// lock: a read lock is a write to a cache line every proxy thread
+    /// shares, on every request.
+    generation: AtomicU64,
 }
 
 /// Normalises a Host header value: lowercase, no port, no trailing dot.
@@ -59,6 +65,17 @@ impl Routes {
     pub fn set(&self, host: &str, route: Route) {
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
         t.insert(normalise_host(host), Arc::new(route));
+        self.changed();
+    }
+    /// Marks the table changed; called with its write lock held.
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+    /// The table's generation: it changes whenever the table does. Read it
+    /// before looking a route up, so a change after the look-up is seen as
+    /// a newer generation.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
     /// Updates the state of every route of one service.
     pub fn set_state(&self, project: &str, world: &str, service: &str, state: ServiceState) {
@@ -76,6 +93,7 @@ impl Routes {
         for r in t.values_mut().filter(|r| which(r)) {
             Arc::make_mut(r).state = state;
         }
+        self.changed();
     }
     /// Waits until the route for `host` is running (polled: only a request
     /// that met a restart waits), at most until `until`; the route then, or
@@ -100,6 +118,7 @@ impl Routes {
     pub fn remove_world(&self, project: &str, world: &str) {
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
         t.retain(|_, r| !(r.project == project && r.world == world));
+        self.changed();
     }
     /// The route for a Host header value (shared: the proxy looks one up
     /// per request, so this neither copies the route nor, for a Host that is

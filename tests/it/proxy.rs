@@ -821,6 +821,59 @@ fn chunked_replies_arrive_whole_short_long_and_with_trailers() {
     );
 }
 
+/// A short reply of unknown length that is whole in the upstream's socket
+/// — Node's `res.end(body)` after `writeHead`: chunked, in one write — leaves
+/// the proxy gathered, with a Content-Length (headers and body in one write),
+/// whichever upstream connection carried it: the one a client connection
+/// keeps, or one from the pool, driven as a task of its own, that a new
+/// client connection takes over. From the pool it went out chunked, in two
+/// writes, when the proxy gave such a body too few turns to arrive.
+#[test]
+fn a_short_chunked_reply_at_hand_leaves_with_a_length_every_time() {
+    if std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        skip("node is not on PATH");
+        return;
+    }
+    let js = "require('http').createServer((q, s) => {\n\
+              s.writeHead(200, {'content-type': 'text/plain'});\n\
+              s.end('hello from node');\n\
+              }).listen(+process.env.PORT, '127.0.0.1');\n";
+    let toml = format!(
+        "{}[services.web]\ncmd = \"exec node server.js\"\nurl = \"web\"\nhealth = {{ http = \"http://127.0.0.1:${{self.port}}/\", timeout = \"20s\", interval = \"50ms\" }}\n",
+        project_header("pn", 10)
+    );
+    let repo = Repo::with("", &toml, &[("server.js", js)]);
+    let home = Home::new();
+    repo.ok(&home, &["up", "kn"]);
+    let port = proxy_port(&home);
+    // Three requests on each of three client connections in turn: the
+    // first of each takes the upstream connection the last one gave back.
+    for c in 0..3 {
+        let conn = connect(port);
+        let mut w = conn.try_clone().unwrap();
+        let mut r = BufReader::new(conn);
+        for i in 0..3 {
+            write!(w, "GET / HTTP/1.1\r\nHost: web.kn.pn.localhost\r\n\r\n").unwrap();
+            let (status, head, body, _) = read_framed(&mut r);
+            assert_eq!(status, 200, "{head}");
+            assert_eq!(body, b"hello from node");
+            assert!(
+                head.contains("content-length: 15") && !head.contains("transfer-encoding"),
+                "request {i} on client connection {c} left chunked:\n{head}"
+            );
+        }
+        // Closed, and the proxy seen to close its side, so its upstream
+        // connection is back in the pool for the next client.
+        w.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        let _ = r.read_to_end(&mut rest);
+    }
+}
+
 #[test]
 fn fifteen_worlds_are_routed_concurrently() {
     let home = Home::new();
