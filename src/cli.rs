@@ -408,10 +408,10 @@ pub struct ReserveArgs {
     /// Percent of RAM to keep free (0–90; `10` or `10%`).
     #[arg(long, value_name = "PERCENT", allow_negative_numbers = true, value_parser = percent)]
     pub ram: Option<f64>,
-    /// Gigabytes of disk to keep free (≥ 0).
+    /// Gigabytes of disk to keep free (0–1,000,000).
     #[arg(long, value_name = "GB", allow_negative_numbers = true)]
     pub disk: Option<f64>,
-    /// Most worlds running or starting at once (0 = unlimited).
+    /// Most worlds running or starting at once (1–10,000; 0 = unlimited).
     // Read as a signed number so a negative one gets Binky's own message.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_parallel: Option<i64>,
@@ -448,10 +448,10 @@ pub enum DaemonAction {
     Start,
     /// Stop the daemon; service processes keep running and are re-adopted later.
     Stop,
-    /// Print pid, version, uptime and socket path.
+    /// Print pid, version, uptime, socket, home and how many followers are attached.
     Status(JsonArgs),
-    /// Run the daemon in the foreground (what `start` launches).
-    #[command(hide = true)]
+    /// Run the daemon in the foreground, in this terminal (what `start` launches in the
+    /// background); `BINKY_LOG=debug` for detail.
     Run,
 }
 
