@@ -79,7 +79,7 @@ fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
                 // so a failed write is ignored, never a panic.
                 let _ = writeln!(
                     anstream::stderr(),
-                    "\r\x1b[2K{} cancelling `{verb} {name}`: stopping what it started (Ctrl-C again to stop waiting)",
+                    "\r\x1b[2K{} cancelling `{verb} {name}`: the daemon stops what it started, if anything (Ctrl-C again to stop waiting)",
                     paint(DIM, if sig == 2 { "^C" } else { "signal" })
                 );
                 canceller.cancel();
