@@ -15,6 +15,7 @@ mod events;
 mod exhaustion;
 mod faults;
 mod frameworks;
+mod framing;
 mod golden;
 mod harness;
 mod hygiene;
