@@ -463,3 +463,19 @@ pub(super) fn ride_through() -> Duration {
 pub(super) const STATE_GRACE_STEPS: u32 = 10;
 /// See [`STATE_GRACE_STEPS`].
 pub(super) const STATE_GRACE_STEP: std::time::Duration = std::time::Duration::from_millis(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The name match and the removal list are one list written twice (the
+    /// match for speed): each name must find its own place.
+    #[test]
+    fn the_hop_by_hop_match_and_list_agree() {
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop(name), Some(i), "{name}");
+        }
+        assert_eq!(hop_by_hop(&header::HOST), None);
+        assert_eq!(hop_by_hop(&header::TRAILER), None);
+    }
+}
