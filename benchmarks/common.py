@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -79,3 +80,12 @@ def ensure_binary(explicit: str | None, force_build: bool) -> Path:
         if r.returncode != 0 or not path.exists():
             raise BenchError("cargo build --release failed")
     return path
+
+
+def interrupt_on_signals() -> None:
+    """SIGTERM and SIGHUP unwind like Ctrl-C (KeyboardInterrupt), so a
+    benchmark's `finally` cleans up what it started."""
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)

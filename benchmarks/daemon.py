@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import BenchError, loadavg, log, pid_alive, target_dir, verdict
+from common import BenchError, interrupt_on_signals, loadavg, log, pid_alive, target_dir, verdict
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -631,11 +631,7 @@ def main() -> int:
     if args.runs < 1 or args.worlds < 1 or args.idle_seconds <= 0:
         ap.error("--runs, --worlds and --idle-seconds must be positive")
 
-    # SIGTERM/SIGHUP → normal unwinding, so the finally below cleans up.
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    interrupt_on_signals()
 
     try:
         binary = ensure_binary(args.binary, args.build)

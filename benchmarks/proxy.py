@@ -42,7 +42,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from common import BenchError, ensure_binary, loadavg, log, pid_alive
+from common import BenchError, ensure_binary, interrupt_on_signals, loadavg, log, pid_alive
 
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -726,10 +726,7 @@ def main() -> int:
     if args.reps < 1 or args.duration < 1:
         ap.error("--reps and --duration must be at least 1")
 
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    interrupt_on_signals()
 
     try:
         binary = ensure_binary(args.binary, args.build)

@@ -35,7 +35,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import BenchError, ensure_binary, log  # noqa: E402
+from common import BenchError, ensure_binary, interrupt_on_signals, log  # noqa: E402
 from proxy import (NGINX_PROXY_CONF, NGINX_PROXY_SERVER, NGINX_UPSTREAM_CONF,  # noqa: E402
                    PROJECT, UPSTREAMS, bench_env, binky_toml, find_service, free_port,
                    git, node_cmd, run, stop_proc, tool, wait_http)
@@ -368,10 +367,7 @@ def main() -> int:
     if args.requests < args.connections or args.connections < 1:
         ap.error("--requests must be at least --connections, and that at least 1")
 
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    interrupt_on_signals()
     try:
         binary = ensure_binary(args.binary, False)
         base = Path(args.base).resolve() if args.base else None

@@ -44,7 +44,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from common import BenchError, ensure_binary, loadavg, log, pid_alive, verdict
+from common import BenchError, ensure_binary, interrupt_on_signals, loadavg, log, pid_alive, verdict
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = "examples/hello"
@@ -883,10 +883,7 @@ def main() -> int:
     if args.runs < 1 or args.warmup < 1:
         ap.error("--runs and --warmup must be at least 1")
 
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    interrupt_on_signals()
 
     try:
         binary = ensure_binary(args.binary, args.build)
