@@ -429,6 +429,18 @@ fn the_readme_quick_start_works_as_written() {
     assert!(down.stdout().contains("✓ down: try-it"), "{down}");
     let removed = binky(&["-p", "examples/hello", "remove", "try-it"]);
     assert!(removed.stdout().contains("✓ removed: try-it"), "{removed}");
+    // The last step: `remove` keeps the branch, git's own command deletes it.
+    let branch = std::process::Command::new("git")
+        .args(["branch", "-D", "try-it"])
+        .current_dir(&repo.main)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&branch.stdout);
+    assert!(
+        branch.status.success() && said.starts_with("Deleted branch try-it (was "),
+        "{said}{}",
+        String::from_utf8_lossy(&branch.stderr)
+    );
 }
 
 #[test]
