@@ -11,7 +11,7 @@ use std::path::PathBuf;
     version,
     propagate_version = true,
     max_term_width = 100,
-    after_help = "State lives in $BINKY_HOME (default ~/.binky). Colour follows the terminal; NO_COLOR turns it off.\nDocs: README.md · TROUBLESHOOTING.md · `binky doctor` when something is off."
+    after_help = "State lives in $BINKY_HOME (default ~/.binky). Colour follows the terminal; NO_COLOR turns it off.\nDocs: README.md · the book in docs/ · TROUBLESHOOTING.md · `binky doctor` when something is off."
 )]
 pub struct Cli {
     /// When to use colour.
@@ -304,8 +304,10 @@ pub struct EnvArgs {
     /// by default: they are usually credentials).
     #[arg(long)]
     pub reveal: bool,
-    /// Print a JSON object (the default): service → address, and `env` for
-    /// the project's `[env]` (null where a value is withheld).
+    /// Print a JSON object (the default), the same shape MCP `env` returns:
+    /// `project`, `world`, `worktree`, `services` (service → address),
+    /// `fields` (resource → `prefix`, `bucket`…) and `env` (the project's
+    /// `[env]`; null where a value is withheld).
     #[arg(long)]
     pub json: bool,
 }

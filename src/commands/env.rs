@@ -44,22 +44,7 @@ pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
     if shell {
         print!("{}", shell_lines(&env, args.export));
     } else {
-        // In the services' order, as before `[env]` existed.
-        let mut out: indexmap::IndexMap<String, serde_json::Value> = indexmap::IndexMap::new();
-        for (svc, value) in &env.services {
-            out.insert(svc.clone(), value.clone().into());
-            // `bus.prefix`, as the token writes it: no service name has a dot.
-            for (field, v) in env.fields.get(svc).into_iter().flatten() {
-                out.insert(format!("{svc}.{field}"), v.clone().into());
-            }
-        }
-        if !env.vars.is_empty() {
-            out.insert(
-                "env".into(),
-                serde_json::to_value(&env.vars).unwrap_or_default(),
-            );
-        }
-        print_json(&out);
+        print_json(&env);
     }
     ExitCode::SUCCESS
 }
@@ -76,15 +61,23 @@ pub fn shell_lines(env: &crate::protocol::WorldEnv, export: bool) -> String {
     let mut line = |k: &str, v: &str| {
         let _ = writeln!(out, "{prefix}{k}={}", shell_quote(v));
     };
+    // A name the project's `[env]` sets is printed once, with `[env]`'s
+    // value: the project chose it (`REDIS_URL = "${redis.url}"` beside a
+    // service named `redis`), and a second line would set it twice.
     for (svc, value) in &env.services {
-        line(&dotenv_name(svc), value);
+        let mut own = vec![(dotenv_name(svc), value)];
         for (field, v) in env.fields.get(svc).into_iter().flatten() {
             let key = format!(
                 "{}_{}",
                 crate::slug::env_key(svc),
                 crate::slug::env_key(field)
             );
-            line(&key, v);
+            own.push((key, v));
+        }
+        for (k, v) in own {
+            if !env.vars.contains_key(&k) {
+                line(&k, v);
+            }
         }
     }
     let mut withheld = Vec::new();
@@ -104,4 +97,35 @@ pub fn shell_lines(env: &crate::protocol::WorldEnv, export: bool) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::WorldEnv;
+
+    #[test]
+    fn a_name_the_projects_env_sets_is_printed_once_with_its_value() {
+        let env = WorldEnv {
+            project: "shop".into(),
+            world: "a".into(),
+            worktree: "/w".into(),
+            services: [("redis".to_owned(), "redis://h/0#shop:a:".to_owned())].into(),
+            fields: [(
+                "redis".to_owned(),
+                [("prefix".to_owned(), "shop:a:".to_owned())].into(),
+            )]
+            .into(),
+            vars: [
+                ("REDIS_URL".to_owned(), Some("from-env".to_owned())),
+                ("OTHER".to_owned(), None),
+            ]
+            .into(),
+        };
+        let lines = shell_lines(&env, false);
+        assert_eq!(lines.matches("REDIS_URL=").count(), 1, "{lines}");
+        assert!(lines.contains("REDIS_URL='from-env'"), "{lines}");
+        assert!(lines.contains("REDIS_PREFIX='shop:a:'"), "{lines}");
+        assert!(lines.contains("# OTHER is withheld"), "{lines}");
+    }
 }

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 pub struct WorldArgs {
     /// The world's name: a git branch (created from HEAD by `up` if it does not exist).
     pub name: String,
-    /// The project: a path inside it, or the name of a project the daemon knows.
+    /// The project: its folder (or its binky.toml), or the name of a project the daemon knows.
     /// Default: the folder `binky mcp` runs in.
     #[serde(default)]
     pub project: Option<String>,
@@ -38,7 +38,7 @@ pub struct WorldArgs {
 pub struct UpArgs {
     /// The world's name: a git branch (created from HEAD if it does not exist).
     pub name: String,
-    /// The project: a path inside it, or a known project name. Default: the
+    /// The project: its folder (or its binky.toml), or a known project name. Default: the
     /// folder `binky mcp` runs in.
     #[serde(default)]
     pub project: Option<String>,
@@ -58,7 +58,7 @@ pub struct UpArgs {
 pub struct RemoveArgs {
     /// The world's name.
     pub name: String,
-    /// The project: a path inside it, or a known project name. Default: the
+    /// The project: its folder (or its binky.toml), or a known project name. Default: the
     /// folder `binky mcp` runs in.
     #[serde(default)]
     pub project: Option<String>,
@@ -69,7 +69,7 @@ pub struct RemoveArgs {
 pub struct ResetArgs {
     /// The world's name.
     pub name: String,
-    /// The project: a path inside it, or a known project name. Default: the
+    /// The project: its folder (or its binky.toml), or a known project name. Default: the
     /// folder `binky mcp` runs in.
     #[serde(default)]
     pub project: Option<String>,
@@ -95,7 +95,7 @@ pub struct StatusArgs {
 pub struct VerifyArgs {
     /// The world's name.
     pub name: String,
-    /// The project: a path inside it, or a known project name.
+    /// The project: its folder (or its binky.toml), or a known project name.
     #[serde(default)]
     pub project: Option<String>,
     /// Run every check even after one fails.
@@ -108,7 +108,7 @@ pub struct VerifyArgs {
 pub struct LogsArgs {
     /// The world's name.
     pub name: String,
-    /// The project: a path inside it, or a known project name.
+    /// The project: its folder (or its binky.toml), or a known project name.
     #[serde(default)]
     pub project: Option<String>,
     /// Only this service's output.
@@ -380,7 +380,7 @@ impl BinkyMcp {
     }
 
     #[tool(
-        description = "A world's coordinates: each exposed service's address (proxied URL, loopback URL or slice address such as a database URL), the project's [env] variables (null where a value comes from the user's environment and is withheld), plus the worktree path to work in."
+        description = "A world's coordinates, the same JSON as `binky env --json`: `worktree` (the folder to work in), `services` (each exposed service's address: proxied URL, loopback URL or slice address such as a database URL), `fields` (a resource's prefix, bucket or database name), `env` (the project's [env] variables; null where a value comes from the user's environment and is withheld)."
     )]
     async fn env(&self, Parameters(a): Parameters<WorldArgs>) -> Result<CallToolResult, ErrorData> {
         let req = Request::Env {

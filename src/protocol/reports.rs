@@ -123,7 +123,9 @@ pub struct WorldOutcome {
     pub left_queue: bool,
 }
 
-/// `binky env`.
+/// `binky env`: one shape for `binky env --json` and the MCP `env` tool
+/// (docs/src/reference/environment.md). Every key is always present, so a
+/// script reads `.env.NAME` or `.services.web` without guarding for absence.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct WorldEnv {
     /// Project name.
@@ -137,12 +139,13 @@ pub struct WorldEnv {
     /// Exposed resource → its adapter's token fields (`prefix`, `bucket`):
     /// what `${SVC.prefix}` renders to, which a client needs besides the
     /// address.
-    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    #[serde(default)]
     pub fields: IndexMap<String, IndexMap<String, String>>,
     /// The project's `[env]`, rendered for this world; `None` for a value
     /// withheld because it comes from `${env.NAME}` and `reveal` was not
-    /// asked for.
-    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    /// asked for. Written `env` (the verb's word); `vars` is read too, from
+    /// a daemon older than the rename.
+    #[serde(default, rename = "env", alias = "vars")]
     pub vars: IndexMap<String, Option<String>>,
 }
 

@@ -81,7 +81,7 @@ fn postgres_slices_are_isolated_cloned_named_within_limits_and_dropped() {
             .output()
             .unwrap())
         .json();
-        let url = env["db"].as_str().unwrap().to_owned();
+        let url = env["services"]["db"].as_str().unwrap().to_owned();
         let name = url.rsplit('/').next().unwrap().to_owned();
         assert!(name.len() <= 63, "{name}");
         assert!(

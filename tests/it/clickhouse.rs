@@ -90,7 +90,7 @@ fn clickhouse_databases_isolate_worlds_and_teardown_drops_only_theirs() {
     let mut urls = Vec::new();
     for w in worlds {
         repo.ok(&home, &["up", w]);
-        let url = repo.ok(&home, &["env", w]).json()["olap"]
+        let url = repo.ok(&home, &["env", w]).json()["services"]["olap"]
             .as_str()
             .unwrap()
             .to_owned();
@@ -189,7 +189,7 @@ fn clickhouse_clone_from_says_which_path_ran_and_the_world_has_the_seed_either_w
     );
     let repo = Repo::new(&toml);
     let up = repo.ok(&home, &["up", "a"]);
-    let url = repo.ok(&home, &["env", "a"]).json()["olap"]
+    let url = repo.ok(&home, &["env", "a"]).json()["services"]["olap"]
         .as_str()
         .unwrap()
         .to_owned();

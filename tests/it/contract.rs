@@ -404,11 +404,14 @@ fn the_readme_quick_start_works_as_written() {
     assert!(logs.stdout().contains("web | "), "{logs}");
     let env = binky(&["-p", "examples/hello", "env", "try-it"]).json();
     assert!(
-        env["db"].as_str().unwrap().starts_with("sqlite://"),
+        env["services"]["db"]
+            .as_str()
+            .unwrap()
+            .starts_with("sqlite://"),
         "{env}"
     );
     assert!(
-        env["web"]
+        env["services"]["web"]
             .as_str()
             .unwrap()
             .starts_with("http://web.try-it.hello.localhost")

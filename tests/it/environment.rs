@@ -144,12 +144,12 @@ verify = ["env | grep -E '^(DATABASE_URL|TOKEN)=' | sort > verified-with.txt"]
     let env = binky(&["env", "x"]);
     assert_eq!(env.code(), 0, "{env}");
     let env = env.json();
-    let db = env["db"].as_str().unwrap().to_owned();
+    let db = env["services"]["db"].as_str().unwrap().to_owned();
     assert!(db.starts_with("sqlite://"), "{env}");
     assert_eq!(env["env"]["DATABASE_URL"], db.as_str());
     assert_eq!(
         env["env"]["WEB_BASE"],
-        format!("{}/api", env["web"].as_str().unwrap()).as_str()
+        format!("{}/api", env["services"]["web"].as_str().unwrap()).as_str()
     );
     // From the shell: withheld unless asked for.
     assert!(env["env"]["TOKEN"].is_null(), "{env}");

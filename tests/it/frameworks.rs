@@ -180,9 +180,9 @@ verify = ["python3 manage.py test items --noinput"]
     // A migration committed in an existing world's worktree reaches its own
     // database on reload; its data is kept and not seeded again.
     let env = ok(&["env", "alpha"]).json();
-    let alpha_db = env["db"].as_str().unwrap().to_owned();
+    let alpha_db = env["services"]["db"].as_str().unwrap().to_owned();
     assert_eq!(
-        env["env"]["DATABASE_URL"], env["db"],
+        env["env"]["DATABASE_URL"], env["services"]["db"],
         "[env] printed: {env}"
     );
     psql(&alpha_db, "insert into items_item(name) values ('mine')");

@@ -31,7 +31,7 @@ fn up(repo: &Repo, home: &Home, world: &str) -> Out {
 
 fn db_url(repo: &Repo, home: &Home, world: &str) -> String {
     let env = repo.run_with(home, &["env", world], &ENV).json();
-    env["db"]
+    env["services"]["db"]
         .as_str()
         .unwrap_or_else(|| panic!("{env}"))
         .to_owned()

@@ -201,8 +201,8 @@ fn kafka_prefixes_isolate_worlds_and_teardown_deletes_exactly_their_topics() {
         // `env` gives the same address and the prefix, as JSON and as
         // shell lines.
         let env = run(&["env", w]).json();
-        assert_eq!(env["bus"], url, "{w}");
-        assert_eq!(env["bus.prefix"], prefix, "{env}");
+        assert_eq!(env["services"]["bus"], url, "{w}");
+        assert_eq!(env["fields"]["bus"]["prefix"], prefix, "{env}");
         let dotenv = run(&["env", w, "--dotenv"]).stdout();
         assert!(
             dotenv.contains(&format!("BUS_PREFIX='{prefix}'\n")),

@@ -41,7 +41,7 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
     assert_eq!(v["server"], "binky");
     // [env] over MCP: a value from the user's shell is never handed out.
     assert!(!out.stdout().contains("mcp-secret-token"), "{v}");
-    let vars = &v["env"]["structured"]["vars"];
+    let vars = &v["env"]["structured"]["env"];
     assert!(vars["API_TOKEN"].is_null(), "{v}");
     assert!(
         vars["ECHO_BASE"]

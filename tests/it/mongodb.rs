@@ -128,7 +128,7 @@ fn mongodb_databases_isolate_worlds_and_teardown_drops_only_theirs() {
     for w in worlds {
         let up = repo.run_with(&home, &["up", w], &env);
         assert_eq!(up.code(), 0, "{up}");
-        let got = repo.run_with(&home, &["env", w], &env).json()["docs"]
+        let got = repo.run_with(&home, &["env", w], &env).json()["services"]["docs"]
             .as_str()
             .unwrap()
             .to_owned();
@@ -234,7 +234,7 @@ fn mongodb_clone_from_keeps_documents_and_indexes_of_a_large_template() {
         "{:?}",
         home.events()
     );
-    let world = repo.run_with(&home, &["env", "a"], &env).json()["docs"]
+    let world = repo.run_with(&home, &["env", "a"], &env).json()["services"]["docs"]
         .as_str()
         .unwrap()
         .to_owned();

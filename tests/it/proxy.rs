@@ -92,7 +92,10 @@ fn routes_by_host_with_keep_alive_and_forwarded_headers() {
     }
     // The URL binky prints carries the proxy port and works.
     let env = repo.ok(&home, &["env", "feat"]).json();
-    assert_eq!(env["echo"], format!("http://echo.feat.px.localhost:{port}"));
+    assert_eq!(
+        env["services"]["echo"],
+        format!("http://echo.feat.px.localhost:{port}")
+    );
 }
 
 #[test]
@@ -420,7 +423,7 @@ fn https_through_caddy_with_a_client_trusting_its_local_ca() {
         .as_u64()
         .unwrap();
     let env = repo.ok(&home, &["env", "sec"]).json();
-    let url = env["echo"].as_str().unwrap().to_owned();
+    let url = env["services"]["echo"].as_str().unwrap().to_owned();
     assert_eq!(url, format!("https://echo.sec.tls.localhost:{https_port}"));
     // status shows the https URL too.
     assert!(repo.ok(&home, &["status"]).stdout().contains(&url));
@@ -525,7 +528,7 @@ fn https_without_caddy_degrades_to_http_and_doctor_says_how_to_install_it() {
     let port = proxy_port(&home);
     let env = repo.ok(&home, &["env", "plain"]).json();
     assert_eq!(
-        env["echo"],
+        env["services"]["echo"],
         format!("http://echo.plain.nocad.localhost:{port}")
     );
     let (status, _, body) = get(port, "echo.plain.nocad.localhost", "/plain");
@@ -741,7 +744,7 @@ fn headless_chromium_loads_a_world_by_its_url() {
     let home = Home::new();
     let repo = echo_repo("");
     repo.ok(&home, &["up", "browser"]);
-    let url = repo.ok(&home, &["env", "browser"]).json()["echo"]
+    let url = repo.ok(&home, &["env", "browser"]).json()["services"]["echo"]
         .as_str()
         .unwrap()
         .to_owned();

@@ -135,7 +135,7 @@ fn rabbitmq_vhosts_isolate_worlds_and_teardown_deletes_only_theirs() {
     for w in worlds {
         repo.ok(&home, &["up", w]);
         let env = repo.ok(&home, &["env", w]).json();
-        let url = env["queue"].as_str().unwrap().to_owned();
+        let url = env["services"]["queue"].as_str().unwrap().to_owned();
         assert!(
             url.starts_with("amqp://guest:guest@127.0.0.1:5672/"),
             "{url}"

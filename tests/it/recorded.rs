@@ -238,7 +238,7 @@ fn elasticsearch_deletes_the_worlds_indices_and_streams_by_concrete_name_recorde
     let up = repo.run_with(&home, &["up", "feat-a"], &env);
     assert_eq!(up.code(), 0, "{up}");
     let got = repo.run_with(&home, &["env", "feat-a"], &env).json();
-    assert_eq!(got["search"], format!("{url}/"));
+    assert_eq!(got["services"]["search"], format!("{url}/"));
     let out = repo.run_with(&home, &["remove", "feat-a", "--force"], &env);
     assert_eq!(out.code(), 0, "{out}");
     assert!(!up.to_string().contains("Hunter2") && !out.to_string().contains("Hunter2"));

@@ -116,7 +116,7 @@ fn redis_prefixes_isolate_worlds_and_teardown_deletes_exactly_their_keys() {
     for w in worlds {
         repo.ok(&home, &["up", w]);
         let env = repo.ok(&home, &["env", w]).json();
-        let url = env["cache"].as_str().unwrap().to_owned();
+        let url = env["services"]["cache"].as_str().unwrap().to_owned();
         let (server, prefix) = url
             .split_once('#')
             .expect("the prefix is the URL's fragment");
@@ -221,7 +221,7 @@ fn redis_acl_users_may_touch_only_their_worlds_keys() {
     // `env` hands out the world's own credentials (that is what it is
     // for)…
     let env = repo.ok(&home, &["env", "w"]);
-    let url = env.json()["cache"].as_str().unwrap().to_owned();
+    let url = env.json()["services"]["cache"].as_str().unwrap().to_owned();
     let user = format!("binky_{p}_w");
     assert!(url.starts_with(&format!("redis://{user}:")), "{url}");
     let password = url

@@ -71,7 +71,7 @@ fn reset_restarts_only_the_services_that_use_the_slice() {
     let repo = Repo::with("", &toml, &[("migrate.py", MIGRATE), ("seed.py", SEED)]);
     repo.ok(&home, &["up", "w"]);
     let env = repo.ok(&home, &["env", "w"]).json();
-    let db = env["db"].as_str().unwrap().to_owned();
+    let db = env["services"]["db"].as_str().unwrap().to_owned();
     // The world's data goes wrong.
     sqlite(&db, "delete from t");
     let before = services(&repo, &home, "w");

@@ -115,7 +115,7 @@ fn s3_buckets_follow_the_rules_isolate_worlds_and_empty_every_version() {
     let mut buckets = Vec::new();
     for w in worlds {
         run(&["up", w]);
-        let url = run(&["env", w]).json()["store"]
+        let url = run(&["env", w]).json()["services"]["store"]
             .as_str()
             .unwrap()
             .to_owned();
@@ -362,7 +362,7 @@ fn two_worlds_brought_up_at_once_get_a_bucket_each() {
             .env("S3_URL", &admin)
             .output()
             .unwrap())
-        .json()["store"]
+        .json()["services"]["store"]
             .as_str()
             .unwrap()
             .to_owned();
@@ -401,7 +401,7 @@ fn a_bucket_made_on_one_endpoint_is_torn_down_there_whatever_admin_url_names_now
     let up = run(&first.url(), &["up", "w"]);
     assert_eq!(up.code(), 0, "{up}");
     let env = run(&first.url(), &["env", "w", "--json"]).json();
-    let bucket = env["store.bucket"]
+    let bucket = env["fields"]["store"]["bucket"]
         .as_str()
         .expect("store.bucket")
         .to_owned();
@@ -551,7 +551,7 @@ fn a_server_that_checks_signatures_accepts_every_call_binky_signs() {
             &[("S3_URL", &admin)],
         )
         .json();
-    let bucket = env["store.bucket"]
+    let bucket = env["fields"]["store"]["bucket"]
         .as_str()
         .expect("store.bucket")
         .to_owned();
@@ -641,10 +641,11 @@ fn a_partial_delete_is_an_error_that_names_the_objects_left() {
     let admin = format!("http://AKIAEXAMPLE:Hunter2Secret@127.0.0.1:{}", moto.port);
     let env = [("S3_URL", admin.as_str())];
     assert_eq!(repo.run_with(&home, &["up", "w"], &env).code(), 0);
-    let bucket = repo.run_with(&home, &["env", "w", "--json"], &env).json()["store.bucket"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let bucket =
+        repo.run_with(&home, &["env", "w", "--json"], &env).json()["fields"]["store"]["bucket"]
+            .as_str()
+            .unwrap()
+            .to_owned();
     let base = format!("{}/{bucket}", moto.url());
     // Object Lock on the (still empty) bucket, and a legal hold on one
     // object: the server refuses to delete that one version.

@@ -146,7 +146,7 @@ fn env_url(repo: &Repo, home: &Home, world: &str, var: (&str, &str)) -> String {
         .env(var.0, var.1)
         .output()
         .unwrap());
-    out.json()["db"].as_str().unwrap().to_owned()
+    out.json()["services"]["db"].as_str().unwrap().to_owned()
 }
 
 /// Events of one name from `$BINKY_HOME/events.log`.
@@ -574,7 +574,7 @@ fn external_adapters_in_python_and_rust_serve_up_clone_and_remove() {
             .unwrap())
         .json();
         for svc in ["files", "blobs"] {
-            let url = env[svc].as_str().unwrap_or_else(|| panic!("{env}"));
+            let url = env["services"][svc].as_str().unwrap_or_else(|| panic!("{env}"));
             let dir = std::path::PathBuf::from(url.strip_prefix("file://").unwrap());
             assert_eq!(
                 std::fs::read_to_string(dir.join("greeting"))

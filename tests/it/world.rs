@@ -96,7 +96,7 @@ fn two_worlds_share_no_port_and_env_names_them() {
     assert_eq!(pa.len() + pb.len(), 4);
     assert!(pa.is_disjoint(&pb));
     let env = repo.ok(&home, &["env", "a"]).json();
-    let web = env["web"].as_str().unwrap();
+    let web = env["services"]["web"].as_str().unwrap();
     assert!(web.starts_with("http://web.a.acme.localhost"), "{env}");
     let dotenv = repo.ok(&home, &["env", "a", "--dotenv"]).stdout();
     assert!(
@@ -443,7 +443,10 @@ fn odd_branch_names_get_distinct_valid_slugs() {
         let path = std::path::Path::new(w["path"].as_str().unwrap());
         assert_eq!(path.parent().unwrap(), repo.worktree_root());
         let env = repo.ok(&home, &["env", n]).json();
-        let host = env["web"].as_str().unwrap().trim_start_matches("http://");
+        let host = env["services"]["web"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("http://");
         let host = host.split(':').next().unwrap();
         assert!(
             host.split('.').all(|l| !l.is_empty() && l.len() <= 63),
@@ -1170,7 +1173,7 @@ fn env_prints_only_exposed_services_in_their_documented_forms() {
     let repo = Repo::new(&toml);
     repo.ok(&home, &["up", "x"]);
     let env = repo.ok(&home, &["env", "x"]).json();
-    let mut keys: Vec<&str> = env
+    let mut keys: Vec<&str> = env["services"]
         .as_object()
         .unwrap()
         .keys()
@@ -1179,7 +1182,7 @@ fn env_prints_only_exposed_services_in_their_documented_forms() {
     keys.sort();
     assert_eq!(keys, ["db", "metrics", "web"], "{env}");
     assert!(
-        env["web"]
+        env["services"]["web"]
             .as_str()
             .unwrap()
             .starts_with("http://web.x.expo.localhost")
@@ -1192,8 +1195,13 @@ fn env_prints_only_exposed_services_in_their_documented_forms() {
         .unwrap()["port"]
         .as_u64()
         .unwrap();
-    assert_eq!(env["metrics"], format!("http://localhost:{port}"));
-    assert!(env["db"].as_str().unwrap().starts_with("sqlite://"));
+    assert_eq!(env["services"]["metrics"], format!("http://localhost:{port}"));
+    assert!(
+        env["services"]["db"]
+            .as_str()
+            .unwrap()
+            .starts_with("sqlite://")
+    );
     let dotenv = repo.ok(&home, &["env", "x", "--dotenv"]).stdout();
     assert!(
         dotenv.contains(&format!("METRICS_URL='http://localhost:{port}'")),
@@ -1217,7 +1225,7 @@ fn env_prints_only_exposed_services_in_their_documented_forms() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        format!("{}|x", env["db"].as_str().unwrap())
+        format!("{}|x", env["services"]["db"].as_str().unwrap())
     );
 }
 
