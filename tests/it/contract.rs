@@ -36,7 +36,12 @@ env = {{ D = "table", HOST = "${{api.host}}", WT = "${{worktree.path}}", WN = "$
         &toml,
         &[
             ("project.env", "B=project\nC=project\nD=project\n"),
-            ("api.env", "C=service\nD=service\n"),
+            // An env file never overrides what Binky sets: the port, the
+            // world's names, its token.
+            (
+                "api.env",
+                "C=service\nD=service\nPORT=1\nBINKY_PORT_API=2\nBINKY_WORLD=forged\nBINKY_WORLD_TOKEN=forged\n",
+            ),
             ("sub/.keep", ""),
         ],
     );
@@ -63,7 +68,12 @@ env = {{ D = "table", HOST = "${{api.host}}", WT = "${{worktree.path}}", WN = "$
     assert_eq!(got["D"], "table");
     // Binky's own, and the tokens rendered at run time.
     let port: u16 = got["PORT"].parse().unwrap();
+    assert!(port > 2, "{port}: an env file set PORT");
     assert_eq!(got["BINKY_PORT_API"], port.to_string());
+    assert_ne!(
+        got.get("BINKY_WORLD_TOKEN").map(String::as_str),
+        Some("forged")
+    );
     let debug: u16 = got["BINKY_PORT_API_DEBUG"].parse().unwrap();
     assert_ne!(debug, port);
     assert_eq!(got["DEBUG_PORT"], debug.to_string());

@@ -215,7 +215,15 @@ pub(super) async fn run_data_commands(
     }
     let env_fn = lookup_env(&plan.project_env, client_env);
     let fx = facts_for(cfg, world, &plan.world_root, &facts, &env_fn);
-    let mut env = base_env(cfg, world, service, plan, &facts, client_env)?;
+    let mut env = base_env(
+        cfg,
+        world,
+        service,
+        plan,
+        &plan.project_env,
+        &facts,
+        client_env,
+    )?;
     env.push(("BINKY_SLICE_URL".into(), address.to_owned()));
     env.push((format!("{}_URL", env_key(service)), address.to_owned()));
     let seed = if with_seed { &r.seed } else { &None };

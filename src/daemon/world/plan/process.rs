@@ -64,19 +64,23 @@ impl EnvBase<'_> {
     }
 }
 
-/// One service's environment before its own `env_file` and `env`: the
-/// [`EnvBase`], `BINKY_SERVICE`, its `PORT`, and the project's `[env]`.
+/// One service's environment before its own `env` table: the
+/// [`EnvBase`] (with `env_files`, the project's and then the service's own
+/// `env_file`, in place of the project's alone), `BINKY_SERVICE`, its
+/// `PORT`, and the project's `[env]`. An env file therefore never overrides
+/// a name Binky sets (`PORT`, `BINKY_*`, the world's token) or `[env]`.
 pub(in crate::daemon::world) fn base_env(
     cfg: &Config,
     world: &str,
     service: &str,
     plan: &Plan,
+    env_files: &[(String, String)],
     facts: &IndexMap<String, ServiceFacts>,
     client_env: &ClientEnv,
 ) -> Result<Vec<(String, String)>, ApiError> {
     let mut env = EnvBase {
         shell: client_env,
-        project_env: &plan.project_env,
+        project_env: env_files,
         home: &plan.home,
         project: &cfg.project.name,
         world,
@@ -161,13 +165,17 @@ pub(in crate::daemon::world) fn process_spec(
             Ok(render(t, Some(service), &fx).text)
         }
     };
-    let mut env: IndexMap<String, String> =
-        base_env(cfg, world, service, plan, &plan.facts, client_env)?
-            .into_iter()
-            .collect();
-    for (k, v) in &service_env {
-        env.insert(k.clone(), v.clone());
-    }
+    let mut env: IndexMap<String, String> = base_env(
+        cfg,
+        world,
+        service,
+        plan,
+        &service_env,
+        &plan.facts,
+        client_env,
+    )?
+    .into_iter()
+    .collect();
     for (k, v) in &p.env {
         let value = r(v, &format!("env.{k}"))?;
         crate::secrets::register_var(k, &value);
