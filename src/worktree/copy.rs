@@ -238,17 +238,22 @@ fn matching(root: &Path, rel: PathBuf, parts: &[&str], out: &mut Vec<PathBuf>) {
     }
 }
 
-/// A folder's entries but `.git`, each with whether it is a real folder
-/// (not a link to one).
+/// A folder's entries but `.git` and any folder holding a `.git` of its own
+/// (another worktree — the worlds' own, when `worktree_root` is inside the
+/// repository — a submodule or a nested repository: not this checkout's
+/// files), each with whether it is a real folder (not a link to one).
 fn entries(dir: &Path) -> Vec<(String, bool)> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     rd.flatten()
         .filter(|e| e.file_name() != ".git")
-        .map(|e| {
+        .filter_map(|e| {
             let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-            (e.file_name().to_string_lossy().into_owned(), is_dir)
+            if is_dir && e.path().join(".git").symlink_metadata().is_ok() {
+                return None;
+            }
+            Some((e.file_name().to_string_lossy().into_owned(), is_dir))
         })
         .collect()
 }
@@ -371,5 +376,31 @@ mod tests {
         );
         let done = copy_paths(&main, &wt, &main, &["**/node_modules".into()]).unwrap();
         assert_eq!(done.len(), 2, "{done:?}");
+    }
+
+    #[test]
+    fn another_checkout_inside_the_repository_is_not_searched() {
+        // Worlds' worktrees under a `worktree_root` inside the repository
+        // (each with a `.git` file), and a nested repository.
+        let (_d, main, _wt) = tree();
+        for (dir, git) in [(".worktrees/a", ".git"), ("vendor/lib", ".git/HEAD")] {
+            std::fs::create_dir_all(main.join(dir).join("node_modules")).unwrap();
+            let git = main.join(dir).join(git);
+            std::fs::create_dir_all(git.parent().unwrap()).unwrap();
+            std::fs::write(git, "gitdir: elsewhere\n").unwrap();
+        }
+        let mut found = Vec::new();
+        matching(&main, PathBuf::new(), &["**", "node_modules"], &mut found);
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                PathBuf::from("node_modules"),
+                "packages/x/node_modules".into()
+            ]
+        );
+        let mut found = Vec::new();
+        matching(&main, PathBuf::new(), &[".worktrees", "*"], &mut found);
+        assert!(found.is_empty(), "{found:?}");
     }
 }
