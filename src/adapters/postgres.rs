@@ -227,6 +227,14 @@ impl Adapter for Postgres {
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
+        // A name the rule could not have made (`postgres`, someone's own
+        // database) is refused before the server is reached.
+        super::kit::owner::check_name(
+            "postgres",
+            &super::kit::address::shown(admin(slice)?),
+            &super::kit::names::POSTGRES_DATABASE,
+            &slice.name,
+        )?;
         let c = connect(slice).await?;
         // WITH (FORCE) ends the world's own open sessions (PostgreSQL 13+).
         c.batch_execute(&format!(

@@ -423,6 +423,14 @@ impl Adapter for Redis {
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
+        // The name first (`*`, an empty prefix, another tool's), then the
+        // marker: the kit's two checks.
+        owner::check_name(
+            "redis",
+            &server_of(server_url(slice)),
+            &super::kit::names::KEY_PREFIX,
+            &slice.name,
+        )?;
         let mut con = connect(slice).await?;
         // Only a marked prefix is Binky's: keys under an unmarked one are
         // someone else's (or a world's whose marker was deleted by hand).
@@ -484,7 +492,8 @@ mod tests {
         assert_eq!(plain(&"a - b c"), "a - b c");
     }
 
-    /// The README's examples of the one naming rule, as the code makes them.
+    /// The book's examples of the one naming rule (docs/src/adapters/redis.md),
+    /// as the code makes them.
     #[test]
     fn the_readmes_slice_names_are_the_ones_made() {
         let slug = crate::slug::world_slug("feature/Login-Page");
@@ -499,7 +508,7 @@ mod tests {
             Kafka.slice_name("shop", &slug),
             "shop-feature-login-page-1cd8fc-9a9368-"
         );
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/src/adapters/redis.md");
         for name in [
             "shop:feature-login-page-1cd8fc:",
             "shop-feat-a-203252-orders",

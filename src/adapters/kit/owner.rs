@@ -1,6 +1,7 @@
 //! Ownership: Binky deletes only what it made.
 //!
-//! Two checks guard every teardown, in this order:
+//! Two checks guard every teardown on a server, in this order (sqlite's files
+//! live in Binky's own state folder and need neither):
 //! 1. **The name.** A slice name that the adapter's naming rule
 //!    ([`super::names::Rule`]) could not have made is not a world's: the
 //!    teardown refuses it before reaching the server (a registry row that
@@ -117,5 +118,48 @@ mod tests {
             e.message,
             "redis at h:6379: refusing to delete shop:a:: 3 keys but no Binky marker, so Binky did not make it; delete it by hand if it is yours to delete"
         );
+    }
+
+    /// Every server adapter's teardown checks the name before it connects:
+    /// the admin URLs name a port nothing listens on, so a teardown that
+    /// went on would fail to connect instead.
+    #[cfg(all(feature = "postgres", feature = "mysql", feature = "redis"))]
+    #[test]
+    fn sql_and_key_value_teardowns_refuse_a_name_binky_never_gives() {
+        use crate::adapters::{Adapter, Slice};
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let cases: [(&dyn Adapter, &str, &str); 3] = [
+            (
+                &crate::adapters::postgres::Postgres,
+                "postgresql",
+                "Prod DB",
+            ),
+            (&crate::adapters::mysql::Mysql, "mysql", "mysql"),
+            (&crate::adapters::redis::Redis, "redis", "*"),
+        ];
+        for (adapter, scheme, theirs) in cases {
+            let slice = Slice {
+                name: theirs.to_owned(),
+                project: "shop".into(),
+                admin_url: Some(format!("{scheme}://root@127.0.0.1:{port}/")),
+                options: toml::Table::new(),
+                data_dir: std::env::temp_dir(),
+                search_path: None,
+            };
+            let e = rt.block_on(adapter.teardown(&slice)).unwrap_err();
+            assert!(
+                e.message.contains("refusing to delete"),
+                "{}: {e}",
+                adapter.name()
+            );
+        }
     }
 }

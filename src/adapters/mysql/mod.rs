@@ -231,6 +231,14 @@ impl Adapter for Mysql {
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
+        // A name the rule could not have made (`mysql`, someone's own
+        // database) is refused before the server is reached.
+        super::kit::owner::check_name(
+            "mysql",
+            &super::kit::address::shown(admin(slice)?),
+            &super::kit::names::MYSQL_DATABASE,
+            &slice.name,
+        )?;
         let mut c = connect(slice).await?;
         exec(
             &mut c,
