@@ -31,6 +31,7 @@ mod project;
 mod proxy;
 mod rabbitmq;
 mod rag;
+mod recipes;
 mod recorded;
 mod redis;
 mod reset;
