@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Turns `tmux capture-pane -e -p` output (text with SGR colour codes) into an
-HTML page a headless browser can screenshot: how docs/dashboard.png is made.
+HTML page a headless browser can screenshot: how docs/src/images/dashboard.png is made.
 
     tmux capture-pane -e -p -t dash > cap.txt
     python3 docs/render_capture.py cap.txt > cap.html
-    chromium --headless --screenshot=docs/dashboard.png --window-size=1000,640 cap.html
+    chromium --headless --screenshot=docs/src/images/dashboard.png --window-size=1000,640 cap.html
 
 Standard library only. Handles what ratatui emits: reset, bold, dim,
 italic, underline, reverse, the 8/16 basic colours and 256-colour indexes.

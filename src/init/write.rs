@@ -290,7 +290,7 @@ fn app_body(
     match (&p.health, p.health_note) {
         (Some(h), _) => body.push(format!("health = {}", quote(h))),
         (None, Some(why)) => notes.push(format!(
-            "{why}, so it is not carried over: see `health` in the README."
+            "{why}, so it is not carried over: see `health` in docs/src/reference/binky-toml.md."
         )),
         (None, None) => {}
     }

@@ -10,6 +10,7 @@ mod contract;
 mod daemon;
 #[cfg(feature = "dashboard")]
 mod dashboard;
+mod docs;
 mod environment;
 mod events;
 mod exhaustion;

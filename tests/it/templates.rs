@@ -574,7 +574,9 @@ fn external_adapters_in_python_and_rust_serve_up_clone_and_remove() {
             .unwrap())
         .json();
         for svc in ["files", "blobs"] {
-            let url = env["services"][svc].as_str().unwrap_or_else(|| panic!("{env}"));
+            let url = env["services"][svc]
+                .as_str()
+                .unwrap_or_else(|| panic!("{env}"));
             let dir = std::path::PathBuf::from(url.strip_prefix("file://").unwrap());
             assert_eq!(
                 std::fs::read_to_string(dir.join("greeting"))

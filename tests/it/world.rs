@@ -1195,7 +1195,10 @@ fn env_prints_only_exposed_services_in_their_documented_forms() {
         .unwrap()["port"]
         .as_u64()
         .unwrap();
-    assert_eq!(env["services"]["metrics"], format!("http://localhost:{port}"));
+    assert_eq!(
+        env["services"]["metrics"],
+        format!("http://localhost:{port}")
+    );
     assert!(
         env["services"]["db"]
             .as_str()
