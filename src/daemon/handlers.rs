@@ -123,6 +123,7 @@ pub(crate) fn status_report(
     let mut r = d.registry().status(project)?;
     world::fill_urls(d, &mut r);
     world::fill_stale_clones(d, &mut r);
+    world::fill_log_floods(d, &mut r);
     if usage {
         world::fill_usage(&mut r);
     }

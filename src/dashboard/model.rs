@@ -434,6 +434,7 @@ mod tests {
                 restarts: 0,
                 host: None,
                 url: None,
+                log_flood: None,
             }],
             queue: None,
             suspended_since: None,

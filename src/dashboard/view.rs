@@ -228,9 +228,13 @@ fn world_row(app: &App, theme: Theme, project: &str, w: &WorldStatus) -> Row<'st
         _ => w
             .services
             .iter()
-            .map(|s| match s.port {
-                Some(port) => format!("{}:{port}", shown(&s.name)),
-                None => shown(&s.name),
+            .map(|s| {
+                // A service flooding its log says so where it is listed.
+                let flag = if s.log_flood.is_some() { "⚠" } else { "" };
+                match s.port {
+                    Some(port) => format!("{flag}{}:{port}", shown(&s.name)),
+                    None => format!("{flag}{}", shown(&s.name)),
+                }
             })
             .collect::<Vec<_>>()
             .join(" "),
@@ -292,6 +296,9 @@ fn draw_detail(f: &mut Frame, app: &App, theme: Theme, area: Rect) {
     }
     if let Some(v) = &w.verify {
         lines.push(Line::from(format!("verify: {}", shown(v))));
+    }
+    for n in &w.notes {
+        lines.push(Line::styled(shown(n), theme.fg(Color::Yellow)));
     }
     for s in &w.services {
         let style = match s.state {
@@ -500,6 +507,7 @@ mod tests {
             restarts: 2,
             host: None,
             url: None,
+            log_flood: None,
         };
         app.set_report(
             one_world(WorldStatus {
@@ -530,6 +538,43 @@ mod tests {
         assert!(s.contains("web:41000"), "{s}");
         assert!(s.contains("passed"), "{s}");
         assert!(!s.contains('\x1b'), "{s}");
+    }
+
+    #[test]
+    fn a_service_flooding_its_log_is_flagged_in_the_row() {
+        let mut app = App::default();
+        let svc = |name: &str, flood: Option<u32>| ServiceStatus {
+            name: name.into(),
+            kind: ServiceKind::Process,
+            state: ServiceState::Running,
+            pid: Some(7),
+            port: None,
+            ports: Default::default(),
+            restarts: 0,
+            host: None,
+            url: None,
+            log_flood: flood,
+        };
+        app.set_report(
+            one_world(WorldStatus {
+                name: "a".into(),
+                slug: "a".into(),
+                state: WorldState::Running,
+                path: "/w".into(),
+                group: None,
+                error: None,
+                verify: None,
+                services: vec![svc("worker", Some(2200)), svc("web", None)],
+                queue: None,
+                suspended_since: None,
+                created: None,
+                usage: None,
+                notes: vec!["worker is flooding its log".into()],
+            }),
+            std::time::Instant::now(),
+        );
+        let s = screen(&app, 100, 24);
+        assert!(s.contains("⚠worker web"), "{s}");
     }
 
     #[test]

@@ -352,6 +352,10 @@ pub struct ServiceStatus {
     /// scheme's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// Lines its log received in the last 10 s, when that is a flood (50 a
+    /// second or more: a retry loop, most often); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_flood: Option<u32>,
 }
 
 /// `binky metrics`: one JSON object.

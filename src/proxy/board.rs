@@ -265,6 +265,7 @@ mod tests {
                         restarts: 0,
                         host: Some("web.x.shop.localhost".into()),
                         url: Some("javascript:alert(3)".into()),
+                        log_flood: None,
                     }],
                     queue: None,
                     suspended_since: None,

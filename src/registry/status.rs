@@ -147,6 +147,7 @@ impl Registry {
                         restarts: r.get(5)?,
                         host: r.get(6)?,
                         url: None,
+                        log_flood: None,
                     },
                 ))
             })

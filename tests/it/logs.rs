@@ -316,3 +316,47 @@ fn logs_f_ends_saying_so_when_its_world_is_removed() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("world `x` was removed"), "{stderr}");
 }
+
+/// A worker refused by its server retries in a loop: its process lives and
+/// `status` said only `running`. Now the service carries `log_flood` (its
+/// lines in the last 10 s) and the world a note naming it; a service that
+/// prints at an ordinary pace carries neither.
+#[test]
+fn a_service_flooding_its_log_is_flagged_in_status_and_a_ticking_one_is_not() {
+    let home = Home::new();
+    // 100 lines every 50 ms: about 2,000 a second.
+    const RETRY: &str = "import time\nwhile True:\n    print('NOPERM this user has no permissions, retrying\\n' * 100, end='', flush=True)\n    time.sleep(0.05)\n";
+    let toml = format!(
+        "{}[services.worker]\ncmd = \"exec python3 retry.py\"\n[services.tick]\ncmd = \"exec python3 tick.py\"\n",
+        project_header("flood", 1)
+    );
+    let repo = Repo::with("", &toml, &[("retry.py", RETRY), ("tick.py", TICKER)]);
+    repo.ok(&home, &["up", "x"]);
+    let mut last = serde_json::Value::Null;
+    let flagged = wait_until(Duration::from_secs(20), || {
+        last = repo.worlds(&home)["x"].clone();
+        last["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "worker" && s["log_flood"].as_u64() >= Some(500))
+    });
+    assert!(flagged, "{last}");
+    let tick = last["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "tick")
+        .unwrap();
+    assert!(tick.get("log_flood").is_none(), "{tick}");
+    let notes = last["notes"].to_string();
+    assert!(
+        notes.contains("worker is flooding its log") && notes.contains("binky logs x worker"),
+        "{notes}"
+    );
+    assert!(!notes.contains("tick"), "{notes}");
+    // The human status says it under the world.
+    let human = repo.ok(&home, &["status"]).stdout();
+    assert!(human.contains("worker is flooding its log"), "{human}");
+    repo.ok(&home, &["remove", "x", "--force"]);
+}
