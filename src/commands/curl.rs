@@ -23,7 +23,7 @@ pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
         Err(c) => return c,
     };
     let target = match client.request(&Request::Locate {
-        world: match super::world::world_ref(project, &args.name) {
+        world: match super::world::world_ref(project, &args.name, false) {
             Ok(w) => w,
             Err(c) => return c,
         },

@@ -25,15 +25,15 @@ pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
         Ok(c) => c,
         Err(c) => return c,
     };
+    let shell = args.dotenv || args.export;
     let req = Request::Env {
-        world: match world_ref(project, &args.name) {
+        world: match world_ref(project, &args.name, !shell) {
             Ok(w) => w,
             Err(c) => return c,
         },
         env: ClientEnv::current(),
         reveal: args.reveal,
     };
-    let shell = args.dotenv || args.export;
     let env = match client.request(&req) {
         Ok(Response::Env(e)) => e,
         Ok(other) => return super::unexpected(&other),

@@ -13,13 +13,24 @@ use std::process::ExitCode;
 
 /// Which world a command means: `--project PATH|NAME` or the current folder.
 /// A `--project` path that holds no binky.toml is an error (exit 2) naming it.
-pub(crate) fn world_ref(project: Option<&str>, name: &str) -> Result<WorldRef, ExitCode> {
+/// With `json`, the error is the `{"error": {message, hint}}` object on
+/// stdout that every `--json` caller gets.
+pub(crate) fn world_ref(
+    project: Option<&str>,
+    name: &str,
+    json: bool,
+) -> Result<WorldRef, ExitCode> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     WorldRef::from_arg(project, &cwd, name).map_err(|e| {
-        crate::output::error(
-            e,
-            Some("-p takes a project folder, its binky.toml, or the name of a project the daemon knows"),
-        );
+        let hint =
+            "-p takes a project folder, its binky.toml, or the name of a project the daemon knows";
+        if json {
+            super::print_json(&serde_json::json!({
+                "error": crate::protocol::ApiError::new(e).hint(hint)
+            }));
+        } else {
+            crate::output::error(e, Some(hint));
+        }
         ExitCode::from(2)
     })
 }
@@ -157,7 +168,7 @@ fn notes(o: &WorldOutcome) {
 /// `binky up` / `binky reload`.
 pub fn up(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
     let req = UpRequest {
-        world: match world_ref(project, &args.name) {
+        world: match world_ref(project, &args.name, args.json) {
             Ok(w) => w,
             Err(c) => return c,
         },
@@ -203,7 +214,7 @@ pub fn up(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
 /// `binky reset`.
 pub fn reset(args: &ResetArgs, project: Option<&str>) -> ExitCode {
     let up = UpRequest {
-        world: match world_ref(project, &args.name) {
+        world: match world_ref(project, &args.name, args.json) {
             Ok(w) => w,
             Err(c) => return c,
         },
@@ -231,9 +242,29 @@ pub fn reset(args: &ResetArgs, project: Option<&str>) -> ExitCode {
     }
 }
 
+/// The command that runs `verb` on world `name` again as the user typed
+/// it: with their `-p`, so the hint works from where they are. Each word
+/// is quoted for the shell when it needs to be.
+fn again(project: Option<&str>, verb: &str, name: &str) -> String {
+    let word = |w: &str| {
+        if !w.is_empty()
+            && w.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_./-@:+=,".contains(&b))
+        {
+            w.to_owned()
+        } else {
+            super::env::shell_quote(w)
+        }
+    };
+    match project {
+        Some(p) => format!("binky -p {} {verb} {}", word(p), word(name)),
+        None => format!("binky {verb} {}", word(name)),
+    }
+}
+
 /// `binky down`.
 pub fn down(args: &NameArgs, project: Option<&str>) -> ExitCode {
-    let world = match world_ref(project, &args.name) {
+    let world = match world_ref(project, &args.name, args.json) {
         Ok(w) => w,
         Err(c) => return c,
     };
@@ -254,10 +285,10 @@ pub fn down(args: &NameArgs, project: Option<&str>) -> ExitCode {
                     ""
                 };
                 anstream::println!(
-                    "{} down: {} (files, ports and data kept{queue}; `binky up {}` resumes it)",
+                    "{} down: {} (files, ports and data kept{queue}; `{}` resumes it)",
                     paint(OK, "✓"),
                     o.world.name,
-                    o.world.name
+                    again(project, "up", &o.world.name)
                 );
             }
             ExitCode::SUCCESS
@@ -270,7 +301,7 @@ pub fn down(args: &NameArgs, project: Option<&str>) -> ExitCode {
 pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
     match call_world(
         Request::Remove {
-            world: match world_ref(project, &args.name) {
+            world: match world_ref(project, &args.name, args.json) {
                 Ok(w) => w,
                 Err(c) => return c,
             },
@@ -324,7 +355,7 @@ pub fn verify(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode 
         Err(c) => return c,
     };
     let req = Request::Verify {
-        world: match world_ref(project, &args.name) {
+        world: match world_ref(project, &args.name, args.json) {
             Ok(w) => w,
             Err(c) => return c,
         },
@@ -435,5 +466,21 @@ pub fn gc(args: &crate::cli::GcArgs) -> ExitCode {
         }
         Ok(other) => super::unexpected(&other),
         Err(e) => fail_json(args.json, &e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_again_hint_keeps_the_users_project_and_quotes_what_needs_it() {
+        assert_eq!(super::again(None, "up", "feat/x"), "binky up feat/x");
+        assert_eq!(
+            super::again(Some("examples/hello"), "up", "try-it"),
+            "binky -p examples/hello up try-it"
+        );
+        assert_eq!(
+            super::again(Some("my project"), "up", "it's"),
+            "binky -p 'my project' up 'it'\\''s'"
+        );
     }
 }

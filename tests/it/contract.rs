@@ -440,6 +440,12 @@ fn the_readme_quick_start_works_as_written() {
     assert_eq!(verify.code(), 0, "{verify}");
     let down = binky(&["-p", "examples/hello", "down", "try-it"]);
     assert!(down.stdout().contains("✓ down: try-it"), "{down}");
+    // Its hint works from where the user is: with their `-p`.
+    assert!(
+        down.stdout()
+            .contains("`binky -p examples/hello up try-it` resumes it"),
+        "{down}"
+    );
     let removed = binky(&["-p", "examples/hello", "remove", "try-it"]);
     assert!(removed.stdout().contains("✓ removed: try-it"), "{removed}");
     // The last step: `remove` keeps the branch, git's own command deletes it.

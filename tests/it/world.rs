@@ -1133,6 +1133,27 @@ fn json_callers_get_errors_as_json_on_stdout() {
     assert_eq!(out.code(), 1, "{out}");
     assert!(out.json()["error"]["message"].is_string(), "{out}");
     assert!(!out.stderr().contains("error:"), "{out}");
+    // A `-p` that names no project is refused before the daemon is asked:
+    // as JSON too, still a usage error (2).
+    let nowhere = tempfile::tempdir().unwrap();
+    let p = nowhere.path().display().to_string();
+    for args in [
+        &["-p", p.as_str(), "env", "x"][..],
+        &["-p", p.as_str(), "up", "x", "--json"][..],
+        &["-p", p.as_str(), "down", "x", "--json"][..],
+    ] {
+        let out = repo.run(&home, args);
+        assert_eq!(out.code(), 2, "{args:?}: {out}");
+        let v = out.json();
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("holds no binky.toml")),
+            "{args:?}: {v}"
+        );
+        assert!(v["error"]["hint"].is_string(), "{v}");
+        assert!(!out.stderr().contains("error:"), "{args:?}: {out}");
+    }
 }
 
 #[test]
