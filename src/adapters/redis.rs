@@ -79,6 +79,38 @@ fn wants_acl(slice: &Slice) -> bool {
         .unwrap_or(false)
 }
 
+/// Creates (or resets) the world's ACL user with `password`: every command
+/// but the dangerous ones, on keys and channels under the world's prefix
+/// only. The password is registered as a secret first, so no error or log
+/// line can show it.
+async fn set_acl_user(
+    slice: &Slice,
+    con: &mut MultiplexedConnection,
+    password: &str,
+) -> Result<(), AdapterError> {
+    crate::secrets::register(password);
+    let prefix = glob_escape(&slice.name);
+    let mut setuser = redis::cmd("ACL");
+    setuser
+        .arg("SETUSER")
+        .arg(acl_user(slice))
+        .arg("reset")
+        .arg("on")
+        .arg(format!(">{password}"))
+        .arg(format!("~{prefix}*"))
+        .arg(format!("&{prefix}*"))
+        .arg("+@all")
+        .arg("-@dangerous")
+        .arg("+info")
+        // Keyless but server-wide, or a way out of the world's
+        // database (teardown scans only admin_url's).
+        .arg("-select")
+        .arg("-script|flush")
+        .arg("-script|kill")
+        .arg("-function");
+    run::<()>(slice, con, &setuser, "creating the world's ACL user").await
+}
+
 /// `s` with the glob characters `SCAN MATCH` and ACL key patterns read
 /// escaped, so a prefix matches only itself.
 fn glob_escape(s: &str) -> String {
@@ -367,35 +399,11 @@ impl Adapter for Redis {
                 marker(slice)
             )));
         }
-        if acl {
-            crate::secrets::register(&password);
-            let prefix = glob_escape(&slice.name);
-            let mut setuser = redis::cmd("ACL");
-            setuser
-                .arg("SETUSER")
-                .arg(acl_user(slice))
-                .arg("reset")
-                .arg("on")
-                .arg(format!(">{password}"))
-                .arg(format!("~{prefix}*"))
-                .arg(format!("&{prefix}*"))
-                .arg("+@all")
-                .arg("-@dangerous")
-                .arg("+info")
-                // Keyless but server-wide, or a way out of the world's
-                // database (teardown scans only admin_url's).
-                .arg("-select")
-                .arg("-script|flush")
-                .arg("-script|kill")
-                .arg("-function");
-            if let Err(e) =
-                run::<()>(slice, &mut con, &setuser, "creating the world's ACL user").await
-            {
-                let mut del = redis::cmd("DEL");
-                del.arg(marker(slice));
-                let _ = run::<()>(slice, &mut con, &del, "forgetting the slice").await;
-                return Err(e);
-            }
+        if acl && let Err(e) = set_acl_user(slice, &mut con, &password).await {
+            let mut del = redis::cmd("DEL");
+            del.arg(marker(slice));
+            let _ = run::<()>(slice, &mut con, &del, "forgetting the slice").await;
+            return Err(e);
         }
         Ok(())
     }
@@ -410,13 +418,26 @@ impl Adapter for Redis {
         get.arg(marker(slice));
         let password: Option<String> =
             run(slice, &mut con, &get, "reading the slice's marker").await?;
-        match password.filter(|p| !p.is_empty()) {
-            Some(p) => {
+        match password {
+            Some(p) if !p.is_empty() => {
                 crate::secrets::register(&p);
                 world_url(server, Some((&acl_user(slice), &p)), &slice.name)
             }
+            // Made without `acl` (the option turned on since): the world
+            // gets its user now, on the prefix it has, data kept. The
+            // marker holds the password from then on, as if made with it.
+            Some(_) => {
+                let p = crate::platform::random_hex(24)
+                    .map_err(|e| AdapterError::new(format!("redis: no random password: {e}")))?;
+                set_acl_user(slice, &mut con, &p).await?;
+                let mut set = redis::cmd("SET");
+                set.arg(marker(slice)).arg(&p).arg("XX");
+                run::<Option<String>>(slice, &mut con, &set, "recording the world's ACL user")
+                    .await?;
+                world_url(server, Some((&acl_user(slice), &p)), &slice.name)
+            }
             None => Err(AdapterError::new(format!(
-                "redis: the slice {} has no ACL user (it was made without options.acl); run `binky remove` and `binky up` to make it again",
+                "redis: the slice {} has no marker on the server (deleted by hand?); run `binky remove --force` and `binky up` to make it again",
                 slice.name
             ))),
         }

@@ -277,6 +277,71 @@ fn redis_acl_users_may_touch_only_their_worlds_keys() {
     assert_eq!(keys(&format!("{prefix}*")), Vec::<String>::new());
 }
 
+/// A world made without `acl` gets its own ACL user when the option is
+/// turned on and the world reloaded: its keys kept, its URL then the
+/// user's, the user confined to its prefix; `remove` deletes the user.
+#[test]
+fn turning_acl_on_upgrades_a_world_in_place_on_reload_and_keeps_its_keys() {
+    if !redis_up() {
+        skip("no Redis on 127.0.0.1:6379");
+        return;
+    }
+    let p = project("up");
+    let _cleanup = Cleanup(p.clone());
+    let home = Home::new();
+    let plain = format!(
+        "{}[services.cache]\nadapter = \"redis\"\nadmin_url = \"{SERVER}\"\n",
+        project_header(&p, 2)
+    );
+    let repo = Repo::new(&plain);
+    repo.ok(&home, &["up", "w"]);
+    let prefix = format!("{p}:w:");
+    set(&format!("{prefix}kept"), "data");
+    set(&format!("{p}:other:secret"), "theirs");
+    let with_acl = plain.replace(
+        "admin_url = \"redis://127.0.0.1:6379/0\"\n",
+        "admin_url = \"redis://127.0.0.1:6379/0\"\noptions = { acl = true }\n",
+    );
+    assert_ne!(with_acl, plain);
+    let tree = std::path::PathBuf::from(repo.worlds(&home)["w"]["path"].as_str().unwrap());
+    for dir in [repo.main.as_path(), tree.as_path()] {
+        std::fs::write(dir.join("binky.toml"), &with_acl).unwrap();
+    }
+    let reload = repo.run(&home, &["reload", "w"]);
+    assert_eq!(reload.code(), 0, "{reload}");
+    let url = repo.ok(&home, &["env", "w"]).json()["services"]["cache"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let user = format!("binky_{p}_w");
+    assert!(url.starts_with(&format!("redis://{user}:")), "{url}");
+    let mut c = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let kept: String = redis::cmd("GET")
+        .arg(format!("{prefix}kept"))
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(kept, "data");
+    let e = redis::cmd("GET")
+        .arg(format!("{p}:other:secret"))
+        .query::<redis::Value>(&mut c)
+        .expect_err("another prefix");
+    assert!(
+        e.to_string().contains("NOPERM") || e.code() == Some("NOPERM"),
+        "{e}"
+    );
+    // A second reload keeps the same user and password.
+    repo.ok(&home, &["reload", "w"]);
+    let again = repo.ok(&home, &["env", "w"]).json()["services"]["cache"].clone();
+    assert_eq!(again, url.as_str());
+    repo.ok(&home, &["remove", "w", "--force"]);
+    let users: Vec<String> = redis::cmd("ACL").arg("USERS").query(&mut admin()).unwrap();
+    assert!(!users.contains(&user), "{users:?}");
+    assert_eq!(keys(&format!("{prefix}*")), Vec::<String>::new());
+}
+
 #[test]
 fn a_dead_redis_is_named_by_host_and_port_never_the_password() {
     let home = Home::new();
