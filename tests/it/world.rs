@@ -1532,3 +1532,38 @@ depends_on = ["a", "b"]
         "{up}"
     );
 }
+
+/// A one-shot job that finished with status 0 leaves its world running;
+/// `up` of it again changes nothing: no healthy service is restarted.
+#[test]
+fn up_of_a_running_world_whose_one_shot_job_finished_is_a_noop() {
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.job]\ncmd = \"sleep 1; echo done\"\n[services.srv]\ncmd = \"exec sleep 600\"\n",
+        project_header("oneshot", 2)
+    ));
+    repo.ok(&home, &["up", "w"]);
+    let pid_of = |w: &serde_json::Value, name: &str| {
+        w["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .map(|s| (s["state"].clone(), s["pid"].clone()))
+            .unwrap()
+    };
+    let mut before = serde_json::Value::Null;
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            before = repo.worlds(&home)["w"].clone();
+            pid_of(&before, "job").0 == "stopped"
+        }),
+        "{before}"
+    );
+    assert_eq!(before["state"], "running", "{before}");
+    let again = repo.ok(&home, &["up", "w", "--json"]).json();
+    assert_eq!(again["noop"], true, "{again}");
+    let after = repo.worlds(&home)["w"].clone();
+    assert_eq!(pid_of(&after, "srv"), pid_of(&before, "srv"), "{after}");
+    repo.ok(&home, &["remove", "w", "--force"]);
+}

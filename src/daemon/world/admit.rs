@@ -31,7 +31,7 @@ pub(super) async fn admit(
             None => None,
         }
     };
-    if known.is_some_and(|w| fully_running(d, &w)) {
+    if known.is_some_and(|w| fully_running(d, &w, &loc.config)) {
         return Ok(Ok(None));
     }
     let disk_path = loc.main_root().display().to_string();

@@ -108,7 +108,8 @@ pub(super) async fn reload_with(
         .worlds
         .lock_for(&WorldKey::new(&loc.name, &req.world.name));
     let mut guard = lock.lock().await;
-    let running = find_world(d, &loc, &req.world.name).is_ok_and(|w| fully_running(d, &w));
+    let running =
+        find_world(d, &loc, &req.world.name).is_ok_and(|w| fully_running(d, &w, &loc.config));
     let admitted = if running {
         None
     } else {

@@ -79,7 +79,7 @@ async fn reset_running(
     let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, name));
     let _guard = lock.lock().await;
     let w = find_world(d, loc, name)?;
-    if !fully_running(d, &w) {
+    if !fully_running(d, &w, &loc.config) {
         return Ok(None);
     }
     let users = config::users_of(cfg, chosen);

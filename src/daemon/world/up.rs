@@ -56,7 +56,7 @@ pub(super) async fn up_locked(
     let project_id = register_project(d, loc)?;
     let existing = d.registry().find_world(project_id, name)?;
     if let Some(w) = &existing
-        && fully_running(d, w)
+        && fully_running(d, w, &loc.config)
     {
         return outcome(d, project, w.id, true, moved_migrations(d, loc, w));
     }
@@ -142,13 +142,20 @@ fn register_project(d: &Daemon, loc: &Located) -> Result<i64, ApiError> {
 }
 
 /// Whether `up` has nothing to do: recorded running, every supervised
-/// process running, its worktree in place.
-pub(super) fn fully_running(d: &Daemon, w: &WorldRow) -> bool {
+/// process running, its worktree in place. A process with no port that
+/// finished with status 0 on its own (a one-shot job: a build, a seed
+/// script) counts as done: starting the world again for it would restart
+/// every healthy service. One with a port is meant to serve, so `up`
+/// starts it again.
+pub(super) fn fully_running(d: &Daemon, w: &WorldRow, cfg: &config::Config) -> bool {
     w.state == WorldState::Running
         && d.worlds.runtime(w.id).is_some_and(|rt| {
-            rt.handles
-                .values()
-                .all(|h| matches!(*h.state.borrow(), State::Running { .. }))
+            rt.handles.iter().all(|(name, h)| {
+                let s = h.state.borrow();
+                matches!(*s, State::Running { .. })
+                    || s.exited_cleanly()
+                        && cfg.services.get(name).is_some_and(|svc| !svc.has_port())
+            })
         })
         && Path::new(&w.path).exists()
 }
