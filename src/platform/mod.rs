@@ -10,5 +10,5 @@ pub use unix::*;
 
 #[cfg(not(unix))]
 compile_error!(
-    "binky supports Unix-like systems for now; the Windows port lives in src/platform/windows.rs"
+    "binky supports Unix-like systems for now; a Windows port adds src/platform/windows.rs beside unix/ (named pipes, job objects)"
 );
