@@ -15,7 +15,7 @@ fn log_dir(project: Option<&str>, name: &str) -> Result<(PathBuf, String), ExitC
     let paths = paths_or_exit()?;
     let project_name = match project {
         Some(p) if !Path::new(p).exists() && !p.contains('/') => p.to_owned(),
-        other => super::project_name(other.unwrap_or("."))?,
+        other => super::project_name(other.unwrap_or("."), false)?,
     };
     let slug = crate::slug::world_slug(name);
     Ok((paths.world_logs(&project_name, &slug), project_name))

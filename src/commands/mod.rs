@@ -182,9 +182,22 @@ pub(crate) fn print_json<T: serde::Serialize>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).expect("serialisable"));
 }
 
+/// An error the CLI finds itself, before or without the daemon: with
+/// `json`, the `{"error": {message, hint}}` object on stdout that every
+/// `--json` caller gets; else text on stderr. Returns `code`.
+pub(crate) fn refuse(json: bool, message: &str, hint: &str, code: u8) -> ExitCode {
+    if json {
+        print_json(&serde_json::json!({ "error": ApiError::new(message).hint(hint) }));
+    } else {
+        output::error(message, Some(hint));
+    }
+    ExitCode::from(code)
+}
+
 /// The project name for `--project`/`status .`: a known name as is, else the
-/// `[project] name` of the binky.toml found from that path.
-pub(crate) fn project_name(arg: &str) -> Result<String, ExitCode> {
+/// `[project] name` of the binky.toml found from that path. Errors as
+/// [`refuse`] says, JSON with `json`.
+pub(crate) fn project_name(arg: &str, json: bool) -> Result<String, ExitCode> {
     let path = Path::new(arg);
     if !path.exists() && !arg.contains('/') {
         return Ok(arg.to_owned());
@@ -196,28 +209,32 @@ pub(crate) fn project_name(arg: &str) -> Result<String, ExitCode> {
     } else {
         let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
         let w = WorldRef::from_arg(Some(arg), &cwd, "").map_err(|e| {
-            output::error(
-                e,
-                Some("pass the project's folder or its binky.toml, or a project name"),
-            );
-            ExitCode::from(2)
+            refuse(
+                json,
+                &e,
+                "pass the project's folder or its binky.toml, or a project name",
+                2,
+            )
         })?;
         w.project_dir
             .map(std::path::PathBuf::from)
             .unwrap_or_default()
     };
     let file = config::find(&start).map_err(|e| {
-        output::error(
-            &e,
-            Some("pass a folder inside a project, or a project name"),
-        );
-        ExitCode::from(2)
+        refuse(
+            json,
+            &e.to_string(),
+            "pass a folder inside a project, or a project name",
+            2,
+        )
     })?;
     match config::load(&file) {
         Ok(c) => Ok(c.project.name),
-        Err(e) => {
-            output::error(&e, Some("run `binky check` to see what is wrong"));
-            Err(ExitCode::from(1))
-        }
+        Err(e) => Err(refuse(
+            json,
+            &e.to_string(),
+            "run `binky check` to see what is wrong",
+            1,
+        )),
     }
 }

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 /// Runs `binky status`.
 pub fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
     let project = match (args.scope.as_deref(), project_flag) {
-        (_, Some(p)) => Some(super::project_name(p)),
-        (Some("."), None) => Some(super::project_name(".")),
+        (_, Some(p)) => Some(super::project_name(p, args.json)),
+        (Some("."), None) => Some(super::project_name(".", args.json)),
         _ => None,
     };
     let project = match project.transpose() {
@@ -26,14 +26,19 @@ pub fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
     }) {
         Ok(Response::Status(report)) => {
             if by_name && report.projects.is_empty() {
-                crate::output::error(
-                    format!(
-                        "no project named `{}` is known to this daemon",
-                        crate::output::untrusted(&wanted.unwrap_or_default())
-                    ),
-                    Some("`binky status` lists every project"),
+                let name = wanted.unwrap_or_default();
+                // JSON escapes what it carries; text is shown as untrusted.
+                let shown = if args.json {
+                    name
+                } else {
+                    crate::output::untrusted(&name).into_owned()
+                };
+                return super::refuse(
+                    args.json,
+                    &format!("no project named `{shown}` is known to this daemon"),
+                    "`binky status` lists every project",
+                    1,
                 );
-                return ExitCode::from(1);
             }
             if args.watch {
                 return super::events::watch_status(wanted, args.json);

@@ -22,16 +22,12 @@ pub(crate) fn world_ref(
 ) -> Result<WorldRef, ExitCode> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     WorldRef::from_arg(project, &cwd, name).map_err(|e| {
-        let hint =
-            "-p takes a project folder, its binky.toml, or the name of a project the daemon knows";
-        if json {
-            super::print_json(&serde_json::json!({
-                "error": crate::protocol::ApiError::new(e).hint(hint)
-            }));
-        } else {
-            crate::output::error(e, Some(hint));
-        }
-        ExitCode::from(2)
+        super::refuse(
+            json,
+            &e,
+            "-p takes a project folder, its binky.toml, or the name of a project the daemon knows",
+            2,
+        )
     })
 }
 

@@ -1154,6 +1154,20 @@ fn json_callers_get_errors_as_json_on_stdout() {
         assert!(v["error"]["hint"].is_string(), "{v}");
         assert!(!out.stderr().contains("error:"), "{args:?}: {out}");
     }
+    // `status --json` too: a project name nobody knows (1), and `.` where
+    // there is no project (2).
+    let out = repo.run(&home, &["-p", "nosuch", "status", "--json"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert_eq!(
+        out.json()["error"]["message"],
+        "no project named `nosuch` is known to this daemon"
+    );
+    let mut c = home.cmd(&["status", ".", "--json"]);
+    c.current_dir(nowhere.path());
+    let out = Out(c.output().unwrap());
+    assert_eq!(out.code(), 2, "{out}");
+    assert!(out.json()["error"]["message"].is_string(), "{out}");
+    assert!(!out.stderr().contains("error:"), "{out}");
 }
 
 #[test]
