@@ -45,10 +45,7 @@ const MIGRATION_0002: &str = include_str!("../fixtures/django/0002_item_color.py
 const MODELS_WITH_COLOR: &str = "from django.db import models\n\n\nclass Item(models.Model):\n    name = models.CharField(max_length=100)\n    color = models.CharField(max_length=20, default=\"red\")\n";
 
 fn django_installed() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import django, psycopg"])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    python_has("django, psycopg")
 }
 
 /// Adds migration 0002 (a `color` column) in the checkout at `dir` and

@@ -416,3 +416,27 @@ pub fn skip(reason: &str) {
     };
     eprintln!("SKIP (#{n} in this run; CI would fail): {reason}");
 }
+
+/// Whether python3 imports every module of `modules` (`"django, psycopg"`).
+pub fn python_has(modules: &str) -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs a Python snippet with `args` as `sys.argv[1:]`; its stdout.
+pub fn python(script: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}

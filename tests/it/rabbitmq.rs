@@ -4,32 +4,14 @@
 use crate::harness::*;
 use crate::project::*;
 
-fn rabbit_up() -> bool {
+/// RabbitMQ's AMQP port and its management API both answer.
+pub(crate) fn rabbit_up() -> bool {
     std::net::TcpStream::connect(("127.0.0.1", 5672)).is_ok()
         && std::net::TcpStream::connect(("127.0.0.1", 15672)).is_ok()
 }
 
 fn pika() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import pika"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Runs a Python snippet with `args` as `sys.argv[1:]`; its stdout.
-fn python(script: &str, args: &[&str]) -> String {
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    python_has("pika")
 }
 
 /// The management API as guest: `method path [json body]` → status.

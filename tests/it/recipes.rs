@@ -9,6 +9,7 @@ use crate::adapters::{PG_ADMIN, pg_up, psql};
 use crate::harness::*;
 use crate::project::*;
 use crate::proxy::proxy_port;
+use crate::rabbitmq::rabbit_up;
 use crate::templates::Cleanup;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -131,30 +132,6 @@ fn dotenv(
         .collect()
 }
 
-/// Whether `python3` imports every module of `modules` (comma-separated).
-fn python_has(modules: &str) -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", &format!("import {modules}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Runs a Python snippet with `args` as `sys.argv[1:]`; its stdout.
-fn python(script: &str, args: &[&str]) -> String {
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// Redis keys matching a pattern (SCAN), one a line, sorted.
 const REDIS_KEYS: &str = r#"
 import sys, redis
@@ -189,11 +166,6 @@ impl Drop for RedisKeys {
 
 /// guest:guest, as the management API takes it.
 const GUEST: &str = "Z3Vlc3Q6Z3Vlc3Q=";
-
-fn rabbit_up() -> bool {
-    std::net::TcpStream::connect(("127.0.0.1", 5672)).is_ok()
-        && std::net::TcpStream::connect(("127.0.0.1", 15672)).is_ok()
-}
 
 /// The server's vhosts, or why the management API did not list them.
 fn try_vhosts() -> Result<Vec<String>, String> {
