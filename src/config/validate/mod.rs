@@ -20,6 +20,7 @@ mod lints;
 mod literals;
 mod service;
 mod tokens;
+mod unknown_tokens;
 pub use tokens::users_of;
 
 use lints::*;
