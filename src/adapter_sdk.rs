@@ -48,6 +48,7 @@ pub fn slice_of(req: &Request, name: &str) -> Slice {
         options,
         data_dir: req.data_dir.clone().into(),
         search_path: None,
+        secret: None,
     }
 }
 

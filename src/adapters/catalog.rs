@@ -245,7 +245,20 @@ pub const ENTRIES: &[Entry] = &[
         name: "postgres",
         aliases: &["postgresql"],
         make: || Arc::new(super::postgres::Postgres),
-        options: &[clone_strategy(&["auto", "wal_log", "file_copy"])],
+        options: &[
+            clone_strategy(&["auto", "wal_log", "file_copy"]),
+            WORLD_USER,
+            OptionSpec {
+                name: "createdb",
+                kind: OptionKind::Bool,
+                help: "the world's role may create databases (a test runner's own: Django, Rails, Prisma's shadow database)",
+            },
+            OptionSpec {
+                name: "extensions",
+                kind: OptionKind::TextList,
+                help: "extensions the admin creates in each world's database before migrate (ones the world's own role may not create)",
+            },
+        ],
         fields: &[],
         needs_admin_url: true,
         // The driver also takes `host=… user=…` connection strings.
@@ -259,7 +272,7 @@ pub const ENTRIES: &[Entry] = &[
         name: "mysql",
         aliases: &["mariadb", "percona"],
         make: || Arc::new(super::mysql::Mysql),
-        options: &[clone_strategy(&["copy", "dump"])],
+        options: &[clone_strategy(&["copy", "dump"]), WORLD_USER],
         fields: &[],
         needs_admin_url: true,
         schemes: &["mysql"],
@@ -359,6 +372,7 @@ pub const ENTRIES: &[Entry] = &[
                 kind: OptionKind::HttpUrl,
                 help: "the management API, when it is not on port 15672 of admin_url's host",
             },
+            WORLD_USER,
             OptionSpec {
                 name: "timeout",
                 kind: OptionKind::Duration,
@@ -431,6 +445,14 @@ pub const ENTRIES: &[Entry] = &[
         client: client(HTTP, 9200),
     },
 ];
+
+/// `options.acl` of an adapter that gives each world a user of its own by
+/// default (PostgreSQL, MySQL, RabbitMQ).
+const WORLD_USER: OptionSpec = OptionSpec {
+    name: "acl",
+    kind: OptionKind::Bool,
+    help: "a login user per world, allowed only the world's slice (on unless false)",
+};
 
 /// `options.timeout` of an adapter that waits on one server call at a time.
 const TIMEOUT: OptionSpec = OptionSpec {

@@ -58,6 +58,11 @@ pub struct Slice {
     /// The `PATH` to find client binaries on (`mysqldump`, external
     /// adapters): the calling CLI's, else the daemon's.
     pub search_path: Option<OsString>,
+    /// The password of the slice's own login user, for an adapter that
+    /// makes one ([`Adapter::world_users`]): random per slice, kept in the
+    /// registry, registered as a secret before any adapter sees it (never
+    /// logged or shown). `None` for the others.
+    pub secret: Option<String>,
 }
 
 impl Slice {
@@ -79,6 +84,7 @@ impl std::fmt::Debug for Slice {
             .field("name", &self.name)
             .field("project", &self.project)
             .field("admin_url", &self.admin_url.as_ref().map(|_| "<redacted>"))
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
             .finish_non_exhaustive()
     }
 }
@@ -162,6 +168,24 @@ pub trait Adapter: Send + Sync {
     fn path_names_server(&self) -> bool {
         true
     }
+    /// Whether the adapter gives each world's slice a login user of its own
+    /// (isolation by permission, not only by name), whose password the
+    /// daemon makes and keeps and hands it as [`Slice::secret`]. False by
+    /// default: Redis keeps its ACL user's password on the server instead.
+    fn world_users(&self) -> bool {
+        false
+    }
+    /// The slices whose login user Binky made on `server`'s server (a slice
+    /// of it, any name) outlives them: their user is there, the rest gone
+    /// (a teardown interrupted between the two). `gc` tears each down,
+    /// which drops only a user Binky marked as its own. None by default.
+    ///
+    /// # Errors
+    /// The server cannot be reached or its users read.
+    async fn orphan_users(&self, server: &Slice) -> Result<Vec<String>, AdapterError> {
+        let _ = server;
+        Ok(Vec::new())
+    }
     /// Creates the slice. Creating one that exists is an error.
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError>;
     /// The slice's address (what `${SVC.url}` renders to).
@@ -242,6 +266,21 @@ pub type TemplateLock = Box<dyn Send + Sync>;
 pub use kit::names::fit_identifier;
 
 pub use crate::platform::find_executable;
+
+/// A slice named `name` of project `shop` on no server, with no options:
+/// for unit tests.
+#[cfg(test)]
+pub(crate) fn test_slice(name: &str) -> Slice {
+    Slice {
+        name: name.to_owned(),
+        project: "shop".into(),
+        admin_url: None,
+        options: toml::Table::new(),
+        data_dir: std::env::temp_dir(),
+        search_path: None,
+        secret: None,
+    }
+}
 
 /// The last `lines` lines of a child's stderr, for error messages.
 pub(crate) fn stderr_tail(stderr: &[u8], lines: usize) -> String {

@@ -13,6 +13,14 @@
 //!
 //! Vhost creation is cluster-wide and can be slow; each call waits
 //! `options.timeout` (default 30 s) and an error says so.
+//!
+//! With `options.acl` (on unless set to `false`) each world also gets a
+//! user named as its vhost, with configure, write and read on that vhost
+//! only and no management tag: `${mq.url}` carries it, so a worker handed
+//! another world's URL by mistake is refused instead of taking its tasks.
+//! Its password is the one Binky keeps for the slice ([`Slice::secret`]).
+//! The user carries the tag [`USER_TAG`], which grants nothing and marks it
+//! as Binky's: only such users are reset or deleted.
 
 use super::kit::address::{self, Address, encode};
 use super::kit::{api, names, owner};
@@ -33,6 +41,34 @@ pub const MAX_VHOST: usize = super::kit::names::VHOST.max_len;
 
 /// The RabbitMQ adapter.
 pub struct RabbitMq;
+
+/// The tag that marks a user as a world's, made by Binky. Not one of
+/// RabbitMQ's own (`management`, `administrator`…), so it grants nothing.
+pub const USER_TAG: &str = "binky-world";
+
+/// Whether the world gets its own user: `options.acl`, on by default.
+fn wants_user(slice: &Slice) -> bool {
+    super::kit::users::wanted(slice, true)
+}
+
+/// A user as `GET /api/users` lists it: `tags` is a list on RabbitMQ 3.9+
+/// and a comma-separated string before.
+#[derive(serde::Deserialize)]
+struct User {
+    name: String,
+    #[serde(default)]
+    tags: serde_json::Value,
+}
+
+impl User {
+    fn is_binkys(&self) -> bool {
+        match &self.tags {
+            serde_json::Value::Array(t) => t.iter().any(|t| t.as_str() == Some(USER_TAG)),
+            serde_json::Value::String(t) => t.split(',').any(|t| t.trim() == USER_TAG),
+            _ => false,
+        }
+    }
+}
 
 /// What an AMQP URL names: where and as whom.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,6 +215,67 @@ impl Api {
     }
 }
 
+impl Api {
+    /// The user named `name`, if there is one.
+    async fn user(&self, name: &str) -> Result<Option<User>, AdapterError> {
+        let f = self
+            .call("GET", &format!("/api/users/{}", encode(name)), "")
+            .await?;
+        match f.status.as_u16() {
+            404 => Ok(None),
+            200 => serde_json::from_slice(&f.body).map(Some).map_err(|e| {
+                AdapterError::new(format!(
+                    "rabbitmq at {}: reading user {name}: {e}",
+                    self.server()
+                ))
+            }),
+            _ => Err(self.refused(&format!("looking up user {name}"), &f)),
+        }
+    }
+
+    /// Makes the world's user (or resets the password of Binky's own) with
+    /// every right on its vhost and none elsewhere.
+    async fn ensure_user(&self, slice: &Slice) -> Result<(), AdapterError> {
+        let name = &slice.name;
+        let password = super::kit::users::password("rabbitmq", slice)?;
+        if self.user(name).await?.is_some_and(|u| !u.is_binkys()) {
+            return Err(AdapterError::new(format!(
+                "rabbitmq at {}: a user named {name} exists and Binky did not make it (no `{USER_TAG}` tag), so the world cannot have a user of its own; Binky leaves it alone: rename the project, or set options.acl = false",
+                self.server()
+            )));
+        }
+        let body = serde_json::json!({ "password": password, "tags": USER_TAG }).to_string();
+        let f = self
+            .call("PUT", &format!("/api/users/{}", encode(name)), &body)
+            .await?;
+        if !f.status.is_success() {
+            return Err(self.refused(&format!("creating user {name}"), &f));
+        }
+        let perms = r#"{"configure":".*","write":".*","read":".*"}"#;
+        let path = format!("/api/permissions/{}/{}", encode(name), encode(name));
+        let f = self.call("PUT", &path, perms).await?;
+        if !f.status.is_success() {
+            return Err(self.refused(&format!("granting {name} on its vhost"), &f));
+        }
+        Ok(())
+    }
+
+    /// Deletes the world's user when it is Binky's.
+    async fn drop_user(&self, slice: &Slice) -> Result<(), AdapterError> {
+        let name = &slice.name;
+        if !self.user(name).await?.is_some_and(|u| u.is_binkys()) {
+            return Ok(());
+        }
+        let f = self
+            .call("DELETE", &format!("/api/users/{}", encode(name)), "")
+            .await?;
+        match api::deleted(f.status.as_u16()) {
+            Some(_) => Ok(()),
+            None => Err(self.refused(&format!("deleting user {name}"), &f)),
+        }
+    }
+}
+
 /// Refuses a vhost name no world has (`/`, `production`): Binky acts
 /// only on its own.
 fn check_ours(slice: &Slice) -> Result<(), AdapterError> {
@@ -203,6 +300,10 @@ impl Adapter for RabbitMq {
 
     fn default_admin_url(&self) -> Option<&'static str> {
         Some(DEFAULT_URL)
+    }
+
+    fn world_users(&self) -> bool {
+        true
     }
 
     /// The path is the admin's vhost; vhosts are the cluster's.
@@ -251,17 +352,34 @@ impl Adapter for RabbitMq {
                 .await;
             return Err(e);
         }
+        if wants_user(slice)
+            && let Err(e) = api.ensure_user(slice).await
+        {
+            let _ = api.drop_user(slice).await;
+            let _ = api
+                .call("DELETE", &format!("/api/vhosts/{vhost}"), "")
+                .await;
+            return Err(e);
+        }
         Ok(())
     }
 
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
         let api = Api::of(slice)?;
         let a = &api.amqp;
+        let (user, password) = if wants_user(slice) {
+            // Made before it had a user (or with `acl = false`): it gets
+            // one now; for one it has, the password is set to the kept one.
+            api.ensure_user(slice).await?;
+            (slice.name.clone(), slice.secret.clone().unwrap_or_default())
+        } else {
+            (a.user.clone(), a.password.clone())
+        };
         Ok(format!(
             "{}://{}:{}@{}/{}",
             a.scheme,
-            encode(&a.user),
-            encode(&a.password),
+            encode(&user),
+            encode(&password),
             address::host_port(&a.host, a.port),
             encode(&slice.name)
         ))
@@ -278,9 +396,31 @@ impl Adapter for RabbitMq {
             )
             .await?;
         match api::deleted(f.status.as_u16()) {
-            Some(_) => Ok(()),
+            Some(_) => api.drop_user(slice).await,
             None => Err(api.refused(&format!("deleting vhost {}", slice.name), &f)),
         }
+    }
+
+    async fn orphan_users(&self, server: &Slice) -> Result<Vec<String>, AdapterError> {
+        let api = Api::of(server)?;
+        let f = api.call("GET", "/api/users", "").await?;
+        if !f.status.is_success() {
+            return Err(api.refused("listing users", &f));
+        }
+        let users: Vec<User> = serde_json::from_slice(&f.body).map_err(|e| {
+            AdapterError::new(format!("rabbitmq at {}: reading users: {e}", api.server()))
+        })?;
+        let mut out = Vec::new();
+        for u in users.into_iter().filter(User::is_binkys) {
+            let probe = Slice {
+                name: u.name.clone(),
+                ..server.clone()
+            };
+            if !self.exists(&probe).await? {
+                out.push(u.name);
+            }
+        }
+        Ok(out)
     }
 
     async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError> {
@@ -332,14 +472,7 @@ mod tests {
 
     #[test]
     fn only_binkys_own_vhosts_are_touched() {
-        let s = |name: &str| Slice {
-            name: name.into(),
-            project: "shop".into(),
-            admin_url: None,
-            options: toml::Table::new(),
-            data_dir: std::env::temp_dir(),
-            search_path: None,
-        };
+        let s = super::super::test_slice;
         assert!(check_ours(&s("/")).is_err());
         assert!(check_ours(&s("")).is_err());
         assert!(check_ours(&s("production")).is_err());

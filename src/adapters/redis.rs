@@ -71,12 +71,10 @@ fn acl_user(slice: &Slice) -> String {
     )
 }
 
+/// `options.acl`, off by default (Redis before 6.0, and many hosted
+/// servers, have no `ACL SETUSER`).
 fn wants_acl(slice: &Slice) -> bool {
-    slice
-        .options
-        .get("acl")
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false)
+    super::kit::users::wanted(slice, false)
 }
 
 /// Creates (or resets) the world's ACL user with `password`: every command
@@ -572,13 +570,6 @@ mod tests {
     }
 
     fn slice(name: &str) -> Slice {
-        Slice {
-            name: name.to_owned(),
-            project: "shop".into(),
-            admin_url: None,
-            options: toml::Table::new(),
-            data_dir: std::env::temp_dir(),
-            search_path: None,
-        }
+        crate::adapters::test_slice(name)
     }
 }

@@ -164,6 +164,9 @@ states! {
         /// A golden template of a known project whose key no world's
         /// branch has now.
         Template = "template",
+        /// A login user Binky made for a slice that is gone (an
+        /// interrupted teardown), on a server a project's config names.
+        User = "user",
     }
 }
 

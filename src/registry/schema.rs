@@ -4,7 +4,7 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 10;
+pub const LATEST: i64 = 11;
 
 /// All migrations, oldest first.
 pub fn migrations() -> Migrations<'static> {
@@ -19,6 +19,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V8),
         M::up(V9),
         M::up(V10),
+        M::up(V11),
     ])
 }
 
@@ -198,4 +199,18 @@ UPDATE verify_results SET
 const V10: &str = r#"
 ALTER TABLE slices ADD COLUMN template TEXT;
 ALTER TABLE slices ADD COLUMN template_key TEXT;
+"#;
+
+/// v11: the password of each slice's own login user (a PostgreSQL role, a
+/// MySQL user, a RabbitMQ user), random per slice, made on first use and
+/// forgotten with the slice. Kept here, beside the world tokens and the
+/// fingerprint key, in the registry only the daemon's user can read; the
+/// daemon registers each one as a secret before it is used.
+const V11: &str = r#"
+CREATE TABLE slice_secrets (
+    adapter     TEXT NOT NULL,
+    slice       TEXT NOT NULL,
+    secret      TEXT NOT NULL,
+    PRIMARY KEY (adapter, slice)
+);
 "#;

@@ -255,14 +255,41 @@ impl Registry {
 }
 
 impl Registry {
-    /// Forgets a slice.
+    /// Forgets a slice, and the password of its login user.
     pub fn delete_slice(&self, adapter: &str, slice: &str) -> Result<(), RegistryError> {
-        self.conn
-            .execute(
-                "DELETE FROM slices WHERE adapter = ?1 AND slice = ?2",
+        // One transaction: a slice is never forgotten with its password
+        // kept, or the other way round.
+        let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
+        for table in ["slices", "slice_secrets"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE adapter = ?1 AND slice = ?2"),
                 params![adapter, slice],
             )
-            .map(|_| ())
+            .map_err(|e| self.err(e))?;
+        }
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    /// The password of slice `slice`'s own login user on `adapter`'s
+    /// server: made (48 random hex digits, from SQLite's CSPRNG) the first
+    /// time it is asked for, the same one after that until the slice is
+    /// forgotten ([`delete_slice`](Self::delete_slice)).
+    ///
+    /// # Errors
+    /// The registry cannot be written or read.
+    pub fn slice_secret(&self, adapter: &str, slice: &str) -> Result<String, RegistryError> {
+        self.conn
+            .execute(
+                "INSERT OR IGNORE INTO slice_secrets(adapter, slice, secret) VALUES (?1, ?2, lower(hex(randomblob(24))))",
+                params![adapter, slice],
+            )
+            .map_err(|e| self.err(e))?;
+        self.conn
+            .query_row(
+                "SELECT secret FROM slice_secrets WHERE adapter = ?1 AND slice = ?2",
+                params![adapter, slice],
+                |r| r.get(0),
+            )
             .map_err(|e| self.err(e))
     }
 }

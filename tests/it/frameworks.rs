@@ -119,6 +119,8 @@ DATABASE_URL = "${{db.url}}"
 adapter = "postgres"
 admin_url = "${{env.TEST_PG_ADMIN}}"
 migrate = "python3 manage.py migrate --noinput"
+# `manage.py test` makes its own test database as the world's role.
+options = {{ createdb = true }}
 seed = "python3 manage.py shell -c \"from items.models import Item; Item.objects.create(name='seeded')\""
 clone_from = "golden"
 

@@ -21,6 +21,7 @@ mod golden;
 mod harness;
 mod hygiene;
 mod injection;
+mod isolation;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod logs;

@@ -21,10 +21,19 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
         skip("the MCP Python SDK is not installed (`pip install mcp`; .ci/run installs it)");
         return;
     }
+    if !crate::adapters::pg_up() {
+        skip("no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
+        return;
+    }
     let home = Home::new();
+    let _cleanup = crate::templates::Cleanup {
+        prefix: "agents_agent-1".into(),
+        mysql: false,
+    };
     // `talker` prints the token the daemon knows is a secret, and more.
+    // `db`'s admin URL has a password, which no agent may ever be handed.
     let toml = format!(
-        "{}{}[services.talker]\ncmd = \"echo token is $API_TOKEN; echo second line; exec sleep 600\"\n[services.notes]\nadapter = \"sqlite\"\nseed = \"python3 notes.py\"\n\n[env]\nAPI_TOKEN = \"${{env.MCP_TEST_TOKEN}}\"\nECHO_BASE = \"${{echo.url}}\"\n[agents]\nverify = [\"test -n \\\"$ECHO_URL\\\"\", \"test ! -e fail-now\"]\n",
+        "{}{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"${{env.MCP_PG_ADMIN}}\"\n[services.talker]\ncmd = \"echo token is $API_TOKEN; echo second line; exec sleep 600\"\n[services.notes]\nadapter = \"sqlite\"\nseed = \"python3 notes.py\"\n\n[env]\nAPI_TOKEN = \"${{env.MCP_TEST_TOKEN}}\"\nECHO_BASE = \"${{echo.url}}\"\n[agents]\nverify = [\"test -n \\\"$ECHO_URL\\\"\", \"test ! -e fail-now\"]\n",
         project_header("agents", 4),
         http_service("echo", "")
     );
@@ -35,12 +44,22 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
     let mut py = home.program("python3", &[script]);
     py.arg(binky_exe()).arg(&repo.project);
     py.env("MCP_TEST_TOKEN", "mcp-secret-token");
+    py.env(
+        "MCP_PG_ADMIN",
+        "postgresql://postgres:McpAdminPw-77@127.0.0.1:5432/postgres",
+    );
     let out = Out(py.output().unwrap());
     assert_eq!(out.code(), 0, "{out}");
     let v = out.json();
     assert_eq!(v["server"], "binky");
     // [env] over MCP: a value from the user's shell is never handed out.
     assert!(!out.stdout().contains("mcp-secret-token"), "{v}");
+    // The world's database through its own role, never the admin's.
+    assert!(!out.stdout().contains("McpAdminPw-77"), "{v}");
+    let db = v["env"]["structured"]["services"]["db"]
+        .as_str()
+        .unwrap_or("");
+    assert!(db.starts_with("postgresql://agents_agent-1:"), "{v}");
     let vars = &v["env"]["structured"]["env"];
     assert!(vars["API_TOKEN"].is_null(), "{v}");
     assert!(

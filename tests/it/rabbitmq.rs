@@ -92,8 +92,36 @@ impl Drop for Cleanup {
                 api("DELETE", &format!("/api/vhosts/{enc}"));
             }
         }
+        for u in users() {
+            if u.starts_with(&format!("{}_", self.0)) {
+                api("DELETE", &format!("/api/users/{u}"));
+            }
+        }
     }
 }
+
+/// The server's user names.
+fn users() -> Vec<String> {
+    let (code, body) = api("GET", "/api/users");
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Connects to `url` and says `ok`, or `refused` when the broker will not
+/// let its user into its vhost.
+const CONNECT: &str = r#"
+import sys, pika
+try:
+    pika.BlockingConnection(pika.URLParameters(sys.argv[1])).close()
+    print("ok")
+except (pika.exceptions.ProbableAccessDeniedError, pika.exceptions.ProbableAuthenticationError, pika.exceptions.ConnectionClosedByBroker):
+    print("refused")
+"#;
 
 #[test]
 fn rabbitmq_vhosts_isolate_worlds_and_teardown_deletes_only_theirs() {
@@ -118,14 +146,32 @@ fn rabbitmq_vhosts_isolate_worlds_and_teardown_deletes_only_theirs() {
         repo.ok(&home, &["up", w]);
         let env = repo.ok(&home, &["env", w]).json();
         let url = env["services"]["queue"].as_str().unwrap().to_owned();
+        // The world's own user, named as its vhost, never the admin's.
+        let vhost = url.rsplit('/').next().unwrap().to_owned();
         assert!(
-            url.starts_with("amqp://guest:guest@127.0.0.1:5672/"),
+            url.starts_with(&format!("amqp://{vhost}:"))
+                && url.ends_with(&format!("@127.0.0.1:5672/{vhost}")),
             "{url}"
         );
-        let vhost = url.rsplit('/').next().unwrap().to_owned();
+        assert!(!url.contains("guest"), "{url}");
         assert!(vhosts().contains(&vhost), "{vhost} not listed");
         urls.push(url);
     }
+    // One world's user cannot enter another's vhost.
+    let a_at_b = format!(
+        "{}/{}",
+        urls[0].rsplit_once('/').unwrap().0,
+        urls[1].rsplit('/').next().unwrap()
+    );
+    assert_eq!(python(CONNECT, &[&urls[0]]), "ok");
+    assert_eq!(python(CONNECT, &[&a_at_b]), "refused");
+    // And has no management tag: the API turns it away.
+    let a_user = urls[0].rsplit('/').next().unwrap().to_owned();
+    let tags = api("GET", &format!("/api/users/{a_user}")).1;
+    assert!(
+        tags.contains("binky-world") && !tags.contains("management"),
+        "{tags}"
+    );
     // A message published in one world is not in another's queue.
     assert_eq!(python(ISOLATION, &[&urls[0], &urls[1], "hello"]), "1 0");
     assert_eq!(python(ISOLATION, &[&urls[1], &urls[2], "x"]), "1 0");
@@ -139,9 +185,11 @@ fn rabbitmq_vhosts_isolate_worlds_and_teardown_deletes_only_theirs() {
     let left = vhosts();
     assert!(left.contains(&"/".to_owned()), "{left:?}");
     assert!(left.contains(&format!("{p}_feat-a-2")), "{left:?}");
+    let left_users = users();
     for u in &urls {
         let v = u.rsplit('/').next().unwrap();
         assert!(!left.contains(&v.to_owned()), "{v} left behind");
+        assert!(!left_users.contains(&v.to_owned()), "user {v} left behind");
     }
 }
 
@@ -354,4 +402,63 @@ fn tokens_in_options_are_rendered_and_their_values_checked() {
         "{up}"
     );
     assert!(!vhosts().contains(&format!("{p}_v")));
+}
+
+#[test]
+fn a_world_gets_its_user_on_reload_and_gc_sweeps_only_binkys_users() {
+    if !rabbit_up() || !pika() {
+        skip("no RabbitMQ with its management API on 127.0.0.1:5672/15672, or no pika");
+        return;
+    }
+    let p = format!("rqu{}", std::process::id() % 100000);
+    let _cleanup = Cleanup(p.clone());
+    let home = Home::new();
+    let base = format!(
+        "{}[services.queue]\nadapter = \"rabbitmq\"\nadmin_url = \"amqp://guest:guest@127.0.0.1:5672/\"\n",
+        project_header(&p, 2)
+    );
+    let repo = Repo::new(&format!("{base}options = {{ acl = false }}\n"));
+    repo.ok(&home, &["up", "w"]);
+    let url = |repo: &Repo| {
+        repo.ok(&home, &["env", "w"]).json()["services"]["queue"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let before = url(&repo);
+    assert!(before.starts_with("amqp://guest:guest@"), "{before}");
+    assert_eq!(python(ISOLATION, &[&before, &before, "kept"]), "1 1");
+    let tree = std::path::PathBuf::from(repo.worlds(&home)["w"]["path"].as_str().unwrap());
+    for dir in [repo.project_dir(), tree.as_path()] {
+        std::fs::write(dir.join("binky.toml"), &base).unwrap();
+    }
+    repo.ok(&home, &["reload", "w"]);
+    let after = url(&repo);
+    let vhost = after.rsplit('/').next().unwrap().to_owned();
+    assert!(after.starts_with(&format!("amqp://{vhost}:")), "{after}");
+    // The message published before is still there for the world's user.
+    assert_eq!(python(ISOLATION, &[&after, &after, "new"]), "2 2");
+
+    // gc: a user Binky tagged whose vhost is gone is swept; an untagged one
+    // of the same shape is left.
+    let (gone, mine) = (format!("{p}_gone-1"), format!("{p}_mine-2"));
+    let user = |tags: &str| format!(r#"{{"password":"pw-{p}","tags":"{tags}"}}"#);
+    assert_eq!(
+        api_with("PUT", &format!("/api/users/{gone}"), &user("binky-world")).0,
+        201
+    );
+    assert_eq!(
+        api_with("PUT", &format!("/api/users/{mine}"), &user("")).0,
+        201
+    );
+    repo.ok(&home, &["gc"]);
+    let left = users();
+    assert!(!left.contains(&gone), "{left:?}");
+    assert!(left.contains(&mine), "{left:?}");
+    assert!(
+        left.contains(&vhost),
+        "gc took a live world's user: {left:?}"
+    );
+    repo.ok(&home, &["remove", "w", "--force"]);
+    assert!(!users().contains(&vhost));
 }

@@ -202,17 +202,18 @@ impl Drop for Vhosts {
     }
 }
 
-/// A PostgreSQL role that may log in and create databases, and nothing
-/// more; dropped when the guard is (declare it before the guard that drops
+/// A PostgreSQL admin role made for a test with `attributes` (`login
+/// createdb createrole`: databases and each world's own role, nothing
+/// more); dropped when the guard is (declare it before the guard that drops
 /// its databases, so it outlives them).
-struct Role(String);
+pub(crate) struct Role(String);
 
 impl Role {
-    fn create(name: &str) -> Role {
+    pub(crate) fn create(name: &str, attributes: &str) -> Role {
         let _ = std::process::Command::new("psql")
             .args([PG_ADMIN, "-qc", &format!("drop role if exists \"{name}\"")])
             .output();
-        psql(PG_ADMIN, &format!("create role \"{name}\" login createdb"));
+        psql(PG_ADMIN, &format!("create role \"{name}\" {attributes}"));
         Role(name.to_owned())
     }
 }
@@ -306,7 +307,7 @@ fn django_celery_tasks_stay_in_their_world_and_remove_leaves_the_other_whole() {
     });
     // The admin is what the page says it needs: a role that may log in and
     // create databases, no superuser. Dropped last, after its databases.
-    let _role = Role::create(&project);
+    let _role = Role::create(&project, "login createdb createrole");
     let pg_admin = format!("postgresql://{project}@127.0.0.1:5432/postgres");
     let _databases = Cleanup {
         prefix: format!("{project}_"),

@@ -68,10 +68,11 @@ fn a_migrate_that_prints_its_database_url_leaks_the_password_nowhere() {
     };
     let text = up(&["up", "x"]);
     assert_eq!(text.code(), 1, "{text}");
-    // The migrate's words are quoted, with the password masked.
+    // The migrate's words are quoted, with the password masked: the
+    // world's own role's (the admin's is not in the world's URL at all).
     assert!(
         text.stderr()
-            .contains("connecting to postgresql://postgres:***@"),
+            .contains(&format!("connecting to postgresql://{project}_x:***@")),
         "{text}"
     );
     let json = up(&["up", "x", "--json"]);

@@ -11,7 +11,7 @@ use std::process::Command;
 
 const MYSQL_ADMIN: &str = "mysql://root@127.0.0.1:3306/";
 
-fn mysql_up() -> bool {
+pub fn mysql_up() -> bool {
     std::net::TcpStream::connect(("127.0.0.1", 3306)).is_ok()
         && Command::new("mysql")
             .args(["-h127.0.0.1", "-uroot", "-e", "select 1"])
@@ -20,7 +20,7 @@ fn mysql_up() -> bool {
 }
 
 /// Runs `sql` in database `db` ("" for none); returns the rows, tab-separated.
-fn mysql(db: &str, sql: &str) -> String {
+pub fn mysql(db: &str, sql: &str) -> String {
     let mut c = Command::new("mysql");
     c.args(["-h127.0.0.1", "-uroot", "-N", "-B", "-e", sql]);
     if !db.is_empty() {
@@ -63,6 +63,32 @@ impl Drop for Cleanup {
                     ])
                     .output();
             }
+            // The worlds' own users.
+            if let Ok(out) = Command::new("mysql")
+                .args([
+                    "-h127.0.0.1",
+                    "-uroot",
+                    "-N",
+                    "-B",
+                    "-e",
+                    "select user from mysql.user where host = '%'",
+                ])
+                .output()
+            {
+                for user in String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .filter(|u| u.starts_with(&self.prefix))
+                {
+                    let _ = Command::new("mysql")
+                        .args([
+                            "-h127.0.0.1",
+                            "-uroot",
+                            "-e",
+                            &format!("drop user if exists '{user}'@'%'"),
+                        ])
+                        .output();
+                }
+            }
         } else if let Ok(out) = Command::new("psql")
             .args([
                 PG_ADMIN,
@@ -87,6 +113,28 @@ impl Drop for Cleanup {
                         &format!("drop database if exists \"{db}\" with (force)"),
                     ])
                     .output();
+            }
+            // The worlds' own roles, once their databases are gone.
+            let like = self
+                .prefix
+                .replace('\\', "\\\\")
+                .replace('_', "\\_")
+                .replace('%', "\\%");
+            if let Ok(out) = Command::new("psql")
+                .args([
+                    PG_ADMIN,
+                    "-tAc",
+                    &format!(
+                        "select rolname from pg_roles where rolname like '{like}%' escape '\\'"
+                    ),
+                ])
+                .output()
+            {
+                for role in String::from_utf8_lossy(&out.stdout).lines() {
+                    let _ = Command::new("psql")
+                        .args([PG_ADMIN, "-qc", &format!("drop role if exists \"{role}\"")])
+                        .output();
+                }
             }
         }
     }
@@ -972,7 +1020,7 @@ fn a_mysql_clone_fallback_names_the_object_it_could_not_create() {
     let _user = DropUser(user.clone());
     // The migrate runs as root, so the view's definer is root.
     let toml = format!(
-        "{}[services.db]\nadapter = \"mysql\"\nadmin_url = \"${{env.DEFINER_ADMIN}}\"\nmigrate = \"mysql -h127.0.0.1 -uroot \\\"${{DB_URL##*/}}\\\" -e 'create table t(x int); create sql security definer view the_view as select x from t'\"\nclone_from = \"golden\"\n",
+        "{}[services.db]\nadapter = \"mysql\"\nadmin_url = \"${{env.DEFINER_ADMIN}}\"\nmigrate = \"mysql -h127.0.0.1 -uroot \\\"${{DB_URL##*/}}\\\" -e 'create table t(x int); create sql security definer view the_view as select x from t'\"\nclone_from = \"golden\"\n# The account may not create users: worlds get its credentials.\noptions = {{ acl = false }}\n",
         project_header(&project, 1)
     );
     let repo = Repo::new(&toml);

@@ -7,6 +7,7 @@
 //! | [`api`] | for adapters that speak HTTP: [`api::Endpoint`] (an `http[s]://` `admin_url` with its credentials as a header; calls, refusals, a teardown's drain), a client on `options.timeout`, one reading of a failed exchange (unreachable → environmental, late → names the wait), one of a DELETE's status |
 //! | [`batch`] | the one bounded loop that lists a page and deletes exactly its names, until the listing ends or a deadline passes |
 //! | [`owner`] | the ownership guard every teardown runs: delete only what Binky made, take "already gone" as done |
+//! | [`users`] | a world's own login user: whether `options.acl` asks for one, and the password the daemon keeps for it |
 //!
 //! Errors are [`super::AdapterError`]'s constructors (`new`,
 //! `environmental`, `not_ours`), which never take a credential.
@@ -16,3 +17,4 @@ pub mod api;
 pub mod batch;
 pub mod names;
 pub mod owner;
+pub mod users;

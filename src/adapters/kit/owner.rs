@@ -153,6 +153,7 @@ mod tests {
                 options: toml::Table::new(),
                 data_dir: std::env::temp_dir(),
                 search_path: None,
+                secret: None,
             };
             let e = rt.block_on(adapter.teardown(&slice)).unwrap_err();
             assert!(

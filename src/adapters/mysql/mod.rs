@@ -16,6 +16,7 @@
 //!   is built by provision + migrate + seed instead (`clone_fallback`).
 
 mod copy;
+mod user;
 
 use super::{
     Adapter, AdapterError, Capabilities, Slice, TemplateLock, find_executable, stderr_tail,
@@ -218,16 +219,33 @@ impl Adapter for Mysql {
         super::kit::names::MYSQL_DATABASE.name(project, world_slug)
     }
 
+    fn world_users(&self) -> bool {
+        true
+    }
+
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
         let mut c = connect(slice).await?;
         exec(&mut c, &format!("CREATE DATABASE {}", quote(&slice.name))).await?;
+        if user::wanted(slice) {
+            user::ensure(&mut c, slice).await?;
+        }
         let _ = c.disconnect().await;
         Ok(())
     }
 
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
-        super::kit::address::with_database(admin(slice)?, &slice.name)
-            .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name())))
+        let url = admin(slice)?;
+        if !user::wanted(slice) {
+            return super::kit::address::with_database(url, &slice.name)
+                .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name())));
+        }
+        // Made before it had a user (or with `acl = false`): it gets one
+        // now, data kept. Resetting the password each time keeps the
+        // server's in step with the one Binky keeps.
+        let mut c = connect(slice).await?;
+        user::ensure(&mut c, slice).await?;
+        let _ = c.disconnect().await;
+        user::world_url(url, slice)
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -245,6 +263,14 @@ impl Adapter for Mysql {
             &format!("DROP DATABASE IF EXISTS {}", quote(&slice.name)),
         )
         .await?;
+        // The user after its database: an interrupted teardown leaves the
+        // slice's record, and `gc` comes back for the user.
+        match user::drop(&mut c, slice).await {
+            // An admin that may not manage users made none (`acl = false`
+            // on a shared server): nothing of the world's is left.
+            Err(e) if !user::wanted(slice) && e.environmental => {}
+            r => r?,
+        }
         let _ = c.disconnect().await;
         Ok(())
     }
@@ -320,6 +346,10 @@ impl Adapter for Mysql {
             other => Err(AdapterError::new(format!(
                 "mysql: clone_strategy = \"{other}\" is not one of copy, dump"
             ))),
+        };
+        let copied = match copied {
+            Ok(()) if user::wanted(slice) => user::ensure(&mut c, slice).await,
+            other => other,
         };
         let _ = c.disconnect().await;
         copied.map(|()| strategy.to_owned())

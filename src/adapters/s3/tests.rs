@@ -51,6 +51,7 @@ fn teardown_refuses_a_bucket_binky_does_not_name() {
         options: toml::Table::new(),
         data_dir: std::env::temp_dir(),
         search_path: None,
+        secret: None,
     };
     for theirs in ["prod-backups", "Prod_Backups", "shop-feat-a"] {
         let e = rt.block_on(S3.teardown(&slice(theirs))).unwrap_err();

@@ -242,13 +242,32 @@ pub(super) async fn run_data_commands(
             } else {
                 "its data is kept"
             };
-            return Err(e.hint(with_config_note(
-                format!("{kept}; fix the {step} command and run `binky up {world}` again"),
-                plan,
-            )));
+            let fix = match needs_admin(&e.message) {
+                Some(why) => format!(
+                    "{why}: the {step} runs as the world's own role, which may not do that; list the extension in the resource's options.extensions (Binky creates it as the admin first), or set options.acl = false; {kept}; then run `binky up {world}` again"
+                ),
+                None => format!("{kept}; fix the {step} command and run `binky up {world}` again"),
+            };
+            return Err(e.hint(with_config_note(fix, plan)));
         }
     }
     Ok(())
+}
+
+/// Whether a failed step's output says it needed the admin's power: a
+/// world's own role (PostgreSQL, `options.acl`) may not create an untrusted
+/// extension. Says what was refused.
+fn needs_admin(output: &str) -> Option<&'static str> {
+    let o = output.to_ascii_lowercase();
+    if o.contains("permission denied to create extension")
+        || (o.contains("create extension") && o.contains("must be superuser"))
+    {
+        Some("it creates an extension only a superuser may create")
+    } else if o.contains("must be superuser") {
+        Some("it does something only a superuser may do")
+    } else {
+        None
+    }
 }
 
 /// Runs the rendered command `label` (`services.db.migrate`,

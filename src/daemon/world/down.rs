@@ -126,6 +126,9 @@ pub(super) async fn reload_with(
     };
     let w = find_world(d, &loc, &req.world.name)
         .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
+    // What the new config asks of its slices is applied (or refused)
+    // while the world still runs: a failure stops nothing.
+    super::env::preflight(d, &loc, &w, &req.env).await?;
     // Intent first, so a crash mid-reload is reported as such.
     d.registry()
         .set_world_state(w.id, w.state, Some(Intent::Reload), None)?;

@@ -127,16 +127,60 @@ pub(super) async fn world_facts(
     w: &WorldRow,
     caller: &ClientEnv,
 ) -> Result<WorldFacts, ApiError> {
+    let env = d.worlds.env_for(w.id, caller);
+    resolve_slices(d, loc, w, env, &|_| true).await
+}
+
+/// Before `reload` stops anything: each slice world `w` has (recorded
+/// live), as its config names it now and rendered with `caller`'s
+/// environment, is reached and resolved, so an option that changes the
+/// slice (a user of its own, turned on) is applied in place while the
+/// world still runs, and a change that cannot be applied (the admin may
+/// not create users, the server moved) fails with nothing stopped.
+///
+/// # Errors
+/// As [`world_facts`], for the first slice that cannot be resolved.
+pub(super) async fn preflight(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    w: &WorldRow,
+    caller: &ClientEnv,
+) -> Result<(), ApiError> {
+    let live: Vec<String> = d
+        .registry()
+        .slices_of(w.id)?
+        .into_iter()
+        .filter(|s| s.state == crate::protocol::SliceState::Live)
+        .map(|s| s.service)
+        .collect();
+    if live.is_empty() {
+        return Ok(());
+    }
+    resolve_slices(d, loc, w, caller.clone(), &|n| live.iter().any(|l| l == n))
+        .await
+        .map(|_| ())
+}
+
+/// [`WorldFacts`] of world `w` with `env`, the addresses resolved of the
+/// resources `which` names.
+async fn resolve_slices(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    w: &WorldRow,
+    env: ClientEnv,
+    which: &(dyn Fn(&str) -> bool + Sync),
+) -> Result<WorldFacts, ApiError> {
     let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
     let cfg = config::load(&world_root.join(config::FILE_NAME))?;
     let ports = world_ports(d, w.id)?;
-    let env = d.worlds.env_for(w.id, caller);
     let project_env = project_env(&cfg, &world_root, &loc.main_root())?;
     let mut facts = facts_of(d, &cfg, &w.slug, &ports);
     {
         let env_fn = lookup_env(&project_env, &env);
         for (n, s) in &cfg.services {
-            let Some(r) = s.resource() else { continue };
+            let Some(r) = s.resource().filter(|_| which(n)) else {
+                continue;
+            };
             let Some(a) = adapter_for(d, &r.adapter, &env) else {
                 continue;
             };

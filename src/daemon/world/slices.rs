@@ -144,6 +144,25 @@ pub(super) fn slice_for(
         options: options.cloned().unwrap_or_default(),
         data_dir: d.paths.home().join("slices").join(adapter.name()),
         search_path: search_path(client_env),
+        secret: None,
+    }
+    .with_secret(d, adapter)
+}
+
+impl Slice {
+    /// The slice with its login user's password from the registry (made on
+    /// first use, registered as a secret), where `adapter` makes users; a
+    /// registry that cannot be read leaves none, and the adapter then says
+    /// so.
+    pub(super) fn with_secret(mut self, d: &Daemon, adapter: &dyn adapters::Adapter) -> Slice {
+        self.secret = adapter
+            .world_users()
+            .then(|| d.registry().slice_secret(adapter.name(), &self.name).ok())
+            .flatten();
+        if let Some(s) = &self.secret {
+            crate::secrets::register(s);
+        }
+        self
     }
 }
 

@@ -51,7 +51,8 @@ impl Provisioning<'_> {
         let template = Slice {
             name: tname.clone(),
             ..self.slice.clone()
-        };
+        }
+        .with_secret(d, adapter);
         let marker = d.paths.golden_dir(adapter.name()).join(&tname);
         let glock = d.worlds.golden_lock(&format!("{}/{tname}", adapter.name()));
         let local = glock.lock_owned().await;

@@ -9,6 +9,8 @@
 //! fails (environmental, so the world is built by provision + migrate +
 //! seed) naming who holds it.
 
+pub mod role;
+
 use super::{Adapter, AdapterError, Capabilities, Slice, TemplateLock};
 use async_trait::async_trait;
 
@@ -51,6 +53,23 @@ async fn connect(slice: &Slice) -> Result<tokio_postgres::Client, AdapterError> 
     let url = admin(slice)?;
     let config = parse_admin_url(url)
         .map_err(|e| AdapterError::new(format!("postgres: {e}")).redacted(slice))?;
+    open(slice, config).await
+}
+
+/// Connects as the admin to database `db` (not the admin URL's own).
+async fn connect_to(slice: &Slice, db: &str) -> Result<tokio_postgres::Client, AdapterError> {
+    let url = admin(slice)?;
+    let mut config = parse_admin_url(url)
+        .map_err(|e| AdapterError::new(format!("postgres: {e}")).redacted(slice))?;
+    config.dbname(db);
+    open(slice, config).await
+}
+
+async fn open(
+    slice: &Slice,
+    config: tokio_postgres::Config,
+) -> Result<tokio_postgres::Client, AdapterError> {
+    let url = admin(slice)?;
     let (client, conn) = config
         .connect(tokio_postgres::NoTls)
         .await
@@ -214,16 +233,42 @@ impl Adapter for Postgres {
         super::kit::names::POSTGRES_DATABASE.name(project, world_slug)
     }
 
+    fn world_users(&self) -> bool {
+        true
+    }
+
+    async fn orphan_users(&self, server: &Slice) -> Result<Vec<String>, AdapterError> {
+        role::orphans(&connect(server).await?).await
+    }
+
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
         let c = connect(slice).await?;
         c.batch_execute(&format!("CREATE DATABASE {}", quote(&slice.name)))
             .await
-            .map_err(|e| sql_err(&format!("CREATE DATABASE {}", quote(&slice.name)), e))
+            .map_err(|e| sql_err(&format!("CREATE DATABASE {}", quote(&slice.name)), e))?;
+        create_extensions(slice).await?;
+        if role::wanted(slice) {
+            role::ensure(&c, slice).await?;
+        }
+        Ok(())
     }
 
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
-        super::kit::address::with_database(admin(slice)?, &slice.name)
-            .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name())))
+        let url = admin(slice)?;
+        if !role::wanted(slice) {
+            return super::kit::address::with_database(url, &slice.name)
+                .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name())));
+        }
+        let c = connect(slice).await?;
+        // Made before it had a role (or with `acl = false`): the world
+        // gets its role now, on the database it has, data kept. One it has
+        // is brought in line with the options and the kept password.
+        let upgrade = role::find(&c, &slice.name).await? == role::Found::None;
+        role::ensure(&c, slice).await?;
+        if upgrade {
+            role::hand_over(slice, &[]).await?;
+        }
+        world_url(url, &slice.name, role::secret(slice)?)
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -242,7 +287,10 @@ impl Adapter for Postgres {
             quote(&slice.name)
         ))
         .await
-        .map_err(|e| sql_err(&format!("DROP DATABASE {}", quote(&slice.name)), e))
+        .map_err(|e| sql_err(&format!("DROP DATABASE {}", quote(&slice.name)), e))?;
+        // The role after its database (a role that owns one cannot be
+        // dropped); one Binky did not make is left.
+        role::drop(&c, slice).await
     }
 
     async fn drop_template(&self, template: &Slice) -> Result<(), AdapterError> {
@@ -250,7 +298,7 @@ impl Adapter for Postgres {
         // No FORCE: the template's sessions are not Binky's to end.
         let sql = format!("DROP DATABASE IF EXISTS {}", quote(&template.name));
         match c.batch_execute(&sql).await {
-            Ok(()) => Ok(()),
+            Ok(()) => role::drop(&c, template).await,
             Err(e)
                 if e.as_db_error().is_some_and(|db| {
                     *db.code() == tokio_postgres::error::SqlState::OBJECT_IN_USE
@@ -283,7 +331,9 @@ impl Adapter for Postgres {
             )
             .await
             .map_err(|e| sql_err("pg_database", e))?;
-        Ok(!rows.is_empty())
+        // A role of Binky's whose database is gone is what is left of the
+        // slice (an interrupted teardown): there, so it is torn down.
+        Ok(!rows.is_empty() || role::find(&c, &slice.name).await? == role::Found::Ours)
     }
 
     async fn lock_template(
@@ -334,7 +384,15 @@ impl Adapter for Postgres {
         let deadline = tokio::time::Instant::now() + TEMPLATE_FREE_WAIT;
         loop {
             let e = match c.batch_execute(&sql).await {
-                Ok(()) => return Ok(how),
+                Ok(()) => {
+                    if role::wanted(slice) {
+                        // The copy's objects are the template role's (or
+                        // the admin's): the world's role owns them now.
+                        role::ensure(&c, slice).await?;
+                        role::hand_over(slice, &[&template.name]).await?;
+                    }
+                    return Ok(how);
+                }
                 Err(e) => e,
             };
             let in_use = e
@@ -369,9 +427,67 @@ impl Adapter for Postgres {
     }
 }
 
+/// Creates `options.extensions` in the slice's database as the admin: the
+/// one step of a schema a world's own role may not do itself (an
+/// extension that is not trusted, such as `postgres_fdw` or `vector`, needs
+/// a superuser), done before migrate runs as the world's role.
+///
+/// # Errors
+/// The server refused one (not installed, or the admin may not either).
+async fn create_extensions(slice: &Slice) -> Result<(), AdapterError> {
+    let names: Vec<&str> = slice
+        .options
+        .get("extensions")
+        .and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    if names.is_empty() {
+        return Ok(());
+    }
+    let c = connect_to(slice, &slice.name).await?;
+    for e in names {
+        c.batch_execute(&format!("CREATE EXTENSION IF NOT EXISTS {}", quote(e)))
+            .await
+            .map_err(|err| {
+                sql_err(
+                    &format!("CREATE EXTENSION {} (options.extensions)", quote(e)),
+                    err,
+                )
+            })?;
+    }
+    Ok(())
+}
+
+/// The world's address: the admin URL with the world's database, and the
+/// world's role and password in place of the admin's credentials.
+///
+/// # Errors
+/// The admin URL is not a URL the address kit reads.
+fn world_url(admin: &str, db: &str, password: &str) -> Result<String, AdapterError> {
+    use super::kit::address::Address;
+    let bad = |e: super::kit::address::AddressError| {
+        AdapterError::new(format!("postgres: admin_url {e}"))
+    };
+    let a = Address::parse(admin, &[], "postgresql://user@localhost:5432/postgres").map_err(bad)?;
+    super::kit::address::with_database(&a.with_credentials(db, Some(password)), db).map_err(bad)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn world_urls_carry_the_worlds_role() {
+        assert_eq!(
+            world_url(
+                "postgresql://root:adm@127.0.0.1:5432/postgres?sslmode=disable",
+                "shop_a",
+                "pw"
+            )
+            .unwrap(),
+            "postgresql://shop_a:pw@127.0.0.1:5432/shop_a?sslmode=disable"
+        );
+    }
 
     #[test]
     fn names_fit_and_stay_distinct() {

@@ -1,0 +1,292 @@
+//! A world's own login role: isolation by permission, not only by name.
+//!
+//! With `options.acl` (on unless set to `false`) each world's database gets
+//! a role of the same name: `LOGIN`, no superuser, `CREATEDB` or
+//! `CREATEROLE`, owner of the database and of what is in it, its password
+//! the one Binky keeps for the slice ([`Slice::secret`]), sent as a
+//! SCRAM-SHA-256 verifier so no server log holds it. `CONNECT` and
+//! `TEMPORARY` on the database are revoked from `PUBLIC`, so another world's
+//! role cannot even connect. `${db.url}` carries the world's role; the
+//! admin's credentials never leave the daemon.
+//!
+//! A role is Binky's when its comment says so ([`MARK`]): Binky creates,
+//! resets and drops only such roles, and refuses a world whose name an
+//! unmarked role already has.
+//!
+//! Ownership is handed over object by object ([`hand_over`]), never with
+//! `REASSIGN OWNED`, which also moves the shared objects (other databases)
+//! a role owns: a clone's objects come from the template's role, an
+//! upgraded world's (made before it had a role) from the admin.
+
+use super::{connect_to, describe, quote};
+use crate::adapters::{AdapterError, Slice};
+
+/// The start of the comment that marks a role as Binky's; the database's
+/// name follows.
+pub const MARK: &str = "binky: the login role of a world's database";
+
+/// Whether the world gets its own role: `options.acl`, on by default.
+pub fn wanted(slice: &Slice) -> bool {
+    crate::adapters::kit::users::wanted(slice, true)
+}
+
+/// `CREATEDB` when `options.createdb` is true (a test runner that makes
+/// its own database: Django's, Rails' `db:test:prepare`, Prisma's shadow
+/// database), else `NOCREATEDB`. A database the role makes is its own; it
+/// still cannot reach another world's.
+fn createdb(slice: &Slice) -> &'static str {
+    match slice.options.get("createdb").and_then(|v| v.as_bool()) {
+        Some(true) => "CREATEDB",
+        _ => "NOCREATEDB",
+    }
+}
+
+/// What the server has under a slice's role name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// No such role.
+    None,
+    /// A role Binky made for this database.
+    Ours,
+    /// A role Binky did not make (no mark, or another's).
+    Other,
+}
+
+/// `'text'` with embedded quotes doubled (`standard_conforming_strings`
+/// is on since PostgreSQL 9.1, so backslashes are plain).
+pub fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+fn comment(db: &str) -> String {
+    format!("{MARK} {db}")
+}
+
+/// Looks for role `name` and whether it is Binky's for database `name`.
+///
+/// # Errors
+/// The catalog cannot be read.
+pub async fn find(c: &tokio_postgres::Client, name: &str) -> Result<Found, AdapterError> {
+    let rows = c
+        .query(
+            "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = $1",
+            &[&name],
+        )
+        .await
+        .map_err(|e| sql_err("reading pg_roles", e))?;
+    Ok(match rows.first() {
+        None => Found::None,
+        Some(r) => {
+            let said: Option<String> = r.get(0);
+            if said.as_deref() == Some(comment(name).as_str()) {
+                Found::Ours
+            } else {
+                Found::Other
+            }
+        }
+    })
+}
+
+fn sql_err(what: &str, e: tokio_postgres::Error) -> AdapterError {
+    // The admin may not make roles: the one thing a user can fix, said so.
+    if e.as_db_error()
+        .is_some_and(|db| *db.code() == tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+    {
+        return AdapterError::environmental(format!(
+            "postgres: {what}: {}; a world's own login role needs an admin with CREATEROLE (ALTER ROLE <admin> CREATEROLE), or set options.acl = false to hand worlds the admin's credentials instead",
+            describe(&e)
+        ));
+    }
+    AdapterError::new(format!("postgres: {what}: {}", describe(&e)))
+}
+
+/// The role's password as the server keeps it: a SCRAM-SHA-256 verifier.
+fn verifier(slice: &Slice) -> Result<String, AdapterError> {
+    let password = secret(slice)?;
+    Ok(postgres_protocol::password::scram_sha_256(
+        password.as_bytes(),
+    ))
+}
+
+/// The slice's password.
+///
+/// # Errors
+/// The daemon handed none (its registry could not be read).
+pub fn secret(slice: &Slice) -> Result<&str, AdapterError> {
+    crate::adapters::kit::users::password("postgres", slice)
+}
+
+/// Makes the slice's role (or resets the password and `CREATEDB` of
+/// Binky's own to what the slice says), lets
+/// the admin act as it (a `CREATEROLE` admin that is no superuser needs the
+/// membership to hand it objects), and makes it the owner of the database,
+/// which `PUBLIC` may no longer connect to. The objects inside are handed
+/// over by [`hand_over`].
+///
+/// # Errors
+/// A role of that name exists that Binky did not make; the admin may not
+/// create roles; a statement failed.
+pub async fn ensure(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), AdapterError> {
+    let (name, db) = (quote(&slice.name), &slice.name);
+    let password = literal(&verifier(slice)?);
+    match find(c, db).await? {
+        Found::Other => {
+            return Err(AdapterError::new(format!(
+                "postgres: a role named {name} exists and Binky did not make it (it has no Binky mark), so the world cannot have a role of its own; Binky leaves that role alone: rename the project, or set options.acl = false"
+            )));
+        }
+        Found::Ours => c
+            .batch_execute(&format!(
+                "ALTER ROLE {name} WITH LOGIN {} PASSWORD {password}",
+                createdb(slice)
+            ))
+            .await
+            .map_err(|e| sql_err(&format!("resetting the password of role {name}"), e))?,
+        Found::None => c
+            .batch_execute(&format!(
+                "CREATE ROLE {name} WITH LOGIN NOSUPERUSER {} NOCREATEROLE NOREPLICATION PASSWORD {password}; COMMENT ON ROLE {name} IS {}",
+                createdb(slice),
+                literal(&comment(db))
+            ))
+            .await
+            .map_err(|e| sql_err(&format!("CREATE ROLE {name}"), e))?,
+    }
+    c.batch_execute(&format!(
+        "GRANT {name} TO CURRENT_USER; ALTER DATABASE {name} OWNER TO {name}; REVOKE ALL ON DATABASE {name} FROM PUBLIC"
+    ))
+    .await
+    .map_err(|e| sql_err(&format!("making role {name} the owner of database {name}"), e))
+}
+
+/// Hands every object in the slice's database owned by the admin or by one
+/// of `from` (a template's role) to the slice's role: schemas, tables,
+/// views, sequences of their own, routines and types. Extension members
+/// stay the extension's, system schemas the system's.
+///
+/// # Errors
+/// The database cannot be reached, or an `ALTER … OWNER` failed.
+pub async fn hand_over(slice: &Slice, from: &[&str]) -> Result<(), AdapterError> {
+    let c = connect_to(slice, &slice.name).await?;
+    let owners = std::iter::once("current_user::text".to_owned())
+        .chain(from.iter().map(|r| literal(r)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let to = literal(&slice.name);
+    let sql = format!(
+        r#"DO $binky$
+DECLARE
+    q text;
+BEGIN
+    FOR q IN
+        WITH owners AS (SELECT oid FROM pg_roles WHERE rolname = ANY (ARRAY[{owners}])),
+        user_ns AS (
+            SELECT oid, nspname, nspowner FROM pg_namespace
+            WHERE nspname NOT LIKE 'pg\_%' AND nspname <> 'information_schema'
+        ),
+        members AS (SELECT classid, objid FROM pg_depend WHERE deptype = 'e')
+        SELECT format('ALTER SCHEMA %I OWNER TO %I', n.nspname, {to})
+            FROM user_ns n
+            WHERE n.nspowner IN (SELECT oid FROM owners)
+              AND (('pg_namespace'::regclass, n.oid) NOT IN (SELECT * FROM members))
+        UNION ALL
+        SELECT format('ALTER %s %I.%I OWNER TO %I',
+                CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW'
+                    WHEN 'm' THEN 'MATERIALIZED VIEW' WHEN 'f' THEN 'FOREIGN TABLE'
+                    ELSE 'TABLE' END,
+                n.nspname, c.relname, {to})
+            FROM pg_class c JOIN user_ns n ON n.oid = c.relnamespace
+            WHERE c.relowner IN (SELECT oid FROM owners)
+              AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+              AND (('pg_class'::regclass, c.oid) NOT IN (SELECT * FROM members))
+              -- A sequence a column owns follows its table.
+              AND NOT (c.relkind = 'S' AND EXISTS (
+                  SELECT 1 FROM pg_depend d
+                  WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                    AND d.deptype IN ('a', 'i')))
+        UNION ALL
+        SELECT format('ALTER %s %s OWNER TO %I',
+                CASE p.prokind WHEN 'a' THEN 'AGGREGATE' ELSE 'ROUTINE' END,
+                p.oid::regprocedure, {to})
+            FROM pg_proc p JOIN user_ns n ON n.oid = p.pronamespace
+            WHERE p.proowner IN (SELECT oid FROM owners)
+              AND (('pg_proc'::regclass, p.oid) NOT IN (SELECT * FROM members))
+        UNION ALL
+        SELECT format('ALTER %s %s OWNER TO %I',
+                CASE t.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END,
+                t.oid::regtype, {to})
+            FROM pg_type t JOIN user_ns n ON n.oid = t.typnamespace
+            WHERE t.typowner IN (SELECT oid FROM owners)
+              -- Enums, domains, ranges and stand-alone composite types;
+              -- a table's row type and arrays follow their owner.
+              AND (t.typtype IN ('e', 'd', 'r')
+                   OR (t.typtype = 'c' AND (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c'))
+              AND (('pg_type'::regclass, t.oid) NOT IN (SELECT * FROM members))
+    LOOP
+        EXECUTE q;
+    END LOOP;
+END
+$binky$"#
+    );
+    c.batch_execute(&sql).await.map_err(|e| {
+        sql_err(
+            &format!(
+                "handing the objects in database {} to its role",
+                quote(&slice.name)
+            ),
+            e,
+        )
+    })
+}
+
+/// Drops the slice's role when it is Binky's (an unmarked one is left
+/// alone); its database must be gone first.
+///
+/// # Errors
+/// The role still owns or may use something elsewhere, or the statement
+/// failed.
+pub async fn drop(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), AdapterError> {
+    if find(c, &slice.name).await? != Found::Ours {
+        return Ok(());
+    }
+    let name = quote(&slice.name);
+    c.batch_execute(&format!("DROP ROLE IF EXISTS {name}"))
+        .await
+        .map_err(|e| sql_err(&format!("DROP ROLE {name}"), e))
+}
+
+/// Roles Binky made whose database is gone (a teardown interrupted between
+/// the two drops), on the admin's server: what `gc` sweeps.
+///
+/// # Errors
+/// The catalog cannot be read.
+pub async fn orphans(c: &tokio_postgres::Client) -> Result<Vec<String>, AdapterError> {
+    let rows = c
+        .query(
+            "SELECT r.rolname::text FROM pg_roles r
+             WHERE shobj_description(r.oid, 'pg_authid') = $1 || ' ' || r.rolname
+               AND NOT EXISTS (SELECT 1 FROM pg_database d WHERE d.datname = r.rolname)",
+            &[&MARK],
+        )
+        .await
+        .map_err(|e| sql_err("reading pg_roles", e))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_double_their_quotes() {
+        assert_eq!(literal("it's"), "'it''s'");
+        assert_eq!(literal(r"a\b"), r"'a\b'");
+    }
+
+    #[test]
+    fn acl_is_on_unless_turned_off() {
+        let mut s = crate::adapters::test_slice("shop_a");
+        assert!(wanted(&s));
+        s.options.insert("acl".into(), toml::Value::Boolean(false));
+        assert!(!wanted(&s));
+    }
+}
