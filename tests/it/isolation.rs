@@ -49,7 +49,7 @@ fn postgres_worlds_get_roles_of_their_own_that_reach_no_other_world() {
         mysql: false,
     };
     let toml = format!(
-        "{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"${{env.TEST_PG_ADMIN}}\"\nmigrate = \"psql \\\"$DB_URL\\\" -qc 'create table if not exists items(n int); create type mood as enum ()'\"\nseed = \"psql \\\"$DB_URL\\\" -qc 'insert into items values (1)'\"\nclone_from = \"golden\"\n",
+        "{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"${{env.TEST_PG_ADMIN}}\"\nmigrate = \"psql \\\"$DB_URL\\\" -qc 'create table if not exists items(n int); create type mood as enum (); create collation coll from \\\"C\\\"; create text search configuration tsc (copy = simple)'\"\nseed = \"psql \\\"$DB_URL\\\" -qc 'insert into items values (1)'\"\nclone_from = \"golden\"\n",
         project_header(&project, 2)
     );
     let repo = Repo::new(&toml);
@@ -89,6 +89,22 @@ fn postgres_worlds_get_roles_of_their_own_that_reach_no_other_world() {
         ),
         a_db
     );
+    // Every kind, not only tables: a later migrate may alter them.
+    for (catalog, owner) in [("pg_collation", "collowner"), ("pg_ts_config", "cfgowner")] {
+        let name = if catalog == "pg_collation" {
+            "collname = 'coll'"
+        } else {
+            "cfgname = 'tsc'"
+        };
+        assert_eq!(
+            psql(
+                &a,
+                &format!("select pg_get_userbyid({owner}) from {catalog} where {name}")
+            ),
+            a_db,
+            "{catalog}"
+        );
+    }
     // A's role writes its own database …
     psql(&a, "insert into items values (2); create table mine(x int)");
     // … but cannot connect to B's, let alone drop it.
@@ -174,6 +190,58 @@ fn a_postgres_world_made_without_a_role_gets_one_on_reload_with_its_data() {
         "alter table items add column w int; insert into items(v) values ('new')",
     );
     assert_eq!(psql(&after, "select count(*) from items"), "2");
+
+    // Off, the admin makes a table, on again: that table is the world's too.
+    let write = |toml: &str| {
+        for dir in [repo.project_dir(), tree.as_path()] {
+            std::fs::write(dir.join("binky.toml"), toml).unwrap();
+        }
+    };
+    write(&format!("{base}options = {{ acl = false }}\n"));
+    repo.ok(&home, &["reload", "a"]);
+    let (admin_url, _) = db_url(&repo, &home, "a");
+    psql(&admin_url, "create table later(x int)");
+    write(&base);
+    repo.ok(&home, &["reload", "a"]);
+    let (again, _) = db_url(&repo, &home, "a");
+    psql(&again, "alter table later add column y int");
+}
+
+#[test]
+fn databases_a_worlds_role_made_go_with_the_world() {
+    if !pg_up() {
+        skip("no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
+        return;
+    }
+    let home = Home::new();
+    let project = format!("iso-cd-{}", std::process::id() % 100000);
+    let _cleanup = Cleanup {
+        prefix: format!("{project}_"),
+        mysql: false,
+    };
+    let repo = Repo::new(&format!(
+        "{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"{PG_ADMIN}\"\noptions = {{ createdb = true }}\n",
+        project_header(&project, 2)
+    ));
+    repo.ok(&home, &["up", "a"]);
+    let (url, _) = db_url(&repo, &home, "a");
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    // A test runner's own database, made as the world's role.
+    psql(&url, &format!("create database \"{db}_test\""));
+    repo.ok(&home, &["remove", "a", "--force"]);
+    let count = |sql: String| psql(PG_ADMIN, &sql);
+    assert_eq!(
+        count(format!(
+            "select count(*) from pg_database where datname like '{db}%'"
+        )),
+        "0"
+    );
+    assert_eq!(
+        count(format!(
+            "select count(*) from pg_roles where rolname = '{db}'"
+        )),
+        "0"
+    );
 }
 
 /// `mysql` as the user, password and database of a world's URL
@@ -208,7 +276,8 @@ fn mysql_worlds_get_users_of_their_own_that_reach_no_other_world() {
         return;
     }
     let home = Home::new();
-    let project = format!("isomy{}", std::process::id() % 100000);
+    // Long enough that a long branch's database name is cut to 64.
+    let project = format!("isomy{}-customer-portal", std::process::id() % 100000);
     let _cleanup = Cleanup {
         prefix: format!("{project}_"),
         mysql: true,
@@ -249,6 +318,22 @@ fn mysql_worlds_get_users_of_their_own_that_reach_no_other_world() {
         "select count(*) from information_schema.tables where table_name = 't'",
     );
     assert!(ok && out == "0", "{out}");
+    // A name cut to MySQL's 64 characters still gets its user: the grant's
+    // escapes count against the same limit.
+    let long = "feature/JIRA-1234-add-payment-provider-webhooks-and-retries";
+    repo.ok(&home, &["up", long]);
+    let url = repo.ok(&home, &["env", long]).json()["services"]["db"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let long_db = url.rsplit('/').next().unwrap().to_owned();
+    // Too long to escape every `_` within 64: the case this covers.
+    assert!(long_db.len() + long_db.matches('_').count() > 64, "{url}");
+    let (ok, out) = mysql_as(&url, "", "create table t(x int); select database()");
+    assert!(ok && out == long_db, "{out}");
+    let (ok, _) = mysql_as(&url, &b_db, "select 1");
+    assert!(!ok, "the long world's user reached B's database");
+    repo.ok(&home, &["remove", long, "--force"]);
     // remove drops the user with the database; B stays whole.
     repo.ok(&home, &["remove", "a", "--force"]);
     let users = |u: &str| {
@@ -260,6 +345,20 @@ fn mysql_worlds_get_users_of_their_own_that_reach_no_other_world() {
     assert_eq!(users(&a_db), "0");
     assert_eq!(users(&b_db), "1");
     assert!(mysql_as(b, "", "select 1").0);
+    // A user of a new world's name that Binky did not make is refused,
+    // never taken over: its password still works, and it is still there
+    // after the failed `up`.
+    let theirs = format!("{project}_c");
+    mysql(
+        "",
+        &format!("create user '{theirs}'@'%' identified by 'their-pw-1'"),
+    );
+    let out = repo.run(&home, &["up", "c"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("Binky did not make it"), "{out}");
+    assert_eq!(users(&theirs), "1");
+    let own = format!("mysql://{theirs}:their-pw-1@127.0.0.1:3306/information_schema");
+    assert!(mysql_as(&own, "", "select 1").0, "its password was changed");
 }
 
 #[test]

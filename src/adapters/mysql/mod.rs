@@ -227,7 +227,7 @@ impl Adapter for Mysql {
         let mut c = connect(slice).await?;
         exec(&mut c, &format!("CREATE DATABASE {}", quote(&slice.name))).await?;
         if user::wanted(slice) {
-            user::ensure(&mut c, slice).await?;
+            user::ensure(&mut c, slice, true).await?;
         }
         let _ = c.disconnect().await;
         Ok(())
@@ -243,7 +243,7 @@ impl Adapter for Mysql {
         // now, data kept. Resetting the password each time keeps the
         // server's in step with the one Binky keeps.
         let mut c = connect(slice).await?;
-        user::ensure(&mut c, slice).await?;
+        user::ensure(&mut c, slice, false).await?;
         let _ = c.disconnect().await;
         user::world_url(url, slice)
     }
@@ -348,7 +348,7 @@ impl Adapter for Mysql {
             ))),
         };
         let copied = match copied {
-            Ok(()) if user::wanted(slice) => user::ensure(&mut c, slice).await,
+            Ok(()) if user::wanted(slice) => user::ensure(&mut c, slice, true).await,
             other => other,
         };
         let _ = c.disconnect().await;

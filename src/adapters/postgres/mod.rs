@@ -261,13 +261,11 @@ impl Adapter for Postgres {
         }
         let c = connect(slice).await?;
         // Made before it had a role (or with `acl = false`): the world
-        // gets its role now, on the database it has, data kept. One it has
-        // is brought in line with the options and the kept password.
-        let upgrade = role::find(&c, &slice.name).await? == role::Found::None;
+        // gets its role now, on the database it has, data kept, and what
+        // the admin made in it since. A role it has is brought in line
+        // with the options and the kept password.
         role::ensure(&c, slice).await?;
-        if upgrade {
-            role::hand_over(slice, &[]).await?;
-        }
+        role::hand_over(slice).await?;
         world_url(url, &slice.name, role::secret(slice)?)
     }
 
@@ -389,7 +387,8 @@ impl Adapter for Postgres {
                         // The copy's objects are the template role's (or
                         // the admin's): the world's role owns them now.
                         role::ensure(&c, slice).await?;
-                        role::hand_over(slice, &[&template.name]).await?;
+                        role::take_from_template(slice, template).await?;
+                        role::hand_over(slice).await?;
                     }
                     return Ok(how);
                 }

@@ -13,10 +13,12 @@
 //! resets and drops only such roles, and refuses a world whose name an
 //! unmarked role already has.
 //!
-//! Ownership is handed over object by object ([`hand_over`]), never with
-//! `REASSIGN OWNED`, which also moves the shared objects (other databases)
-//! a role owns: a clone's objects come from the template's role, an
-//! upgraded world's (made before it had a role) from the admin.
+//! A clone's objects come from the template's role, all at once
+//! ([`take_from_template`]: `REASSIGN OWNED`, the template database given
+//! back in the same transaction); what the admin owns in a world's database
+//! (an upgraded world's, made before it had a role) is handed over object
+//! by object ([`hand_over`]): `REASSIGN OWNED BY` the admin would also move
+//! every other database the admin owns.
 
 use super::{connect_to, describe, quote};
 use crate::adapters::{AdapterError, Slice};
@@ -158,19 +160,18 @@ pub async fn ensure(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), Ada
     .map_err(|e| sql_err(&format!("making role {name} the owner of database {name}"), e))
 }
 
-/// Hands every object in the slice's database owned by the admin or by one
-/// of `from` (a template's role) to the slice's role: schemas, tables,
-/// views, sequences of their own, routines and types. Extension members
-/// stay the extension's, system schemas the system's.
+/// Hands every object in the slice's database owned by the admin to the
+/// slice's role: schemas, tables, views, sequences of
+/// their own, routines, types, collations, text search configurations and
+/// dictionaries, operators and statistics objects. Extension members stay
+/// the extension's, system schemas the system's. Only what is found is
+/// altered: with nothing to hand over, it takes no lock.
 ///
 /// # Errors
 /// The database cannot be reached, or an `ALTER … OWNER` failed.
-pub async fn hand_over(slice: &Slice, from: &[&str]) -> Result<(), AdapterError> {
+pub async fn hand_over(slice: &Slice) -> Result<(), AdapterError> {
     let c = connect_to(slice, &slice.name).await?;
-    let owners = std::iter::once("current_user::text".to_owned())
-        .chain(from.iter().map(|r| literal(r)))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let owners = "current_user::text";
     let to = literal(&slice.name);
     let sql = format!(
         r#"DO $binky$
@@ -221,6 +222,30 @@ BEGIN
               AND (t.typtype IN ('e', 'd', 'r')
                    OR (t.typtype = 'c' AND (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c'))
               AND (('pg_type'::regclass, t.oid) NOT IN (SELECT * FROM members))
+        UNION ALL
+        SELECT format('ALTER COLLATION %I.%I OWNER TO %I', n.nspname, o.collname, {to})
+            FROM pg_collation o JOIN user_ns n ON n.oid = o.collnamespace
+            WHERE o.collowner IN (SELECT oid FROM owners)
+              AND (('pg_collation'::regclass, o.oid) NOT IN (SELECT * FROM members))
+        UNION ALL
+        SELECT format('ALTER TEXT SEARCH CONFIGURATION %I.%I OWNER TO %I', n.nspname, o.cfgname, {to})
+            FROM pg_ts_config o JOIN user_ns n ON n.oid = o.cfgnamespace
+            WHERE o.cfgowner IN (SELECT oid FROM owners)
+              AND (('pg_ts_config'::regclass, o.oid) NOT IN (SELECT * FROM members))
+        UNION ALL
+        SELECT format('ALTER TEXT SEARCH DICTIONARY %I.%I OWNER TO %I', n.nspname, o.dictname, {to})
+            FROM pg_ts_dict o JOIN user_ns n ON n.oid = o.dictnamespace
+            WHERE o.dictowner IN (SELECT oid FROM owners)
+              AND (('pg_ts_dict'::regclass, o.oid) NOT IN (SELECT * FROM members))
+        UNION ALL
+        SELECT format('ALTER OPERATOR %s OWNER TO %I', o.oid::regoperator, {to})
+            FROM pg_operator o JOIN user_ns n ON n.oid = o.oprnamespace
+            WHERE o.oprowner IN (SELECT oid FROM owners)
+              AND (('pg_operator'::regclass, o.oid) NOT IN (SELECT * FROM members))
+        UNION ALL
+        SELECT format('ALTER STATISTICS %I.%I OWNER TO %I', n.nspname, o.stxname, {to})
+            FROM pg_statistic_ext o JOIN user_ns n ON n.oid = o.stxnamespace
+            WHERE o.stxowner IN (SELECT oid FROM owners)
     LOOP
         EXECUTE q;
     END LOOP;
@@ -238,6 +263,34 @@ $binky$"#
     })
 }
 
+/// Hands everything in the slice's database that `template`'s role owns
+/// (a clone's copy of the template's schema) to the slice's role: every
+/// kind of object, with `REASSIGN OWNED`. That also moves the shared objects
+/// the template's role owns — the template database itself — so, in the
+/// same transaction, the template is given back to its role: no session
+/// ever sees it moved.
+///
+/// # Errors
+/// The clone cannot be reached, or a statement failed (the transaction is
+/// rolled back, nothing moved).
+pub async fn take_from_template(slice: &Slice, template: &Slice) -> Result<(), AdapterError> {
+    let c = connect_to(slice, &slice.name).await?;
+    if find(&c, &template.name).await? != Found::Ours {
+        return Ok(());
+    }
+    let (from, to) = (quote(&template.name), quote(&slice.name));
+    c.batch_execute(&format!(
+        "BEGIN; REASSIGN OWNED BY {from} TO {to}; ALTER DATABASE {from} OWNER TO {from}; COMMIT"
+    ))
+    .await
+    .map_err(|e| {
+        sql_err(
+            &format!("handing the clone {to} over from the template's role {from}"),
+            e,
+        )
+    })
+}
+
 /// Drops the slice's role when it is Binky's (an unmarked one is left
 /// alone); its database must be gone first.
 ///
@@ -249,6 +302,30 @@ pub async fn drop(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), Adapt
         return Ok(());
     }
     let name = quote(&slice.name);
+    // Databases the world's role made itself (with `options.createdb`: a
+    // test runner's `test_<db>`, Prisma's shadow database) are the world's,
+    // and a role that owns one cannot be dropped.
+    let owned = c
+        .query(
+            "SELECT datname::text FROM pg_database WHERE datdba = (SELECT oid FROM pg_roles WHERE rolname = $1)",
+            &[&slice.name],
+        )
+        .await
+        .map_err(|e| sql_err("reading pg_database", e))?;
+    for row in owned {
+        let db: String = row.get(0);
+        c.batch_execute(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            quote(&db)
+        ))
+        .await
+        .map_err(|e| {
+            sql_err(
+                &format!("DROP DATABASE {} (made by the world's role)", quote(&db)),
+                e,
+            )
+        })?;
+    }
     c.batch_execute(&format!("DROP ROLE IF EXISTS {name}"))
         .await
         .map_err(|e| sql_err(&format!("DROP ROLE {name}"), e))
