@@ -66,6 +66,32 @@ pub(super) fn check_globs(cx: &mut Cx<'_>, path: &[Step], globs: &[String], excl
     }
 }
 
+/// PostgreSQL reserves role names starting with `pg_`: project `pg` would
+/// name every world's own role (`<project>_<world>`) so, and fail at `up`.
+fn check_reserved_roles(cx: &mut Cx<'_>, project: &str, services: &IndexMap<String, Service>) {
+    if project != "pg" {
+        return;
+    }
+    for (name, svc) in services {
+        let Some(r) = svc.resource() else { continue };
+        let postgres =
+            crate::adapters::catalog::find(&r.adapter).is_some_and(|e| e.name == "postgres");
+        let acl = r
+            .options
+            .get("acl")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(true);
+        if postgres && acl {
+            cx.error(
+                "reserved-name",
+                &keypath!["services", name.as_str(), "adapter"],
+                "each world of project `pg` would get the PostgreSQL role `pg_<world>`, and PostgreSQL reserves role names that start with `pg_`".to_owned(),
+                Some("give the project another [project] name, or set options = { acl = false } on this resource".to_owned()),
+            );
+        }
+    }
+}
+
 pub(super) fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Config> {
     let (project, range) = build_project(cx, &raw.project);
     let mut services = IndexMap::new();
@@ -97,6 +123,7 @@ pub(super) fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Conf
     check_graph(cx, &services, &declared);
     check_urls(cx, &services);
     check_shared_slices(cx, &services);
+    check_reserved_roles(cx, &raw.project.name, &services);
     check_tokens(cx, range, &services, &declared);
     let setup = raw.project.setup.clone().unwrap_or_default();
     check_unowned_tokens(cx, &agents, &setup, &env, &services, &declared);
