@@ -185,7 +185,8 @@ fn vhosts() -> Vec<String> {
     try_vhosts().unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Deletes a test's vhosts however it ends.
+/// Deletes a test's vhosts, and their users (each world's, named as its
+/// vhost), however it ends.
 struct Vhosts(String);
 
 impl Drop for Vhosts {
@@ -195,8 +196,11 @@ impl Drop for Vhosts {
         };
         for v in hosts {
             if v.starts_with(&format!("{}_", self.0)) {
-                let path = format!("/api/vhosts/{}", v.replace('/', "%2F"));
-                http(15672, "DELETE", "127.0.0.1", &path, Some(GUEST));
+                let v = v.replace('/', "%2F");
+                for what in ["vhosts", "users"] {
+                    let path = format!("/api/{what}/{v}");
+                    http(15672, "DELETE", "127.0.0.1", &path, Some(GUEST));
+                }
             }
         }
     }
