@@ -185,6 +185,20 @@ fn vhosts() -> Vec<String> {
     try_vhosts().unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Connects to the broker URL in argv[1] with kombu (Celery's transport):
+/// prints `ok`, or `refused` when the broker will not let its user into
+/// its vhost (`NOT_ALLOWED - access to vhost … refused for user …`).
+const KOMBU_CONNECT: &str = r#"
+import sys
+from kombu import Connection
+try:
+    with Connection(sys.argv[1], connect_timeout=10) as c:
+        c.connect()
+    print("ok")
+except Exception as e:
+    print("refused" if "refused for user" in str(e) else f"other: {type(e).__name__}: {e}")
+"#;
+
 /// Deletes a test's vhosts, and their users (each world's, named as its
 /// vhost), however it ends.
 struct Vhosts(String);
@@ -359,6 +373,14 @@ fn django_celery_tasks_stay_in_their_world_and_remove_leaves_the_other_whole() {
         assert_eq!(vars["REDIS_PREFIX"], format!("{project}:{w}:"), "{vars:?}");
         assert!(Path::new(&vars["BINKY_WORKTREE"]).join(".venv").is_dir());
     }
+    // A worker wired by mistake to b's vhost with a's own credentials is
+    // turned away by the broker (Celery's own transport, kombu), so it can
+    // take none of b's tasks; with a's whole URL it connects.
+    let a_url = dotenv(&repo, &home, "a", &env)["CELERY_BROKER_URL"].clone();
+    let wrong = format!("{}/{project}_b", a_url.rsplit_once('/').unwrap().0);
+    assert_eq!(python(KOMBU_CONNECT, &[&a_url]), "ok");
+    assert_eq!(python(KOMBU_CONNECT, &[&wrong]), "refused");
+
     let port = proxy_port(&home);
     let host = |w: &str| format!("web.{w}.{project}.localhost");
     let send = |w: &str, text: &str| {
