@@ -1,8 +1,9 @@
 //! A world's own login role: isolation by permission, not only by name.
 //!
 //! With `options.acl` (on unless set to `false`) each world's database gets
-//! a role of the same name: `LOGIN`, no superuser, `CREATEDB` or
-//! `CREATEROLE`, owner of the database and of what is in it, its password
+//! a role of the same name: `LOGIN`; no superuser or `CREATEROLE`; no
+//! `CREATEDB` unless `options.createdb`; owner of the database and of what
+//! is in it; its password
 //! the one Binky keeps for the slice ([`Slice::secret`]), sent as a
 //! SCRAM-SHA-256 verifier so no server log holds it. `CONNECT` and
 //! `TEMPORARY` on the database are revoked from `PUBLIC`, so another world's
@@ -16,9 +17,9 @@
 //! A clone's objects come from the template's role, all at once
 //! ([`take_from_template`]: `REASSIGN OWNED`, the template database given
 //! back in the same transaction); what the admin owns in a world's database
-//! (an upgraded world's, made before it had a role) is handed over object
-//! by object ([`hand_over`]): `REASSIGN OWNED BY` the admin would also move
-//! every other database the admin owns.
+//! (an upgraded world's, made before it had a role or while `acl` was off)
+//! is handed over object by object ([`hand_over`]): `REASSIGN OWNED BY` the
+//! admin would also move every other database the admin owns.
 
 use super::{connect_to, describe, quote};
 use crate::adapters::{AdapterError, Slice};
