@@ -215,7 +215,31 @@ impl Api {
     }
 }
 
+/// Anything the management API lists by name (a vhost).
+#[derive(serde::Deserialize)]
+struct Named {
+    name: String,
+}
+
 impl Api {
+    /// `GET path`, a JSON list of `what` (`users`, `vhosts`).
+    async fn list<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        what: &str,
+    ) -> Result<Vec<T>, AdapterError> {
+        let f = self.call("GET", path, "").await?;
+        if !f.status.is_success() {
+            return Err(self.refused(&format!("listing {what}"), &f));
+        }
+        serde_json::from_slice(&f.body).map_err(|e| {
+            AdapterError::new(format!(
+                "rabbitmq at {}: reading {what}: {e}",
+                self.server()
+            ))
+        })
+    }
+
     /// The user named `name`, if there is one.
     async fn user(&self, name: &str) -> Result<Option<User>, AdapterError> {
         let f = self
@@ -403,24 +427,19 @@ impl Adapter for RabbitMq {
 
     async fn orphan_users(&self, server: &Slice) -> Result<Vec<String>, AdapterError> {
         let api = Api::of(server)?;
-        let f = api.call("GET", "/api/users", "").await?;
-        if !f.status.is_success() {
-            return Err(api.refused("listing users", &f));
-        }
-        let users: Vec<User> = serde_json::from_slice(&f.body).map_err(|e| {
-            AdapterError::new(format!("rabbitmq at {}: reading users: {e}", api.server()))
-        })?;
-        let mut out = Vec::new();
-        for u in users.into_iter().filter(User::is_binkys) {
-            let probe = Slice {
-                name: u.name.clone(),
-                ..server.clone()
-            };
-            if !self.exists(&probe).await? {
-                out.push(u.name);
-            }
-        }
-        Ok(out)
+        let users: Vec<User> = api.list("/api/users", "users").await?;
+        // One listing of the vhosts, not a lookup per user.
+        let vhosts: std::collections::HashSet<String> = api
+            .list::<Named>("/api/vhosts", "vhosts")
+            .await?
+            .into_iter()
+            .map(|v| v.name)
+            .collect();
+        Ok(users
+            .into_iter()
+            .filter(|u| u.is_binkys() && !vhosts.contains(&u.name))
+            .map(|u| u.name)
+            .collect())
     }
 
     async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError> {

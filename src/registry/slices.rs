@@ -5,7 +5,7 @@
 use super::{Registry, RegistryError};
 use crate::adapters::server::Server;
 use crate::protocol::{SliceState, WorldState};
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 
 /// A slice's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -278,18 +278,27 @@ impl Registry {
     /// # Errors
     /// The registry cannot be written or read.
     pub fn slice_secret(&self, adapter: &str, slice: &str) -> Result<String, RegistryError> {
+        let read = || {
+            self.conn
+                .query_row(
+                    "SELECT secret FROM slice_secrets WHERE adapter = ?1 AND slice = ?2",
+                    params![adapter, slice],
+                    |r| r.get::<_, String>(0),
+                )
+                .optional()
+                .map_err(|e| self.err(e))
+        };
+        // Read first: every verb that names a slice asks, and only the
+        // first ask should write.
+        if let Some(s) = read()? {
+            return Ok(s);
+        }
         self.conn
             .execute(
                 "INSERT OR IGNORE INTO slice_secrets(adapter, slice, secret) VALUES (?1, ?2, lower(hex(randomblob(24))))",
                 params![adapter, slice],
             )
             .map_err(|e| self.err(e))?;
-        self.conn
-            .query_row(
-                "SELECT secret FROM slice_secrets WHERE adapter = ?1 AND slice = ?2",
-                params![adapter, slice],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))
+        read()?.ok_or_else(|| self.err(rusqlite::Error::QueryReturnedNoRows))
     }
 }

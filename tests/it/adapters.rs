@@ -1,8 +1,8 @@
 //! Adapters against the real servers on this machine.
 
+use crate::cleanup::Cleanup;
 use crate::harness::*;
 use crate::project::*;
-use crate::templates::Cleanup;
 
 pub const PG_ADMIN: &str = "postgresql://postgres@127.0.0.1:5432/postgres";
 

@@ -2,9 +2,9 @@
 //! never hands out an unrendered `${env.NAME}`.
 
 use crate::adapters::{PG_ADMIN, pg_up};
+use crate::cleanup::Cleanup;
 use crate::harness::*;
 use crate::project::*;
-use crate::templates::Cleanup;
 
 #[test]
 fn every_verb_renders_with_the_environment_the_world_was_built_with() {

@@ -6,9 +6,9 @@
 //! Django's autoreload.
 
 use crate::adapters::{PG_ADMIN, pg_up, psql};
+use crate::cleanup::Cleanup;
 use crate::harness::*;
 use crate::project::*;
-use crate::templates::Cleanup;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;

@@ -8,9 +8,9 @@
 //! the world instead of hiding behind a rebuild.
 
 use crate::adapters::{PG_ADMIN, pg_up, psql};
+use crate::cleanup::Cleanup;
 use crate::harness::*;
 use crate::project::*;
-use crate::templates::Cleanup;
 use serde_json::Value;
 
 const ENV: [(&str, &str); 1] = [("TEST_PG_ADMIN", PG_ADMIN)];

@@ -3,9 +3,10 @@
 //! admin's. Against the real servers on this machine.
 
 use crate::adapters::{PG_ADMIN, pg_up, psql};
+use crate::cleanup::Cleanup;
 use crate::harness::*;
 use crate::project::*;
-use crate::templates::{Cleanup, mysql, mysql_up};
+use crate::templates::{mysql, mysql_up};
 
 /// The admin URL with a password the server does not check (trust auth
 /// here) but Binky must never hand a world.
@@ -489,4 +490,67 @@ fn a_mysql_world_made_without_a_user_gets_one_on_reload_with_its_data() {
     assert!(after.starts_with(&format!("mysql://{db}:")), "{after}");
     let (ok, out) = mysql_as(&after, "", "select x from t");
     assert!(ok && out == "7", "{out}");
+}
+
+/// `node_modules` holding BullMQ: `BINKY_TEST_BULLMQ` (.ci/run installs
+/// it), else the local install's.
+fn bullmq_modules() -> Option<std::path::PathBuf> {
+    let package = cached_tool(
+        "BINKY_TEST_BULLMQ",
+        "binky-npm/node_modules/bullmq/package.json",
+        "",
+    )?;
+    // `…/node_modules/bullmq/package.json` → `…/node_modules`.
+    Some(package.parent()?.parent()?.to_owned())
+}
+
+#[test]
+fn a_bullmq_worker_given_another_worlds_prefix_takes_none_of_its_jobs() {
+    let modules = bullmq_modules();
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !crate::redis::redis_up() || modules.is_none() || !node {
+        skip("no Redis on 127.0.0.1:6379, node or BullMQ (BINKY_TEST_BULLMQ; .ci/run installs it)");
+        return;
+    }
+    let p = crate::redis::project("bull");
+    let _cleanup = crate::redis::Cleanup(p.clone());
+    let home = Home::new();
+    let repo = Repo::new(&format!(
+        "{}[services.cache]\nadapter = \"redis\"\nadmin_url = \"{}\"\noptions = {{ acl = true }}\n",
+        project_header(&p, 2),
+        crate::redis::SERVER
+    ));
+    let mut worlds = Vec::new();
+    for w in ["a", "b"] {
+        repo.ok(&home, &["up", w]);
+        let env = repo.ok(&home, &["env", w]).json();
+        worlds.push((
+            env["services"]["cache"].as_str().unwrap().to_owned(),
+            env["fields"]["cache"]["prefix"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        ));
+    }
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/bullmq_thief.js"
+    );
+    let out = Out(std::process::Command::new("node")
+        .arg(script)
+        .args([&worlds[0].0, &worlds[0].1, &worlds[1].0])
+        .env("NODE_PATH", modules.unwrap())
+        .output()
+        .unwrap());
+    assert_eq!(out.code(), 0, "{out}");
+    let v = out.json();
+    assert_eq!(v["stolen"], 0, "{v}");
+    assert!(v["refused"].as_str().unwrap().contains("NOPERM"), "{v}");
+    assert_eq!(v["mine"], 50, "{v}");
+    for w in ["a", "b"] {
+        repo.ok(&home, &["remove", w, "--force"]);
+    }
 }

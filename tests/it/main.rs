@@ -5,6 +5,7 @@ mod adapters;
 mod admission;
 mod bootstrap;
 mod cancel;
+mod cleanup;
 mod clickhouse;
 mod contract;
 mod daemon;

@@ -26,7 +26,7 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
         return;
     }
     let home = Home::new();
-    let _cleanup = crate::templates::Cleanup {
+    let _cleanup = crate::cleanup::Cleanup {
         prefix: "agents_agent-1".into(),
         mysql: false,
     };

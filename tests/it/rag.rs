@@ -3,9 +3,9 @@
 //! template, and every world searches its own copy.
 
 use crate::adapters::{PG_ADMIN, pg_up};
+use crate::cleanup::Cleanup;
 use crate::harness::*;
 use crate::project::*;
-use crate::templates::Cleanup;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

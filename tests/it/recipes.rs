@@ -6,11 +6,11 @@
 //! an API (each world's front end reaching its own API).
 
 use crate::adapters::{PG_ADMIN, pg_up, psql};
+use crate::cleanup::Cleanup;
 use crate::harness::*;
 use crate::project::*;
 use crate::proxy::proxy_port;
 use crate::rabbitmq::rabbit_up;
-use crate::templates::Cleanup;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -4,9 +4,9 @@
 use crate::harness::*;
 use crate::project::*;
 
-const SERVER: &str = "redis://127.0.0.1:6379/0";
+pub(crate) const SERVER: &str = "redis://127.0.0.1:6379/0";
 
-fn redis_up() -> bool {
+pub(crate) fn redis_up() -> bool {
     std::net::TcpStream::connect(("127.0.0.1", 6379)).is_ok()
 }
 
@@ -50,7 +50,7 @@ fn get(key: &str) -> Option<String> {
 
 /// Deletes this test's keys (its project's and its markers) however the
 /// test ends.
-struct Cleanup(String);
+pub(crate) struct Cleanup(pub(crate) String);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
@@ -69,7 +69,7 @@ impl Drop for Cleanup {
     }
 }
 
-fn project(tag: &str) -> String {
+pub(crate) fn project(tag: &str) -> String {
     format!("rd{tag}{}", std::process::id() % 100000)
 }
 
@@ -698,66 +698,4 @@ fn remove_refuses_keys_under_a_prefix_whose_marker_is_gone() {
     let _: () = redis::cmd("DEL").arg(&key).query(&mut admin()).unwrap();
     let rm = Out(repo.cmd(&home, &["remove", "w"]).output().unwrap());
     assert_eq!(rm.code(), 0, "{rm}");
-}
-
-/// `node_modules` holding BullMQ: `BINKY_TEST_BULLMQ` (.ci/run installs
-/// it), else the local install's.
-fn bullmq_modules() -> Option<std::path::PathBuf> {
-    let package = cached_tool(
-        "BINKY_TEST_BULLMQ",
-        "binky-npm/node_modules/bullmq/package.json",
-        "",
-    )?;
-    // `…/node_modules/bullmq/package.json` → `…/node_modules`.
-    Some(package.parent()?.parent()?.to_owned())
-}
-
-#[test]
-fn a_bullmq_worker_given_another_worlds_prefix_takes_none_of_its_jobs() {
-    let modules = bullmq_modules();
-    let node = std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !redis_up() || modules.is_none() || !node {
-        skip("no Redis on 127.0.0.1:6379, node or BullMQ (BINKY_TEST_BULLMQ; .ci/run installs it)");
-        return;
-    }
-    let p = project("bull");
-    let _cleanup = Cleanup(p.clone());
-    let home = Home::new();
-    let repo = Repo::new(&format!(
-        "{}[services.cache]\nadapter = \"redis\"\nadmin_url = \"{SERVER}\"\noptions = {{ acl = true }}\n",
-        project_header(&p, 2)
-    ));
-    let mut worlds = Vec::new();
-    for w in ["a", "b"] {
-        repo.ok(&home, &["up", w]);
-        let env = repo.ok(&home, &["env", w]).json();
-        worlds.push((
-            env["services"]["cache"].as_str().unwrap().to_owned(),
-            env["fields"]["cache"]["prefix"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-        ));
-    }
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/bullmq_thief.js"
-    );
-    let out = Out(std::process::Command::new("node")
-        .arg(script)
-        .args([&worlds[0].0, &worlds[0].1, &worlds[1].0])
-        .env("NODE_PATH", modules.unwrap())
-        .output()
-        .unwrap());
-    assert_eq!(out.code(), 0, "{out}");
-    let v = out.json();
-    assert_eq!(v["stolen"], 0, "{v}");
-    assert!(v["refused"].as_str().unwrap().contains("NOPERM"), "{v}");
-    assert_eq!(v["mine"], 50, "{v}");
-    for w in ["a", "b"] {
-        repo.ok(&home, &["remove", w, "--force"]);
-    }
 }

@@ -2,9 +2,9 @@
 //! terminal, `--json`, status, events.log, daemon.log, registry.db.
 
 use crate::adapters::pg_up;
+use crate::cleanup::Cleanup;
 use crate::harness::*;
 use crate::project::*;
-use crate::templates::Cleanup;
 
 /// Every place a secret must not be, with what each holds now.
 fn everywhere(home: &Home, outputs: &[&Out]) -> Vec<(String, String)> {

@@ -259,13 +259,14 @@ impl Adapter for Postgres {
             return super::kit::address::with_database(url, &slice.name)
                 .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name())));
         }
-        let c = connect(slice).await?;
         // Made before it had a role (or with `acl = false`): the world
         // gets its role now, on the database it has, data kept, and what
         // the admin made in it since. A role it has is brought in line
-        // with the options and the kept password.
+        // with the options. One connection, to the world's database: roles
+        // and databases are the server's, its objects the database's.
+        let c = connect_to(slice, &slice.name).await?;
         role::ensure(&c, slice).await?;
-        role::hand_over(slice).await?;
+        role::hand_over(&c, slice).await?;
         world_url(url, &slice.name, role::secret(slice)?)
     }
 
@@ -386,9 +387,10 @@ impl Adapter for Postgres {
                     if role::wanted(slice) {
                         // The copy's objects are the template role's (or
                         // the admin's): the world's role owns them now.
-                        role::ensure(&c, slice).await?;
-                        role::take_from_template(slice, template).await?;
-                        role::hand_over(slice).await?;
+                        let copy = connect_to(slice, &slice.name).await?;
+                        role::ensure(&copy, slice).await?;
+                        role::take_from_template(&copy, slice, template).await?;
+                        role::hand_over(&copy, slice).await?;
                     }
                     return Ok(how);
                 }

@@ -21,7 +21,7 @@
 //! is handed over object by object ([`hand_over`]): `REASSIGN OWNED BY` the
 //! admin would also move every other database the admin owns.
 
-use super::{connect_to, describe, quote};
+use super::{describe, quote};
 use crate::adapters::{AdapterError, Slice};
 
 /// The start of the comment that marks a role as Binky's; the database's
@@ -119,11 +119,13 @@ pub fn secret(slice: &Slice) -> Result<&str, AdapterError> {
     crate::adapters::kit::users::password("postgres", slice)
 }
 
-/// Makes the slice's role (or resets the password and `CREATEDB` of
-/// Binky's own to what the slice says), lets
-/// the admin act as it (a `CREATEROLE` admin that is no superuser needs the
-/// membership to hand it objects), and makes it the owner of the database,
-/// which `PUBLIC` may no longer connect to. The objects inside are handed
+/// Makes the slice's role, lets the admin act as it (a `CREATEROLE` admin
+/// that is no superuser needs the membership to hand it objects), and makes
+/// it the owner of the database, which `PUBLIC` may no longer connect to.
+/// For Binky's own role, only what differs from what the slice asks is
+/// changed (`CREATEDB`, the database's owner): every verb resolves a slice,
+/// and most find it as it was. Its password is the one made with it, which
+/// the registry keeps as long as the slice. The objects inside are handed
 /// over by [`hand_over`].
 ///
 /// # Errors
@@ -131,28 +133,42 @@ pub fn secret(slice: &Slice) -> Result<&str, AdapterError> {
 /// create roles; a statement failed.
 pub async fn ensure(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), AdapterError> {
     let (name, db) = (quote(&slice.name), &slice.name);
-    let password = literal(&verifier(slice)?);
-    match find(c, db).await? {
+    let owned = match find(c, db).await? {
         Found::Other => {
             return Err(AdapterError::new(format!(
                 "postgres: a role named {name} exists and Binky did not make it (it has no Binky mark), so the world cannot have a role of its own; Binky leaves that role alone: rename the project, or set options.acl = false"
             )));
         }
-        Found::Ours => c
-            .batch_execute(&format!(
-                "ALTER ROLE {name} WITH LOGIN {} PASSWORD {password}",
-                createdb(slice)
-            ))
-            .await
-            .map_err(|e| sql_err(&format!("resetting the password of role {name}"), e))?,
-        Found::None => c
-            .batch_execute(&format!(
-                "CREATE ROLE {name} WITH LOGIN NOSUPERUSER {} NOCREATEROLE NOREPLICATION PASSWORD {password}; COMMENT ON ROLE {name} IS {}",
+        Found::Ours => {
+            let row = c
+                .query_one(
+                    "SELECT r.rolcreatedb, d.datdba = r.oid FROM pg_roles r, pg_database d WHERE r.rolname = $1 AND d.datname = $1",
+                    &[&db],
+                )
+                .await
+                .map_err(|e| sql_err("reading pg_roles", e))?;
+            let (may_createdb, owns): (bool, bool) = (row.get(0), row.get(1));
+            if may_createdb != (createdb(slice) == "CREATEDB") {
+                c.batch_execute(&format!("ALTER ROLE {name} WITH {}", createdb(slice)))
+                    .await
+                    .map_err(|e| sql_err(&format!("ALTER ROLE {name}"), e))?;
+            }
+            owns
+        }
+        Found::None => {
+            c.batch_execute(&format!(
+                "CREATE ROLE {name} WITH LOGIN NOSUPERUSER {} NOCREATEROLE NOREPLICATION PASSWORD {}; COMMENT ON ROLE {name} IS {}",
                 createdb(slice),
+                literal(&verifier(slice)?),
                 literal(&comment(db))
             ))
             .await
-            .map_err(|e| sql_err(&format!("CREATE ROLE {name}"), e))?,
+            .map_err(|e| sql_err(&format!("CREATE ROLE {name}"), e))?;
+            false
+        }
+    };
+    if owned {
+        return Ok(());
     }
     c.batch_execute(&format!(
         "GRANT {name} TO CURRENT_USER; ALTER DATABASE {name} OWNER TO {name}; REVOKE ALL ON DATABASE {name} FROM PUBLIC"
@@ -162,96 +178,29 @@ pub async fn ensure(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), Ada
 }
 
 /// Hands every object in the slice's database owned by the admin to the
-/// slice's role: schemas, tables, views, sequences of
-/// their own, routines, types, collations, text search configurations and
-/// dictionaries, operators and statistics objects. Extension members stay
+/// slice's role: the kinds [`owned_by_admin`] lists. Extension members stay
 /// the extension's, system schemas the system's. Only what is found is
 /// altered: with nothing to hand over, it takes no lock.
 ///
+/// `c` is connected to the slice's database as the admin.
+///
 /// # Errors
-/// The database cannot be reached, or an `ALTER … OWNER` failed.
-pub async fn hand_over(slice: &Slice) -> Result<(), AdapterError> {
-    let c = connect_to(slice, &slice.name).await?;
-    let owners = "current_user::text";
-    let to = literal(&slice.name);
+/// An `ALTER … OWNER` failed.
+pub async fn hand_over(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), AdapterError> {
     let sql = format!(
-        r#"DO $binky$
+        "DO $binky$
 DECLARE
     q text;
+    to_role text := {};
 BEGIN
-    FOR q IN
-        WITH owners AS (SELECT oid FROM pg_roles WHERE rolname = ANY (ARRAY[{owners}])),
-        user_ns AS (
-            SELECT oid, nspname, nspowner FROM pg_namespace
-            WHERE nspname NOT LIKE 'pg\_%' AND nspname <> 'information_schema'
-        ),
-        members AS (SELECT classid, objid FROM pg_depend WHERE deptype = 'e')
-        SELECT format('ALTER SCHEMA %I OWNER TO %I', n.nspname, {to})
-            FROM user_ns n
-            WHERE n.nspowner IN (SELECT oid FROM owners)
-              AND (('pg_namespace'::regclass, n.oid) NOT IN (SELECT * FROM members))
-        UNION ALL
-        SELECT format('ALTER %s %I.%I OWNER TO %I',
-                CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW'
-                    WHEN 'm' THEN 'MATERIALIZED VIEW' WHEN 'f' THEN 'FOREIGN TABLE'
-                    ELSE 'TABLE' END,
-                n.nspname, c.relname, {to})
-            FROM pg_class c JOIN user_ns n ON n.oid = c.relnamespace
-            WHERE c.relowner IN (SELECT oid FROM owners)
-              AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
-              AND (('pg_class'::regclass, c.oid) NOT IN (SELECT * FROM members))
-              -- A sequence a column owns follows its table.
-              AND NOT (c.relkind = 'S' AND EXISTS (
-                  SELECT 1 FROM pg_depend d
-                  WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
-                    AND d.deptype IN ('a', 'i')))
-        UNION ALL
-        SELECT format('ALTER %s %s OWNER TO %I',
-                CASE p.prokind WHEN 'a' THEN 'AGGREGATE' ELSE 'ROUTINE' END,
-                p.oid::regprocedure, {to})
-            FROM pg_proc p JOIN user_ns n ON n.oid = p.pronamespace
-            WHERE p.proowner IN (SELECT oid FROM owners)
-              AND (('pg_proc'::regclass, p.oid) NOT IN (SELECT * FROM members))
-        UNION ALL
-        SELECT format('ALTER %s %s OWNER TO %I',
-                CASE t.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END,
-                t.oid::regtype, {to})
-            FROM pg_type t JOIN user_ns n ON n.oid = t.typnamespace
-            WHERE t.typowner IN (SELECT oid FROM owners)
-              -- Enums, domains, ranges and stand-alone composite types;
-              -- a table's row type and arrays follow their owner.
-              AND (t.typtype IN ('e', 'd', 'r')
-                   OR (t.typtype = 'c' AND (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c'))
-              AND (('pg_type'::regclass, t.oid) NOT IN (SELECT * FROM members))
-        UNION ALL
-        SELECT format('ALTER COLLATION %I.%I OWNER TO %I', n.nspname, o.collname, {to})
-            FROM pg_collation o JOIN user_ns n ON n.oid = o.collnamespace
-            WHERE o.collowner IN (SELECT oid FROM owners)
-              AND (('pg_collation'::regclass, o.oid) NOT IN (SELECT * FROM members))
-        UNION ALL
-        SELECT format('ALTER TEXT SEARCH CONFIGURATION %I.%I OWNER TO %I', n.nspname, o.cfgname, {to})
-            FROM pg_ts_config o JOIN user_ns n ON n.oid = o.cfgnamespace
-            WHERE o.cfgowner IN (SELECT oid FROM owners)
-              AND (('pg_ts_config'::regclass, o.oid) NOT IN (SELECT * FROM members))
-        UNION ALL
-        SELECT format('ALTER TEXT SEARCH DICTIONARY %I.%I OWNER TO %I', n.nspname, o.dictname, {to})
-            FROM pg_ts_dict o JOIN user_ns n ON n.oid = o.dictnamespace
-            WHERE o.dictowner IN (SELECT oid FROM owners)
-              AND (('pg_ts_dict'::regclass, o.oid) NOT IN (SELECT * FROM members))
-        UNION ALL
-        SELECT format('ALTER OPERATOR %s OWNER TO %I', o.oid::regoperator, {to})
-            FROM pg_operator o JOIN user_ns n ON n.oid = o.oprnamespace
-            WHERE o.oprowner IN (SELECT oid FROM owners)
-              AND (('pg_operator'::regclass, o.oid) NOT IN (SELECT * FROM members))
-        UNION ALL
-        SELECT format('ALTER STATISTICS %I.%I OWNER TO %I', n.nspname, o.stxname, {to})
-            FROM pg_statistic_ext o JOIN user_ns n ON n.oid = o.stxnamespace
-            WHERE o.stxowner IN (SELECT oid FROM owners)
+    FOR q IN {}
     LOOP
         EXECUTE q;
     END LOOP;
 END
-$binky$"#
+$binky$",
+        literal(&slice.name),
+        owned_by_admin()
     );
     c.batch_execute(&sql).await.map_err(|e| {
         sql_err(
@@ -264,6 +213,115 @@ $binky$"#
     })
 }
 
+/// Kinds of object named `schema.name` in a catalog of their own, each
+/// handed over the same way: the `ALTER` keyword, the catalog, and its
+/// name, namespace and owner columns.
+const NAMED_KINDS: &[[&str; 5]] = &[
+    [
+        "COLLATION",
+        "pg_collation",
+        "collname",
+        "collnamespace",
+        "collowner",
+    ],
+    [
+        "TEXT SEARCH CONFIGURATION",
+        "pg_ts_config",
+        "cfgname",
+        "cfgnamespace",
+        "cfgowner",
+    ],
+    [
+        "TEXT SEARCH DICTIONARY",
+        "pg_ts_dict",
+        "dictname",
+        "dictnamespace",
+        "dictowner",
+    ],
+    [
+        "STATISTICS",
+        "pg_statistic_ext",
+        "stxname",
+        "stxnamespace",
+        "stxowner",
+    ],
+];
+
+/// The kinds each with a rule of its own: schemas; tables, views,
+/// materialized views, foreign tables and sequences of their own (a
+/// sequence a column owns follows its table); routines and aggregates;
+/// enums, domains, ranges and stand-alone composite types (a table's row
+/// type and arrays follow their owner); operators.
+const OWN_RULE_KINDS: &str = r#"
+        SELECT format('ALTER SCHEMA %I OWNER TO %I', n.nspname, to_role)
+            FROM user_ns n
+            WHERE n.nspowner IN (SELECT oid FROM owners)
+              AND (('pg_namespace'::regclass, n.oid) NOT IN (SELECT * FROM members))
+        UNION ALL
+        SELECT format('ALTER %s %I.%I OWNER TO %I',
+                CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW'
+                    WHEN 'm' THEN 'MATERIALIZED VIEW' WHEN 'f' THEN 'FOREIGN TABLE'
+                    ELSE 'TABLE' END,
+                n.nspname, c.relname, to_role)
+            FROM pg_class c JOIN user_ns n ON n.oid = c.relnamespace
+            WHERE c.relowner IN (SELECT oid FROM owners)
+              AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+              AND (('pg_class'::regclass, c.oid) NOT IN (SELECT * FROM members))
+              AND NOT (c.relkind = 'S' AND EXISTS (
+                  SELECT 1 FROM pg_depend d
+                  WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                    AND d.deptype IN ('a', 'i')))
+        UNION ALL
+        SELECT format('ALTER %s %s OWNER TO %I',
+                CASE p.prokind WHEN 'a' THEN 'AGGREGATE' ELSE 'ROUTINE' END,
+                p.oid::regprocedure, to_role)
+            FROM pg_proc p JOIN user_ns n ON n.oid = p.pronamespace
+            WHERE p.proowner IN (SELECT oid FROM owners)
+              AND (('pg_proc'::regclass, p.oid) NOT IN (SELECT * FROM members))
+        UNION ALL
+        SELECT format('ALTER %s %s OWNER TO %I',
+                CASE t.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END,
+                t.oid::regtype, to_role)
+            FROM pg_type t JOIN user_ns n ON n.oid = t.typnamespace
+            WHERE t.typowner IN (SELECT oid FROM owners)
+              AND (t.typtype IN ('e', 'd', 'r')
+                   OR (t.typtype = 'c' AND (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c'))
+              AND (('pg_type'::regclass, t.oid) NOT IN (SELECT * FROM members))
+        UNION ALL
+        SELECT format('ALTER OPERATOR %s OWNER TO %I', o.oid::regoperator, to_role)
+            FROM pg_operator o JOIN user_ns n ON n.oid = o.oprnamespace
+            WHERE o.oprowner IN (SELECT oid FROM owners)
+              AND (('pg_operator'::regclass, o.oid) NOT IN (SELECT * FROM members))"#;
+
+/// A query listing one `ALTER … OWNER TO to_role` statement per object of
+/// the current database the admin (`current_user`) owns, of every kind
+/// [`OWN_RULE_KINDS`] and [`NAMED_KINDS`] cover, outside system schemas
+/// and extensions.
+fn owned_by_admin() -> String {
+    let named = NAMED_KINDS.iter().map(|[kind, catalog, name, ns, owner]| {
+        format!(
+            "
+        SELECT format('ALTER {kind} %I.%I OWNER TO %I', n.nspname, o.{name}, to_role)
+            FROM {catalog} o JOIN user_ns n ON n.oid = o.{ns}
+            WHERE o.{owner} IN (SELECT oid FROM owners)
+              AND (('{catalog}'::regclass, o.oid) NOT IN (SELECT * FROM members))"
+        )
+    });
+    let kinds: Vec<String> = std::iter::once(OWN_RULE_KINDS.to_owned())
+        .chain(named)
+        .collect();
+    format!(
+        "
+        WITH owners AS (SELECT oid FROM pg_roles WHERE rolname = current_user),
+        user_ns AS (
+            SELECT oid, nspname, nspowner FROM pg_namespace
+            WHERE nspname NOT LIKE 'pg\\_%' AND nspname <> 'information_schema'
+        ),
+        members AS (SELECT classid, objid FROM pg_depend WHERE deptype = 'e'){}",
+        kinds.join("\n        UNION ALL")
+    )
+}
+
 /// Hands everything in the slice's database that `template`'s role owns
 /// (a clone's copy of the template's schema) to the slice's role: every
 /// kind of object, with `REASSIGN OWNED`. That also moves the shared objects
@@ -271,12 +329,16 @@ $binky$"#
 /// same transaction, the template is given back to its role: no session
 /// ever sees it moved.
 ///
+/// `c` is connected to the slice's database as the admin.
+///
 /// # Errors
-/// The clone cannot be reached, or a statement failed (the transaction is
-/// rolled back, nothing moved).
-pub async fn take_from_template(slice: &Slice, template: &Slice) -> Result<(), AdapterError> {
-    let c = connect_to(slice, &slice.name).await?;
-    if find(&c, &template.name).await? != Found::Ours {
+/// A statement failed (the transaction is rolled back, nothing moved).
+pub async fn take_from_template(
+    c: &tokio_postgres::Client,
+    slice: &Slice,
+    template: &Slice,
+) -> Result<(), AdapterError> {
+    if find(c, &template.name).await? != Found::Ours {
         return Ok(());
     }
     let (from, to) = (quote(&template.name), quote(&slice.name));

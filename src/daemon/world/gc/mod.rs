@@ -1,5 +1,7 @@
 //! `gc`: sweep what a crash left half-made.
 
+mod users;
+
 use super::locate::user_git;
 use super::plan::{lookup_env, project_env};
 use super::reach::{TornDown, drop_template, reach, tear_down};
@@ -26,91 +28,11 @@ pub(crate) async fn gc(d: &Arc<Daemon>, dry_run: bool, client_env: ClientEnv) ->
     sweep_slices(d, dry_run, &client_env, &mut out).await;
     sweep_worktrees(d, dry_run, &client_env, &mut out);
     sweep_markers(d, dry_run, &client_env, &mut out).await;
-    sweep_users(d, dry_run, &client_env, &mut out).await;
+    users::sweep_users(d, dry_run, &client_env, &mut out).await;
     if !dry_run && !out.is_empty() {
         d.event(LogEvent::named(EventKind::Gc).detail(format!("{} item(s)", out.len())));
     }
     out
-}
-
-/// 4. Login users Binky made for a slice that is gone, on the servers the
-///    known projects' configs name: each torn down as its slice (which
-///    drops only a user marked as Binky's). Only names a project's own
-///    naming rule gives, and none the registry still records.
-async fn sweep_users(
-    d: &Arc<Daemon>,
-    dry_run: bool,
-    client_env: &ClientEnv,
-    out: &mut Vec<SweepItem>,
-) {
-    let projects = d.registry().projects().unwrap_or_default();
-    let mut seen = HashSet::new();
-    for (_, project, root) in projects {
-        let Ok(cfg) = config::load(&Path::new(&root).join(config::FILE_NAME)) else {
-            continue;
-        };
-        for (service, s) in &cfg.services {
-            let Some(r) = s.resource() else { continue };
-            let Some(adapter) = adapter_for(d, &r.adapter, client_env) else {
-                continue;
-            };
-            if !adapter.world_users() {
-                continue;
-            }
-            let own = adapter.slice_name(&project, "");
-            let Ok(candidates) = rendered(
-                d,
-                (&project, service),
-                adapter.as_ref(),
-                &own,
-                client_env,
-                None,
-            ) else {
-                continue;
-            };
-            let Some(at) = candidates.into_iter().next() else {
-                continue;
-            };
-            let Ok(names) = adapter.orphan_users(&at).await else {
-                continue;
-            };
-            for name in names {
-                let recorded = d
-                    .registry()
-                    .slice_owner(adapter.name(), &name)
-                    .ok()
-                    .flatten()
-                    .is_some();
-                if !name.starts_with(&own) || recorded || !seen.insert(name.clone()) {
-                    continue;
-                }
-                let slice = crate::adapters::Slice {
-                    name: name.clone(),
-                    ..at.clone()
-                };
-                let outcome = if dry_run {
-                    swept(true, Ok(()))
-                } else {
-                    let r = tear_down(adapter.as_ref(), &slice)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| e.redacted(&slice).message);
-                    if r.is_ok() {
-                        let _ = d.registry().delete_slice(adapter.name(), &name);
-                    }
-                    swept(false, r)
-                };
-                out.push(item(
-                    SweepKind::User,
-                    format!("{} user {name}", adapter.name()),
-                    format!(
-                        "a login user Binky made for a slice of project {project} that is gone"
-                    ),
-                    outcome,
-                ));
-            }
-        }
-    }
 }
 
 /// What a sweep reports: `would sweep` (dry run), `swept`, or why not.
