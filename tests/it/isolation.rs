@@ -554,3 +554,52 @@ fn a_bullmq_worker_given_another_worlds_prefix_takes_none_of_its_jobs() {
         repo.ok(&home, &["remove", w, "--force"]);
     }
 }
+
+#[test]
+fn a_mysql_user_whose_grant_is_refused_is_not_left_behind() {
+    if !mysql_up() {
+        skip("no MariaDB/MySQL on 127.0.0.1:3306 (or the mysql client is missing)");
+        return;
+    }
+    let home = Home::new();
+    let project = format!("isomg{}", std::process::id() % 100000);
+    let _cleanup = Cleanup {
+        prefix: format!("{project}_"),
+        mysql: true,
+    };
+    // An admin that may make the project's databases and users, but may not
+    // grant (no GRANT OPTION): the world's user is made, then its grant is
+    // refused.
+    let admin = format!("{project}adm");
+    mysql(
+        "",
+        &format!(
+            "CREATE USER '{admin}'@'127.0.0.1'; GRANT CREATE USER ON *.* TO '{admin}'@'127.0.0.1'; GRANT ALL ON `{project}\\_%`.* TO '{admin}'@'127.0.0.1'"
+        ),
+    );
+    struct DropAdmin(String);
+    impl Drop for DropAdmin {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("mysql")
+                .args(["-h127.0.0.1", "-uroot", "-e"])
+                .arg(format!("DROP USER IF EXISTS '{}'@'127.0.0.1'", self.0))
+                .output();
+        }
+    }
+    let _admin = DropAdmin(admin.clone());
+    let repo = Repo::new(&format!(
+        "{}[services.db]\nadapter = \"mysql\"\nadmin_url = \"mysql://{admin}@127.0.0.1:3306/\"\n",
+        project_header(&project, 2)
+    ));
+    let out = repo.run(&home, &["up", "a"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("GRANT OPTION"), "{out}");
+    assert_eq!(
+        mysql(
+            "",
+            &format!("select count(*) from mysql.user where user = '{project}_a'")
+        ),
+        "0",
+        "the world's user was left behind"
+    );
+}
