@@ -178,7 +178,7 @@ pub async fn ensure(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), Ada
 }
 
 /// Hands every object in the slice's database owned by the admin to the
-/// slice's role: the kinds [`owned_by_admin`] lists. Extension members stay
+/// slice's role: the kinds `owned_by_admin` lists. Extension members stay
 /// the extension's, system schemas the system's. Only what is found is
 /// altered: with nothing to hand over, it takes no lock.
 ///
