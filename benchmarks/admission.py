@@ -34,6 +34,12 @@ transition), then half a world below it (goal: one suspension, at most one
 transition per world in any minute).
 
     python3 benchmarks/admission.py --noise [--phase 120] [--json]
+
+`--queue` measures what a long queue costs instead (`queue_load.py`):
+`status` median and the daemon's idle CPU with 0, 100, 1,000 and 5,000
+worlds queued (goal: `status` under 5 ms and the daemon idle at 5,000).
+
+    python3 benchmarks/admission.py --queue [--queue-sizes 0 100 1000 5000] [--json]
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BenchError, cpu_ticks, ensure_binary, free_port, loadavg, log, verdict  # noqa: E402
+import queue_load  # noqa: E402
 
 MIB = 1 << 20
 
@@ -535,17 +542,29 @@ def main() -> int:
     ap.add_argument("--swing-mib", type=int, default=400, help="--noise: the filler's swing")
     ap.add_argument("--period", type=float, default=1.0, help="--noise: seconds held, then freed")
     ap.add_argument("--phase", type=float, default=120.0, help="--noise: seconds of each phase")
+    ap.add_argument("--queue", action="store_true",
+                    help="instead: status and idle CPU with thousands of worlds queued")
+    ap.add_argument("--queue-sizes", type=int, nargs="+", default=[0, 100, 1000, 5000],
+                    help="--queue: the queue lengths measured")
+    ap.add_argument("--runs", type=int, default=50, help="--queue: status round trips per length")
     args = ap.parse_args()
     args.worlds = args.group_a + args.group_b
     try:
         binary = ensure_binary(args.binary, args.build)
         with tempfile.TemporaryDirectory(prefix="binky-admission-") as d:
-            r = noise(args, binary, Path(d)) if args.noise else benchmark(args, binary, Path(d))
+            if args.queue:
+                r = queue_load.run(args, binary, Path(d))
+            elif args.noise:
+                r = noise(args, binary, Path(d))
+            else:
+                r = benchmark(args, binary, Path(d))
     except BenchError as e:
         log(f"error: {e}")
         return 1
     if args.json:
         print(json.dumps(r, indent=2))
+    elif args.queue:
+        queue_load.print_report(r)
     elif args.noise:
         print_noise(r)
     else:

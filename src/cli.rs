@@ -71,7 +71,7 @@ pub enum Command {
     Gc(GcArgs),
     /// Show the machine-global settings (reserves, max_parallel, proxy ports).
     Config(JsonArgs),
-    /// Show or set how much RAM and disk Binky keeps free, and the most worlds at once.
+    /// Show or set how much RAM and disk Binky keeps free, the most worlds at once, and the queue's caps.
     Reserve(ReserveArgs),
     /// Show or set the proxy's HTTP and HTTPS ports.
     Port(PortArgs),
@@ -82,7 +82,11 @@ pub enum Command {
     /// Point-in-time daemon metrics as one JSON object (`--json` is accepted; it is always JSON).
     Metrics(JsonArgs),
     /// Run the MCP server on stdio so agents can call up/down/reset/remove/status/env/verify/logs.
-    Mcp,
+    ///
+    /// Bound to one world: the one whose worktree it starts in, or `--world NAME`; it answers
+    /// for that world only. Started outside any world it is bound to none and refuses every
+    /// call. `--machine` reaches every world (for an orchestrator you trust).
+    Mcp(McpArgs),
     /// Manage the machine-global background daemon.
     Daemon(DaemonArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -103,7 +107,7 @@ impl Command {
     pub fn prints_to_stdout(&self) -> bool {
         !matches!(
             self,
-            Command::Mcp | Command::LogWriter { .. } | Command::Curl(_)
+            Command::Mcp(_) | Command::LogWriter { .. } | Command::Curl(_)
         ) && !matches!(self, Command::Daemon(d) if matches!(d.action, DaemonAction::Run))
     }
 
@@ -125,7 +129,7 @@ impl Command {
                 | Command::Curl(_)
                 | Command::Verify(_)
                 | Command::Logs(_)
-                | Command::Mcp
+                | Command::Mcp(_)
         )
     }
 
@@ -152,7 +156,7 @@ impl Command {
             Command::Dashboard => "dashboard",
             Command::Doctor(_) => "doctor",
             Command::Metrics(_) => "metrics",
-            Command::Mcp => "mcp",
+            Command::Mcp(_) => "mcp",
             Command::Daemon(_) => "daemon",
             Command::Completions(_) => "completions",
             Command::LogWriter { .. } => "log-writer",
@@ -417,9 +421,28 @@ pub struct ReserveArgs {
     // Read as a signed number so a negative one gets Binky's own message.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_parallel: Option<i64>,
+    /// Most `up`s waiting in the admission queue at once (2–10,000); one more is refused.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub queue_max: Option<i64>,
+    /// Most `up`s one caller's group may have queued (1 to half of --queue-max).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub queue_per_group: Option<i64>,
     /// Print the settings as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `binky mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Bind the server to this world (of the project around the current folder, or `-p`)
+    /// instead of the one whose worktree it starts in.
+    #[arg(long, value_name = "NAME", conflicts_with = "machine")]
+    pub world: Option<String>,
+    /// Reach every world on the machine, as the CLI does: for an orchestrator that starts and
+    /// stops worlds for its agents. Never hand such a server to an agent working in a world.
+    #[arg(long)]
+    pub machine: bool,
 }
 
 /// `binky port`.

@@ -109,6 +109,37 @@ pub fn scrub(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `text` with every registered secret replaced by [`MASK`], except where
+/// one of `keep` stands (a world's own password, handed to its agent): a
+/// short secret that happens to occur inside a kept one is left there.
+pub fn scrub_keeping(text: &str, keep: &[String]) -> String {
+    let keep: Vec<&str> = keep
+        .iter()
+        .map(String::as_str)
+        .filter(|k| !k.is_empty())
+        .collect();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    loop {
+        // The earliest kept secret in what is left (the longest there).
+        let next = keep
+            .iter()
+            .filter_map(|k| rest.find(k).map(|at| (at, std::cmp::Reverse(k.len()), *k)))
+            .min();
+        match next {
+            Some((at, _, k)) => {
+                out.push_str(&scrub(&rest[..at]));
+                out.push_str(k);
+                rest = &rest[at + k.len()..];
+            }
+            None => {
+                out.push_str(&scrub(rest));
+                return out;
+            }
+        }
+    }
+}
+
 /// [`scrub`] in place.
 pub fn scrub_in_place(text: &mut String) {
     if let Cow::Owned(s) = scrub(text) {
@@ -182,6 +213,20 @@ mod tests {
         }
         assert!(s.contains("visible-value"), "{s}");
         assert_eq!(scrub("nothing here"), Cow::Borrowed("nothing here"));
+    }
+
+    #[test]
+    fn an_agent_keeps_its_worlds_own_password_and_loses_the_admins() {
+        register_url("postgres://admin:AdminPw9@127.0.0.1/x");
+        // A short secret that occurs inside the world's own password.
+        register("c0ffee");
+        let own = "aa11c0ffee22bb".to_owned();
+        let text = format!("world postgres://w:{own}@h/db admin AdminPw9 alone c0ffee");
+        assert_eq!(
+            scrub_keeping(&text, std::slice::from_ref(&own)),
+            format!("world postgres://w:{own}@h/db admin *** alone ***")
+        );
+        assert_eq!(scrub_keeping("AdminPw9", &[]), "***");
     }
 
     #[test]

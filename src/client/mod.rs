@@ -135,8 +135,26 @@ impl Client {
         if !self.same_version() && !req.version_independent() {
             return Err(self.other_version());
         }
-        write_frame(&mut platform::NoSigpipe(&self.writer), req)
-            .map_err(|e| ApiError::new(format!("lost the daemon connection: {e}")))?;
+        // Refused here as the daemon would refuse it, without sending
+        // megabytes it would not read.
+        req.check_bounds()?;
+        let frame = crate::protocol::codec::encode(req)
+            .map_err(|e| ApiError::new(format!("cannot encode the request: {e}")))?;
+        if frame.len() > crate::protocol::MAX_FRAME {
+            return Err(ApiError::new(format!(
+                "the request is {} bytes; the daemon reads at most {} per request",
+                frame.len(),
+                crate::protocol::MAX_FRAME
+            ))
+            .hint("nothing was sent; a large environment is the usual cause: run binky from a smaller one"));
+        }
+        {
+            use std::io::Write as _;
+            let mut w = platform::NoSigpipe(&self.writer);
+            w.write_all(&frame)
+                .and_then(|()| w.flush())
+                .map_err(|e| ApiError::new(format!("lost the daemon connection: {e}")))?;
+        }
         let mut queued = false;
         loop {
             match read_frame::<_, Reply>(&mut self.reader) {

@@ -33,6 +33,7 @@ pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
         },
         env: ClientEnv::current(),
         reveal: args.reveal,
+        agent: false,
     };
     let env = match client.request(&req) {
         Ok(Response::Env(e)) => e,

@@ -98,8 +98,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Verify(args) => world::verify(args, project),
         Command::Doctor(args) => doctor::run(args),
         Command::Gc(args) => world::gc(args),
-        Command::Mcp => match paths_or_exit() {
-            Ok(paths) => match crate::mcp::run(paths, project) {
+        Command::Mcp(args) => match paths_or_exit() {
+            Ok(paths) => match crate::mcp::run(paths, project, args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("binky mcp: {e:#}");

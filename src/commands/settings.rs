@@ -16,6 +16,8 @@ fn show(s: &Settings) {
     }
     println!("proxy port     {}", s.proxy_port);
     println!("https port     {}", s.https_port);
+    println!("queue max      {}", s.queue_max);
+    println!("queue/group    {}", s.queue_per_group);
 }
 
 fn settings_of(resp: Result<Response, ExitCode>) -> Result<Settings, ExitCode> {
@@ -54,27 +56,51 @@ pub fn reserve(args: &ReserveArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let max_parallel = match args.max_parallel.map(u32::try_from) {
-        None => None,
-        Some(Ok(n)) => Some(n),
+    let count = |flag: &str, v: Option<i64>, what: &str| match v.map(u32::try_from) {
+        None => Ok(None),
+        Some(Ok(n)) => Ok(Some(n)),
         Some(Err(_)) => {
             crate::output::error(
-                format!(
-                    "--max-parallel {} is not a count of worlds",
-                    args.max_parallel.unwrap_or_default()
-                ),
-                Some("give a whole number from 0 (no limit) up"),
+                format!("{flag} {} is not a count of worlds", v.unwrap_or_default()),
+                Some(what),
             );
-            return ExitCode::from(2);
+            Err(ExitCode::from(2))
         }
     };
-    let request = if args.ram.is_none() && args.disk.is_none() && max_parallel.is_none() {
+    let (max_parallel, queue_max, queue_per_group) = match (
+        count(
+            "--max-parallel",
+            args.max_parallel,
+            "give a whole number from 0 (no limit) up",
+        ),
+        count(
+            "--queue-max",
+            args.queue_max,
+            "give a whole number from 1 up",
+        ),
+        count(
+            "--queue-per-group",
+            args.queue_per_group,
+            "give a whole number from 1 up",
+        ),
+    ) {
+        (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+        (Err(c), _, _) | (_, Err(c), _) | (_, _, Err(c)) => return c,
+    };
+    let request = if args.ram.is_none()
+        && args.disk.is_none()
+        && max_parallel.is_none()
+        && queue_max.is_none()
+        && queue_per_group.is_none()
+    {
         Request::Config
     } else {
         Request::SetReserve {
             ram_pct: args.ram,
             disk_gb: args.disk,
             max_parallel,
+            queue_max,
+            queue_per_group,
         }
     };
     let set = !matches!(request, Request::Config);
@@ -95,9 +121,11 @@ pub fn reserve(args: &ReserveArgs) -> ExitCode {
                 String::new()
             };
             anstream::println!(
-                "{lead}reserves: {} % RAM, {} GB disk; max parallel {max}",
+                "{lead}reserves: {} % RAM, {} GB disk; max parallel {max}; queue at most {}, {} per group",
                 s.ram_reserve_pct,
                 s.disk_reserve_gb,
+                s.queue_max,
+                s.queue_per_group,
             );
             ExitCode::SUCCESS
         }

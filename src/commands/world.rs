@@ -169,6 +169,7 @@ pub fn up(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
             Err(c) => return c,
         },
         group: args.group.clone(),
+        caller: None,
         env: ClientEnv::current(),
         wait: !args.no_wait,
     };
@@ -215,6 +216,7 @@ pub fn reset(args: &ResetArgs, project: Option<&str>) -> ExitCode {
             Err(c) => return c,
         },
         group: args.group.clone(),
+        caller: None,
         env: ClientEnv::current(),
         wait: true,
     };

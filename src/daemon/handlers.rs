@@ -40,7 +40,18 @@ pub(super) async fn handle(
             ram_pct,
             disk_gb,
             max_parallel,
-        } => set_reserve(d, ram_pct, disk_gb, max_parallel),
+            queue_max,
+            queue_per_group,
+        } => set_reserve(
+            d,
+            super::settings::ReserveChange {
+                ram: ram_pct,
+                disk: disk_gb,
+                max_parallel,
+                queue_max,
+                queue_per_group,
+            },
+        ),
         Request::SetPorts { proxy, https } => set_ports(d, proxy, https).await,
         Request::Metrics => metrics(d).map(Response::Metrics),
         Request::Up(r) => world::up(d, r, &progress).await.map(Response::World),
@@ -56,7 +67,10 @@ pub(super) async fn handle(
             world: w,
             env,
             reveal,
-        } => world::env(d, w, env, reveal).await.map(Response::Env),
+            agent,
+        } => world::env(d, w, env, reveal, agent)
+            .await
+            .map(Response::Env),
         Request::Verify {
             world: w,
             keep_going,
@@ -83,13 +97,8 @@ pub(super) async fn handle(
 
 /// `binky config reserve`: stored, then in effect at once (a lowered
 /// reserve admits, a raised one may suspend).
-fn set_reserve(
-    d: &Daemon,
-    ram_pct: Option<f64>,
-    disk_gb: Option<f64>,
-    max_parallel: Option<u32>,
-) -> Result<Response, ApiError> {
-    let s = settings::set_reserve(d, ram_pct, disk_gb, max_parallel)?;
+fn set_reserve(d: &Daemon, change: settings::ReserveChange) -> Result<Response, ApiError> {
+    let s = settings::set_reserve(d, change)?;
     d.event(super::events::Event::named(EventKind::SettingsChanged).detail("reserve"));
     d.admission.wake();
     d.admission.resample();

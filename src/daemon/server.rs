@@ -331,6 +331,9 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
             return;
         }
     }
+    // Who asks, for admission's fairness and caps: the peer's session, read
+    // from the kernel, not taken from the client.
+    let caller = platform::peer_session(&stream).map(|sid| format!("session {sid}"));
     let (r, mut w) = stream.into_split();
     let mut r = BufReader::new(r);
     let Some(hello) = handshake(&mut r, &mut w).await else {
@@ -339,7 +342,7 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
     let matched = hello.protocol == PROTOCOL && hello.version == VERSION;
     let mut frames = read_frames(r);
     loop {
-        let req: Request = match frames.recv().await {
+        let mut req: Request = match frames.recv().await {
             Some(Ok(Some(req))) => req,
             Some(Ok(None)) | None => return,
             Some(Err(e)) => {
@@ -358,6 +361,16 @@ async fn serve(daemon: Arc<Daemon>, stream: platform::ServerStream) {
         if matches!(req, Request::Cancel) {
             continue; // nothing in flight to cancel
         }
+        // Every field within its bound before anything is looked up or
+        // stored (protocol::limits).
+        if let Err(e) = req.check_bounds() {
+            tracing::info!(verb = req.verb(), "refused: {}", e.message);
+            if write_frame_async(&mut w, &Reply::Err(e)).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        req.set_caller(caller.clone());
         let reply = if !matched && !req.version_independent() {
             Reply::Err(
                 ApiError::new(format!(

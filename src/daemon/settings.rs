@@ -67,16 +67,54 @@ pub(super) fn init_defaults(d: &Daemon) -> anyhow::Result<()> {
 /// The largest disk reserve `binky reserve --disk` takes, GB.
 pub const MAX_DISK_RESERVE_GB: f64 = 1_000_000.0;
 
-/// Validates and stores reserves and the parallelism limit. RAM 0–90 %,
-/// disk 0 to [`MAX_DISK_RESERVE_GB`] GB, max_parallel 0 (unlimited) to
-/// 10,000.
-pub(super) fn set_reserve(
-    d: &Daemon,
-    ram: Option<f64>,
-    disk: Option<f64>,
-    max_parallel: Option<u32>,
-) -> Result<Settings, ApiError> {
+/// The largest queue cap `binky reserve --queue-max` takes: past it the
+/// queue itself is the problem (benchmarks/admission.py measures 5,000).
+pub const MAX_QUEUE_CAP: u32 = 10_000;
+
+/// What `binky reserve` changes; `None` leaves a value as it is.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct ReserveChange {
+    pub ram: Option<f64>,
+    pub disk: Option<f64>,
+    pub max_parallel: Option<u32>,
+    pub queue_max: Option<u32>,
+    pub queue_per_group: Option<u32>,
+}
+
+/// Validates and stores reserves, the parallelism limit and the queue's
+/// caps. RAM 0–90 %, disk 0 to [`MAX_DISK_RESERVE_GB`] GB, max_parallel 0
+/// (unlimited) to 10,000, queue_max 2 to [`MAX_QUEUE_CAP`],
+/// queue_per_group 1 to half of queue_max: one caller may hold
+/// `queue_max - queue_per_group` places, which must cover a full group.
+pub(super) fn set_reserve(d: &Daemon, c: ReserveChange) -> Result<Settings, ApiError> {
+    let ReserveChange {
+        ram,
+        disk,
+        max_parallel,
+        queue_max,
+        queue_per_group,
+    } = c;
     let mut pairs = Vec::new();
+    if queue_max.is_some() || queue_per_group.is_some() {
+        let now = d.registry().settings()?;
+        let max = queue_max.unwrap_or(now.queue_max);
+        let per = queue_per_group.unwrap_or(now.queue_per_group);
+        if !(2..=MAX_QUEUE_CAP).contains(&max) {
+            return Err(
+                ApiError::new(format!("--queue-max {max} is out of range")).hint(format!(
+                    "give a number of queued worlds from 2 to {MAX_QUEUE_CAP}"
+                )),
+            );
+        }
+        if per == 0 || per > max / 2 {
+            return Err(ApiError::new(format!(
+                "--queue-per-group {per} is out of range: it must be from 1 to half of queue_max ({max}), so one caller can fill a group and another still finds room"
+            ))
+            .hint("lower --queue-per-group, or raise --queue-max with it"));
+        }
+        pairs.push(Setting::QueueMax(max));
+        pairs.push(Setting::QueuePerGroup(per));
+    }
     if let Some(n) = max_parallel {
         if n > 10_000 {
             return Err(ApiError::new(format!("--max-parallel {n} is out of range"))

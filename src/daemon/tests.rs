@@ -160,6 +160,7 @@ impl Fixture {
         UpRequest {
             world: self.world(name),
             group: None,
+            caller: None,
             env: ClientEnv(std::env::vars().filter(|(k, _)| k == "PATH").collect()),
             wait,
         }
@@ -353,7 +354,14 @@ async fn a_refused_provision_fails_up_and_leaves_no_slice_and_no_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_max_parallel_one_a_second_up_queues_until_the_first_is_down() {
     let f = Fixture::new(Memory::default());
-    settings::set_reserve(&f.d, None, None, Some(1)).unwrap();
+    settings::set_reserve(
+        &f.d,
+        settings::ReserveChange {
+            max_parallel: Some(1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     f.up("first").await;
     let queued = f
         .world_verb(Request::Up(f.up_request("second", false)))

@@ -265,6 +265,7 @@ impl Runner {
                 let up = UpRequest {
                     world,
                     group: None,
+                    caller: None,
                     env,
                     // Queued is an answer too: the table shows the place.
                     wait: false,

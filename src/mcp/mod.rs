@@ -2,6 +2,14 @@
 //! `down`, `reset`, `remove` (never forced), `status`, `env`, `verify`,
 //! `logs` — over the same daemon API as the CLI.
 //!
+//! A server is bound ([`Binding`]): by default to the world whose worktree
+//! it starts in (or `--world NAME`), and then it answers for that world
+//! only, refusing any other world name and any other project; what it
+//! hands out is that world's own coordinates and credentials, never the
+//! admin's. Started outside any world it is bound to none and refuses every
+//! call. `--machine` reaches every world, as the CLI does: an orchestrator's
+//! explicit choice. Every tool's description says which binding it has.
+//!
 //! stdout carries the protocol only; logs go to stderr. A failure is a tool
 //! result with `isError` and actionable text (message and hint), never a
 //! crash. A long `up` reports MCP progress notifications when the client sends
@@ -25,8 +33,9 @@ use std::path::PathBuf;
 /// Arguments naming a world.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct WorldArgs {
-    /// The world's name: a git branch (created from HEAD by `up` if it does not exist).
-    pub name: String,
+    /// The world's name: a git branch. Default: the world this server is bound to.
+    #[serde(default)]
+    pub name: Option<String>,
     /// The project: its folder (or its binky.toml), or the name of a project the daemon knows.
     /// Default: the folder `binky mcp` runs in.
     #[serde(default)]
@@ -36,8 +45,10 @@ pub struct WorldArgs {
 /// Arguments of `up`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct UpArgs {
-    /// The world's name: a git branch (created from HEAD if it does not exist).
-    pub name: String,
+    /// The world's name: a git branch (created from HEAD if it does not exist). Default: the
+    /// world this server is bound to.
+    #[serde(default)]
+    pub name: Option<String>,
     /// The project: its folder (or its binky.toml), or a known project name. Default: the
     /// folder `binky mcp` runs in.
     #[serde(default)]
@@ -56,8 +67,9 @@ pub struct UpArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RemoveArgs {
-    /// The world's name.
-    pub name: String,
+    /// The world's name. Default: the world this server is bound to.
+    #[serde(default)]
+    pub name: Option<String>,
     /// The project: its folder (or its binky.toml), or a known project name. Default: the
     /// folder `binky mcp` runs in.
     #[serde(default)]
@@ -67,8 +79,9 @@ pub struct RemoveArgs {
 /// Arguments of `reset`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ResetArgs {
-    /// The world's name.
-    pub name: String,
+    /// The world's name. Default: the world this server is bound to.
+    #[serde(default)]
+    pub name: Option<String>,
     /// The project: its folder (or its binky.toml), or a known project name. Default: the
     /// folder `binky mcp` runs in.
     #[serde(default)]
@@ -93,8 +106,9 @@ pub struct StatusArgs {
 /// Arguments of `verify`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct VerifyArgs {
-    /// The world's name.
-    pub name: String,
+    /// The world's name. Default: the world this server is bound to.
+    #[serde(default)]
+    pub name: Option<String>,
     /// The project: its folder (or its binky.toml), or a known project name.
     #[serde(default)]
     pub project: Option<String>,
@@ -106,8 +120,9 @@ pub struct VerifyArgs {
 /// Arguments of `logs`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct LogsArgs {
-    /// The world's name.
-    pub name: String,
+    /// The world's name. Default: the world this server is bound to.
+    #[serde(default)]
+    pub name: Option<String>,
     /// The project: its folder (or its binky.toml), or a known project name.
     #[serde(default)]
     pub project: Option<String>,
@@ -122,16 +137,67 @@ pub struct LogsArgs {
     pub cursor: Option<String>,
 }
 
+/// What a server reaches.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Binding {
+    /// `--machine`: every world on the machine, as the CLI.
+    Machine,
+    /// One world: the one whose worktree the server started in, or
+    /// `--world NAME`.
+    World {
+        /// Its project's name.
+        project: String,
+        /// Its name.
+        name: String,
+        /// How the daemon finds it.
+        world: WorldRef,
+    },
+    /// No world: the server started outside every world's worktree.
+    Unbound {
+        /// Where it started, for the refusal.
+        cwd: String,
+    },
+}
+
+impl Binding {
+    /// What each tool's description says of the binding.
+    fn describe(&self) -> String {
+        match self {
+            Binding::Machine => "This server reaches every world on the machine (`binky mcp --machine`).".to_owned(),
+            Binding::World { project, name, .. } => format!(
+                "This server is bound to world `{name}` of project `{project}`: `name` defaults to it, and any other world or project is refused."
+            ),
+            Binding::Unbound { .. } => "This server is bound to no world (it started outside every world's worktree), so it refuses every call: start `binky mcp` in a world's worktree, or with `--world NAME`.".to_owned(),
+        }
+    }
+
+    /// The refusal of a call that reaches past the binding.
+    fn refusal(&self, asked: &str) -> ApiError {
+        match self {
+            Binding::World { project, name, .. } => ApiError::new(format!(
+                "this MCP server is bound to world `{name}` of project `{project}`; it does not reach {asked}"
+            ))
+            .hint("an agent works in its own world only; an orchestrator that manages many worlds runs its own server with `binky mcp --machine`"),
+            Binding::Unbound { cwd } => ApiError::new(format!(
+                "this MCP server is bound to no world: it started in {cwd}, which is inside no world's worktree"
+            ))
+            .hint("start `binky mcp` in a world's worktree or with `--world NAME`; an orchestrator uses `binky mcp --machine`"),
+            Binding::Machine => ApiError::new(format!("{asked} cannot be reached")),
+        }
+    }
+}
+
 /// The server.
 #[derive(Clone)]
 pub struct BinkyMcp {
-    // Read by the code `#[tool_handler]` generates.
-    #[allow(dead_code)]
+    /// The tools, each description led by the binding; `#[tool_handler]`
+    /// lists and calls through this one, not a fresh `Self::tool_router()`.
     tool_router: ToolRouter<Self>,
     paths: Paths,
     cwd: PathBuf,
     /// `binky -p X mcp`: the project a tool call without `project` means.
     default_project: Option<String>,
+    binding: Binding,
 }
 
 fn tool_error(e: &ApiError) -> CallToolResult {
@@ -149,14 +215,50 @@ fn tool_error(e: &ApiError) -> CallToolResult {
 }
 
 impl BinkyMcp {
-    fn world_ref(&self, project: Option<&str>, name: &str) -> Result<WorldRef, CallToolResult> {
-        WorldRef::from_arg(project.or(self.default_project.as_deref()), &self.cwd, name).map_err(
-            |e| {
-                tool_error(&ApiError::new(e).hint(
-                    "`project` is a folder inside the project (holding binky.toml), its binky.toml, or a known project name",
-                ))
-            },
-        )
+    /// The world a call names, within the binding: a bound server answers
+    /// for its own world only (a `project` naming its own project by name
+    /// is accepted); an unbound one for none.
+    fn world_ref(
+        &self,
+        project: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<WorldRef, CallToolResult> {
+        match &self.binding {
+            Binding::Machine => {
+                let Some(name) = name else {
+                    return Err(tool_error(
+                        &ApiError::new("`name` is required: this server reaches every world")
+                            .hint("pass the world's name (its branch)"),
+                    ));
+                };
+                WorldRef::from_arg(project.or(self.default_project.as_deref()), &self.cwd, name)
+                    .map_err(|e| {
+                        tool_error(&ApiError::new(e).hint(
+                            "`project` is a folder inside the project (holding binky.toml), its binky.toml, or a known project name",
+                        ))
+                    })
+            }
+            Binding::World {
+                project: bp,
+                name: bn,
+                world,
+            } => {
+                if let Some(n) = name.filter(|n| n != bn) {
+                    return Err(tool_error(&self.binding.refusal(&format!(
+                        "world `{}`",
+                        crate::output::untrusted(&shorten(n))
+                    ))));
+                }
+                if let Some(p) = project.filter(|p| p != bp) {
+                    return Err(tool_error(&self.binding.refusal(&format!(
+                        "project `{}` (the `project` override is refused)",
+                        crate::output::untrusted(&shorten(p))
+                    ))));
+                }
+                Ok(world.clone())
+            }
+            Binding::Unbound { .. } => Err(tool_error(&self.binding.refusal("any world"))),
+        }
     }
 
     /// Runs one daemon call on a blocking thread, forwarding progress as MCP
@@ -234,6 +336,15 @@ impl BinkyMcp {
     }
 }
 
+/// At most 80 characters of `s`, for a message quoting what a caller sent.
+fn shorten(s: &str) -> String {
+    let mut out: String = s.chars().take(80).collect();
+    if out.len() < s.len() {
+        out.push('…');
+    }
+    out
+}
+
 fn done(v: impl serde::Serialize) -> Result<CallToolResult, ErrorData> {
     Ok(CallToolResult::structured(
         serde_json::to_value(v).unwrap_or_default(),
@@ -243,13 +354,26 @@ fn done(v: impl serde::Serialize) -> Result<CallToolResult, ErrorData> {
 #[tool_router]
 impl BinkyMcp {
     /// A server for the daemon under `paths`, resolving relative projects
-    /// against `cwd`.
-    pub fn new(paths: Paths, cwd: PathBuf, default_project: Option<String>) -> Self {
+    /// against `cwd`, reaching what `binding` allows; each tool's
+    /// description says so.
+    pub fn new(
+        paths: Paths,
+        cwd: PathBuf,
+        default_project: Option<String>,
+        binding: Binding,
+    ) -> Self {
+        let mut tool_router = Self::tool_router();
+        let said = binding.describe();
+        for route in tool_router.map.values_mut() {
+            let d = route.attr.description.take().unwrap_or_default();
+            route.attr.description = Some(format!("{said} {d}").into());
+        }
         BinkyMcp {
-            tool_router: Self::tool_router(),
+            tool_router,
             paths,
             cwd,
             default_project,
+            binding,
         }
     }
 
@@ -262,11 +386,12 @@ impl BinkyMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let req = Request::Up(UpRequest {
-            world: match self.world_ref(a.project.as_deref(), &a.name) {
+            world: match self.world_ref(a.project.as_deref(), a.name.as_deref()) {
                 Ok(w) => w,
                 Err(e) => return Ok(e),
             },
             group: a.group,
+            caller: None,
             env: ClientEnv::current(),
             wait: a.wait.unwrap_or(true),
         });
@@ -280,7 +405,7 @@ impl BinkyMcp {
         &self,
         Parameters(a): Parameters<WorldArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let req = match self.world_ref(a.project.as_deref(), &a.name) {
+        let req = match self.world_ref(a.project.as_deref(), a.name.as_deref()) {
             Ok(w) => Request::Down(w),
             Err(e) => return Ok(e),
         };
@@ -296,11 +421,12 @@ impl BinkyMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let up = UpRequest {
-            world: match self.world_ref(a.project.as_deref(), &a.name) {
+            world: match self.world_ref(a.project.as_deref(), a.name.as_deref()) {
                 Ok(w) => w,
                 Err(e) => return Ok(e),
             },
             group: None,
+            caller: None,
             env: ClientEnv::current(),
             wait: true,
         };
@@ -319,7 +445,7 @@ impl BinkyMcp {
         &self,
         Parameters(a): Parameters<RemoveArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let req = match self.world_ref(a.project.as_deref(), &a.name) {
+        let req = match self.world_ref(a.project.as_deref(), a.name.as_deref()) {
             Ok(world) => Request::Remove {
                 world,
                 force: false,
@@ -345,21 +471,42 @@ impl BinkyMcp {
     }
 
     #[tool(
-        description = "Every world on the machine grouped by project, with state, services, pids and ports."
+        description = "Worlds with state, services, pids and ports, grouped by project: every world on the machine, or only its own for a bound server."
     )]
     async fn status(
         &self,
         Parameters(a): Parameters<StatusArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let project = match a.project.as_deref().or(self.default_project.as_deref()) {
-            None => None,
-            Some(p) if std::path::Path::new(p).exists() || p.contains('/') => {
-                match crate::config::find(&self.cwd.join(p)).and_then(|f| crate::config::load(&f)) {
-                    Ok(c) => Some(c.project.name),
-                    Err(e) => return Ok(tool_error(&ApiError::new(e.to_string()))),
-                }
+        let (project, only) = match &self.binding {
+            Binding::Unbound { .. } => {
+                return Ok(tool_error(&self.binding.refusal("any world")));
             }
-            Some(name) => Some(name.to_owned()),
+            Binding::World {
+                project: bp, name, ..
+            } => {
+                if let Some(p) = a.project.as_deref().filter(|p| p != bp) {
+                    return Ok(tool_error(&self.binding.refusal(&format!(
+                        "project `{}` (the `project` override is refused)",
+                        crate::output::untrusted(&shorten(p))
+                    ))));
+                }
+                (Some(bp.clone()), Some(name.clone()))
+            }
+            Binding::Machine => {
+                let project = match a.project.as_deref().or(self.default_project.as_deref()) {
+                    None => None,
+                    Some(p) if std::path::Path::new(p).exists() || p.contains('/') => {
+                        match crate::config::find(&self.cwd.join(p))
+                            .and_then(|f| crate::config::load(&f))
+                        {
+                            Ok(c) => Some(c.project.name),
+                            Err(e) => return Ok(tool_error(&ApiError::new(e.to_string()))),
+                        }
+                    }
+                    Some(name) => Some(name.to_owned()),
+                };
+                (project, None)
+            }
         };
         match self
             .call(
@@ -371,7 +518,15 @@ impl BinkyMcp {
             )
             .await
         {
-            Ok(Response::Status(r)) => done(r),
+            Ok(Response::Status(mut r)) => {
+                // A bound server shows its own world only.
+                if let Some(name) = &only {
+                    for p in &mut r.projects {
+                        p.worlds.retain(|w| &w.name == name);
+                    }
+                }
+                done(r)
+            }
             Ok(other) => Ok(tool_error(&ApiError::new(format!(
                 "unexpected reply: {other:?}"
             )))),
@@ -384,13 +539,15 @@ impl BinkyMcp {
     )]
     async fn env(&self, Parameters(a): Parameters<WorldArgs>) -> Result<CallToolResult, ErrorData> {
         let req = Request::Env {
-            world: match self.world_ref(a.project.as_deref(), &a.name) {
+            world: match self.world_ref(a.project.as_deref(), a.name.as_deref()) {
                 Ok(w) => w,
                 Err(e) => return Ok(e),
             },
             env: ClientEnv::current(),
             // An agent's transcript is not the place for the user's secrets.
             reveal: false,
+            // Nor, from a bound server, for the admin's credentials.
+            agent: matches!(self.binding, Binding::World { .. }),
         };
         match self.call(req, None).await {
             Ok(Response::Env(e)) => done(e),
@@ -410,7 +567,7 @@ impl BinkyMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let req = Request::Verify {
-            world: match self.world_ref(a.project.as_deref(), &a.name) {
+            world: match self.world_ref(a.project.as_deref(), a.name.as_deref()) {
                 Ok(w) => w,
                 Err(e) => return Ok(e),
             },
@@ -439,7 +596,7 @@ impl BinkyMcp {
     )]
     async fn logs(&self, Parameters(a): Parameters<LogsArgs>) -> Result<CallToolResult, ErrorData> {
         let req = Request::Logs {
-            world: match self.world_ref(a.project.as_deref(), &a.name) {
+            world: match self.world_ref(a.project.as_deref(), a.name.as_deref()) {
                 Ok(w) => w,
                 Err(e) => return Ok(e),
             },
@@ -457,29 +614,36 @@ impl BinkyMcp {
     }
 }
 
-#[tool_handler]
+#[tool_handler(router = self.tool_router)]
 impl ServerHandler for BinkyMcp {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("binky", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Binky gives each branch an isolated local world. Call `up` for a branch, hand the agent what `env` returns (URLs, database address, worktree path), let it work in that worktree, and call `verify` before accepting the result. `down` pauses a world.",
-            )
+            .with_instructions(format!(
+                "Binky gives each branch an isolated local world. Call `up` for a branch, hand the agent what `env` returns (URLs, database address, worktree path), let it work in that worktree, and call `verify` before accepting the result. `down` pauses a world. {}",
+                self.binding.describe()
+            ))
     }
 }
 
 /// Runs the server on stdin/stdout until the client disconnects.
 /// `default_project` (`binky -p X mcp`) is the project a tool call without
 /// `project` means; else the folder the server runs in.
-pub fn run(paths: Paths, default_project: Option<&str>) -> anyhow::Result<()> {
+pub fn run(
+    paths: Paths,
+    default_project: Option<&str>,
+    args: &crate::cli::McpArgs,
+) -> anyhow::Result<()> {
     let cwd = std::env::current_dir()?;
+    let binding = binding(&paths, &cwd, default_project, args)?;
+    tracing::info!("binky mcp: {}", binding.describe());
     let default_project = default_project.map(str::to_owned);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let server = BinkyMcp::new(paths, cwd, default_project);
+        let server = BinkyMcp::new(paths, cwd, default_project, binding);
         let (transport, written) = checked_stdio();
         let service = server
             .serve(transport)
@@ -492,6 +656,146 @@ pub fn run(paths: Paths, default_project: Option<&str>) -> anyhow::Result<()> {
     })
 }
 
+/// The binding a server started in `cwd` has: `--machine`, `--world NAME`
+/// (of the project `-p` names, or the one around `cwd`), else the world
+/// whose worktree holds `cwd` (the daemon's record, the deepest match), else
+/// none.
+///
+/// # Errors
+/// `--world` names a world no branch could be, or its project cannot be
+/// read; without `--world` or `--machine`, the daemon cannot be reached.
+pub fn binding(
+    paths: &Paths,
+    cwd: &std::path::Path,
+    project: Option<&str>,
+    args: &crate::cli::McpArgs,
+) -> anyhow::Result<Binding> {
+    if args.machine {
+        return Ok(Binding::Machine);
+    }
+    if let Some(name) = &args.world {
+        if name.len() > crate::protocol::limits::MAX_WORLD_NAME {
+            anyhow::bail!(
+                "--world is {} bytes long; at most {} are accepted",
+                name.len(),
+                crate::protocol::limits::MAX_WORLD_NAME
+            );
+        }
+        crate::slug::check_world_name(name).map_err(|e| anyhow::anyhow!("--world: {e}"))?;
+        let world = WorldRef::from_arg(project, cwd, name).map_err(|e| anyhow::anyhow!(e))?;
+        let project = match (&world.project, &world.project_dir) {
+            (Some(p), _) => p.clone(),
+            (None, Some(dir)) => {
+                let file = crate::config::find(std::path::Path::new(dir))?;
+                crate::config::load(&file)?.project.name
+            }
+            (None, None) => anyhow::bail!("--world {name}: no project around {}", cwd.display()),
+        };
+        return Ok(Binding::World {
+            project,
+            name: name.clone(),
+            world,
+        });
+    }
+    let here = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
+    let mut client = Client::connect_or_start(paths).map_err(|e| anyhow::anyhow!(e.message))?;
+    let report = match client.call(
+        &Request::Status {
+            project: None,
+            usage: false,
+        },
+        &mut |_| {},
+    ) {
+        Ok(Response::Status(r)) => r,
+        Ok(other) => anyhow::bail!("unexpected reply: {other:?}"),
+        Err(e) => anyhow::bail!("{}", e.message),
+    };
+    let found = report
+        .projects
+        .iter()
+        .flat_map(|p| p.worlds.iter().map(move |w| (p, w)))
+        .filter(|(_, w)| !w.path.is_empty())
+        .filter_map(|(p, w)| {
+            let root = std::path::Path::new(&w.path);
+            let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+            here.starts_with(&root)
+                .then(|| (root.components().count(), p, w))
+        })
+        .max_by_key(|(depth, _, _)| *depth);
+    Ok(match found {
+        Some((_, p, w)) => Binding::World {
+            project: p.name.clone(),
+            name: w.name.clone(),
+            world: WorldRef {
+                project_dir: None,
+                project: Some(p.name.clone()),
+                name: w.name.clone(),
+            },
+        },
+        None => Binding::Unbound {
+            cwd: here.display().to_string(),
+        },
+    })
+}
+
+/// Reads one line of at most `max` bytes into `buf` (without its `\n`),
+/// consuming the rest of a longer line without keeping it. The line's full
+/// length, or `None` at the end of input.
+async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    max: usize,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<usize>> {
+    use tokio::io::AsyncBufReadExt;
+    buf.clear();
+    let mut total = 0;
+    loop {
+        let avail = r.fill_buf().await?;
+        if avail.is_empty() {
+            return Ok((total > 0).then_some(total));
+        }
+        let (line, used, done) = match avail.iter().position(|b| *b == b'\n') {
+            Some(i) => (&avail[..i], i + 1, true),
+            None => (avail, avail.len(), false),
+        };
+        let room = (max + 1).saturating_sub(buf.len());
+        buf.extend_from_slice(&line[..line.len().min(room)]);
+        total += line.len();
+        r.consume(used);
+        if done {
+            return Ok(Some(total));
+        }
+    }
+}
+
+/// The `id` of a JSON-RPC message from its first bytes, for the error that
+/// answers a message too large to parse: clients write `id` near the start.
+fn leading_id(head: &[u8]) -> serde_json::Value {
+    let head = String::from_utf8_lossy(&head[..head.len().min(4096)]);
+    let Some(at) = head.find("\"id\"") else {
+        return serde_json::Value::Null;
+    };
+    let rest = head[at + 4..].trim_start();
+    let Some(rest) = rest.strip_prefix(':') else {
+        return serde_json::Value::Null;
+    };
+    let rest = rest.trim_start();
+    if let Some(s) = rest.strip_prefix('"') {
+        return s
+            .find('"')
+            .map(|end| serde_json::Value::String(s[..end].to_owned()))
+            .unwrap_or(serde_json::Value::Null);
+    }
+    let digits: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '-')
+        .collect();
+    digits
+        .parse::<i64>()
+        .map(serde_json::Value::from)
+        .unwrap_or(serde_json::Value::Null)
+}
+
 /// The server's stdio, with every line checked before rmcp sees it: a line
 /// that is not JSON gets the JSON-RPC parse error (`-32700`, `id: null`) the
 /// spec asks for — rmcp would skip it silently, leaving a client waiting —
@@ -502,13 +806,30 @@ fn checked_stdio() -> (
     tokio::task::JoinHandle<()>,
 ) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    const BUF: usize = 1 << 20;
+    // Room for one whole message, so rmcp never waits on half of one.
+    const BUF: usize = crate::protocol::limits::MAX_MCP_MESSAGE + 1;
     let (to_rmcp, mut feed) = tokio::io::duplex(BUF);
     let (from_rmcp, rmcp_out) = tokio::io::duplex(BUF);
     let (errors, mut error_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
+        use crate::protocol::limits::MAX_MCP_MESSAGE;
+        let mut input = tokio::io::BufReader::new(tokio::io::stdin());
+        let mut buf = Vec::new();
+        while let Ok(Some(len)) = read_line_bounded(&mut input, MAX_MCP_MESSAGE, &mut buf).await {
+            if len > MAX_MCP_MESSAGE {
+                // Refused whole, before anything parses it or the daemon
+                // sees it; the server keeps serving.
+                let reply = serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "id": leading_id(&buf),
+                    "error": {"code": -32600, "message": format!(
+                        "message of {len} bytes refused: binky mcp reads at most {MAX_MCP_MESSAGE} bytes per message; nothing was done"
+                    )},
+                });
+                let _ = errors.send(reply.to_string());
+                continue;
+            }
+            let line = String::from_utf8_lossy(&buf);
             if line.trim().is_empty() {
                 continue;
             }

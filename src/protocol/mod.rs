@@ -26,14 +26,15 @@ mod reports;
 mod request;
 pub use reply::{ApiError, Progress, ProgressStep, Reply, Response};
 pub use reports::{
-    DaemonInfo, LogLine, LogsReport, Metrics, ProjectStatus, ProxyMetrics, QueuePlace,
-    ServiceStatus, ServiceTarget, Settings, StatusReport, SweepItem, Usage, VerifyCheck,
-    VerifyReport, WorldEnv, WorldOutcome, WorldStatus, natural_cmp,
+    DEFAULT_QUEUE_MAX, DEFAULT_QUEUE_PER_GROUP, DaemonInfo, LogLine, LogsReport, Metrics,
+    ProjectStatus, ProxyMetrics, QueuePlace, ServiceStatus, ServiceTarget, Settings, StatusReport,
+    SweepItem, Usage, VerifyCheck, VerifyReport, WorldEnv, WorldOutcome, WorldStatus, natural_cmp,
 };
 pub use request::{ClientEnv, LogFollow, Request, ResetRequest, Subscription, UpRequest, WorldRef};
+pub mod limits;
 
 /// Bumped whenever a frame changes shape.
-pub const PROTOCOL: u32 = 5;
+pub const PROTOCOL: u32 = 6;
 
 /// This build's package version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

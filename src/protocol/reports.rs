@@ -181,6 +181,28 @@ pub struct Settings {
     pub proxy_port: u16,
     /// The HTTPS (Caddy) port.
     pub https_port: u16,
+    /// Most `up`s queued at once, in all: one more is refused, not queued.
+    #[serde(default = "default_queue_max")]
+    pub queue_max: u32,
+    /// Most `up`s one caller's group may have queued; one caller may hold
+    /// at most `queue_max - queue_per_group` places in all, so the last
+    /// ones are always left for another caller.
+    #[serde(default = "default_queue_per_group")]
+    pub queue_per_group: u32,
+}
+
+/// [`Settings::queue_max`] unless set: far above any swarm a machine runs,
+/// far below what slows admission (benchmarks/admission.py).
+pub const DEFAULT_QUEUE_MAX: u32 = 1_000;
+/// [`Settings::queue_per_group`] unless set.
+pub const DEFAULT_QUEUE_PER_GROUP: u32 = 100;
+
+fn default_queue_max() -> u32 {
+    DEFAULT_QUEUE_MAX
+}
+
+fn default_queue_per_group() -> u32 {
+    DEFAULT_QUEUE_PER_GROUP
 }
 
 /// Every world, grouped by project.

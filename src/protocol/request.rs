@@ -36,6 +36,12 @@ pub enum Request {
         /// Most worlds running or starting at once; 0 is unlimited.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_parallel: Option<u32>,
+        /// Most `up`s queued at once, in all.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue_max: Option<u32>,
+        /// Most `up`s one caller's group may have queued.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue_per_group: Option<u32>,
     },
     /// Set the proxy ports; `None` leaves a value unchanged.
     SetPorts {
@@ -127,6 +133,11 @@ pub enum Request {
         /// (withheld by default: they are often credentials).
         #[serde(default)]
         reveal: bool,
+        /// For an agent (a world-bound `binky mcp`): every credential that
+        /// is not the world's own — an `admin_url`'s password, a secret
+        /// from the user's environment — is masked wherever it appears.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        agent: bool,
     },
 }
 
@@ -212,6 +223,12 @@ pub struct UpRequest {
     /// Admission group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// Who asks, for fairness across callers: `session <sid>`, the session
+    /// the connecting process runs in. Set by the daemon from the socket's
+    /// peer (whatever a client sends is replaced), never by an agent's
+    /// argument; `None`: unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
     /// The CLI's environment: the base environment of services, and where
     /// `${env.NAME}` resolves first. Held in daemon memory only.
     pub env: ClientEnv,
@@ -332,6 +349,16 @@ impl Request {
             Request::Subscribe(_) => "subscribe",
             Request::Logs { .. } => "logs",
             Request::Cancel => "cancel",
+        }
+    }
+
+    /// Records who asks (the daemon's reading of the socket's peer) on a
+    /// request that may queue; any caller the client put there is replaced.
+    pub fn set_caller(&mut self, caller: Option<String>) {
+        match self {
+            Request::Up(r) | Request::Reload(r) => r.caller = caller,
+            Request::Reset(r) => r.up.caller = caller,
+            _ => {}
         }
     }
 

@@ -12,7 +12,7 @@ mod slices;
 mod worlds;
 
 pub use ports::PortBook;
-pub use queue::{ActiveRow, QueueRow, now_ms};
+pub use queue::{ActiveRow, NewTicket, QueueCounts, QueueRow, now_ms};
 pub use slices::{OrphanSlice, SliceKey, SliceRow};
 pub use worlds::{NewWorld, RecordedProcess, RouteRow, WorldBrief, WorldRow};
 

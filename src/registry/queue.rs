@@ -14,6 +14,8 @@ pub struct QueueRow {
     pub project: String,
     /// World name.
     pub world: String,
+    /// Who asked (`""`: unknown, queued before callers were recorded).
+    pub caller: String,
     /// Admission group (`""`: the default one).
     pub group: String,
     /// The `up`'s world reference, as JSON.
@@ -38,6 +40,8 @@ pub struct ActiveRow {
     pub project: String,
     /// World name.
     pub world: String,
+    /// Who brought it up (`""`: unknown).
+    pub caller: String,
     /// Admission group (`""`: the default one).
     pub group: String,
     /// Where it is.
@@ -56,61 +60,70 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// A ticket to take: who asks for which world.
+#[derive(Debug, Clone, Copy)]
+pub struct NewTicket<'a> {
+    /// Project name.
+    pub project: &'a str,
+    /// World name.
+    pub world: &'a str,
+    /// Who asks (`""`: unknown).
+    pub caller: &'a str,
+    /// Admission group (`""`: the default one).
+    pub group: &'a str,
+    /// The `up`'s world reference, as JSON.
+    pub request: &'a str,
+    /// A path whose filesystem must keep the disk reserve free.
+    pub disk_path: &'a str,
+}
+
+/// How full the queue is for one caller's group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Tickets waiting (not yet admitted), in all.
+    pub total: u32,
+    /// Of those, the caller's.
+    pub caller: u32,
+    /// Of those, the caller's in the group.
+    pub group: u32,
+}
+
 impl Registry {
-    /// Queues an `up` of `project`/`world`, returning its ticket; one
-    /// already queued keeps its ticket (and place).
+    /// Queues an `up`, returning its ticket; one already queued keeps its
+    /// ticket (and place).
     ///
     /// Also whether this call made the ticket (`false`: the world was
     /// queued already, by another `up` or as a resume, and keeps that
     /// place).
-    pub fn enqueue(
-        &mut self,
-        project: &str,
-        world: &str,
-        group: &str,
-        request: &str,
-        disk_path: &str,
-    ) -> Result<(i64, bool), RegistryError> {
-        self.enqueue_at(project, world, group, request, disk_path, None)
+    pub fn enqueue(&mut self, t: &NewTicket<'_>) -> Result<(i64, bool), RegistryError> {
+        self.enqueue_at(t, None)
     }
 
     /// Queues the resume of a suspended world, in the place its admission
     /// at `since` (unix ms) gives it.
-    pub fn enqueue_resume(
-        &mut self,
-        project: &str,
-        world: &str,
-        group: &str,
-        request: &str,
-        disk_path: &str,
-        since: i64,
-    ) -> Result<i64, RegistryError> {
-        self.enqueue_at(project, world, group, request, disk_path, Some(since))
-            .map(|(t, _)| t)
+    pub fn enqueue_resume(&mut self, t: &NewTicket<'_>, since: i64) -> Result<i64, RegistryError> {
+        self.enqueue_at(t, Some(since)).map(|(t, _)| t)
     }
 
     fn enqueue_at(
         &mut self,
-        project: &str,
-        world: &str,
-        group: &str,
-        request: &str,
-        disk_path: &str,
+        t: &NewTicket<'_>,
         resume_since: Option<i64>,
     ) -> Result<(i64, bool), RegistryError> {
         let now = now_ms();
         let made = self
             .conn
             .execute(
-                "INSERT INTO admission_queue(project, world, grp, request, disk_path, enqueued_at, resume, since)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                "INSERT INTO admission_queue(project, world, caller, grp, request, disk_path, enqueued_at, resume, since)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
                  ON CONFLICT(project, world) DO NOTHING",
                 params![
-                    project,
-                    world,
-                    group,
-                    request,
-                    disk_path,
+                    t.project,
+                    t.world,
+                    t.caller,
+                    t.group,
+                    t.request,
+                    t.disk_path,
                     now,
                     resume_since.is_some(),
                     resume_since.unwrap_or(now)
@@ -121,10 +134,55 @@ impl Registry {
         self.conn
             .query_row(
                 "SELECT ticket FROM admission_queue WHERE project = ?1 AND world = ?2",
-                params![project, world],
+                params![t.project, t.world],
                 |r| r.get(0),
             )
             .map(|t| (t, made))
+            .map_err(|e| self.err(e))
+    }
+
+    /// The ticket of `project`/`world`, if it is queued (admitted or not).
+    pub fn ticket_of(&self, project: &str, world: &str) -> Result<Option<i64>, RegistryError> {
+        self.one(
+            "SELECT ticket FROM admission_queue WHERE project = ?1 AND world = ?2",
+            params![project, world],
+        )
+    }
+
+    /// How many tickets wait, in all, for `caller` and for its `group`: what
+    /// the queue's caps are checked against (one indexed count).
+    pub fn queue_counts(&self, caller: &str, group: &str) -> Result<QueueCounts, RegistryError> {
+        self.conn
+            .query_row(
+                "SELECT COUNT(*), COALESCE(SUM(caller = ?1), 0), COALESCE(SUM(caller = ?1 AND grp = ?2), 0)
+                 FROM admission_queue WHERE admitted = 0",
+                params![caller, group],
+                |r| {
+                    Ok(QueueCounts {
+                        total: r.get(0)?,
+                        caller: r.get(1)?,
+                        group: r.get(2)?,
+                    })
+                },
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    /// Records who brought world `project`/`world` up, for fairness while
+    /// it runs.
+    pub fn set_world_caller(
+        &mut self,
+        project: &str,
+        world: &str,
+        caller: &str,
+    ) -> Result<(), RegistryError> {
+        self.conn
+            .execute(
+                "UPDATE worlds SET caller = ?3
+                 WHERE name = ?2 AND project_id = (SELECT id FROM projects WHERE name = ?1)",
+                params![project, world, caller],
+            )
+            .map(|_| ())
             .map_err(|e| self.err(e))
     }
 
@@ -180,7 +238,7 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT ticket, project, world, grp, request, disk_path, enqueued_at, resume, since
+                "SELECT ticket, project, world, caller, grp, request, disk_path, enqueued_at, resume, since
                  FROM admission_queue WHERE admitted = 0 ORDER BY since, ticket",
             )
             .map_err(|e| self.err(e))?;
@@ -190,12 +248,13 @@ impl Registry {
                     ticket: r.get(0)?,
                     project: r.get(1)?,
                     world: r.get(2)?,
-                    group: r.get(3)?,
-                    request: r.get(4)?,
-                    disk_path: r.get(5)?,
-                    enqueued_at: r.get(6)?,
-                    resume: r.get(7)?,
-                    since: r.get(8)?,
+                    caller: r.get(3)?,
+                    group: r.get(4)?,
+                    request: r.get(5)?,
+                    disk_path: r.get(6)?,
+                    enqueued_at: r.get(7)?,
+                    resume: r.get(8)?,
+                    since: r.get(9)?,
                 })
             })
             .map_err(|e| self.err(e))?;
@@ -207,7 +266,7 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "SELECT w.id, p.name, w.name, COALESCE(w.grp, ''), w.state, w.admitted_at, w.suspended_at
+                "SELECT w.id, p.name, w.name, COALESCE(w.caller, ''), COALESCE(w.grp, ''), w.state, w.admitted_at, w.suspended_at
                  FROM worlds w JOIN projects p ON p.id = w.project_id
                  WHERE w.state IN (?1, ?2, ?3)
                  ORDER BY COALESCE(w.admitted_at, 0), w.id",
@@ -225,10 +284,11 @@ impl Registry {
                         id: r.get(0)?,
                         project: r.get(1)?,
                         world: r.get(2)?,
-                        group: r.get(3)?,
-                        state: r.get(4)?,
-                        admitted_at: r.get(5)?,
-                        suspended_at: r.get(6)?,
+                        caller: r.get(3)?,
+                        group: r.get(4)?,
+                        state: r.get(5)?,
+                        admitted_at: r.get(6)?,
+                        suspended_at: r.get(7)?,
                     })
                 },
             )
@@ -304,17 +364,35 @@ impl Registry {
 
 #[cfg(test)]
 mod tests {
+    use super::{NewTicket, QueueCounts};
     use crate::registry::Registry;
 
     #[test]
     fn the_queue_keeps_arrival_order_and_one_place_per_world() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = Registry::open(&dir.path().join("r.db")).unwrap();
-        let (a, made) = r.enqueue("p", "a", "", "{}", "/").unwrap();
+        let t = |world, group| NewTicket {
+            project: "p",
+            world,
+            caller: "c",
+            group,
+            request: "{}",
+            disk_path: "/",
+        };
+        let (a, made) = r.enqueue(&t("a", "")).unwrap();
         assert!(made);
-        let (b, _) = r.enqueue("p", "b", "g", "{}", "/").unwrap();
+        let (b, _) = r.enqueue(&t("b", "g")).unwrap();
         assert!(b > a);
-        assert_eq!(r.enqueue("p", "a", "", "{}", "/").unwrap(), (a, false));
+        assert_eq!(r.enqueue(&t("a", "")).unwrap(), (a, false));
+        assert_eq!(
+            r.queue_counts("c", "g").unwrap(),
+            QueueCounts {
+                total: 2,
+                caller: 2,
+                group: 1
+            }
+        );
+        assert_eq!(r.queue_counts("other", "g").unwrap().caller, 0);
         let q = r.queue().unwrap();
         assert_eq!(
             q.iter().map(|q| q.world.as_str()).collect::<Vec<_>>(),
@@ -325,7 +403,7 @@ mod tests {
         assert!(!r.dequeue(a).unwrap());
         assert!(r.dequeue(b).unwrap());
         // A ticket is never reused.
-        assert!(r.enqueue("p", "a", "", "{}", "/").unwrap().0 > b);
+        assert!(r.enqueue(&t("a", "")).unwrap().0 > b);
         r.upsert_project("p", "/p").unwrap();
         assert_eq!(r.footprint("p").unwrap(), None);
         r.set_footprint("p", 300 << 20).unwrap();

@@ -4,7 +4,7 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 11;
+pub const LATEST: i64 = 12;
 
 /// All migrations, oldest first.
 pub fn migrations() -> Migrations<'static> {
@@ -20,6 +20,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V9),
         M::up(V10),
         M::up(V11),
+        M::up(V12),
     ])
 }
 
@@ -213,4 +214,13 @@ CREATE TABLE slice_secrets (
     secret      TEXT NOT NULL,
     PRIMARY KEY (adapter, slice)
 );
+"#;
+
+/// v12: who asked for each queued `up` and each world (its *caller*: one
+/// `binky mcp` server, or the shell a CLI runs in), so admission is fair
+/// across callers before groups and a caller gains nothing by inventing a
+/// group per request. `''`: asked before callers were recorded.
+const V12: &str = r#"
+ALTER TABLE admission_queue ADD COLUMN caller TEXT NOT NULL DEFAULT '';
+ALTER TABLE worlds ADD COLUMN caller TEXT;
 "#;

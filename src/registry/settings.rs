@@ -14,6 +14,8 @@ pub fn default_settings() -> Settings {
         max_parallel: 16,
         proxy_port: 0,
         https_port: 0,
+        queue_max: crate::protocol::DEFAULT_QUEUE_MAX,
+        queue_per_group: crate::protocol::DEFAULT_QUEUE_PER_GROUP,
     }
 }
 
@@ -30,6 +32,10 @@ pub enum Setting {
     ProxyPort(u16),
     /// The HTTPS (Caddy) port.
     HttpsPort(u16),
+    /// Most `up`s queued at once.
+    QueueMax(u32),
+    /// Most `up`s one caller's group may have queued.
+    QueuePerGroup(u32),
 }
 
 impl Setting {
@@ -41,6 +47,8 @@ impl Setting {
             Setting::MaxParallel(_) => "max_parallel",
             Setting::ProxyPort(_) => "proxy_port",
             Setting::HttpsPort(_) => "https_port",
+            Setting::QueueMax(_) => "queue_max",
+            Setting::QueuePerGroup(_) => "queue_per_group",
         }
     }
 
@@ -48,7 +56,9 @@ impl Setting {
     pub fn value(self) -> String {
         match self {
             Setting::RamReservePct(v) | Setting::DiskReserveGb(v) => v.to_string(),
-            Setting::MaxParallel(v) => v.to_string(),
+            Setting::MaxParallel(v) | Setting::QueueMax(v) | Setting::QueuePerGroup(v) => {
+                v.to_string()
+            }
             Setting::ProxyPort(v) | Setting::HttpsPort(v) => v.to_string(),
         }
     }
@@ -70,6 +80,8 @@ impl Setting {
             "max_parallel" => Setting::MaxParallel(num(value)?),
             "proxy_port" => Setting::ProxyPort(num(value)?),
             "https_port" => Setting::HttpsPort(num(value)?),
+            "queue_max" => Setting::QueueMax(num(value)?),
+            "queue_per_group" => Setting::QueuePerGroup(num(value)?),
             _ => return Ok(None),
         }))
     }
@@ -82,6 +94,8 @@ impl Setting {
             Setting::MaxParallel(v) => s.max_parallel = v,
             Setting::ProxyPort(v) => s.proxy_port = v,
             Setting::HttpsPort(v) => s.https_port = v,
+            Setting::QueueMax(v) => s.queue_max = v,
+            Setting::QueuePerGroup(v) => s.queue_per_group = v,
         }
     }
 }

@@ -301,4 +301,24 @@ impl Registry {
             .map_err(|e| self.err(e))?;
         read()?.ok_or_else(|| self.err(rusqlite::Error::QueryReturnedNoRows))
     }
+
+    /// The passwords of world `world_id`'s own login users (one per slice
+    /// whose adapter makes users), as stored: what is the world's own
+    /// among the credentials its addresses carry.
+    ///
+    /// # Errors
+    /// The registry cannot be read.
+    pub fn world_secrets(&self, world_id: i64) -> Result<Vec<String>, RegistryError> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT ss.secret FROM slice_secrets ss
+                 JOIN slices s ON s.adapter = ss.adapter AND s.slice = ss.slice
+                 WHERE s.world_id = ?1",
+            )
+            .map_err(|e| self.err(e))?;
+        st.query_map(params![world_id], |r| r.get::<_, String>(0))
+            .and_then(|rows| rows.collect())
+            .map_err(|e| self.err(e))
+    }
 }

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 /// A project whose world is one cheap process.
-fn sleeper(name: &str) -> Repo {
+pub(crate) fn sleeper(name: &str) -> Repo {
     let toml = format!(
         "{}[services.app]\ncmd = \"exec sleep 600\"\n",
         project_header(name, 1)
@@ -69,15 +69,7 @@ fn no_wait(repo: &Repo, home: &Home, w: &str, group: Option<&str>) -> Out {
 fn max_parallel_queues_the_rest_in_order_and_serves_them_as_worlds_go_down() {
     let home = Home::new();
     let repo = sleeper("admit");
-    home.ok(&[
-        "reserve",
-        "--max-parallel",
-        "2",
-        "--ram",
-        "0",
-        "--disk",
-        "0",
-    ]);
+    home.max_parallel_only(2);
     for w in ["w1", "w2"] {
         let o = no_wait(&repo, &home, w, None).json();
         assert_eq!(o["world"]["state"], "running", "{o}");
@@ -146,15 +138,7 @@ fn max_parallel_queues_the_rest_in_order_and_serves_them_as_worlds_go_down() {
 fn a_group_is_never_kept_behind_another_groups_backlog() {
     let home = Home::new();
     let repo = sleeper("fair");
-    home.ok(&[
-        "reserve",
-        "--max-parallel",
-        "2",
-        "--ram",
-        "0",
-        "--disk",
-        "0",
-    ]);
+    home.max_parallel_only(2);
     for i in 1..=8 {
         no_wait(&repo, &home, &format!("a{i}"), Some("a"));
     }
@@ -214,15 +198,7 @@ fn a_disk_reserve_above_free_disk_queues_until_it_is_lowered() {
 fn ctrl_c_while_queued_gives_up_the_place_and_makes_nothing() {
     let home = Home::new();
     let repo = sleeper("ctrlq");
-    home.ok(&[
-        "reserve",
-        "--max-parallel",
-        "1",
-        "--ram",
-        "0",
-        "--disk",
-        "0",
-    ]);
+    home.max_parallel_only(1);
     repo.ok(&home, &["up", "a"]);
     let child = repo
         .cmd(&home, &["up", "b"])
@@ -299,15 +275,7 @@ fn ctrl_c_while_queued_gives_up_the_place_and_makes_nothing() {
 fn a_queue_outlives_kill_9_of_the_daemon_in_the_same_order() {
     let home = Home::new();
     let repo = sleeper("durable");
-    home.ok(&[
-        "reserve",
-        "--max-parallel",
-        "1",
-        "--ram",
-        "0",
-        "--disk",
-        "0",
-    ]);
+    home.max_parallel_only(1);
     repo.ok(&home, &["up", "a"]);
     for w in ["b", "c"] {
         no_wait(&repo, &home, w, None);
@@ -553,15 +521,7 @@ fn a_daemon_that_dies_as_it_admits_or_while_a_cli_waits_loses_no_request() {
     let repo = sleeper("crashq");
     // A daemon that aborts, as kill -9 would, the moment it admits.
     home.start_daemon_with(&[("BINKY_TEST_FAULT", "admission:admitted")]);
-    home.ok(&[
-        "reserve",
-        "--max-parallel",
-        "1",
-        "--ram",
-        "0",
-        "--disk",
-        "0",
-    ]);
+    home.max_parallel_only(1);
     // Nothing is queued yet, so `a` is admitted at once: the fault fires.
     let crashed = repo.run(&home, &["up", "a"]);
     assert_ne!(crashed.code(), 0, "{crashed}");
@@ -1061,15 +1021,7 @@ fn verbs_on_a_queued_world_and_small_cli_edges_say_what_is_true() {
         "{bad}"
     );
     assert!(home.ok(&["metrics", "--json"]).json()["queue_length"].is_number());
-    home.ok(&[
-        "reserve",
-        "--max-parallel",
-        "2",
-        "--ram",
-        "0",
-        "--disk",
-        "0",
-    ]);
+    home.max_parallel_only(2);
     // Natural order in status.
     for w in ["w10", "w2"] {
         assert_eq!(
@@ -1170,15 +1122,7 @@ fn running_and_double(repo: &Repo, home: &Home) -> (usize, usize) {
 fn reload_goes_through_admission_and_a_world_is_queued_or_running_never_both() {
     let home = Home::new();
     let repo = sleeper("rladmit");
-    home.ok(&[
-        "reserve",
-        "--max-parallel",
-        "3",
-        "--ram",
-        "0",
-        "--disk",
-        "0",
-    ]);
+    home.max_parallel_only(3);
     for w in ["r1", "r2", "r3"] {
         repo.ok(&home, &["up", w]);
     }

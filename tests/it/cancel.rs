@@ -93,7 +93,7 @@ fn an_mcp_client_cancelling_up_cancels_it_in_the_daemon() {
     let marker = format!("CANCELMCP{}", std::process::id());
     let repo = slow_world("cancelmcp", &marker);
     let mut child = repo
-        .cmd(&home, &["mcp"])
+        .cmd(&home, &["mcp", "--machine"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -84,6 +84,20 @@ impl Home {
         out
     }
 
+    /// Admission limited by parallelism alone: `max_parallel` `n`, no RAM
+    /// or disk reserve (so tests do not depend on this machine's room).
+    pub fn max_parallel_only(&self, n: u32) {
+        self.ok(&[
+            "reserve",
+            "--max-parallel",
+            &n.to_string(),
+            "--ram",
+            "0",
+            "--disk",
+            "0",
+        ]);
+    }
+
     /// `binky daemon start` with `env` set for the daemon (a fault point,
     /// a shorter interval); asserts it started.
     pub fn start_daemon_with(&self, env: &[(&str, &str)]) {
@@ -415,6 +429,16 @@ pub fn skip(reason: &str) {
             .unwrap_or(1)
     };
     eprintln!("SKIP (#{n} in this run; CI would fail): {reason}");
+}
+
+/// Whether the official MCP Python SDK is installed; says so through
+/// [`skip`] when it is not (a failure in CI).
+pub fn mcp_sdk() -> bool {
+    let there = python_has("mcp.client.stdio");
+    if !there {
+        skip("the MCP Python SDK is not installed (`pip install mcp`; .ci/run installs it)");
+    }
+    there
 }
 
 /// Whether python3 imports every module of `modules` (`"django, psycopg"`).

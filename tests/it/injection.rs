@@ -69,7 +69,7 @@ fn a_world_name_with_shell_metacharacters_is_refused_over_mcp() {
     let m = marker.display().to_string();
     let repo = everywhere(&m);
     let mut child = repo
-        .cmd(&home, &["mcp"])
+        .cmd(&home, &["mcp", "--machine"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -3,6 +3,7 @@
 
 mod adapters;
 mod admission;
+mod binding;
 mod bootstrap;
 mod cancel;
 mod cleanup;
@@ -16,6 +17,7 @@ mod environment;
 mod events;
 mod exhaustion;
 mod faults;
+mod flood;
 mod frameworks;
 mod framing;
 mod golden;

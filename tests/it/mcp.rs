@@ -6,19 +6,9 @@ use crate::project::*;
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 
-fn have_python_sdk() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import mcp.client.stdio"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 #[test]
 fn the_official_python_sdk_drives_up_env_verify_down() {
-    if !have_python_sdk() {
-        skip("the MCP Python SDK is not installed (`pip install mcp`; .ci/run installs it)");
+    if !mcp_sdk() {
         return;
     }
     if !crate::adapters::pg_up() {
@@ -149,7 +139,8 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
             .contains("cursor"),
         "{v}"
     );
-    assert_eq!(v["up_schema"]["required"], serde_json::json!(["name"]));
+    // `name` defaults to a bound server's world, so no field is required.
+    assert!(v["up_schema"]["required"].is_null(), "{v}");
     assert_eq!(v["up"]["isError"], false, "{v}");
     assert_eq!(v["up"]["structured"]["world"]["state"], "running");
     assert!(
@@ -178,7 +169,7 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
         "{v}"
     );
     assert!(
-        v["bad_args"].to_string().contains("missing field `name`"),
+        v["bad_args"].to_string().contains("`name` is required"),
         "{v}"
     );
     assert_eq!(v["down"]["structured"]["world"]["state"], "stopped");
@@ -190,8 +181,7 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
 /// `down` of a queued world takes it out of the queue.
 #[test]
 fn mcp_up_queues_with_wait_false_and_a_group_and_reports_progress_while_queued() {
-    if !have_python_sdk() {
-        skip("the MCP Python SDK is not installed (`pip install mcp`; .ci/run installs it)");
+    if !mcp_sdk() {
         return;
     }
     let home = Home::new();
@@ -200,15 +190,7 @@ fn mcp_up_queues_with_wait_false_and_a_group_and_reports_progress_while_queued()
         project_header("mcpq", 2)
     );
     let repo = Repo::new(&toml);
-    home.ok(&[
-        "reserve",
-        "--max-parallel",
-        "1",
-        "--ram",
-        "0",
-        "--disk",
-        "0",
-    ]);
+    home.max_parallel_only(1);
     repo.ok(&home, &["up", "q-1"]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp_queue.py");
     let mut py = home.program("python3", &[script]);
@@ -287,6 +269,12 @@ fn malformed_input_gets_an_error_and_the_server_keeps_serving() {
     )
     .unwrap();
     writeln!(stdin, "this is not json").unwrap();
+    // One byte past the bound on an MCP message: refused by size, with
+    // its own id, before anything parses it.
+    let head = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"status","arguments":{"project":""#;
+    let tail = r#""}}}"#;
+    let pad = "p".repeat((1 << 20) + 1 - head.len() - tail.len());
+    writeln!(stdin, "{head}{pad}{tail}").unwrap();
     writeln!(stdin, r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}"#).unwrap();
     // The garbage gets JSON-RPC's parse error (id null), and tools/list is
     // still answered — in either order: the two replies are written by
@@ -301,14 +289,25 @@ fn malformed_input_gets_an_error_and_the_server_keeps_serving() {
             }
         }
     });
-    let (mut got_list, mut got_parse_error) = (false, false);
-    while !(got_list && got_parse_error) {
+    let (mut got_list, mut got_parse_error, mut got_too_big) = (false, false, false);
+    while !(got_list && got_parse_error && got_too_big) {
         let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(10)) else {
             break;
         };
         let v: serde_json::Value = serde_json::from_str(&line).expect("JSON on stdout");
         if v["id"].is_null() && v["error"]["code"] == -32700 {
             got_parse_error = true;
+        }
+        if v["id"] == 3 {
+            assert_eq!(v["error"]["code"], -32600, "{v}");
+            assert!(
+                v["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("message of 1048577 bytes refused"),
+                "{v}"
+            );
+            got_too_big = true;
         }
         if v["id"] == 2 {
             assert_eq!(v["result"]["tools"].as_array().unwrap().len(), 8);
@@ -319,6 +318,7 @@ fn malformed_input_gets_an_error_and_the_server_keeps_serving() {
         got_parse_error,
         "no -32700 parse error for a malformed line"
     );
+    assert!(got_too_big, "no error for a message past the bound");
     assert!(got_list, "server stopped answering after malformed input");
     drop(stdin);
     let _ = child.wait();

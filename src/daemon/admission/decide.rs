@@ -3,10 +3,15 @@
 //! tests below) and the daemon only gathers the figures.
 //!
 //! The rules (issue "Admission"):
-//! - **Fair across groups, FIFO within one.** The next request comes from
-//!   the group with the fewest active worlds (running, starting, or admitted
-//!   and not yet settled), ties to the oldest request; within a group the
-//!   oldest goes first. A group never waits behind another's whole backlog.
+//! - **Fair across callers, then across a caller's groups, FIFO within
+//!   one.** A *caller* is who asks (one `binky mcp` server, or the shell a
+//!   CLI runs in); each group belongs to the caller that queued into it.
+//!   The next request comes from the caller with the fewest active worlds
+//!   (running, starting, or admitted and not yet settled); among its
+//!   groups, from the one with the fewest; ties go to the oldest request;
+//!   within a group the oldest goes first. A group never waits behind
+//!   another's whole backlog, and a caller that invents a group per request
+//!   only reorders its own requests: it never pushes another caller back.
 //! - **Room** is all of: fewer than `max_parallel` active worlds (0 is no
 //!   limit); available RAM, less what admitted-but-unsettled worlds are
 //!   expected to take, covering the reserve plus the request's footprint
@@ -16,7 +21,7 @@
 //! - **No overtaking.** When the next request does not fit, nobody is
 //!   admitted: a smaller request behind it would otherwise starve it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// One request waiting for admission (a queued `up`, or a suspended world
 /// waiting to resume).
@@ -27,7 +32,9 @@ pub struct Waiting {
     /// When it first asked (any monotonic unit): lower is older. A resume
     /// keeps its world's original place.
     pub since: i64,
-    /// Who is asking (`--group`); `""` is the default group.
+    /// Who is asking: one MCP server, or one shell's CLI (`""`: unknown).
+    pub caller: String,
+    /// The caller's group (`--group`); `""` is the default group.
     pub group: String,
     /// RAM the world is expected to take, bytes.
     pub footprint: u64,
@@ -40,8 +47,8 @@ pub struct Waiting {
 pub struct Room {
     /// Most worlds active at once; 0 is unlimited.
     pub max_parallel: u32,
-    /// Active worlds per group (running, starting, admitted).
-    pub active: BTreeMap<String, u32>,
+    /// Active worlds (running, starting, admitted) per caller and group.
+    pub active: BTreeMap<Slot, u32>,
     /// RAM, when the machine reports it (Linux `MemAvailable`).
     pub ram: Option<Ram>,
     /// Filesystems that must keep their disk reserve free.
@@ -49,6 +56,9 @@ pub struct Room {
     /// Extra RAM a resume needs beyond its footprint, bytes (hysteresis).
     pub resume_margin: u64,
 }
+
+/// Whom an active world counts for: (caller, group).
+pub type Slot = (String, String);
 
 /// Available RAM against the reserve.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -150,32 +160,62 @@ pub enum Decision {
 }
 
 /// The order the queue would be admitted in if room came one world at a
-/// time: indices into `queue`. Each admission counts against its group, so
-/// groups alternate by how many worlds they have active.
+/// time: indices into `queue`. Each admission counts against its caller
+/// and group, so callers (and a caller's groups) alternate by how many
+/// worlds they have active.
+///
+/// O(n log n): each caller's groups, and the callers, sit in ordered sets
+/// keyed by (active, oldest waiting), so a pick is a first element, not a
+/// scan (with thousands queued this runs on every look at the room).
 pub fn order(queue: &[Waiting], room: &Room) -> Vec<usize> {
-    let mut active = room.active.clone();
-    let mut left: Vec<usize> = (0..queue.len()).collect();
-    left.sort_by_key(|&i| (queue[i].since, queue[i].ticket));
+    // Per (caller, group): its requests oldest first.
+    let mut slots: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    let mut sorted: Vec<usize> = (0..queue.len()).collect();
+    sorted.sort_by_key(|&i| (queue[i].since, queue[i].ticket));
+    for &i in sorted.iter().rev() {
+        let q = &queue[i];
+        slots.entry((&q.caller, &q.group)).or_default().push(i);
+    }
+    // Each Vec now holds its slot's requests newest first: `pop` is the oldest.
+    let key = |i: usize| (queue[i].since, queue[i].ticket);
+    let mut slot_active: HashMap<(&str, &str), u32> = HashMap::new();
+    let mut caller_active: HashMap<&str, u32> = HashMap::new();
+    for ((c, g), n) in &room.active {
+        *slot_active.entry((c.as_str(), g.as_str())).or_default() += n;
+        *caller_active.entry(c.as_str()).or_default() += n;
+    }
+    // A caller's groups by (active, oldest request), and the callers by
+    // (active, their best group's oldest request).
+    type Entry<'a> = (u32, (i64, i64), &'a str);
+    let mut groups: HashMap<&str, BTreeSet<Entry<'_>>> = HashMap::new();
+    for (&(c, g), reqs) in &slots {
+        let n = slot_active.get(&(c, g)).copied().unwrap_or(0);
+        groups.entry(c).or_default().insert((
+            n,
+            key(*reqs.last().expect("a slot holds a request")),
+            g,
+        ));
+    }
+    let best = |set: &BTreeSet<Entry<'_>>| set.first().map(|e| e.1);
+    let mut callers: BTreeSet<Entry<'_>> = groups
+        .iter()
+        .map(|(c, set)| {
+            let n = caller_active.get(c).copied().unwrap_or(0);
+            (n, best(set).expect("a caller has a group"), *c)
+        })
+        .collect();
     let mut out = Vec::with_capacity(queue.len());
-    while !left.is_empty() {
-        // The oldest request of the group with the fewest active worlds;
-        // `left` is in ticket order, so the first hit per count is oldest.
-        let pick = left
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, i)| {
-                let q = &queue[**i];
-                (
-                    active.get(&q.group).copied().unwrap_or(0),
-                    q.since,
-                    q.ticket,
-                )
-            })
-            .map(|(pos, _)| pos)
-            .expect("left is not empty");
-        let i = left.remove(pick);
-        *active.entry(queue[i].group.clone()).or_default() += 1;
-        out.push(i);
+    while let Some((cn, _, c)) = callers.pop_first() {
+        let set = groups.get_mut(c).expect("a listed caller has groups");
+        let (gn, _, g) = set.pop_first().expect("a listed caller has a group");
+        let reqs = slots.get_mut(&(c, g)).expect("a listed group has requests");
+        out.push(reqs.pop().expect("a listed group has a request"));
+        if let Some(&next) = reqs.last() {
+            set.insert((gn + 1, key(next), g));
+        }
+        if let Some(b) = best(set) {
+            callers.insert((cn + 1, b, c));
+        }
     }
     out
 }
@@ -208,8 +248,16 @@ pub fn fits(room: &Room, needs: u64, resume: bool) -> Result<(), Blocker> {
 }
 
 /// The next admission: the first request in [`order`] if it [`fits`].
+#[cfg(test)]
 pub fn decide(queue: &[Waiting], room: &Room) -> Decision {
-    let Some(&next) = order(queue, room).first() else {
+    decide_in(queue, room, &order(queue, room))
+}
+
+/// The next admission from an order already computed (what is left of it
+/// after earlier admissions of the same pass): its first request if it
+/// [`fits`].
+pub fn decide_in(queue: &[Waiting], room: &Room, order: &[usize]) -> Decision {
+    let Some(&next) = order.first() else {
         return Decision::Idle;
     };
     let w = &queue[next];
@@ -224,17 +272,29 @@ pub fn decide(queue: &[Waiting], room: &Room) -> Decision {
 /// reason)`. The head waits for what [`decide`] says; one behind it waits
 /// for its own shortfall when it would not fit even at the head (its own
 /// footprint), else for its turn, since nobody overtakes.
+#[cfg(test)]
 pub fn reasons(queue: &[Waiting], room: &Room) -> Vec<(usize, String)> {
-    order(queue, room)
-        .into_iter()
+    reasons_in(queue, room, &order(queue, room))
+}
+
+/// [`reasons`] for an order already computed. Whether a request fits
+/// depends only on its footprint and kind, so that is judged once per
+/// distinct pair, not once per queued request.
+pub fn reasons_in(queue: &[Waiting], room: &Room, order: &[usize]) -> Vec<(usize, String)> {
+    let mut judged: HashMap<(u64, bool), Option<String>> = HashMap::new();
+    order
+        .iter()
         .enumerate()
-        .map(|(place, i)| {
+        .map(|(place, &i)| {
             let w = &queue[i];
             let needs = w.footprint + if w.resume { room.resume_margin } else { 0 };
-            let why = match fits(room, needs, w.resume) {
-                Err(b) => b.to_string(),
-                Ok(()) if place == 0 => "being admitted".to_owned(),
-                Ok(()) => format!(
+            let short = judged
+                .entry((needs, w.resume))
+                .or_insert_with(|| fits(room, needs, w.resume).err().map(|b| b.to_string()));
+            let why = match short {
+                Some(b) => b.clone(),
+                None if place == 0 => "being admitted".to_owned(),
+                None => format!(
                     "room for it now, but {place} ahead of it in admission order go first (no overtaking)"
                 ),
             };
@@ -306,6 +366,7 @@ mod tests {
         Waiting {
             ticket,
             since: ticket,
+            caller: format!("caller of {group}"),
             group: group.into(),
             footprint: 100 * MIB,
             resume: false,
@@ -315,7 +376,10 @@ mod tests {
     fn room(max: u32, active: &[(&str, u32)]) -> Room {
         Room {
             max_parallel: max,
-            active: active.iter().map(|(g, n)| (g.to_string(), *n)).collect(),
+            active: active
+                .iter()
+                .map(|(g, n)| ((format!("caller of {g}"), g.to_string()), *n))
+                .collect(),
             ..Room::default()
         }
     }
@@ -344,6 +408,87 @@ mod tests {
         assert_eq!(q[decide_index(&q, &r)].ticket, 9);
         let names: Vec<i64> = order(&q, &r).into_iter().map(|i| q[i].ticket).collect();
         assert_eq!(names, [9, 3, 10, 4, 5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn fresh_groups_from_one_caller_do_not_push_another_caller_back() {
+        // Caller A queues 200 requests, each in a group of its own; then
+        // caller B queues one. A has one world running: B's comes next.
+        let mut q: Vec<Waiting> = (1..=200)
+            .map(|i| Waiting {
+                caller: "a".into(),
+                ..w(i, &format!("fresh-{i}"))
+            })
+            .collect();
+        q.push(Waiting {
+            caller: "b".into(),
+            ..w(201, "")
+        });
+        let mut r = room(0, &[]);
+        r.active.insert(("a".into(), "fresh-0".into()), 1);
+        let o = order(&q, &r);
+        assert_eq!(q[o[0]].caller, "b", "B is next");
+        // With nothing active, B still goes second, not 201st.
+        let o = order(&q, &room(0, &[]));
+        assert_eq!(q[o[1]].caller, "b");
+        // Within A, fresh groups are served oldest first.
+        let a: Vec<i64> = o
+            .iter()
+            .map(|&i| q[i].ticket)
+            .filter(|t| *t <= 200)
+            .collect();
+        assert!(a.windows(2).all(|p| p[0] < p[1]));
+    }
+
+    /// The order by definition: repeatedly, the caller with the fewest
+    /// active worlds (ties: its chosen group's oldest request), its group
+    /// with the fewest (ties: oldest request), that group's oldest request.
+    /// Quadratic; the fast [`order`] must agree with it.
+    fn order_by_definition(queue: &[Waiting], room: &Room) -> Vec<usize> {
+        let mut active = room.active.clone();
+        let mut left: Vec<usize> = (0..queue.len()).collect();
+        let mut out = Vec::new();
+        let caller_n = |a: &BTreeMap<Slot, u32>, c: &str| {
+            a.iter()
+                .filter(|((k, _), _)| k == c)
+                .map(|(_, n)| *n)
+                .sum::<u32>()
+        };
+        while !left.is_empty() {
+            // Each caller's chosen request: its best group's oldest.
+            let choice = |c: &str| {
+                left.iter()
+                    .copied()
+                    .filter(|&i| queue[i].caller == c)
+                    .min_by_key(|&i| {
+                        let q = &queue[i];
+                        let g = active
+                            .get(&(q.caller.clone(), q.group.clone()))
+                            .copied()
+                            .unwrap_or(0);
+                        (g, q.since, q.ticket)
+                    })
+                    .expect("the caller waits")
+            };
+            let pick = left
+                .iter()
+                .map(|&i| choice(&queue[i].caller))
+                .min_by_key(|&i| {
+                    (
+                        caller_n(&active, &queue[i].caller),
+                        queue[i].since,
+                        queue[i].ticket,
+                    )
+                })
+                .expect("left is not empty");
+            left.retain(|&i| i != pick);
+            let q = &queue[pick];
+            *active
+                .entry((q.caller.clone(), q.group.clone()))
+                .or_default() += 1;
+            out.push(pick);
+        }
+        out
     }
 
     fn decide_index(q: &[Waiting], r: &Room) -> usize {
@@ -462,6 +607,7 @@ mod tests {
                 .map(|(i, (g, mib))| Waiting {
                     ticket: i as i64,
                     since: i as i64,
+                    caller: format!("c{}", g % 2),
                     group: format!("g{g}"),
                     footprint: mib * MIB,
                     resume: false,
@@ -471,6 +617,18 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn the_fast_order_is_the_order_by_definition(
+            queue in queue_strategy(),
+            active in prop::collection::vec((0..2u8, 0..4u8, 0..3u32), 0..4),
+        ) {
+            let mut r = Room::default();
+            for (c, g, n) in active {
+                r.active.insert((format!("c{c}"), format!("g{g}")), n);
+            }
+            prop_assert_eq!(order(&queue, &r), order_by_definition(&queue, &r));
+        }
+
         /// Admitting one at a time as `decide` says, with worlds never
         /// leaving: never past max_parallel, never past the RAM reserve,
         /// FIFO within each group, and every group served while there is
@@ -491,7 +649,7 @@ mod tests {
             let mut admitted: Vec<Waiting> = Vec::new();
             while let Decision::Admit(i) = decide(&q, &r) {
                 let a = q.remove(i);
-                *r.active.entry(a.group.clone()).or_default() += 1;
+                *r.active.entry((a.caller.clone(), a.group.clone())).or_default() += 1;
                 r.ram.as_mut().unwrap().pending += a.footprint;
                 admitted.push(a);
             }
@@ -506,12 +664,21 @@ mod tests {
                 let newest = *mine.last().unwrap();
                 prop_assert!(q.iter().filter(|w| &w.group == g).all(|w| w.ticket > newest));
             }
-            // Fairness: an admitted group never has two more active than a
-            // group left waiting (it got its turn first).
-            for waiting in q.iter().map(|w| &w.group) {
-                let theirs = r.active.get(waiting).copied().unwrap_or(0);
-                for (g, n) in &r.active {
-                    prop_assert!(*n <= theirs + 1, "{g} has {n}, {waiting} waits with {theirs}");
+            // Fairness: an admitted caller never has two more active than
+            // a caller left waiting (it got its turn first), and within one
+            // caller the same holds for its groups.
+            let per_caller = |c: &str| r.active.iter().filter(|((k, _), _)| k == c).map(|(_, n)| n).sum::<u32>();
+            for w in &q {
+                let theirs = per_caller(&w.caller);
+                for ((c, _), _) in r.active.iter() {
+                    let n = per_caller(c);
+                    prop_assert!(n <= theirs + 1, "{c} has {n}, {} waits with {theirs}", w.caller);
+                }
+                let slot = r.active.get(&(w.caller.clone(), w.group.clone())).copied().unwrap_or(0);
+                for ((c, g), n) in &r.active {
+                    if *c == w.caller {
+                        prop_assert!(*n <= slot + 1, "{g} has {n}, {} waits with {slot}", w.group);
+                    }
                 }
             }
         }

@@ -2,22 +2,28 @@
 //!
 //! Every `up` of a world that is not already running takes a ticket in the
 //! registry's queue before anything is made (no worktree, no port, no
-//! slice). A ticket is admitted when [`decide::decide`] picks it with the
-//! room the daemon measures now (`room`): it leaves the queue and, until
-//! its `up` settles, counts against the room with its project's expected
-//! footprint, so twenty concurrent `up`s never all see the same free RAM.
-//! The decision and that bookkeeping happen under one lock.
+//! slice). One *pass* looks at the room the daemon measures now (`room`),
+//! orders the queue ([`decide::order`]) and admits, in that order, every
+//! ticket that fits: it leaves the queue and, until its `up` settles,
+//! counts against the room with its project's expected footprint, so twenty
+//! concurrent `up`s never all see the same free RAM. The pass then
+//! publishes where every other ticket stands (the *board*). Each waiting
+//! `up` only reads the board and claims its ticket once admitted, so the
+//! work of a look does not grow with the number of waiters: one pass serves
+//! them all, whether 1 or 5,000 are queued.
 //!
-//! A queued `up` re-reads the room when woken (a world settled, went down or
-//! was removed, a reserve changed) and every [`TICK`] while it waits, since
-//! memory frees by itself. With nothing queued nothing is sampled. The
-//! queue is durable: a daemon that restarts carries on with the same order
-//! ([`resume_queue`]).
+//! A pass runs when a ticket is taken or given up and when the room may
+//! have grown (a world settled, went down or was removed, a reserve
+//! changed), and every [`TICK`] while anything is queued, since memory
+//! frees by itself. With nothing queued nothing is looked at. The queue is
+//! durable: a daemon that restarts carries on with the same order
+//! ([`resume_queue`]), and it is capped (`queue_max`, `queue_per_group`:
+//! a request past a cap is refused, not queued).
 //!
 //! | module | holds |
 //! |---|---|
-//! | `tickets` | a ticket's life: enqueue, wait, admitted (counted until its `up` settles), withdraw; the queue a restart carries on |
-//! | `room` | the room now, one look at it for a ticket, where each ticket stands |
+//! | `tickets` | a ticket's life: enqueue (within the caps), wait on the board, claimed once admitted (counted until its `up` settles), withdraw; the queue a restart carries on |
+//! | `room` | the room now, the pass that admits and publishes the board, where each ticket stands |
 //! | [`decide`] | the pure decision: which ticket is next and whether it fits |
 //! | `sampler` | memory sampling while worlds run, on a timer and on pressure stalls; each world's RSS |
 //! | [`steady`] | the pure verdict on noisy readings: a real shortfall, lasting headroom |
@@ -100,15 +106,17 @@ pub const RESUME_MARGIN: u64 = 256 << 20;
 pub const DISK_RESERVE_SHARE: u64 = 10;
 
 /// Admission's in-memory state; the queue itself is in the registry.
-#[derive(Default)]
 pub(crate) struct Admission {
     state: Mutex<State>,
-    /// Woken when the room may have grown.
+    /// Wakes the admitter: the room may have grown.
     changed: tokio::sync::Notify,
+    /// Where each waiting ticket stands, as the last pass left it; every
+    /// waiting `up` watches it.
+    board: tokio::sync::watch::Sender<std::sync::Arc<Board>>,
     /// `up`s admitted since the daemon started.
     admissions: AtomicU64,
-    /// Looks at the room (a queued ticket's, or `status`'s) since the daemon
-    /// started: a test's proof that admission looked again.
+    /// Passes over the queue since the daemon started: a test's proof that
+    /// admission looked again.
     looks: AtomicU64,
     /// Asks the sampler for a sample now (a reserve changed); a permit is
     /// kept when it is busy, so none is lost.
@@ -121,20 +129,53 @@ pub(crate) struct Admission {
     watch: std::sync::atomic::AtomicU8,
 }
 
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            state: Mutex::default(),
+            changed: tokio::sync::Notify::new(),
+            board: tokio::sync::watch::Sender::new(std::sync::Arc::default()),
+            admissions: AtomicU64::default(),
+            looks: AtomicU64::default(),
+            resample: tokio::sync::Notify::new(),
+            samples: AtomicU64::default(),
+            stalls: AtomicU64::default(),
+            watch: std::sync::atomic::AtomicU8::default(),
+        }
+    }
+}
+
+/// What the last pass published: where each waiting ticket stands.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Board {
+    /// By ticket.
+    standings: HashMap<i64, Standing>,
+    /// Admissions so far: a pass that admits changes the board even when
+    /// the ticket it admitted was never on it (queued and admitted between
+    /// two passes), so its waiter wakes to claim it.
+    admitted: u64,
+}
+
 const WATCH_IDLE: u8 = 0;
 const WATCH_SAMPLING: u8 = 1;
 const WATCH_PSI: u8 = 2;
 
 #[derive(Default)]
 struct State {
-    /// Admitted, not yet settled: (project, world) → (group, footprint).
-    pending: HashMap<WorldKey, (String, u64)>,
+    /// Admitted, not yet settled: (project, world) → ((caller, group),
+    /// footprint).
+    pending: HashMap<WorldKey, (decide::Slot, u64)>,
+    /// Admitted by a pass, not yet claimed by a waiting `up`: ticket →
+    /// (project, world).
+    unclaimed: HashMap<i64, WorldKey>,
     /// Settled within [`SETTLE`]: (project, world) → (ticket, footprint).
     /// Their memory still counts against the room, since `MemAvailable`
     /// can take seconds to show what a world just started holds.
     settling: HashMap<WorldKey, (i64, u64)>,
     /// The sampler runs (while any world is active).
     sampling: bool,
+    /// The admitter runs (from the first ticket or the daemon's start on).
+    admitting: bool,
     /// Peak RSS seen per running world, bytes.
     peaks: HashMap<i64, u64>,
     /// Recent `MemAvailable` readings, judged by [`steady`].
@@ -194,9 +235,10 @@ impl State {
 }
 
 impl Admission {
-    /// Wakes every queued `up` to look at the room again.
+    /// Asks for a pass soon: the room may have grown. A wake while a pass
+    /// runs is kept, so none is lost.
     pub(crate) fn wake(&self) {
-        self.changed.notify_waiters();
+        self.changed.notify_one();
     }
 
     /// `up`s admitted since the daemon started.
@@ -204,7 +246,7 @@ impl Admission {
         self.admissions.load(Ordering::Relaxed)
     }
 
-    /// Looks at the room since the daemon started.
+    /// Passes over the queue (looks at the room) since the daemon started.
     pub(crate) fn looks(&self) -> u64 {
         self.looks.load(Ordering::Relaxed)
     }

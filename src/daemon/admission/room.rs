@@ -1,9 +1,9 @@
-//! The room now (settings, active and admitted worlds, RAM, disks), one
-//! look at it for a ticket, and where each queued ticket stands.
+//! The room now (settings, active and admitted worlds, RAM, disks), the
+//! pass that admits what fits and publishes where the rest stand, and the
+//! queue as `status` shows it.
 
-use super::decide::{Decision, Room, Waiting};
-use super::tickets::{Admitted, Step};
-use super::{Backoff, DEFAULT_FOOTPRINT, DISK_RESERVE_SHARE, RESUME_MARGIN, State, hold};
+use super::decide::{Decision, Room, Waiting, decide_in};
+use super::{Backoff, Board, DEFAULT_FOOTPRINT, DISK_RESERVE_SHARE, RESUME_MARGIN, State, hold};
 use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, WorldKey};
 use crate::protocol::ApiError;
@@ -64,6 +64,7 @@ pub(super) fn waiting(d: &Daemon, rows: &[QueueRow]) -> Vec<Waiting> {
         .map(|r| Waiting {
             ticket: r.ticket,
             since: r.since,
+            caller: r.caller.clone(),
             group: r.group.clone(),
             footprint: *footprints.entry(&r.project).or_insert_with(|| {
                 reg.footprint(&r.project)
@@ -81,17 +82,17 @@ pub(super) fn waiting(d: &Daemon, rows: &[QueueRow]) -> Vec<Waiting> {
 pub(super) fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, ApiError> {
     let reg = d.registry();
     let s = reg.settings()?;
-    let mut active: std::collections::BTreeMap<String, u32> = Default::default();
+    let mut active: std::collections::BTreeMap<super::decide::Slot, u32> = Default::default();
     for w in reg.active_worlds()? {
         if w.state != crate::protocol::WorldState::Suspended
             && !st.pending.contains_key(&WorldKey::new(w.project, w.world))
         {
-            *active.entry(w.group).or_default() += 1;
+            *active.entry((w.caller, w.group)).or_default() += 1;
         }
     }
     drop(reg);
-    for (group, _) in st.pending.values() {
-        *active.entry(group.clone()).or_default() += 1;
+    for (slot, _) in st.pending.values() {
+        *active.entry(slot.clone()).or_default() += 1;
     }
     let ram = crate::platform::memory().map(|m| super::decide::Ram {
         available: m.available,
@@ -133,67 +134,131 @@ pub(super) fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, Ap
     })
 }
 
-/// One look at the room for `ticket`, admitting it when it is next and
-/// fits (under the lock, so two tickets never take the same room).
-pub(super) fn look(d: &Arc<Daemon>, ticket: i64) -> Result<Step, ApiError> {
+/// One pass: looks at the room and admits, in admission order, every
+/// ticket that fits (under the lock, so two passes never take the same
+/// room), leaving each for its waiting `up` to claim; then publishes where
+/// every other ticket stands. Returns how many still wait.
+///
+/// Its cost is one read of the queue and O(n log n) in the queued tickets,
+/// however many `up`s wait on them.
+///
+/// # Errors
+/// The registry cannot be read or written.
+pub(super) fn pass(d: &Arc<Daemon>) -> Result<usize, ApiError> {
     let started = std::time::Instant::now();
     d.admission.looks.fetch_add(1, Ordering::Relaxed);
     let mut st = d.admission.lock();
     let rows = d.registry().queue()?;
-    let Some(me) = rows.iter().position(|r| r.ticket == ticket) else {
-        return Ok(Step::Gone);
-    };
-    let queue = waiting(d, &rows);
-    let room = room(d, &st, &rows)?;
-    let decision = super::decide::decide(&queue, &room);
-    if decision == Decision::Admit(me) {
-        let row = &rows[me];
-        d.registry().mark_admitted(ticket)?;
-        crate::faults::point("admission:admitted");
-        let key = WorldKey::new(&row.project, &row.world);
-        st.pending
-            .insert(key.clone(), (row.group.clone(), queue[me].footprint));
-        if row.resume {
-            let b = st.backoff.entry(key.clone()).or_insert(Backoff {
-                hold: hold(),
-                resumed: None,
-            });
-            b.resumed = Some(std::time::Instant::now());
-        }
-        d.admission.admissions.fetch_add(1, Ordering::Relaxed);
-        let name = if row.resume {
-            EventKind::Resumed
-        } else {
-            EventKind::Admitted
-        };
-        let mut ev = crate::daemon::world::world_event(name, &row.project, &row.world);
-        ev.detail = Some(format!(
-            "ticket {ticket}, {}; decided in {:.2} ms",
-            figures(&room, queue[me].footprint),
-            started.elapsed().as_secs_f64() * 1000.0
-        ));
-        d.event(ev);
-        return Ok(Step::Admitted(Admitted {
-            d: Arc::clone(d),
-            key,
-            ticket,
-        }));
+    if rows.is_empty() {
+        d.admission.board.send_if_modified(|b| {
+            let had = !b.standings.is_empty();
+            if had {
+                *b = Arc::new(Board {
+                    standings: HashMap::new(),
+                    admitted: b.admitted,
+                });
+            }
+            had
+        });
+        return Ok(0);
     }
-    let reasons = super::decide::reasons(&queue, &room);
-    let position = reasons.iter().position(|(i, _)| *i == me).unwrap_or(0);
-    let reason = match (position, decision) {
-        // Another ticket is next and fits: it is being admitted.
-        (0, Decision::Wait(b)) => b.to_string(),
-        (_, _) => reasons
-            .get(position)
-            .map(|(_, r)| r.clone())
-            .unwrap_or_default(),
+    let queue = waiting(d, &rows);
+    let mut room = room(d, &st, &rows)?;
+    let order = super::decide::order(&queue, &room);
+    let mut admitted = 0;
+    // `order` already counts each admission against its caller and group,
+    // so what is left of it is the order after them.
+    while let Decision::Admit(i) = decide_in(&queue, &room, &order[admitted..]) {
+        let w = &queue[i];
+        admit(d, &mut st, &rows[i], w, &room, started)?;
+        *room
+            .active
+            .entry((w.caller.clone(), w.group.clone()))
+            .or_default() += 1;
+        if let Some(ram) = room.ram.as_mut() {
+            ram.pending += w.footprint;
+        }
+        admitted += 1;
+    }
+    let rest = &order[admitted..];
+    let of = rest.len();
+    let standings: HashMap<i64, Standing> = super::decide::reasons_in(&queue, &room, rest)
+        .into_iter()
+        .enumerate()
+        .map(|(pos, (i, reason))| {
+            (
+                rows[i].ticket,
+                Standing {
+                    position: pos + 1,
+                    of,
+                    reason,
+                },
+            )
+        })
+        .collect();
+    // Published under the lock, so two passes never publish out of order.
+    let next = Board {
+        standings,
+        admitted: d.admission.admissions.load(Ordering::Relaxed),
     };
-    Ok(Step::Waiting(Standing {
-        position: position + 1,
-        of: rows.len(),
-        reason,
-    }))
+    d.admission.board.send_if_modified(|b| {
+        if **b == next {
+            return false;
+        }
+        *b = Arc::new(next);
+        true
+    });
+    drop(st);
+    Ok(of)
+}
+
+/// Admits queued `row` (under the admission lock `st`): marked admitted in
+/// the registry, counted as pending with its footprint, left for its `up`
+/// to claim, and announced.
+fn admit(
+    d: &Daemon,
+    st: &mut State,
+    row: &QueueRow,
+    w: &Waiting,
+    room: &Room,
+    started: std::time::Instant,
+) -> Result<(), ApiError> {
+    d.registry().mark_admitted(row.ticket)?;
+    crate::faults::point("admission:admitted");
+    let key = WorldKey::new(&row.project, &row.world);
+    st.pending.insert(
+        key.clone(),
+        ((row.caller.clone(), row.group.clone()), w.footprint),
+    );
+    st.unclaimed.insert(row.ticket, key.clone());
+    if row.resume {
+        let b = st.backoff.entry(key).or_insert(Backoff {
+            hold: hold(),
+            resumed: None,
+        });
+        b.resumed = Some(std::time::Instant::now());
+    }
+    d.admission.admissions.fetch_add(1, Ordering::Relaxed);
+    let name = if row.resume {
+        EventKind::Resumed
+    } else {
+        EventKind::Admitted
+    };
+    let mut ev = crate::daemon::world::world_event(name, &row.project, &row.world);
+    ev.detail = Some(format!(
+        "ticket {}, {}; decided in {:.2} ms",
+        row.ticket,
+        figures(room, w.footprint),
+        started.elapsed().as_secs_f64() * 1000.0
+    ));
+    d.event(ev);
+    Ok(())
+}
+
+/// Where `ticket` stands on the board the last pass published, if it
+/// waits.
+pub(super) fn standing(d: &Daemon, ticket: i64) -> Option<Standing> {
+    d.admission.board.borrow().standings.get(&ticket).cloned()
 }
 
 /// The figures an admission event carries.
@@ -213,32 +278,6 @@ pub(super) fn figures(room: &Room, footprint: u64) -> String {
     }
     out.push_str(&format!(", footprint {}", super::decide::gib(footprint)));
     out
-}
-
-/// Where each queued ticket stands now, for `status`.
-pub(super) fn standings(d: &Daemon, rows: &[QueueRow]) -> HashMap<WorldKey, Standing> {
-    let st = d.admission.lock();
-    if rows.is_empty() {
-        return HashMap::new();
-    }
-    let queue = waiting(d, rows);
-    let Ok(room) = room(d, &st, rows) else {
-        return HashMap::new();
-    };
-    super::decide::reasons(&queue, &room)
-        .into_iter()
-        .enumerate()
-        .map(|(pos, (i, reason))| {
-            (
-                WorldKey::new(&rows[i].project, &rows[i].world),
-                Standing {
-                    position: pos + 1,
-                    of: rows.len(),
-                    reason,
-                },
-            )
-        })
-        .collect()
 }
 
 /// A queued world that was never made: no worktree, no services yet.
@@ -261,7 +300,9 @@ pub(crate) fn unmade(name: &str, group: Option<String>) -> crate::protocol::Worl
 }
 
 /// Puts the queue into `report`: a queued world that exists shows as
-/// `queued` with its place; one never made is listed with no worktree.
+/// `queued` with its place; one never made is listed with no worktree
+/// (appended: the caller sorts). Places come from the board (no look at the room); projects and worlds
+/// are found through an index, so thousands queued cost one pass each.
 pub(crate) fn fill_queue(
     d: &Daemon,
     report: &mut crate::protocol::StatusReport,
@@ -270,43 +311,41 @@ pub(crate) fn fill_queue(
     let Ok(rows) = d.registry().queue() else {
         return;
     };
-    let places = standings(d, &rows);
+    if rows.is_empty() {
+        return;
+    }
+    let board = Arc::clone(&d.admission.board.borrow());
+    let mut projects: HashMap<String, usize> = report
+        .projects
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.name.clone(), i))
+        .collect();
+    let mut worlds: HashMap<(usize, String), usize> = HashMap::new();
+    for (pi, p) in report.projects.iter().enumerate() {
+        for (wi, w) in p.worlds.iter().enumerate() {
+            worlds.insert((pi, w.name.clone()), wi);
+        }
+    }
     for r in rows {
         if project.is_some_and(|p| p != r.project) {
             continue;
         }
-        let place = places
-            .get(&WorldKey::new(&r.project, &r.world))
-            .map(Standing::place);
-        let at = match report.projects.iter().position(|p| p.name == r.project) {
-            Some(i) => i,
-            None => {
-                report.projects.push(crate::protocol::ProjectStatus {
-                    name: r.project.clone(),
-                    root: r.disk_path.clone(),
-                    worlds: Vec::new(),
-                });
-                report.projects.sort_by(|a, b| a.name.cmp(&b.name));
-                report
-                    .projects
-                    .iter()
-                    .position(|p| p.name == r.project)
-                    .expect("just added")
-            }
-        };
-        let worlds = &mut report.projects[at].worlds;
-        let w = match worlds.iter_mut().find(|w| w.name == r.world) {
-            Some(w) => w,
-            None => {
-                let group = Some(r.group.clone());
-                worlds.push(unmade(&r.world, group));
-                worlds.sort_by(|a, b| a.name.cmp(&b.name));
-                worlds
-                    .iter_mut()
-                    .find(|w| w.name == r.world)
-                    .expect("just added")
-            }
-        };
+        let place = board.standings.get(&r.ticket).map(Standing::place);
+        let pi = *projects.entry(r.project.clone()).or_insert_with(|| {
+            report.projects.push(crate::protocol::ProjectStatus {
+                name: r.project.clone(),
+                root: r.disk_path.clone(),
+                worlds: Vec::new(),
+            });
+            report.projects.len() - 1
+        });
+        let list = &mut report.projects[pi].worlds;
+        let wi = *worlds.entry((pi, r.world.clone())).or_insert_with(|| {
+            list.push(unmade(&r.world, Some(r.group.clone())));
+            list.len() - 1
+        });
+        let w = &mut list[wi];
         // A resume keeps its world's own state, `suspended`, with the place
         // and reason it waits for now.
         if !r.resume {

@@ -35,10 +35,17 @@ pub(super) async fn suspend(d: &Arc<Daemon>, w: &crate::registry::ActiveRow, why
         .unwrap_or_default();
     let json = serde_json::to_string(&request).unwrap_or_default();
     let since = w.admitted_at.unwrap_or_else(crate::registry::now_ms);
-    let ticket = match d
-        .registry()
-        .enqueue_resume(&w.project, &w.world, &w.group, &json, &disk_path, since)
-    {
+    let ticket = match d.registry().enqueue_resume(
+        &crate::registry::NewTicket {
+            project: &w.project,
+            world: &w.world,
+            caller: &w.caller,
+            group: &w.group,
+            request: &json,
+            disk_path: &disk_path,
+        },
+        since,
+    ) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(world = %w.world, "could not queue the resume: {e}");
@@ -56,6 +63,7 @@ pub(super) async fn suspend(d: &Arc<Daemon>, w: &crate::registry::ActiveRow, why
     let req = UpRequest {
         world: request,
         group: (!w.group.is_empty()).then(|| w.group.clone()),
+        caller: (!w.caller.is_empty()).then(|| w.caller.clone()),
         env,
         wait: true,
     };

@@ -18,11 +18,17 @@ use std::sync::Arc;
 /// `binky env`: exposed services → addresses, and the project's `[env]`.
 /// A `[env]` value templated from `${env.NAME}` is withheld (`None`) unless
 /// `reveal`: it is usually a credential the caller's shell already has.
+///
+/// For an `agent` (a world-bound MCP server) every secret the daemon knows
+/// that is not this world's own — an `admin_url`'s password (in a slice
+/// address when the adapter gives the world no user of its own), a secret
+/// from the user's environment — is masked wherever it appears.
 pub(crate) async fn env(
     d: &Arc<Daemon>,
     wref: WorldRef,
     client_env: ClientEnv,
     reveal: bool,
+    agent: bool,
 ) -> Result<WorldEnv, ApiError> {
     let loc = locate(d, &wref)?;
     let w = find_world(d, &loc, &wref.name)?;
@@ -44,14 +50,25 @@ pub(crate) async fn env(
         .map(|k| (k.clone(), shown.remove(k)))
         .collect();
     let services = exposed_of(&wf);
-    Ok(WorldEnv {
+    let mut out = WorldEnv {
         project: loc.name.clone(),
         world: w.name.clone(),
         worktree: wf.world_root.display().to_string(),
         fields: fields_of(&wf, &services),
         services,
         vars,
-    })
+    };
+    if agent {
+        let own = d.registry().world_secrets(w.id)?;
+        let mask = |v: &mut String| *v = crate::secrets::scrub_keeping(v, &own);
+        out.services.values_mut().for_each(mask);
+        out.fields
+            .values_mut()
+            .flat_map(|f| f.values_mut())
+            .for_each(mask);
+        out.vars.values_mut().flatten().for_each(mask);
+    }
+    Ok(out)
 }
 
 /// The project's `[env]` rendered for a world after `up` (every slice

@@ -109,6 +109,16 @@ pub fn peer_is_same_user(stream: &ServerStream) -> io::Result<bool> {
     Ok(cred.uid() == nix::unistd::geteuid().as_raw())
 }
 
+/// The session the peer of `stream` runs in (its session id): a terminal's
+/// shell and everything it starts share one — wrappers such as `sh -c`,
+/// `timeout`, `xargs` included — so it names who asks without trusting the
+/// peer to say. `None` when the kernel does not tell.
+pub fn peer_session(stream: &ServerStream) -> Option<u32> {
+    let pid = stream.peer_cred().ok()?.pid()?;
+    let sid = nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(pid))).ok()?;
+    u32::try_from(sid.as_raw()).ok()
+}
+
 /// Connects to the daemon's socket.
 pub fn connect(path: &Path) -> io::Result<ClientStream> {
     ClientStream::connect(path)
