@@ -159,6 +159,18 @@ pub fn print_human(report: &StatusReport) {
                 anstream::println!("{}", line.trim_end());
             }
         }
+        if p.queued_unlisted > 0 {
+            anstream::println!(
+                "  {}",
+                paint(
+                    DIM,
+                    format!(
+                        "… and {} more queued, never made, behind these in admission order",
+                        p.queued_unlisted
+                    )
+                )
+            );
+        }
     }
 }
 

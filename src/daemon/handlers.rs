@@ -136,7 +136,12 @@ pub(crate) fn status_report(
     if usage {
         world::fill_usage(&mut r);
     }
-    super::admission::fill_queue(d, &mut r, project);
+    super::admission::fill_queue(
+        d,
+        &mut r,
+        project,
+        crate::protocol::ProjectStatus::QUEUE_LISTED,
+    );
     r.sort_naturally();
     Ok(r)
 }
@@ -182,6 +187,7 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         suspended,
         admissions: d.admission.admissions(),
         admission_looks: d.admission.looks(),
+        admission_passes: d.admission.passes(),
         memory_watch: d.admission.watch().to_owned(),
         memory_samples: d.admission.samples(),
         memory_total: memory.map(|m| m.total),

@@ -449,6 +449,7 @@ mod tests {
             projects: vec![ProjectStatus {
                 name: "shop".into(),
                 root: "/r".into(),
+                queued_unlisted: 0,
                 worlds: names
                     .iter()
                     .map(|n| world(n, WorldState::Running))

@@ -274,6 +274,22 @@ pub struct ProjectStatus {
     pub root: String,
     /// Worlds in name order.
     pub worlds: Vec<WorldStatus>,
+    /// Queued worlds never made that are not listed in `worlds`: past the
+    /// first [`ProjectStatus::QUEUE_LISTED`] in admission order, so a report
+    /// stays small and quick with thousands queued (`binky metrics` has
+    /// `queue_length`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub queued_unlisted: u32,
+}
+
+impl ProjectStatus {
+    /// How many queued worlds never made a report lists per project, the
+    /// first in admission order.
+    pub const QUEUE_LISTED: usize = 200;
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One world.
@@ -401,10 +417,14 @@ pub struct Metrics {
     /// `up`s admitted since the daemon started.
     #[serde(default)]
     pub admissions: u64,
-    /// Times a queued request looked at the room since the daemon started
-    /// (each wake, and every second while queued).
+    /// Times admission looked at the room since the daemon started: each
+    /// pass, and the quick look of every second while anything is queued.
     #[serde(default)]
     pub admission_looks: u64,
+    /// Of those, the passes over the whole queue (on each change, and on a
+    /// second whose look found the room changed): flat however many wait.
+    #[serde(default)]
+    pub admission_passes: u64,
     /// How the daemon watches memory now: `"psi"` (kernel pressure-stall
     /// triggers plus a slow sample), `"sampling"` (a sample every 2 s, where
     /// the kernel has no PSI) or `"idle"` (no world runs: nothing is read).

@@ -247,6 +247,7 @@ mod tests {
             projects: vec![ProjectStatus {
                 name: "<b>shop</b>".into(),
                 root: "/r".into(),
+                queued_unlisted: 0,
                 worlds: vec![WorldStatus {
                     name: "x\"><script>alert(1)</script>\nnext".into(),
                     slug: "x".into(),

@@ -52,6 +52,7 @@ impl Registry {
                     ProjectStatus {
                         name: r.get(1)?,
                         root: r.get(2)?,
+                        queued_unlisted: 0,
                         worlds: Vec::new(),
                     },
                 ))

@@ -115,9 +115,11 @@ pub(crate) struct Admission {
     board: tokio::sync::watch::Sender<std::sync::Arc<Board>>,
     /// `up`s admitted since the daemon started.
     admissions: AtomicU64,
-    /// Passes over the queue since the daemon started: a test's proof that
-    /// admission looked again.
+    /// Looks at the room since the daemon started (passes and the quick
+    /// look of each tick): a test's proof that admission looked again.
     looks: AtomicU64,
+    /// Passes over the whole queue since the daemon started.
+    passes: AtomicU64,
     /// Asks the sampler for a sample now (a reserve changed); a permit is
     /// kept when it is busy, so none is lost.
     resample: tokio::sync::Notify,
@@ -137,6 +139,7 @@ impl Default for Admission {
             board: tokio::sync::watch::Sender::new(std::sync::Arc::default()),
             admissions: AtomicU64::default(),
             looks: AtomicU64::default(),
+            passes: AtomicU64::default(),
             resample: tokio::sync::Notify::new(),
             samples: AtomicU64::default(),
             stalls: AtomicU64::default(),
@@ -154,6 +157,19 @@ pub(crate) struct Board {
     /// the ticket it admitted was never on it (queued and admitted between
     /// two passes), so its waiter wakes to claim it.
     admitted: u64,
+    /// The waiting tickets in admission order, as the pass read them:
+    /// what `status` lists, without reading the queue again.
+    rows: Vec<crate::registry::QueueRow>,
+}
+
+/// What a tick's quick look compares with the last pass, to skip a pass
+/// that would change nothing: the disks the queue needs, each distinct
+/// (footprint, resume) in it, and whether each fitted (and why not).
+#[derive(Debug, Default)]
+struct Glance {
+    disks: Vec<String>,
+    needs: Vec<(u64, bool)>,
+    seen: Vec<Option<String>>,
 }
 
 const WATCH_IDLE: u8 = 0;
@@ -176,6 +192,8 @@ struct State {
     sampling: bool,
     /// The admitter runs (from the first ticket or the daemon's start on).
     admitting: bool,
+    /// The last pass's [`Glance`]; `None` when the queue changed since.
+    glance: Option<Glance>,
     /// Peak RSS seen per running world, bytes.
     peaks: HashMap<i64, u64>,
     /// Recent `MemAvailable` readings, judged by [`steady`].
@@ -246,9 +264,14 @@ impl Admission {
         self.admissions.load(Ordering::Relaxed)
     }
 
-    /// Passes over the queue (looks at the room) since the daemon started.
+    /// Looks at the room since the daemon started.
     pub(crate) fn looks(&self) -> u64 {
         self.looks.load(Ordering::Relaxed)
+    }
+
+    /// Passes over the whole queue since the daemon started.
+    pub(crate) fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
     }
 
     /// Takes a memory sample now, if the sampler runs (any world does).

@@ -3,7 +3,9 @@
 //! queue as `status` shows it.
 
 use super::decide::{Decision, Room, Waiting, decide_in};
-use super::{Backoff, Board, DEFAULT_FOOTPRINT, DISK_RESERVE_SHARE, RESUME_MARGIN, State, hold};
+use super::{
+    Backoff, Board, DEFAULT_FOOTPRINT, DISK_RESERVE_SHARE, Glance, RESUME_MARGIN, State, hold,
+};
 use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, WorldKey};
 use crate::protocol::ApiError;
@@ -77,9 +79,20 @@ pub(super) fn waiting(d: &Daemon, rows: &[QueueRow]) -> Vec<Waiting> {
         .collect()
 }
 
+/// The disks admission checks: `BINKY_HOME`'s and each queued project's.
+fn disk_paths(d: &Daemon, rows: &[QueueRow]) -> Vec<String> {
+    let mut paths: Vec<String> = vec![d.paths.home().display().to_string()];
+    for r in rows {
+        if !paths.contains(&r.disk_path) {
+            paths.push(r.disk_path.clone());
+        }
+    }
+    paths
+}
+
 /// The room now: settings, active worlds (recorded plus admitted), RAM and
-/// the disks under `BINKY_HOME` and each queued project.
-pub(super) fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, ApiError> {
+/// the disks at `paths` ([`disk_paths`]).
+pub(super) fn room(d: &Daemon, st: &State, paths: &[String]) -> Result<Room, ApiError> {
     let reg = d.registry();
     let s = reg.settings()?;
     let mut active: std::collections::BTreeMap<super::decide::Slot, u32> = Default::default();
@@ -107,18 +120,12 @@ pub(super) fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, Ap
                 .sum::<u64>(),
     });
     let reserve = disk_reserve(d, &s)?;
-    let mut paths: Vec<String> = vec![d.paths.home().display().to_string()];
-    for r in rows {
-        if !paths.contains(&r.disk_path) {
-            paths.push(r.disk_path.clone());
-        }
-    }
     let disks = paths
-        .into_iter()
+        .iter()
         .filter_map(|path| {
-            let (free, size) = crate::platform::disk_space(std::path::Path::new(&path))?;
+            let (free, size) = crate::platform::disk_space(std::path::Path::new(path))?;
             Some(super::decide::Disk {
-                path,
+                path: path.clone(),
                 free,
                 reserve: reserve(size),
             })
@@ -144,18 +151,20 @@ pub(super) fn room(d: &Daemon, st: &State, rows: &[QueueRow]) -> Result<Room, Ap
 ///
 /// # Errors
 /// The registry cannot be read or written.
-pub(super) fn pass(d: &Arc<Daemon>) -> Result<usize, ApiError> {
+pub(super) fn pass(d: &Daemon) -> Result<usize, ApiError> {
     let started = std::time::Instant::now();
     d.admission.looks.fetch_add(1, Ordering::Relaxed);
+    d.admission.passes.fetch_add(1, Ordering::Relaxed);
     let mut st = d.admission.lock();
     let rows = d.registry().queue()?;
     if rows.is_empty() {
+        st.glance = None;
         d.admission.board.send_if_modified(|b| {
             let had = !b.standings.is_empty();
             if had {
                 *b = Arc::new(Board {
-                    standings: HashMap::new(),
                     admitted: b.admitted,
+                    ..Board::default()
                 });
             }
             had
@@ -163,7 +172,8 @@ pub(super) fn pass(d: &Arc<Daemon>) -> Result<usize, ApiError> {
         return Ok(0);
     }
     let queue = waiting(d, &rows);
-    let mut room = room(d, &st, &rows)?;
+    let paths = disk_paths(d, &rows);
+    let mut room = room(d, &st, &paths)?;
     let order = super::decide::order(&queue, &room);
     let mut admitted = 0;
     // `order` already counts each admission against its caller and group,
@@ -182,6 +192,7 @@ pub(super) fn pass(d: &Arc<Daemon>) -> Result<usize, ApiError> {
     }
     let rest = &order[admitted..];
     let of = rest.len();
+    st.glance = Some(glance_of(&queue, rest, &room, paths));
     let standings: HashMap<i64, Standing> = super::decide::reasons_in(&queue, &room, rest)
         .into_iter()
         .enumerate()
@@ -200,6 +211,7 @@ pub(super) fn pass(d: &Arc<Daemon>) -> Result<usize, ApiError> {
     let next = Board {
         standings,
         admitted: d.admission.admissions.load(Ordering::Relaxed),
+        rows: rest.iter().map(|&i| rows[i].clone()).collect(),
     };
     d.admission.board.send_if_modified(|b| {
         if **b == next {
@@ -210,6 +222,59 @@ pub(super) fn pass(d: &Arc<Daemon>) -> Result<usize, ApiError> {
     });
     drop(st);
     Ok(of)
+}
+
+/// What the queue left waiting needs of the room, and what the room said.
+fn glance_of(queue: &[Waiting], rest: &[usize], room: &Room, disks: Vec<String>) -> Glance {
+    let mut needs: Vec<(u64, bool)> = rest
+        .iter()
+        .map(|&i| {
+            let w = &queue[i];
+            (
+                w.footprint + if w.resume { room.resume_margin } else { 0 },
+                w.resume,
+            )
+        })
+        .collect();
+    needs.sort_unstable();
+    needs.dedup();
+    let seen = judge(room, &needs);
+    Glance { disks, needs, seen }
+}
+
+/// Whether each of `needs` fits `room`, and why not.
+fn judge(room: &Room, needs: &[(u64, bool)]) -> Vec<Option<String>> {
+    needs
+        .iter()
+        .map(|&(n, resume)| {
+            super::decide::fits(room, n, resume)
+                .err()
+                .map(|b| b.to_string())
+        })
+        .collect()
+}
+
+/// A tick's quick look: whether a pass could change anything now. Nothing
+/// but the room changes between wakes (every change to the queue or to the
+/// worlds wakes a pass), so when each distinct need the queue holds fits
+/// or falls short exactly as at the last pass, for the same reason, the
+/// pass would admit nobody and publish the same board. It reads memory,
+/// the disks and the settings, never the queue: with thousands queued an
+/// idle daemon stays idle.
+pub(super) fn worth_a_pass(d: &Daemon) -> bool {
+    d.admission.looks.fetch_add(1, Ordering::Relaxed);
+    let st = d.admission.lock();
+    let Some(g) = &st.glance else {
+        return true;
+    };
+    let Ok(room) = room(d, &st, &g.disks) else {
+        return true;
+    };
+    // Resumes are judged on readings that must have lasted: look properly.
+    if g.needs.iter().any(|(_, resume)| *resume) {
+        return true;
+    }
+    judge(&room, &g.needs) != g.seen
 }
 
 /// Admits queued `row` (under the admission lock `st`): marked admitted in
@@ -301,20 +366,22 @@ pub(crate) fn unmade(name: &str, group: Option<String>) -> crate::protocol::Worl
 
 /// Puts the queue into `report`: a queued world that exists shows as
 /// `queued` with its place; one never made is listed with no worktree
-/// (appended: the caller sorts). Places come from the board (no look at the room); projects and worlds
-/// are found through an index, so thousands queued cost one pass each.
+/// (appended: the caller sorts), the first `limit` of a project in
+/// admission order, the rest counted in
+/// [`ProjectStatus::queued_unlisted`](crate::protocol::ProjectStatus::queued_unlisted).
+/// It reads the board the last pass left (no look at the room, no read of
+/// the queue), and finds projects and worlds through an index, so
+/// thousands queued cost one walk.
 pub(crate) fn fill_queue(
     d: &Daemon,
     report: &mut crate::protocol::StatusReport,
     project: Option<&str>,
+    limit: usize,
 ) {
-    let Ok(rows) = d.registry().queue() else {
-        return;
-    };
-    if rows.is_empty() {
+    let board = Arc::clone(&d.admission.board.borrow());
+    if board.rows.is_empty() {
         return;
     }
-    let board = Arc::clone(&d.admission.board.borrow());
     let mut projects: HashMap<String, usize> = report
         .projects
         .iter()
@@ -327,7 +394,8 @@ pub(crate) fn fill_queue(
             worlds.insert((pi, w.name.clone()), wi);
         }
     }
-    for r in rows {
+    let mut listed: HashMap<usize, usize> = HashMap::new();
+    for r in board.rows.iter() {
         if project.is_some_and(|p| p != r.project) {
             continue;
         }
@@ -336,16 +404,27 @@ pub(crate) fn fill_queue(
             report.projects.push(crate::protocol::ProjectStatus {
                 name: r.project.clone(),
                 root: r.disk_path.clone(),
+                queued_unlisted: 0,
                 worlds: Vec::new(),
             });
             report.projects.len() - 1
         });
-        let list = &mut report.projects[pi].worlds;
-        let wi = *worlds.entry((pi, r.world.clone())).or_insert_with(|| {
-            list.push(unmade(&r.world, Some(r.group.clone())));
-            list.len() - 1
-        });
-        let w = &mut list[wi];
+        let wi = match worlds.get(&(pi, r.world.clone())) {
+            Some(&wi) => wi,
+            None => {
+                let n = listed.entry(pi).or_default();
+                if *n >= limit {
+                    report.projects[pi].queued_unlisted += 1;
+                    continue;
+                }
+                *n += 1;
+                let list = &mut report.projects[pi].worlds;
+                list.push(unmade(&r.world, Some(r.group.clone())));
+                worlds.insert((pi, r.world.clone()), list.len() - 1);
+                list.len() - 1
+            }
+        };
+        let w = &mut report.projects[pi].worlds[wi];
         // A resume keeps its world's own state, `suspended`, with the place
         // and reason it waits for now.
         if !r.resume {

@@ -4,7 +4,7 @@
 //! withdrawn; the admitter that runs the passes; and the queue a restarted
 //! daemon carries on with.
 
-use super::room::{Standing, pass, standing};
+use super::room::{Standing, pass, standing, worth_a_pass};
 use super::sampler::{ensure_sampler, psi_allowed, sample_interval};
 use super::{SETTLE, TICK, hold};
 use crate::daemon::events::EventKind;
@@ -279,6 +279,7 @@ pub(crate) async fn wait(
                 let gone = d.registry().dequeue(ticket).unwrap_or(false);
                 unclaim(d, ticket);
                 if gone {
+                    let _ = pass(d);
                     d.event(crate::daemon::world::world_event(EventKind::AdmissionCancelled, project, world));
                     d.admission.wake();
                 }
@@ -305,23 +306,31 @@ pub(crate) fn ensure_admitter(d: &Arc<Daemon>) {
     }
     let d = Arc::clone(d);
     tokio::spawn(async move {
+        let mut look = true;
         loop {
             let woken = d.admission.changed.notified();
             tokio::pin!(woken);
-            let queued = match pass(&d) {
-                Ok(n) => n > 0,
-                Err(e) => {
-                    tracing::warn!("admission pass failed: {}", e.message);
-                    true
-                }
-            };
-            if queued {
-                tokio::select! {
-                    _ = &mut woken => {}
-                    _ = tokio::time::sleep(TICK) => {}
+            let queued = if look {
+                match pass(&d) {
+                    Ok(n) => n > 0,
+                    Err(e) => {
+                        tracing::warn!("admission pass failed: {}", e.message);
+                        true
+                    }
                 }
             } else {
+                true
+            };
+            if queued {
+                look = tokio::select! {
+                    _ = &mut woken => true,
+                    // Memory and disk move by themselves: a quick look
+                    // first, a pass only when it could change something.
+                    _ = tokio::time::sleep(TICK) => worth_a_pass(&d),
+                };
+            } else {
                 woken.await;
+                look = true;
             }
         }
     });
@@ -337,6 +346,8 @@ pub(crate) fn withdraw(d: &Daemon, project: &str, world: &str) -> Result<bool, A
     }
     let gone = ticket.is_some();
     if gone {
+        // At once, so a `status` right after no longer lists it.
+        let _ = pass(d);
         d.event(crate::daemon::world::world_event(
             EventKind::AdmissionWithdrawn,
             project,

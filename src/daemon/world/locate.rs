@@ -148,7 +148,7 @@ pub(super) fn find_world(d: &Daemon, loc: &Located, name: &str) -> Result<WorldR
 /// max_parallel 2 reached`), when it is queued.
 fn queued_unmade(d: &Daemon, project: &str, name: &str) -> Option<String> {
     let mut report = crate::protocol::StatusReport::default();
-    admission::fill_queue(d, &mut report, Some(project));
+    admission::fill_queue(d, &mut report, Some(project), usize::MAX);
     let q = report
         .projects
         .iter()

@@ -11,6 +11,7 @@ fn one_world(w: WorldStatus) -> StatusReport {
         projects: vec![ProjectStatus {
             name: "shop".into(),
             root: "/r".into(),
+            queued_unlisted: 0,
             worlds: vec![w],
         }],
     }
