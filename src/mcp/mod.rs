@@ -738,16 +738,22 @@ pub fn binding(
     })
 }
 
-/// Reads one line of at most `max` bytes into `buf` (without its `\n`),
-/// consuming the rest of a longer line without keeping it. The line's full
-/// length, or `None` at the end of input.
+/// How much of an oversized message's end is kept, to find its `id`.
+const TAIL: usize = 4096;
+
+/// Reads one line of at most `max` bytes into `buf` (without its `\n`, or
+/// `\r\n`), consuming the rest of a longer line without keeping it but for
+/// its last [`TAIL`] bytes in `tail`. The line's full length, or `None` at
+/// the end of input.
 async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
     r: &mut R,
     max: usize,
     buf: &mut Vec<u8>,
+    tail: &mut Vec<u8>,
 ) -> std::io::Result<Option<usize>> {
     use tokio::io::AsyncBufReadExt;
     buf.clear();
+    tail.clear();
     let mut total = 0;
     loop {
         let avail = r.fill_buf().await?;
@@ -760,22 +766,43 @@ async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
         };
         let room = (max + 1).saturating_sub(buf.len());
         buf.extend_from_slice(&line[..line.len().min(room)]);
+        tail.extend_from_slice(&line[line.len().saturating_sub(TAIL)..]);
+        if tail.len() > TAIL {
+            tail.drain(..tail.len() - TAIL);
+        }
         total += line.len();
         r.consume(used);
         if done {
+            // A CRLF line is as long as its LF twin.
+            if tail.last() == Some(&b'\r') {
+                total -= 1;
+                buf.truncate(total);
+            }
             return Ok(Some(total));
         }
     }
 }
 
-/// The `id` of a JSON-RPC message from its first bytes, for the error that
-/// answers a message too large to parse: clients write `id` near the start.
-fn leading_id(head: &[u8]) -> serde_json::Value {
-    let head = String::from_utf8_lossy(&head[..head.len().min(4096)]);
-    let Some(at) = head.find("\"id\"") else {
-        return serde_json::Value::Null;
-    };
-    let rest = head[at + 4..].trim_start();
+/// The `id` of a JSON-RPC message from its first bytes or else its last,
+/// for the error that answers a message too large to parse: most clients
+/// write `id` near the start; one that writes it after the parameters has
+/// it near the end.
+fn message_id(head: &[u8], tail: &[u8]) -> serde_json::Value {
+    let head = String::from_utf8_lossy(&head[..head.len().min(TAIL)]);
+    match head.find("\"id\"").map(|at| id_at(&head[at + 4..])) {
+        Some(id) if !id.is_null() => id,
+        _ => {
+            let tail = String::from_utf8_lossy(tail);
+            tail.rfind("\"id\"")
+                .map(|at| id_at(&tail[at + 4..]))
+                .unwrap_or(serde_json::Value::Null)
+        }
+    }
+}
+
+/// The JSON-RPC id (a number or a string without escapes) after `"id"`.
+fn id_at(after: &str) -> serde_json::Value {
+    let rest = after.trim_start();
     let Some(rest) = rest.strip_prefix(':') else {
         return serde_json::Value::Null;
     };
@@ -814,14 +841,16 @@ fn checked_stdio() -> (
     tokio::spawn(async move {
         use crate::protocol::limits::MAX_MCP_MESSAGE;
         let mut input = tokio::io::BufReader::new(tokio::io::stdin());
-        let mut buf = Vec::new();
-        while let Ok(Some(len)) = read_line_bounded(&mut input, MAX_MCP_MESSAGE, &mut buf).await {
+        let (mut buf, mut tail) = (Vec::new(), Vec::new());
+        while let Ok(Some(len)) =
+            read_line_bounded(&mut input, MAX_MCP_MESSAGE, &mut buf, &mut tail).await
+        {
             if len > MAX_MCP_MESSAGE {
                 // Refused whole, before anything parses it or the daemon
                 // sees it; the server keeps serving.
                 let reply = serde_json::json!({
                     "jsonrpc": "2.0",
-                    "id": leading_id(&buf),
+                    "id": message_id(&buf, &tail),
                     "error": {"code": -32600, "message": format!(
                         "message of {len} bytes refused: binky mcp reads at most {MAX_MCP_MESSAGE} bytes per message; nothing was done"
                     )},
@@ -874,4 +903,45 @@ fn checked_stdio() -> (
         }
     });
     ((to_rmcp, from_rmcp), written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn lines(input: &[u8], max: usize) -> Vec<(usize, Vec<u8>, serde_json::Value)> {
+        let mut r = tokio::io::BufReader::with_capacity(7, input);
+        let (mut buf, mut tail, mut out) = (Vec::new(), Vec::new(), Vec::new());
+        while let Some(n) = read_line_bounded(&mut r, max, &mut buf, &mut tail)
+            .await
+            .unwrap()
+        {
+            out.push((n, buf.clone(), message_id(&buf, &tail)));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_line_is_measured_whole_kept_up_to_the_bound_and_its_id_found_at_either_end() {
+        let pad = "p".repeat(40);
+        let first = format!("{{\"id\":7,\"params\":\"{pad}\"}}");
+        let last = format!("{{\"params\":\"{pad}\",\"id\":\"x-9\"}}");
+        let input = format!("{first}\r\n{last}\nshort\n");
+        let got = lines(input.as_bytes(), 20).await;
+        // Past the bound: the full length (CR not counted), the first 21
+        // bytes kept, the id from the start or from the end.
+        assert_eq!(got[0].0, first.len());
+        assert_eq!(got[0].1.len(), 21);
+        assert_eq!(got[0].2, serde_json::json!(7));
+        assert_eq!(got[1].0, last.len());
+        assert_eq!(got[1].2, serde_json::json!("x-9"));
+        // Within it: kept whole.
+        assert_eq!((got[2].0, got[2].1.as_slice()), (5, &b"short"[..]));
+        // At the bound exactly, CRLF or not: kept whole, not past it.
+        let at = "a".repeat(20);
+        let got = lines(format!("{at}\r\n{at}").as_bytes(), 20).await;
+        assert_eq!(got[0].0, 20);
+        assert_eq!(got[0].1, at.as_bytes());
+        assert_eq!(got[1].0, 20, "a last line without its newline");
+    }
 }

@@ -277,9 +277,12 @@ pub fn reasons(queue: &[Waiting], room: &Room) -> Vec<(usize, String)> {
     reasons_in(queue, room, &order(queue, room))
 }
 
-/// [`reasons`] for an order already computed. Whether a request fits
-/// depends only on its footprint and kind, so that is judged once per
-/// distinct pair, not once per queued request.
+/// Each request's own reason to wait, for an order already computed
+/// (what is left of [`order`] after a pass's admissions): the head waits for
+/// its blocker; one behind it for its own shortfall when it would not fit
+/// even at the head, else for its turn, since nobody overtakes. Whether a
+/// request fits depends only on its footprint and kind, so that is judged
+/// once per distinct pair, not once per queued request.
 pub fn reasons_in(queue: &[Waiting], room: &Room, order: &[usize]) -> Vec<(usize, String)> {
     let mut judged: HashMap<(u64, bool), Option<String>> = HashMap::new();
     order
