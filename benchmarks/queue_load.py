@@ -38,13 +38,24 @@ def _env(home: Path) -> dict:
     return env
 
 
-def _status_over_socket(sock_path: Path, version: str) -> float:
+def _protocol(sock_path: Path, version: str) -> int:
+    """The daemon's protocol number, from its welcome (an older binary
+    speaks an older one)."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(sock_path))
+        f = s.makefile("rwb")
+        f.write(json.dumps({"protocol": 0, "version": version}).encode() + b"\n")
+        f.flush()
+        return json.loads(f.readline())["protocol"]
+
+
+def _status_over_socket(sock_path: Path, version: str, protocol: int) -> float:
     """Seconds for one `status` round trip over the daemon's socket."""
     t = time.perf_counter()
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(str(sock_path))
         f = s.makefile("rwb")
-        f.write(json.dumps({"protocol": 6, "version": version}).encode() + b"\n")
+        f.write(json.dumps({"protocol": protocol, "version": version}).encode() + b"\n")
         f.flush()
         f.readline()
         f.write(b'{"verb":"status","project":null}\n')
@@ -62,13 +73,18 @@ def _status_over_socket(sock_path: Path, version: str) -> float:
 
 def _seed(db: Path, project_root: Path, n: int) -> None:
     con = sqlite3.connect(db)
+    # A registry from before callers were recorded (schema v11) has no
+    # `caller` column: the same queue without it, so an older binary can be
+    # measured side by side.
+    cols = {r[1] for r in con.execute("PRAGMA table_info(admission_queue)")}
+    caller = ("caller",) if "caller" in cols else ()
+    names = ("project", "world", *caller, "grp", "request", "disk_path", "enqueued_at", "since")
     with con:
         con.execute("DELETE FROM admission_queue")
         now = int(time.time() * 1000)
         con.executemany(
-            "INSERT INTO admission_queue(project, world, caller, grp, request, disk_path, enqueued_at, since)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [("qbench", f"w-{i}", "bench 1", f"fresh-{i}",
+            f"INSERT INTO admission_queue({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+            [("qbench", f"w-{i}", *(("bench 1",) if caller else ()), f"fresh-{i}",
               json.dumps({"project": "qbench", "name": f"w-{i}"}), str(project_root), now + i, now + i)
              for i in range(n)],
         )
@@ -91,7 +107,8 @@ def run(args, binary: Path, root: Path) -> dict:
     version = binky("--version").stdout.split()[-1]
     binky("daemon", "start")
     # Nothing is ever admitted: every ticket waits on the disk reserve.
-    binky("reserve", "--disk", "1000000", "--queue-max", "10000")
+    capped = "--queue-max" in binky("reserve", "--help").stdout
+    binky("reserve", "--disk", "1000000", *(("--queue-max", "10000") if capped else ()))
     binky("daemon", "stop")
     rows = []
     try:
@@ -104,17 +121,22 @@ def run(args, binary: Path, root: Path) -> dict:
             if queued != n:
                 raise BenchError(f"{queued} queued after the restart, expected {n}")
             time.sleep(2)  # the restart's own work done
+            protocol = _protocol(home / "binky.sock", version)
             sock, proc = [], []
             for _ in range(args.runs):
-                sock.append(_status_over_socket(home / "binky.sock", version))
+                sock.append(_status_over_socket(home / "binky.sock", version, protocol))
                 t = time.perf_counter()
                 binky("status", "--json")
                 proc.append(time.perf_counter() - t)
-            looks0 = json.loads(binky("metrics").stdout)["admission_passes"]
+            def passes() -> int:
+                m = json.loads(binky("metrics").stdout)
+                # An older daemon counts its passes as looks.
+                return m.get("admission_passes", m["admission_looks"])
+            looks0 = passes()
             t0, c0 = time.monotonic(), cpu_ticks(pid)
             time.sleep(args.idle)
             ticks, secs = cpu_ticks(pid) - c0, time.monotonic() - t0
-            looks = json.loads(binky("metrics").stdout)["admission_passes"] - looks0
+            looks = passes() - looks0
             hz = os.sysconf("SC_CLK_TCK")
             row = {
                 "queued": n,
