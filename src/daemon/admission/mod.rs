@@ -14,8 +14,10 @@
 //!
 //! A pass runs when a ticket is taken or given up and when the room may
 //! have grown (a world settled, went down or was removed, a reserve
-//! changed), and every [`TICK`] while anything is queued, since memory
-//! frees by itself. With nothing queued nothing is looked at. The queue is
+//! changed). Every [`TICK`] while anything is queued, since memory and disk
+//! free by themselves, a quick look at the room (never the queue) runs a
+//! pass only when some need the queue holds would now be judged otherwise.
+//! With nothing queued nothing is looked at. The queue is
 //! durable: a daemon that restarts carries on with the same order
 //! ([`resume_queue`]), and it is capped (`queue_max`, `queue_per_group`:
 //! a request past a cap is refused, not queued).
@@ -53,7 +55,8 @@ pub(crate) use tickets::{
 /// A project's expected footprint before one of its worlds was measured,
 /// bytes: conservative, so the first worlds of a project do not overrun.
 pub const DEFAULT_FOOTPRINT: u64 = 512 << 20;
-/// How often a queued `up` looks at the room again unprompted.
+/// How often the room is looked at again unprompted while anything is
+/// queued.
 pub const TICK: Duration = Duration::from_secs(1);
 /// How often memory (and each world's RSS) is sampled while worlds run,
 /// where the kernel has no pressure-stall triggers; nothing is sampled
