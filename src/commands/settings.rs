@@ -42,8 +42,12 @@ pub fn config(args: &JsonArgs) -> ExitCode {
     }
 }
 
-/// `binky reserve`: with no flag, the reserves in force; else sets them.
-pub fn reserve(args: &ReserveArgs) -> ExitCode {
+/// The request `binky reserve` sends: `Config` with no flag, else the
+/// settings to change.
+///
+/// # Errors
+/// A flag's value cannot be sent (not finite, not a count): said, exit 2.
+fn reserve_request(args: &ReserveArgs) -> Result<Request, ExitCode> {
     // JSON has no NaN or infinity: refuse them here rather than send null.
     for (flag, v) in [("--ram", args.ram), ("--disk", args.disk)] {
         if let Some(v) = v
@@ -53,7 +57,7 @@ pub fn reserve(args: &ReserveArgs) -> ExitCode {
                 format!("{flag} {v} is not a number"),
                 Some("give a finite number"),
             );
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     }
     let count = |flag: &str, v: Option<i64>, what: &str| match v.map(u32::try_from) {
@@ -67,41 +71,46 @@ pub fn reserve(args: &ReserveArgs) -> ExitCode {
             Err(ExitCode::from(2))
         }
     };
-    let (max_parallel, queue_max, queue_per_group) = match (
-        count(
-            "--max-parallel",
-            args.max_parallel,
-            "give a whole number from 0 (no limit) up",
-        ),
-        count(
-            "--queue-max",
-            args.queue_max,
-            "give a whole number from 1 up",
-        ),
-        count(
-            "--queue-per-group",
-            args.queue_per_group,
-            "give a whole number from 1 up",
-        ),
-    ) {
-        (Ok(a), Ok(b), Ok(c)) => (a, b, c),
-        (Err(c), _, _) | (_, Err(c), _) | (_, _, Err(c)) => return c,
-    };
-    let request = if args.ram.is_none()
-        && args.disk.is_none()
-        && max_parallel.is_none()
-        && queue_max.is_none()
-        && queue_per_group.is_none()
-    {
-        Request::Config
-    } else {
-        Request::SetReserve {
-            ram_pct: args.ram,
-            disk_gb: args.disk,
-            max_parallel,
-            queue_max,
-            queue_per_group,
-        }
+    let max_parallel = count(
+        "--max-parallel",
+        args.max_parallel,
+        "give a whole number from 0 (no limit) up",
+    )?;
+    let queue_max = count(
+        "--queue-max",
+        args.queue_max,
+        "give a whole number from 2 up",
+    )?;
+    let queue_per_group = count(
+        "--queue-per-group",
+        args.queue_per_group,
+        "give a whole number from 1 up",
+    )?;
+    Ok(
+        if args.ram.is_none()
+            && args.disk.is_none()
+            && max_parallel.is_none()
+            && queue_max.is_none()
+            && queue_per_group.is_none()
+        {
+            Request::Config
+        } else {
+            Request::SetReserve {
+                ram_pct: args.ram,
+                disk_gb: args.disk,
+                max_parallel,
+                queue_max,
+                queue_per_group,
+            }
+        },
+    )
+}
+
+/// `binky reserve`: with no flag, the reserves in force; else sets them.
+pub fn reserve(args: &ReserveArgs) -> ExitCode {
+    let request = match reserve_request(args) {
+        Ok(r) => r,
+        Err(c) => return c,
     };
     let set = !matches!(request, Request::Config);
     match settings_of(call(&request)) {

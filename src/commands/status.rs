@@ -3,7 +3,9 @@
 use super::{call, print_json};
 use crate::cli::StatusArgs;
 use crate::output::{DIM, ERROR, OK, WARN, paint};
-use crate::protocol::{Request, Response, ServiceKind, ServiceState, StatusReport, WorldState};
+use crate::protocol::{
+    Request, Response, ServiceKind, ServiceState, StatusReport, WorldState, WorldStatus,
+};
 use std::process::ExitCode;
 
 /// Runs `binky status`.
@@ -104,60 +106,7 @@ pub fn print_human(report: &StatusReport) {
             .unwrap_or(0)
             .min(NAME_WIDTH);
         for w in &p.worlds {
-            let name = fit(&w.name, width);
-            let pad = width - name.chars().count();
-            anstream::println!(
-                "  {}{}  [{}]",
-                name,
-                " ".repeat(pad),
-                paint(world_style(w.state), w.state.as_str())
-            );
-            if let Some(q) = &w.queue {
-                anstream::println!(
-                    "      {}",
-                    paint(
-                        DIM,
-                        format!(
-                            "{} of {} in admission order now (it moves as groups start and stop worlds) — {}",
-                            q.position, q.of, q.reason
-                        )
-                    )
-                );
-            }
-            if let Some(since) = &w.suspended_since {
-                anstream::println!("      {}", paint(DIM, format!("suspended since {since}")));
-            }
-            if let Some(e) = &w.error {
-                // First line only: the full reason is in `status --json` and the logs.
-                let first = e.lines().next().unwrap_or("");
-                anstream::println!("      {}", paint(ERROR, first));
-            }
-            if let Some(v) = &w.verify {
-                anstream::println!("      {}", paint(DIM, format!("verify {v}")));
-            }
-            for n in &w.notes {
-                anstream::println!("      {}", paint(WARN, n));
-            }
-            let sw = w.services.iter().map(|s| s.name.len()).max().unwrap_or(0);
-            for s in &w.services {
-                let mut line = format!("      {:<sw$}", s.name);
-                if let Some(port) = s.port {
-                    line.push_str(&format!("  :{port}"));
-                }
-                for (n, port) in &s.ports {
-                    line.push_str(&format!("  {n}:{port}"));
-                }
-                if s.kind == ServiceKind::Resource || s.state != ServiceState::Running {
-                    line.push_str(&format!(
-                        "  {}",
-                        paint(service_style(s.state), s.state.as_str())
-                    ));
-                }
-                if let Some(url) = &s.url {
-                    line.push_str(&format!("  {url}"));
-                }
-                anstream::println!("{}", line.trim_end());
-            }
+            print_world(w, width);
         }
         if p.queued_unlisted > 0 {
             anstream::println!(
@@ -171,6 +120,65 @@ pub fn print_human(report: &StatusReport) {
                 )
             );
         }
+    }
+}
+
+/// One world's lines of the table: its name (cut to `width`), state, place
+/// in the queue, errors, notes and services.
+fn print_world(w: &WorldStatus, width: usize) {
+    let name = fit(&w.name, width);
+    let pad = width - name.chars().count();
+    anstream::println!(
+        "  {}{}  [{}]",
+        name,
+        " ".repeat(pad),
+        paint(world_style(w.state), w.state.as_str())
+    );
+    if let Some(q) = &w.queue {
+        anstream::println!(
+            "      {}",
+            paint(
+                DIM,
+                format!(
+                    "{} of {} in admission order now (it moves as groups start and stop worlds) — {}",
+                    q.position, q.of, q.reason
+                )
+            )
+        );
+    }
+    if let Some(since) = &w.suspended_since {
+        anstream::println!("      {}", paint(DIM, format!("suspended since {since}")));
+    }
+    if let Some(e) = &w.error {
+        // First line only: the full reason is in `status --json` and the logs.
+        let first = e.lines().next().unwrap_or("");
+        anstream::println!("      {}", paint(ERROR, first));
+    }
+    if let Some(v) = &w.verify {
+        anstream::println!("      {}", paint(DIM, format!("verify {v}")));
+    }
+    for n in &w.notes {
+        anstream::println!("      {}", paint(WARN, n));
+    }
+    let sw = w.services.iter().map(|s| s.name.len()).max().unwrap_or(0);
+    for s in &w.services {
+        let mut line = format!("      {:<sw$}", s.name);
+        if let Some(port) = s.port {
+            line.push_str(&format!("  :{port}"));
+        }
+        for (n, port) in &s.ports {
+            line.push_str(&format!("  {n}:{port}"));
+        }
+        if s.kind == ServiceKind::Resource || s.state != ServiceState::Running {
+            line.push_str(&format!(
+                "  {}",
+                paint(service_style(s.state), s.state.as_str())
+            ));
+        }
+        if let Some(url) = &s.url {
+            line.push_str(&format!("  {url}"));
+        }
+        anstream::println!("{}", line.trim_end());
     }
 }
 
