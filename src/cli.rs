@@ -208,6 +208,10 @@ pub struct ResetArgs {
     /// Rebuild every slice of the world.
     #[arg(long)]
     pub all: bool,
+    /// End sessions on the slices that binky did not open (a `psql` someone
+    /// left open) instead of refusing; the summary names each one ended.
+    #[arg(long)]
+    pub force: bool,
     /// Admission group, when the world is not running and must wait for room.
     #[arg(long, short = 'g', value_name = "GROUP")]
     pub group: Option<String>,
@@ -249,7 +253,9 @@ pub struct NameArgs {
 pub struct RemoveArgs {
     /// The world's name (its branch).
     pub name: String,
-    /// Remove even when the worktree has uncommitted or untracked changes.
+    /// Remove even when the worktree has uncommitted or untracked changes,
+    /// end sessions on its slices that binky did not open (each named), and
+    /// leave a slice whose teardown fails to `binky gc`.
     #[arg(long, short = 'f')]
     pub force: bool,
     /// Print the result as JSON.

@@ -42,6 +42,23 @@ pub struct Capabilities {
     pub clone: bool,
 }
 
+/// What a teardown does about sessions on a slice that Binky did not
+/// open. The world's own processes are stopped before any teardown, so
+/// what is still connected then is someone else's: a person's open
+/// transaction would be lost if it were ended unasked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtherSessions {
+    /// Wait up to this long for them to close (a stopped service's session
+    /// takes a moment to go), then refuse, naming each.
+    Wait(std::time::Duration),
+    /// End them (`remove --force`, `reset --force`), naming each.
+    End,
+}
+
+/// How long a teardown waits for sessions it did not open to close before
+/// it refuses.
+pub const OTHER_SESSIONS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One slice an adapter acts on.
 #[derive(Clone)]
 pub struct Slice {
@@ -175,10 +192,19 @@ pub trait Adapter: Send + Sync {
     fn world_users(&self) -> bool {
         false
     }
-    /// The slices whose login user Binky made on `server`'s server (a slice
-    /// of it, any name) outlives them: their user is there, the rest gone
-    /// (a teardown interrupted between the two). `gc` tears each down,
-    /// which drops only a user Binky marked as its own. None by default.
+    /// The start every slice name of `project` has (`<project>_`): `gc`
+    /// looks for users Binky left only among names that start so. No
+    /// slice's name: a slice is one world's.
+    fn slice_prefix(&self, project: &str) -> String {
+        format!("{project}_")
+    }
+    /// The slices whose login user Binky made on `server`'s server outlives
+    /// them: their user is there, the rest gone (a teardown interrupted
+    /// between the two). `server` is a resource rendered to reach that
+    /// server (its `admin_url` and `options`); its name is a project's
+    /// [`slice_prefix`](Adapter::slice_prefix), no slice's. `gc` tears each
+    /// down, which drops only a user Binky marked as its own. None by
+    /// default.
     ///
     /// # Errors
     /// The server cannot be reached or its users read.
@@ -186,12 +212,55 @@ pub trait Adapter: Send + Sync {
         let _ = server;
         Ok(Vec::new())
     }
-    /// Creates the slice. Creating one that exists is an error.
+    /// Creates the slice. Creating one that exists is an error. Only
+    /// `provision`, [`clone_slice`](Adapter::clone_slice) and
+    /// [`complete`](Adapter::complete) make anything on a server.
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError>;
-    /// The slice's address (what `${SVC.url}` renders to).
+    /// The slice's address (what `${SVC.url}` renders to), as the slice is
+    /// now: with the world's own user where it has one, else the admin's
+    /// credentials (a world made before it had one).
+    ///
+    /// Reads only, and never makes, resets or grants anything: every verb
+    /// resolves (`env`, `gc`, a restart's re-adoption, a `remove` cut
+    /// short), and what a resolve made for a slice already dropped would be
+    /// left on the server with no record of it.
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError>;
-    /// Destroys the slice; a missing slice is not an error.
+    /// Brings a live slice up to what [`provision`](Adapter::provision)
+    /// makes today, its data kept: a world's own login user when
+    /// `options.acl` was turned on since it was made (its password reset to
+    /// the one the daemon keeps, [`Slice::secret`]). Run by `up` and
+    /// `reload` on a slice the registry records live, and nowhere else.
+    /// Nothing to do by default.
+    ///
+    /// # Errors
+    /// The admin may not make what is asked (users, grants), or a user of
+    /// the world's name is there that Binky did not make.
+    async fn complete(&self, slice: &Slice) -> Result<(), AdapterError> {
+        let _ = slice;
+        Ok(())
+    }
+    /// Destroys the slice; a missing slice is not an error. Sessions on it
+    /// that Binky did not open are waited for, never ended
+    /// ([`OtherSessions::Wait`] for [`OTHER_SESSIONS_WAIT`]).
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError>;
+    /// [`Adapter::teardown`], choosing what happens to sessions on the
+    /// slice that are still open once the world's own processes stopped
+    /// (a person's `psql`, an IDE): waited for then refused, or ended
+    /// knowingly. Returns the sessions it ended, each described ("pid 123
+    /// (user bob, application psql)"). The default is
+    /// [`Adapter::teardown`], for servers whose drop ends no session.
+    ///
+    /// # Errors
+    /// As [`Adapter::teardown`]; with [`OtherSessions::Wait`], sessions
+    /// still open after the wait (environmental, naming each).
+    async fn teardown_with(
+        &self,
+        slice: &Slice,
+        others: OtherSessions,
+    ) -> Result<Vec<String>, AdapterError> {
+        let _ = others;
+        self.teardown(slice).await.map(|()| Vec::new())
+    }
     /// Whether the slice exists.
     async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError>;
     /// Copies `template` into a new `slice` (only with `capabilities().clone`),

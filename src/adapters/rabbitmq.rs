@@ -23,6 +23,7 @@
 //! as Binky's: only such users are reset or deleted.
 
 use super::kit::address::{self, Address, encode};
+use super::kit::users::Found;
 use super::kit::{api, names, owner};
 use super::{Adapter, AdapterError, Capabilities, Slice};
 use crate::http::{Client, Fetched};
@@ -257,17 +258,35 @@ impl Api {
         }
     }
 
+    /// Whether the world's user is there, and whether it is Binky's (it
+    /// carries [`USER_TAG`], given in the same call that made it).
+    async fn find_user(&self, slice: &Slice) -> Result<Found, AdapterError> {
+        Ok(match self.user(&slice.name).await? {
+            None => Found::Missing,
+            Some(u) if u.is_binkys() => Found::Binkys,
+            Some(_) => Found::Foreign,
+        })
+    }
+
+    /// The refusal for a user of the world's name that is not Binky's.
+    fn foreign(&self, slice: &Slice) -> AdapterError {
+        super::kit::users::foreign(
+            "rabbitmq",
+            &self.server(),
+            &format!("a user named {}", slice.name),
+            &format!("no `{USER_TAG}` tag"),
+        )
+    }
+
     /// Makes the world's user (or resets the password of Binky's own) with
     /// every right on its vhost and none elsewhere.
     async fn ensure_user(&self, slice: &Slice) -> Result<(), AdapterError> {
         let name = &slice.name;
         let password = super::kit::users::password("rabbitmq", slice)?;
-        if self.user(name).await?.is_some_and(|u| !u.is_binkys()) {
-            return Err(AdapterError::new(format!(
-                "rabbitmq at {}: a user named {name} exists and Binky did not make it (no `{USER_TAG}` tag), so the world cannot have a user of its own; Binky leaves it alone: rename the project, or set options.acl = false",
-                self.server()
-            )));
+        if self.find_user(slice).await? == Found::Foreign {
+            return Err(self.foreign(slice));
         }
+        // The tag in the same call: the user is never there unmarked.
         let body = serde_json::json!({ "password": password, "tags": USER_TAG }).to_string();
         let f = self
             .call("PUT", &format!("/api/users/{}", encode(name)), &body)
@@ -275,6 +294,7 @@ impl Api {
         if !f.status.is_success() {
             return Err(self.refused(&format!("creating user {name}"), &f));
         }
+        super::kit::users::made();
         let perms = r#"{"configure":".*","write":".*","read":".*"}"#;
         let path = format!("/api/permissions/{}/{}", encode(name), encode(name));
         let f = self.call("PUT", &path, perms).await?;
@@ -287,7 +307,7 @@ impl Api {
     /// Deletes the world's user when it is Binky's.
     async fn drop_user(&self, slice: &Slice) -> Result<(), AdapterError> {
         let name = &slice.name;
-        if !self.user(name).await?.is_some_and(|u| u.is_binkys()) {
+        if self.find_user(slice).await? != Found::Binkys {
             return Ok(());
         }
         let f = self
@@ -391,13 +411,21 @@ impl Adapter for RabbitMq {
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
         let api = Api::of(slice)?;
         let a = &api.amqp;
-        let (user, password) = if wants_user(slice) {
-            // Made before it had a user (or with `acl = false`): it gets
-            // one now; for one it has, the password is set to the kept one.
-            api.ensure_user(slice).await?;
-            (slice.name.clone(), slice.secret.clone().unwrap_or_default())
+        // Looked up, never made: a world made before it had a user (or with
+        // `acl = false`) keeps the admin's address until `up` or `reload`
+        // gives it one (`complete`).
+        let found = if wants_user(slice) {
+            api.find_user(slice).await?
         } else {
-            (a.user.clone(), a.password.clone())
+            Found::Missing
+        };
+        let (user, password) = match found {
+            Found::Binkys => (
+                slice.name.clone(),
+                super::kit::users::password("rabbitmq", slice)?.to_owned(),
+            ),
+            Found::Missing => (a.user.clone(), a.password.clone()),
+            Found::Foreign => return Err(api.foreign(slice)),
         };
         Ok(format!(
             "{}://{}:{}@{}/{}",
@@ -407,6 +435,16 @@ impl Adapter for RabbitMq {
             address::host_port(&a.host, a.port),
             encode(&slice.name)
         ))
+    }
+
+    /// A world made before it had a user (or with `acl = false`) gets
+    /// one; Binky's own has its password set to the one Binky keeps.
+    async fn complete(&self, slice: &Slice) -> Result<(), AdapterError> {
+        if !wants_user(slice) {
+            return Ok(());
+        }
+        check_ours(slice)?;
+        Api::of(slice)?.ensure_user(slice).await
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {

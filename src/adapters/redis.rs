@@ -329,6 +329,14 @@ async fn any_key(slice: &Slice, con: &mut MultiplexedConnection) -> Result<bool,
     }
 }
 
+/// A slice whose marker is gone from the server.
+fn no_marker(slice: &Slice) -> AdapterError {
+    AdapterError::new(format!(
+        "redis: the slice {} has no marker on the server (deleted by hand?); run `binky remove --force` and `binky up` to make it again",
+        slice.name
+    ))
+}
+
 /// The world's URL: the server URL with the prefix as fragment, and the
 /// ACL user's credentials in place of the admin's when it has one (else the
 /// admin URL's own, which a password-protected server needs).
@@ -421,9 +429,28 @@ impl Adapter for Redis {
                 crate::secrets::register(&p);
                 world_url(server, Some((&acl_user(slice), &p)), &slice.name)
             }
-            // Made without `acl` (the option turned on since): the world
-            // gets its user now, on the prefix it has, data kept. The
-            // marker holds the password from then on, as if made with it.
+            // Made without `acl` (the option turned on since): the admin's
+            // address until `up` or `reload` gives it its user
+            // (`complete`). Never made here.
+            Some(_) => world_url(server, None, &slice.name),
+            None => Err(no_marker(slice)),
+        }
+    }
+
+    /// Made without `acl` (the option turned on since): the world gets its
+    /// user now, on the prefix it has, data kept. The marker holds the
+    /// password from then on, as if made with it.
+    async fn complete(&self, slice: &Slice) -> Result<(), AdapterError> {
+        if !wants_acl(slice) {
+            return Ok(());
+        }
+        let mut con = connect(slice).await?;
+        let mut get = redis::cmd("GET");
+        get.arg(marker(slice));
+        let password: Option<String> =
+            run(slice, &mut con, &get, "reading the slice's marker").await?;
+        match password {
+            Some(p) if !p.is_empty() => Ok(()),
             Some(_) => {
                 let p = crate::platform::random_hex(24)
                     .map_err(|e| AdapterError::new(format!("redis: no random password: {e}")))?;
@@ -431,13 +458,10 @@ impl Adapter for Redis {
                 let mut set = redis::cmd("SET");
                 set.arg(marker(slice)).arg(&p).arg("XX");
                 run::<Option<String>>(slice, &mut con, &set, "recording the world's ACL user")
-                    .await?;
-                world_url(server, Some((&acl_user(slice), &p)), &slice.name)
+                    .await
+                    .map(|_| ())
             }
-            None => Err(AdapterError::new(format!(
-                "redis: the slice {} has no marker on the server (deleted by hand?); run `binky remove --force` and `binky up` to make it again",
-                slice.name
-            ))),
+            None => Err(no_marker(slice)),
         }
     }
 

@@ -356,7 +356,10 @@ pub fn start_daemon(paths: &Paths) -> Result<Welcome, ApiError> {
         .map_err(|e| ApiError::new(format!("cannot find the binky executable: {e}")))?;
     let log = paths.daemon_log();
     let log_len = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
-    let mut child = platform::spawn_detached(&exe, &["daemon", "run"], &log)
+    // Never through a link planted at its name (see `logs::open_append`).
+    let out = crate::supervisor::logs::open_append(&log)
+        .map_err(|e| io_err("cannot open the daemon's log", &log, e))?;
+    let mut child = platform::spawn_detached(&exe, &["daemon", "run"], out)
         .map_err(|e| io_err("cannot start the daemon", &exe, e))?;
     let deadline = Instant::now() + START_TIMEOUT;
     let mut pause = Duration::from_millis(2);

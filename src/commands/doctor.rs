@@ -162,24 +162,35 @@ fn daemon(paths: &crate::paths::Paths, checks: &mut Vec<Check>) -> Vec<String> {
             Some("binky daemon stop (services keep running; the next command starts the new binary, which adopts them)".into()),
         ));
     }
-    if let Ok(Response::Settings(s)) = c.request(&Request::Config) {
-        let answering = std::net::TcpStream::connect(("127.0.0.1", s.proxy_port)).is_ok();
-        checks.push(if answering {
-            check("proxy", Status::Ok, format!("listening on 127.0.0.1:{}", s.proxy_port), None)
-        } else {
-            check(
-                "proxy",
-                Status::Fail,
-                format!("nothing answers on 127.0.0.1:{}", s.proxy_port),
-                Some("the port may be taken: pick another with `binky port --proxy <port>`, and see daemon.log".into()),
-            )
-        });
-    }
-    let mut hosts = Vec::new();
-    if let Ok(Response::Status(report)) = c.request(&Request::Status {
+    let report = match c.request(&Request::Status {
         project: None,
         usage: false,
     }) {
+        Ok(Response::Status(report)) => Some(report),
+        _ => None,
+    };
+    // The daemon's own word on its listener: a port that answers may be
+    // another program's, the very reason the proxy could not bind it.
+    match report.as_ref().and_then(|r| r.proxy.as_ref()) {
+        Some(p) => checks.push(proxy(p)),
+        None => {
+            if let Ok(Response::Settings(s)) = c.request(&Request::Config) {
+                let answering = std::net::TcpStream::connect(("127.0.0.1", s.proxy_port)).is_ok();
+                checks.push(if answering {
+                    check("proxy", Status::Ok, format!("listening on 127.0.0.1:{}", s.proxy_port), None)
+                } else {
+                    check(
+                        "proxy",
+                        Status::Fail,
+                        format!("nothing answers on 127.0.0.1:{}", s.proxy_port),
+                        Some("the port may be taken: pick another with `binky port --proxy <port>`, and see daemon.log".into()),
+                    )
+                });
+            }
+        }
+    }
+    let mut hosts = Vec::new();
+    if let Some(report) = report {
         for w in report.projects.iter().flat_map(|p| &p.worlds) {
             if w.state == crate::protocol::WorldState::Running {
                 hosts.extend(w.services.iter().filter_map(|s| s.host.clone()));
@@ -187,6 +198,39 @@ fn daemon(paths: &crate::paths::Paths, checks: &mut Vec<Check>) -> Vec<String> {
         }
     }
     hosts
+}
+
+/// The proxy as the daemon reports it: listening, or down with why, who
+/// holds its port (when this user may see), and what to do.
+fn proxy(p: &crate::protocol::ProxyStatus) -> Check {
+    let Some(down) = p.why_down() else {
+        return check(
+            "proxy",
+            Status::Ok,
+            format!("listening on 127.0.0.1:{}", p.port),
+            None,
+        );
+    };
+    let holders: Vec<String> = crate::platform::listeners_of(p.port)
+        .into_iter()
+        .map(|pid| match crate::platform::command_line(pid) {
+            Some(cmd) => format!("pid {pid} ({})", crate::output::untrusted(&cmd)),
+            None => format!("pid {pid}"),
+        })
+        .collect();
+    let held = if holders.is_empty() {
+        format!("free port {} (another program or user holds it)", p.port)
+    } else {
+        format!("{} holds port {}: stop it", holders.join(", "), p.port)
+    };
+    check(
+        "proxy",
+        Status::Fail,
+        down,
+        Some(format!(
+            "{held}, or move the proxy with `binky port --proxy <port>`; the daemon binds the port as soon as it is free (see daemon.log)"
+        )),
+    )
 }
 
 /// Name resolution: curl and browsers resolve *.localhost themselves, but

@@ -92,6 +92,17 @@ fn fit(name: &str, width: usize) -> String {
 
 /// The human layout shown in the README.
 pub fn print_human(report: &StatusReport) {
+    // First: while the proxy is down, every URL below is dead.
+    if let Some(down) = report.proxy.as_ref().and_then(|p| p.why_down()) {
+        anstream::println!("{}", paint(ERROR, format!("! {down}")));
+        anstream::println!(
+            "  {}",
+            paint(
+                DIM,
+                "the daemon tries again until the port is free; `binky doctor` says who holds it, `binky port --proxy <port>` moves it"
+            )
+        );
+    }
     if report.projects.iter().all(|p| p.worlds.is_empty()) {
         println!("no worlds yet; `binky up <branch>` in a project folder creates one");
         return;

@@ -224,6 +224,7 @@ pub fn reset(args: &ResetArgs, project: Option<&str>) -> ExitCode {
         up,
         services: args.services.clone(),
         all: args.all,
+        force: args.force,
     });
     match call_world(req, args.json) {
         Ok(o) => {

@@ -5,9 +5,8 @@
 //! by Binky, not text copied from the user's config or environment.
 
 pub use crate::protocol::{Event, EventKind};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -35,13 +34,9 @@ pub struct EventLog {
 /// is ended first, so the next event starts a line of its own and both
 /// stay readable apart.
 fn open(path: &Path) -> Option<File> {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .read(true)
-        .mode(0o600)
-        .open(path)
-        .ok()?;
+    // Never through a link planted at the name: it is replaced by a new
+    // file (see `logs::open_log`); no text line is added to a log of JSON.
+    let mut f = crate::supervisor::logs::open_log(path, true, false).ok()?;
     let len = f.metadata().map_or(0, |m| m.len());
     if len > 0 {
         use std::io::{Read, Seek, SeekFrom};

@@ -14,6 +14,38 @@ pub(super) async fn handle(
     progress: ProgressTx,
 ) -> Result<Response, ApiError> {
     tracing::debug!(verb = req.verb(), "request");
+    let verb = req.verb();
+    let world = match &req {
+        Request::Up(r) | Request::Reload(r) => Some(r.world.name.clone()),
+        Request::Reset(r) => Some(r.up.world.name.clone()),
+        Request::Down(w) | Request::Remove { world: w, .. } | Request::Verify { world: w, .. } => {
+            Some(w.name.clone())
+        }
+        _ => None,
+    };
+    let out = dispatch(d, req, progress).await;
+    match world {
+        Some(world) => out.map_err(|e| named(e, verb, &world)),
+        None => out,
+    }
+}
+
+/// A lifecycle verb's failure names the verb and its world, so a line
+/// read alone (a script's log, a swarm of agents' output) says which
+/// request failed: prefixed unless the message says both already.
+fn named(mut e: ApiError, verb: &str, world: &str) -> ApiError {
+    let says_verb = e.message.contains(&format!("`{verb}`"));
+    if !(says_verb && e.message.contains(world)) {
+        e.message = format!("`{verb}` of {world}: {}", e.message);
+    }
+    e
+}
+
+async fn dispatch(
+    d: &Arc<Daemon>,
+    req: Request,
+    progress: ProgressTx,
+) -> Result<Response, ApiError> {
     match req {
         Request::Ping => Ok(Response::Done),
         Request::DaemonStatus => Ok(Response::DaemonStatus(DaemonInfo {
@@ -143,7 +175,23 @@ pub(crate) fn status_report(
         crate::protocol::ProjectStatus::QUEUE_LISTED,
     );
     r.sort_naturally();
+    r.proxy = proxy_status(d);
     Ok(r)
+}
+
+/// The proxy's listener as the last bind left it; `None` before the first.
+fn proxy_status(d: &Daemon) -> Option<crate::protocol::ProxyStatus> {
+    let b = d.proxy_bound.borrow().clone()?;
+    let now = tokio::time::Instant::now();
+    Some(crate::protocol::ProxyStatus {
+        port: b.port,
+        listening: b.listening,
+        error: b.error,
+        failed_binds: b.failures,
+        retry_in_ms: b
+            .next_try
+            .map(|t| t.saturating_duration_since(now).as_millis() as u64),
+    })
 }
 
 fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {

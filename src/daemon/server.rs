@@ -12,7 +12,6 @@ use crate::protocol::codec::{read_frame_async, write_frame_async};
 use crate::protocol::{ApiError, Hello, PROTOCOL, Reply, Request, Response, VERSION, Welcome};
 use crate::registry::Registry;
 use anyhow::{Context, Result, bail};
-use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::BufReader;
@@ -156,10 +155,9 @@ fn take_lock(paths: &Paths) -> Result<platform::FileLock> {
         );
     };
     // The lock file's content is informational (the pid); the flock is what
-    // guarantees one daemon.
-    if let Ok(mut f) = std::fs::File::create(&lock_path) {
-        let _ = writeln!(f, "{}", platform::pid());
-    }
+    // guarantees one daemon. Written through the locked handle: never by
+    // name, which a link could redirect.
+    let _ = lock.set_note(&format!("{}\n", platform::pid()));
     Ok(lock)
 }
 
@@ -217,6 +215,7 @@ async fn start_proxy(daemon: &Arc<Daemon>, port_rx: watch::Receiver<u16>) -> Res
         proxy,
         port_rx,
         daemon.proxy_bound.clone(),
+        proxy_retry_most(),
         move |msg| {
             tracing::warn!("{msg}");
             d.event(Event::named(EventKind::ProxyBindFailed).detail(msg));
@@ -224,6 +223,18 @@ async fn start_proxy(daemon: &Arc<Daemon>, port_rx: watch::Receiver<u16>) -> Res
     ));
     wait_proxy_bound(daemon, port).await;
     Ok(())
+}
+
+/// The longest wait between two tries to bind a proxy port that is taken:
+/// 10 s, or `BINKY_PROXY_RETRY_MAX` (50 ms to 10 min). A try is one
+/// `bind`, so a port held for hours costs nothing worth counting, and it
+/// is served within that long of being free.
+fn proxy_retry_most() -> Duration {
+    crate::tunables::duration(
+        "BINKY_PROXY_RETRY_MAX",
+        Duration::from_millis(50)..=Duration::from_secs(600),
+    )
+    .unwrap_or(Duration::from_secs(10))
 }
 
 /// SIGTERM or SIGINT asks the daemon to shut down (its services keep

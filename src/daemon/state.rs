@@ -22,8 +22,9 @@ pub struct Daemon {
     pub(crate) proxy: Arc<ProxyCounters>,
     pub(crate) routes: Arc<crate::proxy::Routes>,
     pub(crate) proxy_port: watch::Sender<u16>,
-    /// The port the proxy last tried to bind and whether it listens there.
-    pub(crate) proxy_bound: watch::Sender<Option<(u16, bool)>>,
+    /// The proxy's last bind: its port, whether it listens there, and
+    /// when not, why and when it tries again (`status`, `doctor`).
+    pub(crate) proxy_bound: watch::Sender<Option<crate::proxy::Binding>>,
     pub(crate) caddy: crate::proxy::caddy::Caddy,
     /// Caddy runs, so https projects get https URLs.
     pub(crate) https_live: std::sync::atomic::AtomicBool,
@@ -98,7 +99,7 @@ pub(crate) async fn wait_proxy_bound(d: &Daemon, port: u16) {
     let mut rx = d.proxy_bound.subscribe();
     let _ = tokio::time::timeout(
         Duration::from_secs(2),
-        rx.wait_for(|b| matches!(b, Some((p, _)) if *p == port)),
+        rx.wait_for(|b| b.as_ref().is_some_and(|b| b.port == port)),
     )
     .await;
 }

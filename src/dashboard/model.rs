@@ -455,6 +455,7 @@ mod tests {
                     .map(|n| world(n, WorldState::Running))
                     .collect(),
             }],
+            ..Default::default()
         }
     }
 

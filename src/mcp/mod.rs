@@ -282,6 +282,8 @@ impl BinkyMcp {
             up,
             services: a.service.into_iter().collect(),
             all: a.all,
+            // An agent never ends a session someone else opened.
+            force: false,
         });
         self.world_call(req, Some(ctx)).await
     }

@@ -210,6 +210,50 @@ fn default_queue_per_group() -> u32 {
 pub struct StatusReport {
     /// Projects in name order (natural: `w2` before `w10`).
     pub projects: Vec<ProjectStatus>,
+    /// The daemon's HTTP proxy: whether it listens, and why not. Absent
+    /// before its first bind (and from a daemon older than the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyStatus>,
+}
+
+/// The daemon's HTTP proxy, as `status` and `doctor` show it. While it does
+/// not listen, no world's URL is served; the daemon tries again with
+/// backoff until it can.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ProxyStatus {
+    /// The port it listens on, or tries to.
+    pub port: u16,
+    /// It listens there now.
+    pub listening: bool,
+    /// Why not, while not listening: the last bind's error (`Address
+    /// already in use`: another process holds the port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Binds on this port that failed in a row (0 while listening).
+    #[serde(default)]
+    pub failed_binds: u32,
+    /// Milliseconds until the next try, while not listening.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<u64>,
+}
+
+impl ProxyStatus {
+    /// One line saying that the proxy is down, why, and when it tries
+    /// again; `None` while it listens.
+    pub fn why_down(&self) -> Option<String> {
+        if self.listening {
+            return None;
+        }
+        let next = self.retry_in_ms.map_or(String::new(), |ms| {
+            format!("; next try in {:.1} s", ms as f64 / 1000.0)
+        });
+        Some(format!(
+            "the proxy is down: it cannot bind 127.0.0.1:{}: {} ({} failed bind(s){next}); no world's URL is served until it does",
+            self.port,
+            self.error.as_deref().unwrap_or("unknown error"),
+            self.failed_binds,
+        ))
+    }
 }
 
 impl StatusReport {

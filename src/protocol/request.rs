@@ -251,6 +251,11 @@ pub struct ResetRequest {
     /// Every slice of the world.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub all: bool,
+    /// End sessions on the slices that Binky did not open; without it, a
+    /// session still open after a short wait makes the reset refuse,
+    /// naming it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 pub(super) fn yes() -> bool {

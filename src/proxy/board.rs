@@ -275,6 +275,7 @@ mod tests {
                     notes: Vec::new(),
                 }],
             }],
+            ..Default::default()
         };
         let html = table(&r);
         assert!(!html.contains('\n'), "{html}");

@@ -86,8 +86,12 @@ impl Caddy {
             .ok_or("caddy is not on PATH; install it (Debian: apt-get install caddy) for HTTPS")?;
         std::fs::create_dir_all(dir.join("data")).map_err(|e| e.to_string())?;
         let file = dir.join("Caddyfile");
-        std::fs::write(&file, caddyfile(dir, https_port, http_port, proxy_port))
-            .map_err(|e| e.to_string())?;
+        // By rename: a link planted at the name is replaced, not written through.
+        crate::platform::write_replacing(
+            &file,
+            caddyfile(dir, https_port, http_port, proxy_port).as_bytes(),
+        )
+        .map_err(|e| e.to_string())?;
         // Through Binky's log writer, so caddy.log rolls by size and
         // follows its name like every other log.
         let log = dir.join("caddy.log");

@@ -223,15 +223,47 @@ const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
 /// the proxy is never the bottleneck of a development machine.
 pub const MAX_THREADS: usize = 4;
 
+/// Where the proxy's listener stands: what each bind attempt leaves for
+/// `status`, `doctor` and a waiter on a port change to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// The port it tried.
+    pub port: u16,
+    /// It listens there now.
+    pub listening: bool,
+    /// Why not, while not listening: the last bind's error.
+    pub error: Option<String>,
+    /// Binds on this port that failed in a row (0 once it listens).
+    pub failures: u32,
+    /// When it tries again, while not listening.
+    pub next_try: Option<tokio::time::Instant>,
+}
+
+/// The first wait after a failed bind; it doubles with each failure in a
+/// row, up to the caller's most.
+pub const RETRY_FIRST: Duration = Duration::from_millis(250);
+
+/// How long to wait before bind number `failures + 1`, after `failures`
+/// (≥ 1) failed in a row: [`RETRY_FIRST`], doubling, never above `most`.
+pub fn retry_delay(failures: u32, most: Duration) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    RETRY_FIRST.saturating_mul(1 << exp).min(most)
+}
+
 /// Serves on the port `port` holds, moving when it changes (no daemon
-/// restart). A port that cannot be bound is reported through `on_error` and
-/// retried at the next change.
+/// restart). A port that cannot be bound is tried again with backoff
+/// ([`retry_delay`], at most `retry_most` apart) for as long as it fails, and
+/// at once when the port setting changes: a port another process held
+/// for a while is served as soon as it is free. The first failure of a run
+/// of failures (and a change of error) is reported through `on_error`, not
+/// every try; a bind that succeeds after failures is logged.
 ///
-/// `bound` reports each attempt: the port and whether it now listens there.
+/// `bound` reports each attempt (see [`Binding`]).
 pub async fn serve(
     proxy: Arc<Proxy>,
     mut port: watch::Receiver<u16>,
-    bound: watch::Sender<Option<(u16, bool)>>,
+    bound: watch::Sender<Option<Binding>>,
+    retry_most: Duration,
     on_error: impl Fn(String) + Send + Sync + 'static,
 ) {
     let workers = Arc::new(start_workers(&proxy));
@@ -241,24 +273,64 @@ pub async fn serve(
     }
     let limits = limits::Limits::for_open_files(crate::platform::raise_open_files_limit());
     tracing::debug!(cap = limits.cap(), "proxy connection cap");
+    // Failures in a row on the port being tried, and the last error said.
+    let (mut failures, mut said): (u32, Option<String>) = (0, None);
+    let mut tried = None;
     loop {
         let p = *port.borrow_and_update();
+        if tried != Some(p) {
+            (failures, said) = (0, None);
+            tried = Some(p);
+        }
         let listeners = match bind(p).await {
             Ok(l) => l,
             Err(e) => {
-                on_error(format!("cannot bind the proxy on port {p}: {e}"));
+                failures = failures.saturating_add(1);
+                let delay = retry_delay(failures, retry_most);
+                let error = e.to_string();
+                if said.as_deref() != Some(error.as_str()) {
+                    on_error(format!(
+                        "cannot bind the proxy on port {p}: {error}; trying again with backoff (at most {} apart) until it is free, or `binky port --proxy <port>` moves it",
+                        humantime::format_duration(retry_most)
+                    ));
+                    said = Some(error.clone());
+                }
                 // send_replace: kept even while nobody is subscribed (a
                 // plain send would drop it, and a later waiter would time
                 // out on a proxy that has long answered).
-                bound.send_replace(Some((p, false)));
-                if port.changed().await.is_err() {
-                    return;
+                bound.send_replace(Some(Binding {
+                    port: p,
+                    listening: false,
+                    error: Some(error),
+                    failures,
+                    next_try: Some(tokio::time::Instant::now() + delay),
+                }));
+                tokio::select! {
+                    changed = port.changed() => if changed.is_err() {
+                        return;
+                    },
+                    () = tokio::time::sleep(delay) => {}
                 }
                 continue;
             }
         };
-        tracing::info!(port = p, threads = workers.len(), "proxy listening");
-        bound.send_replace(Some((p, true)));
+        if failures > 0 {
+            tracing::info!(
+                port = p,
+                failures,
+                "proxy listening after {failures} failed bind(s)"
+            );
+        } else {
+            tracing::info!(port = p, threads = workers.len(), "proxy listening");
+        }
+        (failures, said) = (0, None);
+        bound.send_replace(Some(Binding {
+            port: p,
+            listening: true,
+            error: None,
+            failures: 0,
+            next_try: None,
+        }));
         let mut tasks = tokio::task::JoinSet::new();
         for l in listeners {
             tasks.spawn(accept_loop(workers.clone(), l, limits.clone()));
@@ -323,6 +395,19 @@ mod tests {
     use hyper::header::{HeaderMap, HeaderValue};
 
     #[test]
+    fn a_failed_bind_is_tried_again_sooner_first_then_at_most_the_cap() {
+        let most = Duration::from_secs(10);
+        let ms = Duration::from_millis;
+        assert_eq!(retry_delay(1, most), ms(250));
+        assert_eq!(retry_delay(2, most), ms(500));
+        assert_eq!(retry_delay(3, most), ms(1000));
+        assert_eq!(retry_delay(6, most), ms(8000));
+        assert_eq!(retry_delay(7, most), most);
+        assert_eq!(retry_delay(u32::MAX, most), most);
+        assert_eq!(retry_delay(1, ms(100)), ms(100));
+    }
+
+    #[test]
     fn hosts_normalise() {
         assert_eq!(
             normalise_host("Web.X.Acme.Localhost.:8080"),
@@ -348,7 +433,13 @@ mod tests {
         let (_port_tx, port_rx) = watch::channel(port);
         let (bound, _) = watch::channel(None);
         let report = bound.clone();
-        tokio::spawn(serve(proxy, port_rx, report, |_| {}));
+        tokio::spawn(serve(
+            proxy,
+            port_rx,
+            report,
+            Duration::from_millis(50),
+            |_| {},
+        ));
         // Listening first, subscribed after.
         while tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
@@ -360,10 +451,62 @@ mod tests {
         let mut rx = bound.subscribe();
         let seen = tokio::time::timeout(
             std::time::Duration::from_millis(500),
-            rx.wait_for(|b| *b == Some((port, true))),
+            rx.wait_for(|b| b.as_ref().is_some_and(|b| b.port == port && b.listening)),
         )
         .await;
         assert!(seen.is_ok(), "the proxy's bind report was lost");
+    }
+
+    /// Issue 48: one failed bind was the last: the proxy served nothing for
+    /// the rest of the daemon's life although its port became free.
+    #[tokio::test]
+    async fn a_port_that_was_taken_is_bound_once_it_is_free() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = holder.local_addr().unwrap().port();
+        let proxy = Proxy::new(Arc::default(), Arc::default());
+        let (_port_tx, port_rx) = watch::channel(port);
+        let (bound, _) = watch::channel(None);
+        let said = Arc::new(Mutex::new(Vec::new()));
+        let log = said.clone();
+        tokio::spawn(serve(
+            proxy,
+            port_rx,
+            bound.clone(),
+            Duration::from_millis(50),
+            move |m| log.lock().unwrap().push(m),
+        ));
+        let mut rx = bound.subscribe();
+        let failing = tokio::time::timeout(
+            Duration::from_secs(5),
+            rx.wait_for(|b| b.as_ref().is_some_and(|b| b.failures >= 3)),
+        )
+        .await
+        .expect("the proxy tries again")
+        .unwrap()
+        .clone()
+        .unwrap();
+        assert!(!failing.listening);
+        assert!(
+            failing.error.as_deref().unwrap_or("").contains("in use"),
+            "{failing:?}"
+        );
+        assert!(failing.next_try.is_some());
+        // Said once for the run of failures, not once a try.
+        assert_eq!(said.lock().unwrap().len(), 1, "{:?}", said.lock().unwrap());
+        drop(holder);
+        let up = tokio::time::timeout(
+            Duration::from_secs(5),
+            rx.wait_for(|b| b.as_ref().is_some_and(|b| b.listening)),
+        )
+        .await;
+        assert!(up.is_ok(), "the proxy never bound the freed port");
+        assert!(
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        );
+        let now = bound.borrow().clone().unwrap();
+        assert_eq!((now.failures, now.error, now.next_try), (0, None, None));
     }
 
     #[test]

@@ -149,6 +149,15 @@ impl Registry {
         )
     }
 
+    /// Whether `ticket` waits in the queue, not yet admitted.
+    pub fn queued(&self, ticket: i64) -> Result<bool, RegistryError> {
+        self.one::<i64>(
+            "SELECT 1 FROM admission_queue WHERE ticket = ?1 AND admitted = 0",
+            params![ticket],
+        )
+        .map(|r| r.is_some())
+    }
+
     /// How many tickets wait, in all, for `caller` and for its `group`: what
     /// the queue's caps are checked against (one indexed count).
     pub fn queue_counts(&self, caller: &str, group: &str) -> Result<QueueCounts, RegistryError> {

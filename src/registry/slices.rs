@@ -5,7 +5,7 @@
 use super::{Registry, RegistryError};
 use crate::adapters::server::Server;
 use crate::protocol::{SliceState, WorldState};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 
 /// A slice's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,12 +91,21 @@ pub(super) fn server_from(address: Option<String>, credentials: Option<String>) 
 impl Registry {
     /// Records a slice's state (creating its row). `server`: where it is
     /// being made (provision); `None` keeps the server already recorded.
+    ///
+    /// # Errors
+    /// The registry cannot be written; the slice's name is empty (no slice
+    /// has one: a slice is a world's, named by the daemon's `slice_name`).
     pub fn set_slice(
         &self,
         at: &SliceKey<'_>,
         state: SliceState,
         server: Option<&Server>,
     ) -> Result<(), RegistryError> {
+        if at.slice.is_empty() {
+            return Err(self.err(rusqlite::Error::InvalidParameterName(
+                "a slice with an empty name".into(),
+            )));
+        }
         self.conn
             .execute(
                 "INSERT INTO slices(world_id, project, service, adapter, slice, state, created_at, server, server_credentials)
@@ -256,41 +265,95 @@ impl Registry {
 
 impl Registry {
     /// Forgets a slice, and the password of its login user.
+    ///
+    /// A password dropped here is gone from every file of the registry:
+    /// `secure_delete` zeroes its cell in the page written to the WAL, and
+    /// a checkpoint that truncates the WAL then writes that page over the
+    /// database file's copy and empties the WAL of every older frame that
+    /// held it (a plain checkpoint leaves old frames in the WAL file, and
+    /// leaves the database file's copy until it runs at all).
     pub fn delete_slice(&self, adapter: &str, slice: &str) -> Result<(), RegistryError> {
         // One transaction: a slice is never forgotten with its password
         // kept, or the other way round.
         let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
+        let mut secrets = 0;
         for table in ["slices", "slice_secrets"] {
-            tx.execute(
-                &format!("DELETE FROM {table} WHERE adapter = ?1 AND slice = ?2"),
-                params![adapter, slice],
-            )
-            .map_err(|e| self.err(e))?;
+            secrets = tx
+                .execute(
+                    &format!("DELETE FROM {table} WHERE adapter = ?1 AND slice = ?2"),
+                    params![adapter, slice],
+                )
+                .map_err(|e| self.err(e))?;
         }
-        tx.commit().map_err(|e| self.err(e))
+        tx.commit().map_err(|e| self.err(e))?;
+        if secrets > 0
+            && let Err(e) = self.scrub_wal()
+        {
+            // The slice is forgotten all the same; the next drop (or the
+            // daemon's last close of the registry) checkpoints again.
+            tracing::warn!(error = %e, "could not empty the registry's WAL after dropping a password");
+        }
+        Ok(())
+    }
+
+    /// Checkpoints the WAL into the database file and truncates it, so
+    /// nothing deleted before survives in either file. The daemon is the
+    /// registry's only user, so no reader holds the checkpoint back.
+    ///
+    /// # Errors
+    /// The checkpoint failed, or was held back by another connection (the
+    /// WAL may then still hold what was deleted).
+    fn scrub_wal(&self) -> Result<(), RegistryError> {
+        let busy: i64 = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        if busy != 0 {
+            return Err(self.err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                Some("another connection held the WAL checkpoint back".into()),
+            )));
+        }
+        Ok(())
+    }
+
+    /// The password kept for slice `slice`'s own login user on `adapter`'s
+    /// server, if one was made ([`make_slice_secret`](Self::make_slice_secret)).
+    /// Only reads: every verb that names a slice asks, and only the one
+    /// that is about to make the user may write (a `gc --dry-run` or an
+    /// `env` writes nothing).
+    ///
+    /// # Errors
+    /// The registry cannot be read.
+    pub fn slice_secret(
+        &self,
+        adapter: &str,
+        slice: &str,
+    ) -> Result<Option<String>, RegistryError> {
+        self.one(
+            "SELECT secret FROM slice_secrets WHERE adapter = ?1 AND slice = ?2",
+            params![adapter, slice],
+        )
     }
 
     /// The password of slice `slice`'s own login user on `adapter`'s
     /// server: made (48 random hex digits, from SQLite's CSPRNG) the first
-    /// time it is asked for, the same one after that until the slice is
-    /// forgotten ([`delete_slice`](Self::delete_slice)).
+    /// time, the same one after that until the slice is forgotten
+    /// ([`delete_slice`](Self::delete_slice)). Called by what makes the
+    /// user, before it reaches the server: the registry records the
+    /// intent, and the user made with this password is known as Binky's
+    /// whatever happens next.
     ///
     /// # Errors
-    /// The registry cannot be written or read.
-    pub fn slice_secret(&self, adapter: &str, slice: &str) -> Result<String, RegistryError> {
-        let read = || {
-            self.conn
-                .query_row(
-                    "SELECT secret FROM slice_secrets WHERE adapter = ?1 AND slice = ?2",
-                    params![adapter, slice],
-                    |r| r.get::<_, String>(0),
-                )
-                .optional()
-                .map_err(|e| self.err(e))
-        };
-        // Read first: every verb that names a slice asks, and only the
-        // first ask should write.
-        if let Some(s) = read()? {
+    /// The registry cannot be written or read; `slice` is empty (no slice
+    /// has an empty name).
+    pub fn make_slice_secret(&self, adapter: &str, slice: &str) -> Result<String, RegistryError> {
+        if slice.is_empty() {
+            return Err(self.err(rusqlite::Error::InvalidParameterName(
+                "a password for a slice with an empty name".into(),
+            )));
+        }
+        if let Some(s) = self.slice_secret(adapter, slice)? {
             return Ok(s);
         }
         self.conn
@@ -299,7 +362,8 @@ impl Registry {
                 params![adapter, slice],
             )
             .map_err(|e| self.err(e))?;
-        read()?.ok_or_else(|| self.err(rusqlite::Error::QueryReturnedNoRows))
+        self.slice_secret(adapter, slice)?
+            .ok_or_else(|| self.err(rusqlite::Error::QueryReturnedNoRows))
     }
 
     /// The passwords of world `world_id`'s own login users (one per slice
@@ -320,5 +384,72 @@ impl Registry {
         st.query_map(params![world_id], |r| r.get::<_, String>(0))
             .and_then(|rows| rows.collect())
             .map_err(|e| self.err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(slice: &str) -> SliceKey<'_> {
+        SliceKey {
+            world_id: None,
+            project: "shop",
+            service: "db",
+            adapter: "mysql",
+            slice,
+        }
+    }
+
+    /// Asking for a password only reads; the one that makes it is the one
+    /// about to make the user. No slice and no password has an empty name.
+    #[test]
+    fn passwords_are_made_only_when_asked_to_and_never_for_an_empty_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Registry::open(&dir.path().join("r.db")).unwrap();
+        assert_eq!(r.slice_secret("mysql", "shop_a").unwrap(), None);
+        assert_eq!(r.slice_secret("mysql", "shop_a").unwrap(), None);
+        let made = r.make_slice_secret("mysql", "shop_a").unwrap();
+        assert_eq!(made.len(), 48);
+        assert_eq!(r.make_slice_secret("mysql", "shop_a").unwrap(), made);
+        assert_eq!(r.slice_secret("mysql", "shop_a").unwrap(), Some(made));
+        assert!(r.make_slice_secret("mysql", "").is_err());
+        assert!(
+            r.set_slice(&key(""), SliceState::Provisioning, None)
+                .is_err()
+        );
+        assert_eq!(r.slice_secret("mysql", "").unwrap(), None);
+    }
+
+    /// A forgotten slice's password is in no file of the registry: not in
+    /// the database's pages (freed or not), not in the WAL.
+    #[test]
+    fn a_forgotten_password_is_in_no_file_of_the_registry() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        let r = Registry::open(&path).unwrap();
+        let mut made = Vec::new();
+        for i in 0..40 {
+            let name = format!("shop_w{i}");
+            r.set_slice(&key(&name), SliceState::Live, None).unwrap();
+            made.push(r.make_slice_secret("mysql", &name).unwrap());
+        }
+        let held = |secret: &str| -> Vec<String> {
+            ["", "-wal", "-shm"]
+                .iter()
+                .filter(|s| {
+                    std::fs::read(format!("{}{s}", path.display()))
+                        .unwrap_or_default()
+                        .windows(secret.len())
+                        .any(|w| w == secret.as_bytes())
+                })
+                .map(|s| format!("r.db{s}"))
+                .collect()
+        };
+        assert!(!held(&made[7]).is_empty(), "the test reads the wrong files");
+        r.delete_slice("mysql", "shop_w7").unwrap();
+        assert_eq!(held(&made[7]), Vec::<String>::new());
+        assert!(!held(&made[8]).is_empty());
+        assert_eq!(r.slice_secret("mysql", "shop_w7").unwrap(), None);
     }
 }

@@ -29,6 +29,7 @@ impl Registry {
         }
         Ok(StatusReport {
             projects: projects.into_values().collect(),
+            ..Default::default()
         })
     }
 

@@ -3,7 +3,7 @@
 //! its timeout.
 
 use super::{
-    CLEAN_EXIT, Control, Event, LOG_GENERATIONS, LOG_ROLL_BYTES, Recorder, ServiceSpec, State,
+    CLEAN_EXIT, Control, Event, LOG_GENERATIONS, LOG_ROLL_BYTES, Mark, Recorder, ServiceSpec, State,
 };
 use crate::platform;
 use std::process::Stdio;
@@ -185,4 +185,76 @@ pub(crate) async fn stop_pgid(
         pause = (pause * 2).min(Duration::from_millis(20));
     }
     None
+}
+
+/// The live processes `mark` names, but this daemon: what instances of one
+/// service started, wherever they moved (see [`Mark`]). Members of the
+/// service's group are among them while it runs; a caller sweeps after the
+/// group's stop, when only those that left it remain.
+fn marked(mark: &Mark) -> Vec<u32> {
+    let me = platform::pid();
+    platform::marked_processes(&mark.home.0, &mark.home.1, &mark.token.0)
+        .into_iter()
+        .filter(|m| m.mark == mark.token.1 && m.stat.pid != me)
+        .map(|m| m.stat.pid)
+        // Only the world's own processes are read again, for the service.
+        .filter(|pid| {
+            platform::process_env(*pid).is_some_and(|env| {
+                env.iter()
+                    .any(|(k, v)| *k == mark.service.0 && *v == mark.service.1)
+            })
+        })
+        .collect()
+}
+
+/// Stops what an instance of the service started that left its process
+/// group (a child that called `setsid()`, a server that daemonized itself),
+/// found by its [`Mark`] — the tracking `down` uses for a whole world — so
+/// a restart or a `reset` never leaves the old instance's processes running
+/// beside the new one. Each gets `signal`, then SIGKILL after `grace`; the
+/// call returns once all are gone, or says what outlived SIGKILL by
+/// [`KILL_WAIT`].
+pub(super) async fn stop_strays(
+    spec_name: &str,
+    mark: &Mark,
+    signal: &str,
+    grace: Duration,
+) -> Option<String> {
+    let pids = marked(mark);
+    if pids.is_empty() {
+        return None;
+    }
+    tracing::info!(
+        service = spec_name,
+        ?pids,
+        "stopping processes the service started outside its process group"
+    );
+    let mut set = tokio::task::JoinSet::new();
+    for pid in pids {
+        set.spawn(terminate(pid, platform::signal_by_name(signal), grace));
+    }
+    let mut left = Vec::new();
+    while let Some(r) = set.join_next().await {
+        left.extend(r.ok().flatten());
+    }
+    (!left.is_empty()).then(|| left.join("; "))
+}
+
+/// Stops one process that is in no group Binky signals: `signal`, then
+/// SIGKILL after `grace`, waiting on its exit (a pidfd where there is
+/// one). `Some` says it outlived both by [`KILL_WAIT`].
+pub(crate) async fn terminate(
+    pid: u32,
+    signal: Option<nix::sys::signal::Signal>,
+    grace: Duration,
+) -> Option<String> {
+    use nix::sys::signal::Signal;
+    let _ = platform::signal_process(pid, signal.or(Some(Signal::SIGTERM)));
+    let exited = |limit| tokio::time::timeout(limit, platform::wait_exit(pid));
+    if exited(grace).await.is_ok() {
+        return None;
+    }
+    let _ = platform::signal_process(pid, Some(Signal::SIGKILL));
+    let dead = exited(KILL_WAIT).await.is_ok();
+    (!dead).then(|| format!("pid {pid} (outside its process group) outlived SIGKILL"))
 }

@@ -1,22 +1,82 @@
 //! Log files: open for append, roll by size, follow their name across a
 //! rename (logrotate's default `create` mode), read tails.
+//!
+//! A log's name is never followed when it is a symbolic link: a link
+//! planted at `logs/<project>/<world>/<service>.log` (by a service, an
+//! agent) would otherwise make Binky append a service's output to whatever
+//! file it names. See [`open_append`] for what happens to such a link.
 
-use std::fs::{File, OpenOptions};
+use crate::platform;
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Opens `path` for appending (mode 0600), creating its folder.
+///
+/// A symbolic link at `path` is never followed. A log's name in Binky's own
+/// folder is Binky's, and its output belongs there, where `binky logs`
+/// reads it: so the link is removed — the link only, never what it names —
+/// a fresh file is made in its place, and that file's first line says what
+/// was found (the link and its target), as a warning in the log of the
+/// process that found it does (the daemon's, when it starts a service).
+/// The output is kept, and the link's target is untouched.
+///
+/// # Errors
+/// The folder or file cannot be made or opened; a link is planted again
+/// each time it is replaced (three times).
 pub fn open_append(path: &Path) -> std::io::Result<File> {
+    open_log(path, false, true)
+}
+
+/// [`open_append`], readable too (`read`), and with the line about a
+/// replaced link written into the file only when `note` (a log of JSON
+/// lines is left free of text lines; the warning is still logged).
+///
+/// # Errors
+/// As [`open_append`].
+pub fn open_log(path: &Path, read: bool, note: bool) -> std::io::Result<File> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
+    let mut replaced = None;
+    for _ in 0..3 {
+        match platform::open_append_nofollow(path, read) {
+            Err(e) if platform::is_link_refusal(&e) => {
+                let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink());
+                if !is_link {
+                    return Err(e);
+                }
+                let target = std::fs::read_link(path)
+                    .map_or_else(|_| "?".into(), |t| t.display().to_string());
+                tracing::warn!(
+                    path = %path.display(),
+                    %target,
+                    "a log's name is a symbolic link: not followed; replaced by a new file"
+                );
+                // The link itself goes (remove_file does not follow it).
+                std::fs::remove_file(path)?;
+                replaced = Some(target);
+            }
+            Err(e) => return Err(e),
+            Ok(mut f) => {
+                if let (Some(target), true) = (replaced, note) {
+                    let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+                    let _ = writeln!(
+                        f,
+                        "{now} binky: {} was a symbolic link to {target}; Binky does not write through links: it removed the link (not its target) and writes here",
+                        path.display()
+                    );
+                }
+                return Ok(f);
+            }
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "{} is a symbolic link again each time Binky replaces it; Binky does not write through links",
+        path.display()
+    )))
 }
 
 fn generation(path: &Path, n: u32) -> PathBuf {
@@ -26,7 +86,10 @@ fn generation(path: &Path, n: u32) -> PathBuf {
 /// Rolls `path` to `path.1` (shifting older ones, keeping `keep`) when it is
 /// at least `max_bytes`.
 pub fn roll(path: &Path, max_bytes: u64, keep: u32) {
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    // The name's own size: a link is not followed to a big file.
+    let size = std::fs::symlink_metadata(path)
+        .map(|m| m.len())
+        .unwrap_or(0);
     if size < max_bytes {
         return;
     }
@@ -113,7 +176,8 @@ impl LogFile {
     fn keep_to_name(&mut self) -> std::io::Result<()> {
         if self.checked.elapsed() >= NAME_CHECK {
             self.checked = Instant::now();
-            let same = std::fs::metadata(&self.path).is_ok_and(|m| file_id(&m) == self.id);
+            // Not followed: a link put at the name is not the file.
+            let same = std::fs::symlink_metadata(&self.path).is_ok_and(|m| file_id(&m) == self.id);
             if !same {
                 self.reopen()?;
             }
@@ -168,7 +232,7 @@ impl Follower {
     }
 
     fn open_current(&mut self) {
-        self.file = File::open(&self.path).ok();
+        self.file = platform::open_read_nofollow(&self.path).ok();
         self.id = self
             .file
             .as_ref()
@@ -210,8 +274,9 @@ impl Follower {
     /// start of the file at the name, and `lost` is true (it rotated twice
     /// since, or was replaced).
     pub fn resume(path: &Path, mark: Mark) -> (Self, bool) {
-        let same =
-            |p: &Path| std::fs::metadata(p).is_ok_and(|m| file_id(&m) == (mark.dev, mark.ino));
+        let same = |p: &Path| {
+            std::fs::symlink_metadata(p).is_ok_and(|m| file_id(&m) == (mark.dev, mark.ino))
+        };
         let rotated = PathBuf::from(format!("{}.1", path.display()));
         let at = if same(path) {
             Some(path.to_path_buf())
@@ -228,7 +293,7 @@ impl Follower {
         };
         match at {
             Some(p) => {
-                f.file = File::open(&p).ok();
+                f.file = platform::open_read_nofollow(&p).ok();
                 f.id = Some((mark.dev, mark.ino));
                 f.offset = mark.offset;
                 (f, false)
@@ -250,7 +315,9 @@ impl Follower {
     pub fn poll(&mut self) -> Vec<u8> {
         let mut out = Vec::new();
         self.read_rest(&mut out);
-        let now = std::fs::metadata(&self.path).ok().map(|m| file_id(&m));
+        let now = std::fs::symlink_metadata(&self.path)
+            .ok()
+            .map(|m| file_id(&m));
         if now.is_some() && now != self.id {
             // Rotated: the old file is finished (read above); take the new.
             self.open_current();
@@ -274,7 +341,8 @@ pub struct Mark {
 
 /// Starts `exe log-writer <log>` (the `binky` binary) reading a new pipe,
 /// and returns the pipe's write end — for a process's stdout and stderr —
-/// with the writer's child. The writer is in a process group of its own:
+/// with the writer's child. The writer opens `log` as [`LogFile`] does
+/// (never through a link). The writer is in a process group of its own:
 /// stopping the service must not cut its last words; it exits when every
 /// holder of the write end has closed it.
 ///
@@ -306,7 +374,7 @@ pub fn spawn_writer(
 
 /// The last `n` lines of `path` (reads at most the final 256 KiB).
 pub fn tail(path: &Path, n: usize) -> Vec<String> {
-    let Ok(mut f) = File::open(path) else {
+    let Ok(mut f) = platform::open_read_nofollow(path) else {
         return Vec::new();
     };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
@@ -442,6 +510,34 @@ mod tests {
         assert!(!generation(&p, 4).exists());
         let last = std::fs::read_to_string(&p).unwrap();
         assert!(last.ends_with("line 49 of a chatty service\n"), "{last}");
+    }
+
+    #[test]
+    fn a_link_at_a_log_name_is_replaced_never_written_through() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "theirs\n").unwrap();
+        let p = d.path().join("web.log");
+        let mut log = LogFile::open(&p, 1000, 3).unwrap();
+        log.write_all(b"one\n").unwrap();
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+        std::thread::sleep(NAME_CHECK);
+        log.write_all(b"two\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "theirs\n");
+        assert!(std::fs::symlink_metadata(&p).unwrap().is_file());
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.contains("was a symbolic link to"), "{text}");
+        assert!(text.ends_with("two\n"), "{text}");
+        // Readers do not follow one either.
+        std::fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink(&victim, &p).unwrap();
+        assert!(tail(&p, 5).is_empty());
+        assert!(Follower::from_end(&p).poll().is_empty());
+        // Opened afresh (a start): the same.
+        mark_run(&p, "web starting");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "theirs\n");
+        assert!(current_run(&p).is_empty());
     }
 
     #[test]

@@ -33,8 +33,8 @@ mod group;
 mod ready;
 mod watcher;
 pub use group::KILL_WAIT;
-use group::{describe, obey, spawn_process};
-pub(crate) use group::{stop_child_group, stop_pgid};
+use group::{describe, obey, spawn_process, stop_strays};
+pub(crate) use group::{stop_child_group, stop_pgid, terminate};
 use ready::{ready, unhealthy_reason};
 pub use watcher::WatchSet;
 use watcher::start_watcher;
@@ -86,6 +86,27 @@ pub struct ServiceSpec {
     /// The `binky` executable, run as `binky log-writer <log>` to timestamp
     /// each output line. `None` writes output to the log file directly.
     pub log_writer: Option<PathBuf>,
+    /// How this service's processes are found after they leave its process
+    /// group; `None` when its world has no mark (they are then reached
+    /// through the group alone).
+    pub mark: Option<Mark>,
+}
+
+/// The variables every process of one service inherits and keeps whatever
+/// group or session it moves to (`setsid()`, a double fork): with them, a
+/// restart, a stop and a `reset` reach what the old instance left behind,
+/// as `down` does for the whole world. A process is the service's only when
+/// its environment holds all three pairs, each `(name, value)`.
+///
+/// No `Debug`: the token is not for logs.
+#[derive(Clone)]
+pub struct Mark {
+    /// The daemon's home: only processes a daemon of this home started.
+    pub home: (String, String),
+    /// The world's random token.
+    pub token: (String, String),
+    /// The service's name within its world.
+    pub service: (String, String),
 }
 
 // Hand-written so environment values (which may hold credentials) never
@@ -214,20 +235,64 @@ pub struct Handle {
     /// Current state.
     pub state: watch::Receiver<State>,
     ctl: mpsc::UnboundedSender<Control>,
+    /// What [`Handle::stop`] sweeps after the group: the service's name,
+    /// mark, stop signal and grace.
+    strays: Option<Strays>,
+}
+
+/// How to find and stop what instances of a service left outside its
+/// process group (see [`Mark`]).
+#[derive(Clone)]
+struct Strays {
+    service: String,
+    mark: Mark,
+    signal: String,
+    grace: Duration,
+}
+
+impl Strays {
+    fn of(spec: &ServiceSpec) -> Option<Strays> {
+        spec.mark.clone().map(|mark| Strays {
+            service: spec.name.clone(),
+            mark,
+            signal: spec.stop_signal.clone(),
+            grace: spec.stop_timeout,
+        })
+    }
+
+    /// Stops them (see [`group::stop_strays`]); what outlived SIGKILL, if
+    /// anything.
+    async fn stop(&self) -> Option<String> {
+        stop_strays(&self.service, &self.mark, &self.signal, self.grace).await
+    }
+}
+
+/// Both problems, when there are two.
+fn both(a: Option<String>, b: Option<String>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    }
 }
 
 impl Handle {
-    /// Stops the service (signal, grace, SIGKILL to the whole group) and waits
-    /// until every process of its group has exited, so its ports are free
-    /// when this returns. A service that already ended returns at once.
-    /// `Some(problem)` when processes of the group outlived SIGKILL by
-    /// [`KILL_WAIT`] (stuck in the kernel, or another user's).
+    /// Stops the service (signal, grace, SIGKILL to the whole group), then
+    /// whatever its instances started that left the group (found by its
+    /// [`Mark`]), and waits until every one of those processes has exited,
+    /// so its ports are free when this returns. The sweep runs for a
+    /// service whose task already ended too (one that exited cleanly after
+    /// daemonizing a server). `Some(problem)` when processes outlived
+    /// SIGKILL by [`KILL_WAIT`] (stuck in the kernel, or another user's).
     pub async fn stop(&self) -> Option<String> {
         let (tx, rx) = oneshot::channel();
+        let mut left = None;
         if self.ctl.send(Control::Stop(tx)).is_ok() {
-            return rx.await.ok().flatten();
+            left = rx.await.ok().flatten();
         }
-        None
+        match &self.strays {
+            Some(s) => both(left, s.stop().await),
+            None => left,
+        }
     }
 
     /// Waits until the first start settles: healthy, unhealthy, failed or
@@ -255,6 +320,7 @@ pub fn spawn(spec: ServiceSpec, events: Recorder) -> Handle {
     let (state_tx, state_rx) = watch::channel(State::Starting { pid: 0 });
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
     let watcher = start_watcher(&spec, ctl_tx.clone());
+    let strays = Strays::of(&spec);
     tokio::spawn(async move {
         let _watcher = watcher;
         run(spec, state_tx, ctl_rx, events, false).await;
@@ -262,6 +328,7 @@ pub fn spawn(spec: ServiceSpec, events: Recorder) -> Handle {
     Handle {
         state: state_rx,
         ctl: ctl_tx,
+        strays,
     }
 }
 
@@ -279,6 +346,7 @@ pub fn adopt(spec: ServiceSpec, pid: u32, unhealthy: Option<String>, events: Rec
     let (state_tx, state_rx) = watch::channel(now.clone());
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
     let watcher = start_watcher(&spec, ctl_tx.clone());
+    let strays = Strays::of(&spec);
     tokio::spawn(async move {
         let _watcher = watcher;
         run_adopted(spec, now, pid, state_tx, ctl_rx, events).await;
@@ -286,6 +354,7 @@ pub fn adopt(spec: ServiceSpec, pid: u32, unhealthy: Option<String>, events: Rec
     Handle {
         state: state_rx,
         ctl: ctl_tx,
+        strays,
     }
 }
 
@@ -311,6 +380,7 @@ async fn run_adopted(
             match c {
                 Some(Control::Restart(changed)) => {
                     events(Event::WatchRestart { changed });
+                    sweep(&spec).await;
                     run(spec, state, ctl, events, true).await;
                 }
                 Some(Control::Stop(done)) => {
@@ -331,6 +401,7 @@ async fn run_adopted(
                 delay,
             });
             set(State::Backoff { delay });
+            sweep(&spec).await;
             tokio::select! {
                 _ = tokio::time::sleep(delay) => run(spec, state, ctl, events, true).await,
                 c = ctl.recv() => if let Some(Control::Stop(done)) = c {
@@ -342,6 +413,17 @@ async fn run_adopted(
         _ => set(State::Stopped {
             exit: Some("the adopted process exited".into()),
         }),
+    }
+}
+
+/// Before a service starts again: stops what its old instance left outside
+/// its process group (see [`Mark`]), so the new one never runs beside it.
+/// What outlived SIGKILL is logged; the restart goes on.
+async fn sweep(spec: &ServiceSpec) {
+    if let Some(s) = Strays::of(spec)
+        && let Some(left) = s.stop().await
+    {
+        tracing::warn!(service = spec.name, "{left}");
     }
 }
 
@@ -419,7 +501,11 @@ impl Runner {
             self.set(State::Starting { pid });
             let exit = match self.live(&mut child, pid).await {
                 Life::Ended => return,
-                Life::Restart => continue,
+                Life::Restart => {
+                    // The group is stopped; what left it goes too.
+                    sweep(&self.spec).await;
+                    continue;
+                }
                 Life::Exited(exit) => exit,
             };
             // It exited on its own. Leave no stray descendants holding its port.
@@ -517,6 +603,9 @@ impl Runner {
         };
         (self.events)(Event::Restarting { exit: how, delay });
         self.set(State::Backoff { delay });
+        // The old instance is over: what it started outside its group
+        // (a child that called `setsid()`) must not run on beside the next.
+        sweep(&self.spec).await;
         tokio::select! {
             _ = tokio::time::sleep(delay) => true,
             c = self.ctl.recv() => match c {

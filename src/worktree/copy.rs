@@ -3,12 +3,19 @@
 //! worktree is made, so its first `up` does not pay a full install.
 //!
 //! Files are cloned copy-on-write where the filesystem can
-//! ([`crate::platform::clone_file`]), else copied. Nothing is overwritten,
-//! and no symlink is followed: a link inside a copied folder is copied as a
-//! link, and a listed path that leads out of the repository (through a
-//! symlink, or written with `..`) is refused.
+//! ([`crate::platform::clone_into`]), else copied. Nothing is overwritten,
+//! and no symlink is followed, on either side: a link inside a copied
+//! folder is copied as a link; a listed path that leads out of the
+//! repository (through a symlink, or written with `..`) is refused; and in
+//! the worktree everything is made through a verified folder handle
+//! ([`DirHandle`]), so a folder on the way that is a symbolic link — one the
+//! world's branch committed (`vendor -> /tmp/outside`) — is refused, wherever
+//! it points, and nothing is written through it. A refused entry does not
+//! stop the others: each says what became of it, and
+//! [`not_copied`] sums up what was and was not copied.
 
-use crate::platform::{FileCopy, clone_file};
+use crate::platform::{DirHandle, FileCopy, clone_into, is_link_refusal};
+use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};
 
 /// What one `copy` entry did.
@@ -27,7 +34,7 @@ pub struct Copied {
 }
 
 /// What became of one `copy` entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Copied into the worktree.
     Copied,
@@ -35,19 +42,24 @@ pub enum Outcome {
     Present,
     /// Nothing in the main checkout matches the glob (`path` is the glob).
     NoMatch,
+    /// Refused or failed, and why: it leads out of the repository, a folder
+    /// on its way in the worktree is a symbolic link, or a file could not
+    /// be read or written. Nothing of it is left in the worktree.
+    NotCopied(String),
 }
 
 impl Copied {
     /// One line for `up`'s progress: `node_modules: 12034 files, 201 MB
     /// (reflink)`, or why nothing was copied.
     pub fn describe(&self) -> String {
-        match self.outcome {
+        match &self.outcome {
             Outcome::Present => {
                 return format!("{}: already in the worktree, left as it is", self.path);
             }
             Outcome::NoMatch => {
                 return format!("{}: nothing in the main checkout matches it", self.path);
             }
+            Outcome::NotCopied(why) => return format!("{}: not copied: {why}", self.path),
             Outcome::Copied => {}
         }
         format!(
@@ -64,6 +76,40 @@ impl Copied {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("[project] copy: {0}")]
 pub struct CopyError(pub String);
+
+/// When some of `done` were not copied: an error naming each of them with
+/// why, and what was copied (or already there) all the same. `None` when
+/// nothing was refused.
+pub fn not_copied(done: &[Copied]) -> Option<CopyError> {
+    let refused: Vec<String> = done
+        .iter()
+        .filter_map(|c| match &c.outcome {
+            Outcome::NotCopied(why) => Some(format!("{} ({why})", c.path)),
+            _ => None,
+        })
+        .collect();
+    if refused.is_empty() {
+        return None;
+    }
+    let listed = |o: &dyn Fn(&Outcome) -> bool| {
+        let names: Vec<&str> = done
+            .iter()
+            .filter(|c| o(&c.outcome))
+            .map(|c| c.path.as_str())
+            .collect();
+        if names.is_empty() {
+            "nothing".to_owned()
+        } else {
+            names.join(", ")
+        }
+    };
+    Some(CopyError(format!(
+        "not copied: {}; copied: {}; already in the worktree: {}",
+        refused.join("; "),
+        listed(&|o| *o == Outcome::Copied),
+        listed(&|o| *o == Outcome::Present),
+    )))
+}
 
 /// Why glob `glob` (a `[project] copy` entry) is not one Binky copies:
 /// empty, absolute, with a `..` component, into `.git`, or not a glob.
@@ -97,13 +143,14 @@ pub fn check_glob(glob: &str) -> Option<String> {
 
 /// Copies into worktree folder `to` every path under main checkout folder
 /// `from` that one of `globs` matches, each only if `to` lacks it. `repo`
-/// is the main checkout's top (a path must resolve inside it).
+/// is the main checkout's top (a path must resolve inside it). Every entry
+/// is tried: one that is refused or fails is reported with its
+/// [`Outcome::NotCopied`] and the others are still copied ([`not_copied`]
+/// sums them up).
 ///
 /// # Errors
-/// A glob is not valid ([`check_glob`]), a matched path resolves outside
-/// `repo`, or a file cannot be read or written (named). What was copied
-/// before the failure stays: it was absent before, and the next `up` of
-/// a new worktree starts again.
+/// Before anything is copied: a glob is not valid ([`check_glob`]), or the
+/// repository or the worktree cannot be opened.
 pub fn copy_paths(
     from: &Path,
     to: &Path,
@@ -113,6 +160,7 @@ pub fn copy_paths(
     let repo = repo
         .canonicalize()
         .map_err(|e| CopyError(format!("{}: {e}", repo.display())))?;
+    let root = DirHandle::open(to).map_err(|e| CopyError(format!("{}: {e}", to.display())))?;
     let mut found: Vec<PathBuf> = Vec::new();
     let mut out = Vec::new();
     for g in globs {
@@ -145,54 +193,86 @@ pub fn copy_paths(
         }
     }
     for rel in kept {
-        let src = from.join(&rel);
-        let real = src
-            .canonicalize()
-            .map_err(|e| CopyError(format!("{}: {e}", src.display())))?;
-        if !real.starts_with(&repo) {
-            return Err(CopyError(format!(
-                "{} leads out of the repository (to {}); Binky copies only what is inside it",
-                rel.display(),
-                real.display()
-            )));
-        }
-        let dst = to.join(&rel);
         let mut c = Copied {
             path: rel.display().to_string(),
             files: 0,
             bytes: 0,
             how: FileCopy::Reflink,
-            outcome: if dst.symlink_metadata().is_ok() {
-                Outcome::Present
-            } else {
-                Outcome::Copied
-            },
+            outcome: Outcome::Copied,
         };
-        if c.outcome == Outcome::Copied {
-            if let Some(parent) = dst.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| CopyError(format!("{}: {e}", parent.display())))?;
-            }
-            // Copied under a temporary name, then renamed: an interrupted
-            // copy never leaves a half folder that a later `up` would take
-            // for the real one.
-            let tmp = dst.with_file_name(format!(
-                ".{}.binky-copy",
-                dst.file_name().unwrap_or_default().to_string_lossy()
-            ));
-            remove_any(&tmp);
-            let copied = copy_tree(&src, &tmp, &mut c).and_then(|()| {
-                std::fs::rename(&tmp, &dst)
-                    .map_err(|e| CopyError(format!("{}: {e}", dst.display())))
-            });
-            if let Err(e) = copied {
-                remove_any(&tmp);
-                return Err(e);
-            }
+        if let Err(why) = copy_one(from, to, &root, &repo, &rel, &mut c) {
+            c.outcome = Outcome::NotCopied(why);
+            c.files = 0;
+            c.bytes = 0;
         }
         out.push(c);
     }
     Ok(out)
+}
+
+/// Copies `rel` from `from` into the worktree `root` (folder `to`), unless
+/// it is there already ([`Outcome::Present`]). `Err` says why it was not
+/// copied; nothing of it is then left in the worktree.
+fn copy_one(
+    from: &Path,
+    to: &Path,
+    root: &DirHandle,
+    repo: &Path,
+    rel: &Path,
+    c: &mut Copied,
+) -> Result<(), String> {
+    let src = from.join(rel);
+    let real = src.canonicalize().map_err(|e| e.to_string())?;
+    if !real.starts_with(repo) {
+        return Err(format!(
+            "it leads out of the repository (to {}); Binky copies only what is inside it",
+            real.display()
+        ));
+    }
+    let (Some(name), parent) = (rel.file_name(), rel.parent().unwrap_or(Path::new(""))) else {
+        return Err("not a path Binky copies".into());
+    };
+    // The destination's folders, each opened without following a link.
+    let refused = |e: std::io::Error| -> String {
+        if is_link_refusal(&e)
+            && let Some((link, target)) = root.first_link(parent)
+        {
+            return format!(
+                "{} in the worktree is a symbolic link (to {}); Binky makes nothing through a link, so nothing lands outside the worktree",
+                link.display(),
+                target.display()
+            );
+        }
+        format!("{} in the worktree: {e}", parent.display())
+    };
+    let dir = match root.descend(parent, None) {
+        Ok(d) if d.has(name) => {
+            c.outcome = Outcome::Present;
+            return Ok(());
+        }
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            root.descend(parent, Some(0o777)).map_err(refused)?
+        }
+        Err(e) => return Err(refused(e)),
+    };
+    // Copied under a temporary name, then renamed: an interrupted copy
+    // never leaves a half folder that a later `up` would take for the
+    // real one.
+    let tmp = format!(".{}.binky-copy", name.to_string_lossy());
+    let tmp = OsStr::new(&tmp);
+    // A leftover of an interrupted copy: by path, through the folders just
+    // opened without a link on the way.
+    let tmp_path = to.join(parent).join(tmp);
+    remove_any(&tmp_path);
+    let copied = copy_tree(&src, &dir, tmp, rel, c).and_then(|()| {
+        dir.rename(tmp, name)
+            .map_err(|e| format!("{}: {e}", rel.display()))
+    });
+    if copied.is_err() {
+        remove_any(&tmp_path);
+    }
+    copied
 }
 
 /// Removes a file, link or folder left by an interrupted copy, if any.
@@ -258,26 +338,42 @@ fn entries(dir: &Path) -> Vec<(String, bool)> {
         .collect()
 }
 
-/// Copies `src` to the absent `dst`: a file cloned or copied, a link as a
-/// link (never followed), a folder with its mode and everything in it.
-fn copy_tree(src: &Path, dst: &Path, c: &mut Copied) -> Result<(), CopyError> {
-    let err = |p: &Path, e: std::io::Error| CopyError(format!("{}: {e}", p.display()));
+/// Copies `src` to the absent `name` in folder `dir`: a file cloned or
+/// copied, a link as a link (never followed), a folder with its mode and
+/// everything in it — each made by name in its verified parent. `shown` is
+/// where it lands, relative to the worktree, for messages.
+fn copy_tree(
+    src: &Path,
+    dir: &DirHandle,
+    name: &OsStr,
+    shown: &Path,
+    c: &mut Copied,
+) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let err = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let made = |e: std::io::Error| format!("{} in the worktree: {e}", shown.display());
     let meta = src.symlink_metadata().map_err(|e| err(src, e))?;
     let t = meta.file_type();
+    let mode = meta.permissions().mode() & 0o7777;
     if t.is_symlink() {
         let target = std::fs::read_link(src).map_err(|e| err(src, e))?;
-        std::os::unix::fs::symlink(&target, dst).map_err(|e| err(dst, e))?;
+        dir.symlink(&target, name).map_err(made)?;
         c.files += 1;
     } else if t.is_dir() {
-        std::fs::create_dir(dst).map_err(|e| err(dst, e))?;
+        // Private while it fills; its own mode once full.
+        let sub = dir.create_dir(name, 0o700).map_err(made)?;
         for e in std::fs::read_dir(src).map_err(|e| err(src, e))?.flatten() {
-            copy_tree(&e.path(), &dst.join(e.file_name()), c)?;
+            let n = e.file_name();
+            copy_tree(&e.path(), &sub, &n, &shown.join(&n), c)?;
         }
-        std::fs::set_permissions(dst, meta.permissions()).map_err(|e| err(dst, e))?;
+        sub.set_mode(mode).map_err(made)?;
     } else if t.is_file() {
-        if clone_file(src, dst).map_err(|e| err(src, e))? == FileCopy::Bytes {
+        let f = dir.create_file(name, 0o600).map_err(made)?;
+        if clone_into(src, &f).map_err(|e| err(src, e))? == FileCopy::Bytes {
             c.how = FileCopy::Bytes;
         }
+        f.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(made)?;
         c.files += 1;
         c.bytes += meta.len();
     }
@@ -346,8 +442,16 @@ mod tests {
         let (d, main, wt) = tree();
         std::fs::write(d.path().join("secret"), "s").unwrap();
         std::os::unix::fs::symlink(d.path().join("secret"), main.join("outside")).unwrap();
-        let e = copy_paths(&main, &wt, &main, &["outside".into()]).unwrap_err();
-        assert!(e.0.contains("leads out of the repository"), "{e}");
+        let done = copy_paths(&main, &wt, &main, &["outside".into()]).unwrap();
+        assert!(
+            matches!(&done[0].outcome, Outcome::NotCopied(why) if why.contains("leads out of the repository")),
+            "{done:?}"
+        );
+        let e = not_copied(&done).unwrap();
+        assert!(
+            e.0.contains("outside (it leads out of the repository"),
+            "{e}"
+        );
         assert!(!wt.join("outside").exists());
         for bad in ["../x", "/etc/passwd", ".git/config", "", "a/[b"] {
             assert!(check_glob(bad).is_some(), "{bad}");
@@ -358,6 +462,56 @@ mod tests {
         }
         assert_eq!(check_glob("packages/*/node_modules"), None);
         assert_eq!(check_glob("**/.env.local"), None);
+    }
+
+    /// Issue 48: with `vendor -> <outside>` committed on the world's
+    /// branch, `copy = ["vendor/x.txt"]` wrote `<outside>/x.txt`.
+    #[test]
+    fn a_link_in_the_worktree_is_never_written_through_and_the_rest_is_copied() {
+        let (d, main, wt) = tree();
+        let outside = d.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        for dir in ["vendor", "deep/er"] {
+            std::fs::create_dir_all(main.join(dir)).unwrap();
+            std::fs::write(main.join(dir).join("x.txt"), "x").unwrap();
+        }
+        std::os::unix::fs::symlink(&outside, wt.join("vendor")).unwrap();
+        std::fs::create_dir_all(wt.join("deep")).unwrap();
+        std::os::unix::fs::symlink(&outside, wt.join("deep/er")).unwrap();
+        let globs: Vec<String> = ["vendor/x.txt", ".env.local", "deep/er/x.txt", "src"]
+            .map(String::from)
+            .to_vec();
+        let done = copy_paths(&main, &wt, &main, &globs).unwrap();
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "written through the link"
+        );
+        let by: std::collections::HashMap<_, _> =
+            done.iter().map(|c| (c.path.as_str(), c)).collect();
+        let why = |p: &str| match &by[p].outcome {
+            Outcome::NotCopied(w) => w.clone(),
+            o => panic!("{p}: {o:?}"),
+        };
+        assert!(
+            why("vendor/x.txt").contains(&format!(
+                "vendor in the worktree is a symbolic link (to {})",
+                outside.display()
+            )),
+            "{}",
+            why("vendor/x.txt")
+        );
+        assert!(why("deep/er/x.txt").contains("deep/er in the worktree is a symbolic link"));
+        // The others are copied all the same.
+        assert_eq!(by[".env.local"].outcome, Outcome::Copied);
+        assert_eq!(by["src"].outcome, Outcome::Copied);
+        assert!(wt.join(".env.local").is_file() && wt.join("src/main.rs").is_file());
+        let e = not_copied(&done).unwrap().to_string();
+        assert!(e.contains("not copied: deep/er/x.txt ("), "{e}");
+        assert!(e.contains("; vendor/x.txt ("), "{e}");
+        assert!(e.contains("copied: .env.local, src;"), "{e}");
+        assert!(by["vendor/x.txt"].describe().contains("not copied"));
+        assert!(not_copied(&[]).is_none());
     }
 
     #[test]

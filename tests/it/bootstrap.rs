@@ -229,3 +229,50 @@ fn ctrl_c_during_setup_stops_its_command_and_the_next_up_runs_it_again() {
     assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 2);
     repo.ok(&home, &["remove", "w", "--force"]);
 }
+
+/// Issue 48: with `vendor -> <outside>` committed on the world's branch,
+/// `copy = ["vendor/x.txt"]` created `<outside>/x.txt`. Now the entry is
+/// refused, named with the link, nothing is written outside the worktree,
+/// and the other entries are copied all the same.
+#[test]
+fn copy_never_writes_through_a_link_the_branch_committed() {
+    let home = Home::new();
+    let outside = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "{}copy = [\"vendor/x.txt\", \".env.local\"]\n[services.app]\ncmd = \"exec sleep 600\"\n",
+        project_header("linked", 1)
+    );
+    let repo = Repo::with("", &toml, &[(".gitignore", "/vendor/\n.env.local\n")]);
+    // The world's branch commits `vendor` as a link out of the repository;
+    // the main checkout has a real `vendor/x.txt`, untracked.
+    git(&repo.main, &["checkout", "-q", "-b", "w"]);
+    std::os::unix::fs::symlink(outside.path(), repo.main.join("vendor")).unwrap();
+    git(&repo.main, &["add", "-f", "vendor"]);
+    git(&repo.main, &["commit", "-qm", "vendor is a link"]);
+    git(&repo.main, &["checkout", "-q", "main"]);
+    assert!(repo.main.join("vendor").symlink_metadata().is_err());
+    std::fs::create_dir_all(repo.main.join("vendor")).unwrap();
+    std::fs::write(repo.main.join("vendor/x.txt"), "vendored\n").unwrap();
+    std::fs::write(repo.main.join(".env.local"), "K=1\n").unwrap();
+    let out = repo.run(&home, &["up", "w"]);
+    assert!(
+        !outside.path().join("x.txt").exists(),
+        "copy wrote through the branch's link: {out}"
+    );
+    assert_ne!(out.code(), 0, "{out}");
+    let err = out.stderr();
+    assert!(
+        err.contains(&format!(
+            "vendor/x.txt (vendor in the worktree is a symbolic link (to {})",
+            outside.path().display()
+        )),
+        "{out}"
+    );
+    assert!(err.contains("copied: .env.local"), "{out}");
+    let wt = world_path(&repo, &home, "w");
+    assert_eq!(
+        std::fs::read_to_string(wt.join(".env.local")).unwrap(),
+        "K=1\n"
+    );
+    repo.ok(&home, &["remove", "w", "--force"]);
+}

@@ -360,3 +360,63 @@ fn a_service_flooding_its_log_is_flagged_in_status_and_a_ticking_one_is_not() {
     assert!(human.contains("worker is flooding its log"), "{human}");
     repo.ok(&home, &["remove", "x", "--force"]);
 }
+
+/// Issue 48: a symbolic link planted at a service's log path made Binky
+/// append the service's output to the file it names — at the running log
+/// writer's next reopen, and at every restart. Now no log is written
+/// through a link: the link is replaced by a new file (its target is never
+/// touched), the new file says what was found, the daemon warns naming the
+/// path, and the service's output goes on in its log.
+#[test]
+fn a_link_planted_at_a_service_log_is_never_written_through() {
+    let home = Home::new();
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim.txt");
+    std::fs::write(&victim, "not Binky's\n").unwrap();
+    let toml = format!(
+        "{}[services.tick]\ncmd = \"exec python3 tick.py\"\n",
+        project_header("planted", 1)
+    );
+    let repo = Repo::with("", &toml, &[("tick.py", TICKER)]);
+    repo.ok(&home, &["up", "x"]);
+    let log = home.file("logs/planted/x/tick.log");
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("tick 3"))
+    }));
+    // Put a link in the log's place in one step (as `ln -sf` would race to).
+    let plant = || {
+        let tmp = home.file("logs/planted/x/.planting");
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        std::fs::rename(&tmp, &log).unwrap();
+    };
+    let replaced = || {
+        std::fs::symlink_metadata(&log).is_ok_and(|m| m.is_file())
+            && std::fs::read_to_string(&log).is_ok_and(|t| {
+                t.contains(&format!("was a symbolic link to {}", victim.display()))
+                    && t.lines().last().is_some_and(|l| l.contains("tick"))
+            })
+    };
+    // The running writer notices at its next write.
+    plant();
+    assert!(
+        wait_until(Duration::from_secs(10), replaced),
+        "log: {:?}, victim: {:?}",
+        std::fs::symlink_metadata(&log).map(|m| m.file_type()),
+        std::fs::read_to_string(&victim)
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "not Binky's\n");
+    // And a start meets the link first in the daemon, which says so.
+    repo.ok(&home, &["down", "x"]);
+    plant();
+    repo.ok(&home, &["up", "x"]);
+    assert!(wait_until(Duration::from_secs(10), replaced));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "not Binky's\n");
+    let daemon_log = std::fs::read_to_string(home.file("daemon.log")).unwrap();
+    assert!(
+        daemon_log.contains("a log's name is a symbolic link")
+            && daemon_log.contains(&log.display().to_string()),
+        "{daemon_log}"
+    );
+    repo.ok(&home, &["remove", "x", "--force"]);
+}

@@ -250,3 +250,92 @@ fn a_child_that_leaves_its_group_is_counted_and_stopped_with_its_world() {
             .all(|p| *p != stray && *p != second)
     );
 }
+
+/// A service that leaves a child behind outside its process group and
+/// session (`setsid()` then a second fork, as a self-daemonizing server
+/// does); each such child appends its pid to `strays.txt`.
+const LEAVES_A_CHILD: &str = r#"
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open("strays.txt", "a") as f:
+            f.write(f"{os.getpid()}\n")
+        while True:
+            time.sleep(1)
+    os._exit(0)
+while True:
+    time.sleep(1)
+"#;
+
+/// Issue 48: a service's `setsid()` child outlived the service's restart
+/// (by its restart policy) and `binky reset`, so two copies ran against the
+/// new data; only `down` stopped them. A restart and a reset now stop every
+/// process the old instance started, found as `down` finds them.
+#[test]
+fn a_restart_or_a_reset_stops_what_the_old_instance_started_outside_its_group() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\n\n[services.app]\ncmd = \"exec python3 leaves.py\"\ndepends_on = [\"db\"]\nrestart = {{ policy = \"on-failure\", backoff = \"100ms\" }}\n",
+        project_header("leaves", 2)
+    );
+    let repo = Repo::with("", &toml, &[("leaves.py", LEAVES_A_CHILD)]);
+    repo.ok(&home, &["up", "w"]);
+    let world = &repo.worlds(&home)["w"];
+    let wt = std::path::PathBuf::from(world["path"].as_str().unwrap());
+    let strays = || -> Vec<u32> {
+        std::fs::read_to_string(wt.join("strays.txt"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    let app = || -> serde_json::Value {
+        repo.worlds(&home)["w"]["services"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["name"] == "app").cloned())
+            .unwrap_or_default()
+    };
+    let app_pid = || app()["pid"].as_u64().map(|p| p as u32);
+    assert!(wait_until(std::time::Duration::from_secs(10), || {
+        strays().len() == 1
+    }));
+    let first = strays()[0];
+    assert!(alive(first));
+    // The restart policy: the service dies, and starts again.
+    kill9(app_pid().unwrap());
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || strays().len() == 2),
+        "the service did not start again: {:?}",
+        strays()
+    );
+    assert!(
+        !alive(first),
+        "pid {first}, left by the instance before the restart, still runs beside the new one"
+    );
+    // `reset` of the world running whole (in place, not a reload): the
+    // users of the slice restart on a fresh one.
+    let second = strays()[1];
+    assert!(alive(second));
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || app()["state"]
+            == "running"),
+        "{}",
+        app()
+    );
+    repo.ok(&home, &["reset", "w", "db"]);
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || strays().len() == 3),
+        "{:?}",
+        strays()
+    );
+    assert!(
+        !alive(second),
+        "pid {second}, left by the instance before the reset, still runs beside the new one"
+    );
+    let third = strays()[2];
+    assert!(alive(third));
+    repo.ok(&home, &["down", "w"]);
+    assert!(!alive(third), "down left pid {third} running");
+    repo.ok(&home, &["remove", "w", "--force"]);
+}

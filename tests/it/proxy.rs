@@ -999,3 +999,86 @@ fn a_get_whose_answer_breaks_off_is_sent_again_and_a_post_is_not() {
     assert_eq!(status, 502, "{body}");
     assert_eq!(seen("POST"), "1");
 }
+
+/// Issue 48: one failed bind was the proxy's last: daemons logged "cannot
+/// bind the proxy on port …: Address already in use" and served no URL for
+/// the rest of their life while the port was free. Now the bind is tried
+/// again with backoff, `status` and `doctor` say the proxy is down and why
+/// meanwhile (a port that answers is not taken for the proxy), and the
+/// URLs are served once the port is free.
+#[test]
+fn a_taken_proxy_port_is_bound_once_free_and_status_and_doctor_say_why_meanwhile() {
+    let home = Home::new();
+    // Another program listens on the proxy's port before the daemon starts.
+    let holder = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let start = Out(home
+        .cmd(&["daemon", "start"])
+        .env("BINKY_PROXY_PORT", port.to_string())
+        .env("BINKY_PROXY_RETRY_MAX", "200ms")
+        .output()
+        .unwrap());
+    assert_eq!(start.code(), 0, "{start}");
+    let repo = echo_repo("");
+    repo.ok(&home, &["up", "feat"]);
+    let proxy = |home: &Home| home.ok(&["status", "--json"]).json()["proxy"].clone();
+    let down = proxy(&home);
+    assert_eq!(down["port"], port, "{down}");
+    assert_eq!(down["listening"], false, "{down}");
+    assert!(
+        down["error"].as_str().unwrap_or("").contains("in use"),
+        "{down}"
+    );
+    assert!(down["failed_binds"].as_u64().unwrap_or(0) >= 1, "{down}");
+    let text = repo.ok(&home, &["status"]).stdout();
+    assert!(
+        text.contains(&format!(
+            "the proxy is down: it cannot bind 127.0.0.1:{port}: Address already in use"
+        )),
+        "{text}"
+    );
+    // `doctor`: the daemon's word, not "something answers on the port".
+    let doctor = home.run(&["doctor", "--json"]);
+    assert_eq!(doctor.code(), 1, "{doctor}");
+    let checks = doctor.json()["checks"].clone();
+    let check = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "proxy")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(check["status"], "fail", "{checks}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("the proxy is down"),
+        "{check}"
+    );
+    assert!(
+        check["fix"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("pid {} ", std::process::id())),
+        "the holder is named: {check}"
+    );
+    // The port is freed: the proxy binds it, and the world's URL answers.
+    drop(holder);
+    assert!(
+        wait_until(Duration::from_secs(20), || proxy(&home)["listening"]
+            == true),
+        "{}",
+        proxy(&home)
+    );
+    let (status, head, body) = get(port, &format!("echo.feat.px.localhost:{port}"), "/");
+    assert_eq!(status, 200, "{head}{body}");
+    let doctor = home.run(&["doctor", "--json"]);
+    let ok = doctor.json()["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["name"] == "proxy" && c["status"] == "ok");
+    assert!(ok, "{doctor}");
+    repo.ok(&home, &["remove", "feat", "--force"]);
+}

@@ -78,8 +78,8 @@ except pika.exceptions.ChannelClosedByBroker:
 print(mine, theirs)
 "#;
 
-/// Deletes this test's vhosts however it ends.
-struct Cleanup(String);
+/// Deletes this test's vhosts and users however it ends.
+pub(crate) struct Cleanup(pub(crate) String);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
@@ -101,7 +101,7 @@ impl Drop for Cleanup {
 }
 
 /// The server's user names.
-fn users() -> Vec<String> {
+pub(crate) fn users() -> Vec<String> {
     let (code, body) = api("GET", "/api/users");
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();

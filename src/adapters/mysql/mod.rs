@@ -18,6 +18,7 @@
 mod copy;
 mod user;
 
+use super::kit::users::Found;
 use super::{
     Adapter, AdapterError, Capabilities, Slice, TemplateLock, find_executable, stderr_tail,
 };
@@ -227,7 +228,7 @@ impl Adapter for Mysql {
         let mut c = connect(slice).await?;
         exec(&mut c, &format!("CREATE DATABASE {}", quote(&slice.name))).await?;
         if user::wanted(slice) {
-            user::ensure(&mut c, slice, true).await?;
+            user::ensure(&mut c, slice).await?;
         }
         let _ = c.disconnect().await;
         Ok(())
@@ -235,17 +236,44 @@ impl Adapter for Mysql {
 
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
         let url = admin(slice)?;
+        let admins = || {
+            super::kit::address::with_database(url, &slice.name)
+                .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name())))
+        };
         if !user::wanted(slice) {
-            return super::kit::address::with_database(url, &slice.name)
-                .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name())));
+            return admins();
         }
-        // Made before it had a user (or with `acl = false`): it gets one
-        // now, data kept. Resetting the password each time keeps the
-        // server's in step with the one Binky keeps.
+        // Looked up, never made: a world made before it had a user (or
+        // with `acl = false`) keeps the admin's address until `up` or
+        // `reload` gives it one (`complete`).
         let mut c = connect(slice).await?;
-        user::ensure(&mut c, slice, false).await?;
+        let found = user::find(&mut c, slice).await;
         let _ = c.disconnect().await;
-        user::world_url(url, slice)
+        match found? {
+            Found::Binkys => user::world_url(url, slice),
+            Found::Missing => admins(),
+            Found::Foreign => Err(user::foreign(slice)),
+        }
+    }
+
+    /// A world made before it had a user (or with `acl = false`) gets one,
+    /// data kept; Binky's own has its password reset to the one Binky
+    /// keeps, and its grant given.
+    async fn complete(&self, slice: &Slice) -> Result<(), AdapterError> {
+        if !user::wanted(slice) {
+            return Ok(());
+        }
+        let mut c = connect(slice).await?;
+        let r = user::ensure(&mut c, slice).await;
+        let _ = c.disconnect().await;
+        r
+    }
+
+    async fn orphan_users(&self, server: &Slice) -> Result<Vec<String>, AdapterError> {
+        let mut c = connect(server).await?;
+        let r = user::orphans(&mut c).await;
+        let _ = c.disconnect().await;
+        r
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -348,7 +376,7 @@ impl Adapter for Mysql {
             ))),
         };
         let copied = match copied {
-            Ok(()) if user::wanted(slice) => user::ensure(&mut c, slice, true).await,
+            Ok(()) if user::wanted(slice) => user::ensure(&mut c, slice).await,
             other => other,
         };
         let _ = c.disconnect().await;

@@ -11,13 +11,18 @@
 //! In a database-level `GRANT`, `_` and `%` are wildcards: the database's
 //! name is escaped there, or `shop_a`'s user could also use `shopXa`.
 //!
-//! MySQL has no place to mark a user as Binky's (MariaDB takes no
-//! `COMMENT` on an account). A new world's user must be new (`CREATE USER`
-//! without `IF NOT EXISTS`), and a user is dropped only while it holds
-//! Binky's grant on its world's database: a user of that name someone else
-//! made is neither taken over nor dropped.
+//! MariaDB has no place to mark a user as Binky's (no `COMMENT` or
+//! `ATTRIBUTE` on an account, as of 10.11; MySQL's came in 8.0.21). A user
+//! is Binky's ([`find`]) when it holds Binky's grant on its world's
+//! database, or logs in with the password Binky keeps for the slice: that
+//! password is in Binky's registry before `CREATE USER` sends it, so a
+//! user made by an `up` cut short before its `GRANT` is still known as
+//! Binky's. Only such a user is taken up again (its password reset, its
+//! grant given) or dropped; a user of that name someone else made is
+//! refused and left alone.
 
 use super::{AdapterError, Slice, exec, quote};
+use crate::adapters::kit::users::Found;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
@@ -31,7 +36,12 @@ pub fn wanted(slice: &Slice) -> bool {
 
 /// The slice's user name.
 pub fn name(slice: &Slice) -> String {
-    crate::adapters::fit_identifier(&slice.name, MAX_USER)
+    user_name(&slice.name)
+}
+
+/// The user name of database `db`'s world.
+fn user_name(db: &str) -> String {
+    crate::adapters::fit_identifier(db, MAX_USER)
 }
 
 /// `'text'` with quotes and backslashes escaped, as a MySQL string literal
@@ -71,39 +81,115 @@ fn secret(slice: &Slice) -> Result<&str, AdapterError> {
     crate::adapters::kit::users::password("mysql", slice)
 }
 
-/// Makes the slice's user (or resets its password) with every privilege
-/// on the slice's database only.
+/// Whether the slice's user is there, and whether it is Binky's: it holds
+/// Binky's grant on the slice's database, or it logs in with the password
+/// Binky keeps for the slice.
 ///
 /// # Errors
-/// The admin may not create users or grant (`CREATE USER`, `GRANT OPTION`):
-/// said, with what to do; or a statement failed.
-pub async fn ensure(c: &mut Conn, slice: &Slice, fresh: bool) -> Result<(), AdapterError> {
+/// The admin may not read the user's grants (`SHOW GRANTS`), or the
+/// server cannot be reached to try the password.
+pub async fn find(c: &mut Conn, slice: &Slice) -> Result<Found, AdapterError> {
+    let who = account(slice);
+    let grants: Vec<String> = match c.query(format!("SHOW GRANTS FOR {who}")).await {
+        Ok(g) => g,
+        // "There is no such grant defined": no such user.
+        Err(mysql_async::Error::Server(e)) if e.code == 1141 => return Ok(Found::Missing),
+        Err(e) => return Err(refused(slice, super::sql_err("SHOW GRANTS", e))),
+    };
+    if grants.iter().any(|g| holds_binkys_grant(g, &slice.name)) {
+        return Ok(Found::Binkys);
+    }
+    Ok(if logs_in(slice).await? {
+        Found::Binkys
+    } else {
+        Found::Foreign
+    })
+}
+
+/// Whether the slice's user logs in with the password Binky keeps for
+/// the slice (false when none is kept). A login, not a comparison of
+/// hashes: it holds for every authentication plugin, salted ones
+/// (`caching_sha2_password`) included.
+///
+/// # Errors
+/// The server cannot be reached.
+async fn logs_in(slice: &Slice) -> Result<bool, AdapterError> {
+    let Some(password) = slice.secret.as_deref() else {
+        return Ok(false);
+    };
+    let opts = super::parse_admin_url(super::admin(slice)?)
+        .map_err(|e| AdapterError::new(format!("mysql: {e}")).redacted(slice))?;
+    let opts = mysql_async::OptsBuilder::from_opts(opts)
+        .user(Some(name(slice)))
+        .pass(Some(password))
+        .db_name(None::<String>);
+    match Conn::new(opts).await {
+        Ok(c) => {
+            let _ = c.disconnect().await;
+            Ok(true)
+        }
+        // Refused (access denied, host not allowed, account locked): the
+        // password is not Binky's, or the user cannot use it.
+        Err(mysql_async::Error::Server(_)) => Ok(false),
+        Err(e) => Err(refused(
+            slice,
+            AdapterError::environmental(format!(
+                "mysql: trying the password Binky keeps for the user {}: {e}",
+                account(slice)
+            )),
+        )),
+    }
+}
+
+/// The refusal for a user of the world's name that is not Binky's.
+pub fn foreign(slice: &Slice) -> AdapterError {
+    let server = super::admin(slice)
+        .map(crate::adapters::kit::address::shown)
+        .unwrap_or_else(|_| "the server".to_owned());
+    crate::adapters::kit::users::foreign(
+        "mysql",
+        &server,
+        &format!("a user {}", account(slice)),
+        "it holds no grant of Binky's on the world's database and does not log in with the password Binky keeps for it",
+    )
+}
+
+/// Makes the slice's user with every privilege on the slice's database
+/// only; a user of that name that is Binky's (one an `up` cut short made,
+/// or a world's made before) is taken up again: its password reset to the
+/// one Binky keeps, its grant given.
+///
+/// # Errors
+/// A user of that name is there that Binky did not make (it is left
+/// alone); the admin may not create users or grant (`CREATE USER`,
+/// `GRANT OPTION`): said, with what to do; or a statement failed.
+pub async fn ensure(c: &mut Conn, slice: &Slice) -> Result<(), AdapterError> {
     let (who, pw) = (account(slice), literal(secret(slice)?));
-    if fresh {
-        // A new slice's user must be new too: one of that name already
-        // there is someone else's, never taken over (MySQL has no mark).
-        match c
-            .query_drop(format!("CREATE USER {who} IDENTIFIED BY {pw}"))
-            .await
-        {
-            Ok(()) => {}
-            Err(mysql_async::Error::Server(e)) if e.code == 1396 => {
+    let made = match c
+        .query_drop(format!("CREATE USER {who} IDENTIFIED BY {pw}"))
+        .await
+    {
+        Ok(()) => true,
+        // "Operation CREATE USER failed": one of that name is there.
+        Err(mysql_async::Error::Server(e)) if e.code == 1396 => match find(c, slice).await? {
+            Found::Binkys => false,
+            Found::Foreign => return Err(foreign(slice)),
+            Found::Missing => {
                 return Err(AdapterError::new(format!(
-                    "mysql: a user {who} already exists and Binky did not make it, so the world cannot have a user of its own; Binky leaves it alone: rename the project, or set options.acl = false"
+                    "mysql: the user {who} was dropped by someone else while Binky was making it; run this again"
                 )));
             }
-            Err(e) => {
-                return Err(refused(slice, super::sql_err("CREATE USER", e)));
-            }
-        }
+        },
+        Err(e) => return Err(refused(slice, super::sql_err("CREATE USER", e))),
+    };
+    if made {
+        crate::adapters::kit::users::made();
     }
     let r = async {
-        exec(
-            c,
-            &format!("CREATE USER IF NOT EXISTS {who} IDENTIFIED BY {pw}"),
-        )
-        .await?;
-        exec(c, &format!("ALTER USER {who} IDENTIFIED BY {pw}")).await?;
+        if !made {
+            // In step with the password Binky keeps.
+            exec(c, &format!("ALTER USER {who} IDENTIFIED BY {pw}")).await?;
+        }
         exec(
             c,
             &format!(
@@ -114,9 +200,8 @@ pub async fn ensure(c: &mut Conn, slice: &Slice, fresh: bool) -> Result<(), Adap
         .await
     }
     .await;
-    if r.is_err() && fresh {
-        // Made just now and not granted: Binky's own, with no grant to
-        // mark it later, so it goes now.
+    if r.is_err() && made {
+        // Made just now and not granted: Binky's own, so it goes now.
         let _ = exec(c, &format!("DROP USER IF EXISTS {who}")).await;
     }
     r.map_err(|e| refused(slice, e))
@@ -137,25 +222,64 @@ fn refused(slice: &Slice, e: AdapterError) -> AdapterError {
     }
 }
 
-/// Drops the slice's user when it is Binky's: one that holds Binky's grant
-/// on the slice's database (MySQL has no other place for a mark). A user
-/// of that name without it is someone else's and is left alone.
+/// Drops the slice's user when it is Binky's ([`find`]); a user of that
+/// name that is not is someone else's and is left alone.
 ///
 /// # Errors
 /// The admin may not read the user's grants or drop it, or the statement
 /// failed.
 pub async fn drop(c: &mut Conn, slice: &Slice) -> Result<(), AdapterError> {
-    let who = account(slice);
-    let grants: Vec<String> = match c.query(format!("SHOW GRANTS FOR {who}")).await {
-        Ok(g) => g,
-        // "There is no such grant defined": no such user.
-        Err(mysql_async::Error::Server(e)) if e.code == 1141 => return Ok(()),
-        Err(e) => return Err(refused(slice, super::sql_err("SHOW GRANTS", e))),
-    };
-    if !grants.iter().any(|g| holds_binkys_grant(g, &slice.name)) {
+    if find(c, slice).await? != Found::Binkys {
         return Ok(());
     }
-    exec(c, &format!("DROP USER IF EXISTS {who}")).await
+    exec(c, &format!("DROP USER IF EXISTS {}", account(slice))).await
+}
+
+/// Databases whose user Binky made outlives them, on the admin's server:
+/// users of a world's name holding Binky's grant on a database that is
+/// gone (a teardown cut short between the two drops, or a user an older
+/// Binky made again for a slice already dropped). What `gc` sweeps.
+///
+/// # Errors
+/// The privileges or the databases cannot be read.
+pub async fn orphans(c: &mut Conn) -> Result<Vec<String>, AdapterError> {
+    let granted: Vec<(String, String)> = c
+        .query("SELECT DISTINCT GRANTEE, TABLE_SCHEMA FROM information_schema.SCHEMA_PRIVILEGES")
+        .await
+        .map_err(|e| super::sql_err("information_schema.SCHEMA_PRIVILEGES", e))?;
+    let schemata: std::collections::HashSet<String> = c
+        .query("SELECT schema_name FROM information_schema.schemata")
+        .await
+        .map_err(|e| super::sql_err("information_schema.schemata", e))?
+        .into_iter()
+        .collect();
+    let mut out = Vec::new();
+    for (grantee, pattern) in granted {
+        let db = unescape(&pattern);
+        let mine = grantee == format!("'{}'@'%'", user_name(&db))
+            && quote(&pattern) == grant_target(&db)
+            && !schemata.contains(&db);
+        if mine && !out.contains(&db) {
+            out.push(db);
+        }
+    }
+    Ok(out)
+}
+
+/// A database pattern of a grant with its escapes (`\_`, `\%`, `\\`)
+/// taken out.
+fn unescape(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut escaped = false;
+    for c in pattern.chars() {
+        if c == '\\' && !escaped {
+            escaped = true;
+            continue;
+        }
+        escaped = false;
+        out.push(c);
+    }
+    out
 }
 
 /// Whether a `SHOW GRANTS` line is the grant Binky gives a world's user on
@@ -199,6 +323,15 @@ mod tests {
         let near = &long[1..];
         assert_eq!(grant_target(near).len(), 63 + 1 + 2);
         assert_eq!(literal("it's \\"), "'it\\'s \\\\'");
+    }
+
+    #[test]
+    fn grant_patterns_read_back_as_the_database_they_name() {
+        for db in ["shop_a-1", "a%b", "p\\q", "plain"] {
+            let pattern = grant_target(db);
+            assert_eq!(unescape(&pattern[1..pattern.len() - 1]), db, "{pattern}");
+        }
+        assert_eq!(user_name("shop_a"), "shop_a");
     }
 
     #[test]

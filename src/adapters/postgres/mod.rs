@@ -11,7 +11,9 @@
 
 pub mod role;
 
-use super::{Adapter, AdapterError, Capabilities, Slice, TemplateLock};
+use super::{
+    Adapter, AdapterError, Capabilities, OTHER_SESSIONS_WAIT, OtherSessions, Slice, TemplateLock,
+};
 use async_trait::async_trait;
 
 /// PostgreSQL's identifier limit (NAMEDATALEN - 1), in bytes.
@@ -162,6 +164,100 @@ async fn sessions_on(c: &tokio_postgres::Client, db: &str) -> Vec<String> {
         .collect()
 }
 
+/// Drops database `db` once no session Binky did not open is on it, or,
+/// with [`OtherSessions::End`], ending them (`WITH (FORCE)`, PostgreSQL
+/// 13+). Returns the sessions it ended. A plain `DROP DATABASE` never
+/// ends a session: one still open when the wait is over is named and the
+/// database left as it was.
+///
+/// # Errors
+/// Sessions still open after the wait (environmental), or the server
+/// refused the drop.
+pub(crate) async fn drop_database(
+    c: &tokio_postgres::Client,
+    db: &str,
+    others: OtherSessions,
+) -> Result<Vec<String>, AdapterError> {
+    let name = quote(db);
+    let failed = |e| sql_err(&format!("DROP DATABASE {name}"), e);
+    let wait = match others {
+        OtherSessions::End => {
+            let who = sessions_on(c, db).await;
+            c.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await
+                .map_err(failed)?;
+            return Ok(who);
+        }
+        OtherSessions::Wait(wait) => wait,
+    };
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        end_clientless(c, db).await;
+        // Looked at first: a DROP with sessions on the database would
+        // itself wait 5 s inside the server before it fails.
+        let who = sessions_on(c, db).await;
+        if who.is_empty() {
+            match c
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+                .await
+            {
+                Ok(()) => return Ok(Vec::new()),
+                // A session came (or one the admin may not see was there).
+                Err(e)
+                    if e.as_db_error().is_some_and(|db| {
+                        *db.code() == tokio_postgres::error::SqlState::OBJECT_IN_USE
+                    }) => {}
+                Err(e) => return Err(failed(e)),
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let who = if who.is_empty() {
+                "ones the admin role may not see (granting it pg_read_all_stats shows who)"
+                    .to_owned()
+            } else {
+                who.join("; ")
+            };
+            return Err(AdapterError::environmental(format!(
+                "postgres: the database {name} still has sessions binky did not open after {}: {who}; it is left as it was, since ending them would lose their work. Close them, or run again with --force to end them",
+                humantime::format_duration(wait)
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Ends the sessions on `db` whose client is gone: a stopped service's
+/// query runs on in its backend until it next writes to the socket (for a
+/// long query, minutes), though nothing can ever commit it. Only where
+/// that is known: the server is reached over loopback TCP, so a session
+/// from 127.0.0.1 or ::1 comes from this machine's network namespace,
+/// where the kernel lists every client socket that a process holds.
+async fn end_clientless(c: &tokio_postgres::Client, db: &str) {
+    let Ok(rows) = c
+        .query(
+            "SELECT pid, client_port, inet_server_port() FROM pg_stat_activity
+             WHERE datname = $1 AND pid <> pg_backend_pid()
+               AND host(client_addr) IN ('127.0.0.1', '::1')
+               AND host(inet_server_addr()) IN ('127.0.0.1', '::1')",
+            &[&db],
+        )
+        .await
+    else {
+        return;
+    };
+    for r in rows {
+        let (pid, client, server): (i32, Option<i32>, Option<i32>) = (r.get(0), r.get(1), r.get(2));
+        let (Some(Ok(client)), Some(Ok(server))) =
+            (client.map(u16::try_from), server.map(u16::try_from))
+        else {
+            continue;
+        };
+        if crate::platform::tcp_client_alive(client, server) == Some(false) {
+            let _ = c.execute("SELECT pg_terminate_backend($1)", &[&pid]).await;
+        }
+    }
+}
+
 /// The advisory-lock key for building `template`: the first 8 bytes of a
 /// SHA-256 of a namespaced name, so unrelated users of advisory locks on the
 /// same server are unlikely to collide with us.
@@ -259,18 +355,43 @@ impl Adapter for Postgres {
             return super::kit::address::with_database(url, &slice.name)
                 .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name())));
         }
-        // Made before it had a role (or with `acl = false`): the world
-        // gets its role now, on the database it has, data kept, and what
-        // the admin made in it since. A role it has is brought in line
-        // with the options. One connection, to the world's database: roles
-        // and databases are the server's, its objects the database's.
+        // Looked up, never made: a world made before it had a role (or
+        // with `acl = false`) keeps the admin's address until `up` or
+        // `reload` gives it one (`complete`).
+        let c = connect(slice).await?;
+        match role::find(&c, &slice.name).await? {
+            role::Found::Binkys => world_url(url, &slice.name, role::secret(slice)?),
+            role::Found::Missing => super::kit::address::with_database(url, &slice.name)
+                .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name()))),
+            role::Found::Foreign => Err(role::foreign(slice)),
+        }
+    }
+
+    /// Made before it had a role (or with `acl = false`): the world gets
+    /// its role now, on the database it has, data kept, and what the admin
+    /// made in it since. A role it has is brought in line with the
+    /// options. One connection, to the world's database: roles and
+    /// databases are the server's, its objects the database's.
+    async fn complete(&self, slice: &Slice) -> Result<(), AdapterError> {
+        if !role::wanted(slice) {
+            return Ok(());
+        }
         let c = connect_to(slice, &slice.name).await?;
         role::ensure(&c, slice).await?;
-        role::hand_over(&c, slice).await?;
-        world_url(url, &slice.name, role::secret(slice)?)
+        role::hand_over(&c, slice).await
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
+        self.teardown_with(slice, OtherSessions::Wait(OTHER_SESSIONS_WAIT))
+            .await
+            .map(|_| ())
+    }
+
+    async fn teardown_with(
+        &self,
+        slice: &Slice,
+        others: OtherSessions,
+    ) -> Result<Vec<String>, AdapterError> {
         // A name the rule could not have made (`postgres`, someone's own
         // database) is refused before the server is reached.
         super::kit::owner::check_name(
@@ -280,16 +401,11 @@ impl Adapter for Postgres {
             &slice.name,
         )?;
         let c = connect(slice).await?;
-        // WITH (FORCE) ends the world's own open sessions (PostgreSQL 13+).
-        c.batch_execute(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            quote(&slice.name)
-        ))
-        .await
-        .map_err(|e| sql_err(&format!("DROP DATABASE {}", quote(&slice.name)), e))?;
+        let mut ended = drop_database(&c, &slice.name, others).await?;
         // The role after its database (a role that owns one cannot be
         // dropped); one Binky did not make is left.
-        role::drop(&c, slice).await
+        ended.extend(role::drop(&c, slice, others).await?);
+        Ok(ended)
     }
 
     async fn drop_template(&self, template: &Slice) -> Result<(), AdapterError> {
@@ -297,7 +413,10 @@ impl Adapter for Postgres {
         // No FORCE: the template's sessions are not Binky's to end.
         let sql = format!("DROP DATABASE IF EXISTS {}", quote(&template.name));
         match c.batch_execute(&sql).await {
-            Ok(()) => role::drop(&c, template).await,
+            // Databases its role made: never another's session ended.
+            Ok(()) => role::drop(&c, template, OtherSessions::Wait(std::time::Duration::ZERO))
+                .await
+                .map(|_| ()),
             Err(e)
                 if e.as_db_error().is_some_and(|db| {
                     *db.code() == tokio_postgres::error::SqlState::OBJECT_IN_USE
@@ -332,7 +451,7 @@ impl Adapter for Postgres {
             .map_err(|e| sql_err("pg_database", e))?;
         // A role of Binky's whose database is gone is what is left of the
         // slice (an interrupted teardown): there, so it is torn down.
-        Ok(!rows.is_empty() || role::find(&c, &slice.name).await? == role::Found::Ours)
+        Ok(!rows.is_empty() || role::find(&c, &slice.name).await? == role::Found::Binkys)
     }
 
     async fn lock_template(

@@ -44,16 +44,9 @@ fn createdb(slice: &Slice) -> &'static str {
     }
 }
 
-/// What the server has under a slice's role name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Found {
-    /// No such role.
-    None,
-    /// A role Binky made for this database.
-    Ours,
-    /// A role Binky did not make (no mark, or another's).
-    Other,
-}
+/// What the server has under a slice's role name: the kit's reading of a
+/// world's user (no such role, Binky's for this database, or another's).
+pub use crate::adapters::kit::users::Found;
 
 /// `'text'` with embedded quotes doubled (`standard_conforming_strings`
 /// is on since PostgreSQL 9.1, so backslashes are plain).
@@ -63,6 +56,19 @@ pub fn literal(text: &str) -> String {
 
 fn comment(db: &str) -> String {
     format!("{MARK} {db}")
+}
+
+/// The refusal for a role of the world's name that Binky did not make.
+pub fn foreign(slice: &Slice) -> AdapterError {
+    let server = super::admin(slice)
+        .map(crate::adapters::kit::address::shown)
+        .unwrap_or_else(|_| "the server".to_owned());
+    crate::adapters::kit::users::foreign(
+        "postgres",
+        &server,
+        &format!("a role {}", quote(&slice.name)),
+        "it has no Binky mark",
+    )
 }
 
 /// Looks for role `name` and whether it is Binky's for database `name`.
@@ -78,13 +84,13 @@ pub async fn find(c: &tokio_postgres::Client, name: &str) -> Result<Found, Adapt
         .await
         .map_err(|e| sql_err("reading pg_roles", e))?;
     Ok(match rows.first() {
-        None => Found::None,
+        None => Found::Missing,
         Some(r) => {
             let said: Option<String> = r.get(0);
             if said.as_deref() == Some(comment(name).as_str()) {
-                Found::Ours
+                Found::Binkys
             } else {
-                Found::Other
+                Found::Foreign
             }
         }
     })
@@ -134,12 +140,8 @@ pub fn secret(slice: &Slice) -> Result<&str, AdapterError> {
 pub async fn ensure(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), AdapterError> {
     let (name, db) = (quote(&slice.name), &slice.name);
     let owned = match find(c, db).await? {
-        Found::Other => {
-            return Err(AdapterError::new(format!(
-                "postgres: a role named {name} exists and Binky did not make it (it has no Binky mark), so the world cannot have a role of its own; Binky leaves that role alone: rename the project, or set options.acl = false"
-            )));
-        }
-        Found::Ours => {
+        Found::Foreign => return Err(foreign(slice)),
+        Found::Binkys => {
             let row = c
                 .query_one(
                     "SELECT r.rolcreatedb, d.datdba = r.oid FROM pg_roles r, pg_database d WHERE r.rolname = $1 AND d.datname = $1",
@@ -155,7 +157,9 @@ pub async fn ensure(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), Ada
             }
             owns
         }
-        Found::None => {
+        Found::Missing => {
+            // One query, so one implicit transaction: the role is never
+            // there without its mark, whatever interrupts what follows.
             c.batch_execute(&format!(
                 "CREATE ROLE {name} WITH LOGIN NOSUPERUSER {} NOCREATEROLE NOREPLICATION PASSWORD {}; COMMENT ON ROLE {name} IS {}",
                 createdb(slice),
@@ -164,6 +168,7 @@ pub async fn ensure(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), Ada
             ))
             .await
             .map_err(|e| sql_err(&format!("CREATE ROLE {name}"), e))?;
+            crate::adapters::kit::users::made();
             false
         }
     };
@@ -338,7 +343,7 @@ pub async fn take_from_template(
     slice: &Slice,
     template: &Slice,
 ) -> Result<(), AdapterError> {
-    if find(c, &template.name).await? != Found::Ours {
+    if find(c, &template.name).await? != Found::Binkys {
         return Ok(());
     }
     let (from, to) = (quote(&template.name), quote(&slice.name));
@@ -360,9 +365,13 @@ pub async fn take_from_template(
 /// # Errors
 /// The role still owns or may use something elsewhere, or the statement
 /// failed.
-pub async fn drop(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), AdapterError> {
-    if find(c, &slice.name).await? != Found::Ours {
-        return Ok(());
+pub async fn drop(
+    c: &tokio_postgres::Client,
+    slice: &Slice,
+    others: crate::adapters::OtherSessions,
+) -> Result<Vec<String>, AdapterError> {
+    if find(c, &slice.name).await? != Found::Binkys {
+        return Ok(Vec::new());
     }
     let name = quote(&slice.name);
     // Databases the world's role made itself (with `options.createdb`: a
@@ -375,23 +384,16 @@ pub async fn drop(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), Adapt
         )
         .await
         .map_err(|e| sql_err("reading pg_database", e))?;
+    // Their sessions are treated as the world's database's are.
+    let mut ended = Vec::new();
     for row in owned {
         let db: String = row.get(0);
-        c.batch_execute(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            quote(&db)
-        ))
-        .await
-        .map_err(|e| {
-            sql_err(
-                &format!("DROP DATABASE {} (made by the world's role)", quote(&db)),
-                e,
-            )
-        })?;
+        ended.extend(super::drop_database(c, &db, others).await?);
     }
     c.batch_execute(&format!("DROP ROLE IF EXISTS {name}"))
         .await
-        .map_err(|e| sql_err(&format!("DROP ROLE {name}"), e))
+        .map_err(|e| sql_err(&format!("DROP ROLE {name}"), e))?;
+    Ok(ended)
 }
 
 /// Roles Binky made whose database is gone (a teardown interrupted between

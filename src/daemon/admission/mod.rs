@@ -49,7 +49,7 @@ pub(crate) use room::{Standing, disk_reserve, fill_queue, unmade};
 pub(crate) use sampler::ensure_sampler;
 pub(crate) use suspend::learned;
 pub(crate) use tickets::{
-    Admitted, enqueue, resume_queue, run_unwatched, try_admit, wait, withdraw,
+    Entry, enqueue, keep_slot, resume_queue, run_unwatched, taken_out, try_admit, wait, withdraw,
 };
 
 /// A project's expected footprint before one of its worlds was measured,
@@ -187,6 +187,13 @@ struct State {
     /// Admitted by a pass, not yet claimed by a waiting `up`: ticket →
     /// (project, world).
     unclaimed: HashMap<i64, WorldKey>,
+    /// Claimed by a verb whose run has not settled yet.
+    claimed: std::collections::HashSet<i64>,
+    /// Tickets taken out of the queue (`down`, `remove`, a cancel), the
+    /// newest [`WITHDRAWN_KEPT`]: a verb waiting on one, or holding its
+    /// admission but not yet its world's lock, ends instead of making
+    /// anything.
+    withdrawn: std::collections::BTreeSet<i64>,
     /// Settled within [`SETTLE`]: (project, world) → (ticket, footprint).
     /// Their memory still counts against the room, since `MemAvailable`
     /// can take seconds to show what a world just started holds.
@@ -212,6 +219,11 @@ struct Backoff {
     hold: Duration,
     resumed: Option<std::time::Instant>,
 }
+
+/// How many withdrawn tickets admission remembers. A verb checks its
+/// ticket within moments of the withdrawal (it waits on the board or on its
+/// world's lock); tickets only grow, so the oldest are dropped first.
+pub const WITHDRAWN_KEPT: usize = 4096;
 
 /// The longest a world's doubled hold grows.
 pub const MAX_HOLD: Duration = Duration::from_secs(3600);

@@ -27,6 +27,7 @@ impl Drop for Admitted {
         let _ = self.d.registry().dequeue(self.ticket);
         let pending = {
             let mut st = self.d.admission.lock();
+            st.claimed.remove(&self.ticket);
             let p = st.pending.remove(&self.key);
             if let Some((_, f)) = &p {
                 st.settling.insert(self.key.clone(), (self.ticket, *f));
@@ -56,6 +57,123 @@ impl Drop for Admitted {
             });
         }
     }
+}
+
+/// How a verb that starts a world's processes (`up`, `reload`, `reset`)
+/// came by its room.
+pub(crate) enum Entry {
+    /// The world holds a slot already (running, starting, a service
+    /// restarting, or another verb of it under way): the verb takes no new
+    /// room and never queues behind its own world.
+    Held {
+        /// Kept until the verb settles.
+        _slot: Held,
+    },
+    /// Admitted from the queue, and this verb claimed the admission.
+    Admitted(Admitted),
+    /// Another verb waiting on the same ticket claimed its admission; this
+    /// one runs after it, under the world's lock.
+    Shared(i64),
+}
+
+impl Entry {
+    /// Whether the ticket this verb came in on was taken out of the queue
+    /// (`down`, `remove`, a cancel) after it was admitted: the verb then
+    /// makes nothing. Checked under the world's lock, so a withdrawal is
+    /// seen either by the verb (which stops) or by `down`/`remove` (which
+    /// wait for the verb and then undo what it made), never by neither.
+    pub(crate) fn withdrawn(&self, d: &Daemon) -> Option<i64> {
+        let ticket = match self {
+            Entry::Held { .. } => return None,
+            Entry::Admitted(a) => a.ticket,
+            Entry::Shared(t) => *t,
+        };
+        d.admission
+            .lock()
+            .withdrawn
+            .contains(&ticket)
+            .then_some(ticket)
+    }
+}
+
+impl Entry {
+    /// For a held slot: whether the world gave it up while the verb waited
+    /// for its lock (its other verb failed, or it went down or was
+    /// removed). The verb must then go through admission like any other.
+    pub(crate) fn lapsed(&self, d: &Daemon) -> bool {
+        let Entry::Held { _slot: held } = self else {
+            return false;
+        };
+        let key = &held.key;
+        let active = d.registry().active_worlds();
+        !active.is_ok_and(|a| {
+            a.iter().any(|w| {
+                w.project == key.project
+                    && w.world == key.name
+                    && w.state != crate::protocol::WorldState::Suspended
+            })
+        })
+    }
+}
+
+/// A world's slot kept through a verb that stops and starts it (`reload`,
+/// `reset`): the world counts against the room while it runs, even in the
+/// moments it is recorded stopped, so no queued world takes its place
+/// half-way. Dropped when the verb settles.
+pub(crate) struct Held {
+    d: Arc<Daemon>,
+    key: WorldKey,
+    /// This hold put the world in the room's count (no other verb of it
+    /// was under way): only then does dropping it take the world out.
+    counted: bool,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.counted {
+            self.d.admission.lock().pending.remove(&self.key);
+            self.d.admission.wake();
+        }
+    }
+}
+
+/// The world's slot, if it holds one now: its record says running or
+/// starting (a service may be restarting), or another verb of it is under
+/// way. Such a world never queues: with `max_parallel` reached, it would
+/// wait for the slot it holds itself.
+///
+/// # Errors
+/// The registry cannot be read.
+pub(crate) fn keep_slot(
+    d: &Arc<Daemon>,
+    project: &str,
+    world: &str,
+) -> Result<Option<Held>, ApiError> {
+    let key = WorldKey::new(project, world);
+    let active = d
+        .registry()
+        .active_worlds()?
+        .into_iter()
+        .find(|w| w.project == project && w.world == world);
+    let mut st = d.admission.lock();
+    if st.pending.contains_key(&key) {
+        return Ok(Some(Held {
+            d: Arc::clone(d),
+            key,
+            counted: false,
+        }));
+    }
+    let Some(w) = active.filter(|w| w.state != crate::protocol::WorldState::Suspended) else {
+        return Ok(None);
+    };
+    // Counted as admitted with no footprint of its own: what it holds is
+    // already in MemAvailable.
+    st.pending.insert(key.clone(), ((w.caller, w.group), 0));
+    Ok(Some(Held {
+        d: Arc::clone(d),
+        key,
+        counted: true,
+    }))
 }
 
 /// Queues an `up` of `world` in `project` (whose main checkout is
@@ -132,32 +250,37 @@ pub(crate) fn enqueue(
 }
 
 /// Admits `ticket` now if it is next and fits (a pass runs at once);
-/// else where it stands. `Ok(None)`: another waiter on the same ticket was
-/// admitted.
+/// else where it stands. [`Entry::Shared`]: another waiter on the same
+/// ticket was admitted.
 ///
 /// # Errors
 /// The registry cannot be read, or the ticket was taken out of the queue.
 pub(crate) fn try_admit(
     d: &Arc<Daemon>,
     ticket: i64,
-    project: &str,
+    verb: &str,
     world: &str,
-) -> Result<Result<Option<Admitted>, Standing>, ApiError> {
+) -> Result<Result<Entry, Standing>, ApiError> {
     ensure_admitter(d);
     pass(d)?;
     if let Some(a) = claim(d, ticket) {
-        return Ok(Ok(Some(a)));
+        return Ok(Ok(Entry::Admitted(a)));
     }
     match standing(d, ticket) {
         Some(s) => Ok(Err(s)),
-        None if admitted_elsewhere(d, project, world) => Ok(Ok(None)),
-        None => Err(taken_out(ticket)),
+        None if withdrawn(d, ticket) => Err(taken_out(verb, world, ticket)),
+        None => Ok(Ok(Entry::Shared(ticket))),
     }
 }
 
 /// Takes `ticket` if a pass admitted it and no other waiter claimed it.
 fn claim(d: &Arc<Daemon>, ticket: i64) -> Option<Admitted> {
-    let key = d.admission.lock().unclaimed.remove(&ticket)?;
+    let key = {
+        let mut st = d.admission.lock();
+        let key = st.unclaimed.remove(&ticket)?;
+        st.claimed.insert(ticket);
+        key
+    };
     Some(Admitted {
         d: Arc::clone(d),
         key,
@@ -165,47 +288,43 @@ fn claim(d: &Arc<Daemon>, ticket: i64) -> Option<Admitted> {
     })
 }
 
-/// Gives back `ticket`'s admission when nobody will claim it (its `up`
-/// was cancelled, or `down` took the world out): it stops counting
-/// against the room.
-fn unclaim(d: &Daemon, ticket: i64) {
-    let mut st = d.admission.lock();
+/// Whether `ticket` was taken out of the queue.
+fn withdrawn(d: &Daemon, ticket: i64) -> bool {
+    d.admission.lock().withdrawn.contains(&ticket)
+}
+
+/// Remembers that `ticket` was withdrawn (under the admission lock `st`),
+/// and gives back its admission if a pass made one nobody claimed yet: it
+/// stops counting against the room.
+fn mark_withdrawn(st: &mut super::State, ticket: i64) {
     if let Some(key) = st.unclaimed.remove(&ticket) {
         st.pending.remove(&key);
     }
-}
-
-/// Whether the world left the queue by being admitted (it is starting or
-/// running, or another `up` of it holds the room), not withdrawn.
-pub(super) fn admitted_elsewhere(d: &Daemon, project: &str, world: &str) -> bool {
-    let key = WorldKey::new(project, world);
-    if d.admission.lock().pending.contains_key(&key) {
-        return true;
+    st.withdrawn.insert(ticket);
+    while st.withdrawn.len() > super::WITHDRAWN_KEPT {
+        st.withdrawn.pop_first();
     }
-    d.registry().active_worlds().is_ok_and(|a| {
-        a.iter().any(|w| {
-            w.project == project
-                && w.world == world
-                && w.state != crate::protocol::WorldState::Suspended
-        })
-    })
 }
 
-pub(super) fn taken_out(ticket: i64) -> ApiError {
+/// What a verb whose ticket was taken out of the queue answers.
+pub(crate) fn taken_out(verb: &str, world: &str, ticket: i64) -> ApiError {
     ApiError::new(format!(
-        "the queued `up` (ticket {ticket}) was taken out of the queue by `binky down` or `binky remove`"
+        "the queued `{verb}` of {world} (ticket {ticket}) was taken out of the queue by `binky down` or `binky remove`: it made nothing"
     ))
+    .hint(format!("`binky {verb} {world}` queues it again"))
 }
 
 /// Waits until `ticket` is admitted, saying where it stands whenever that
 /// changes. It only watches the board the passes publish, so a thousand
 /// waiters cost no more looks at the room than one. The caller's cancel
-/// (Ctrl-C) gives up its place.
+/// (Ctrl-C) gives up its place. `verb` (`up`, `reload`, `reset`) names the
+/// request in what it says.
 ///
-/// `Ok(None)`: another waiter on the same ticket was admitted.
+/// [`Entry::Shared`]: another waiter on the same ticket was admitted.
 ///
 /// # Errors
-/// Cancelled, or taken out of the queue by `down`/`remove`.
+/// Cancelled, or taken out of the queue by `down`/`remove` — whatever
+/// state the world is in meanwhile.
 ///
 /// `owns`: this request made the ticket. Cancelled, a request gives up a
 /// place it made; one that only shares a place (a suspended world's
@@ -213,11 +332,11 @@ pub(super) fn taken_out(ticket: i64) -> ApiError {
 pub(crate) async fn wait(
     d: &Arc<Daemon>,
     ticket: i64,
-    project: &str,
-    world: &str,
+    (project, world): (&str, &str),
+    verb: &str,
     owns: bool,
     progress: &ProgressTx,
-) -> Result<Option<Admitted>, ApiError> {
+) -> Result<Entry, ApiError> {
     let mut board = d.admission.board.subscribe();
     let mut last = String::new();
     loop {
@@ -232,7 +351,10 @@ pub(crate) async fn wait(
                     format!("admitted: {world}"),
                 );
             }
-            return Ok(Some(a));
+            return Ok(Entry::Admitted(a));
+        }
+        if withdrawn(d, ticket) {
+            return Err(taken_out(verb, world, ticket));
         }
         match standing(d, ticket) {
             Some(s) => {
@@ -252,18 +374,23 @@ pub(crate) async fn wait(
                     last = msg;
                 }
             }
-            // Not on the board: claimed by another waiter, withdrawn, or
-            // queued after the last pass (the next one shows it).
+            // Not on the board and not withdrawn: claimed by another
+            // waiter, or queued after the last pass (the next one shows
+            // it).
             None => {
-                // Bound first: the registry's guard must not live through
-                // the match, which reads the registry again.
-                let now = d.registry().ticket_of(project, world)?;
-                match now {
-                    Some(t) if t == ticket && !admitted_elsewhere(d, project, world) => {
-                        d.admission.wake();
-                    }
-                    _ if admitted_elsewhere(d, project, world) => return Ok(None),
-                    _ => return Err(taken_out(ticket)),
+                // Under the admission lock, which a pass holds from marking
+                // a ticket admitted to leaving it unclaimed: a ticket no
+                // longer queued is then either ours to claim or another's.
+                let st = d.admission.lock();
+                if d.registry().queued(ticket)? {
+                    drop(st);
+                    d.admission.wake();
+                } else {
+                    drop(st);
+                    return Ok(match claim(d, ticket) {
+                        Some(a) => Entry::Admitted(a),
+                        None => Entry::Shared(ticket),
+                    });
                 }
             }
         }
@@ -272,21 +399,25 @@ pub(crate) async fn wait(
             _ = progress.until_cancelled() => {
                 if !owns {
                     return Err(ApiError::new(format!(
-                        "`up` of {world} stopped waiting; {world} stays queued, in the place it had before this `up`"
+                        "`{verb}` of {world} stopped waiting; {world} stays queued, in the place it had before this `{verb}`"
                     ))
                     .hint(format!("`binky down {world}` takes it out of the queue")));
                 }
-                let gone = d.registry().dequeue(ticket).unwrap_or(false);
-                unclaim(d, ticket);
+                let gone = {
+                    let mut st = d.admission.lock();
+                    let gone = d.registry().dequeue(ticket).unwrap_or(false);
+                    mark_withdrawn(&mut st, ticket);
+                    gone
+                };
                 if gone {
                     let _ = pass(d);
                     d.event(crate::daemon::world::world_event(EventKind::AdmissionCancelled, project, world));
                     d.admission.wake();
                 }
                 return Err(ApiError::new(format!(
-                    "`up` of {world} was cancelled while queued: nothing was made and its place is given up"
+                    "`{verb}` of {world} was cancelled while queued: nothing was made and its place is given up"
                 ))
-                .hint(format!("`binky up {world}` queues it again")));
+                .hint(format!("`binky {verb} {world}` queues it again")));
             }
         }
     }
@@ -336,26 +467,62 @@ pub(crate) fn ensure_admitter(d: &Arc<Daemon>) {
     });
 }
 
-/// Takes `project`/`world` out of the queue (`down`, `remove`); whether it
-/// was queued.
-pub(crate) fn withdraw(d: &Daemon, project: &str, world: &str) -> Result<bool, ApiError> {
-    let ticket = d.registry().dequeue_world(project, world)?;
-    if let Some(t) = ticket {
-        // Admitted but not yet claimed: its waiter now finds it gone.
-        unclaim(d, t);
+/// What taking a world out of the queue found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Withdrawal {
+    /// It was not queued.
+    NotQueued,
+    /// It was queued (or admitted, unclaimed): its verb ends and makes
+    /// nothing.
+    Withdrawn,
+    /// Its verb had claimed the admission already and may be making the
+    /// world now: the caller takes the world's lock, which that verb
+    /// holds while it works, and then finds whatever it made (or, if the
+    /// caller gets the lock first, the verb sees the withdrawal and makes
+    /// nothing).
+    UnderWay,
+}
+
+impl Withdrawal {
+    /// It was in the queue, admitted or not.
+    pub(crate) fn was_queued(self) -> bool {
+        self != Withdrawal::NotQueued
     }
-    let gone = ticket.is_some();
-    if gone {
-        // At once, so a `status` right after no longer lists it.
-        let _ = pass(d);
-        d.event(crate::daemon::world::world_event(
-            EventKind::AdmissionWithdrawn,
-            project,
-            world,
-        ));
-        d.admission.wake();
-    }
-    Ok(gone)
+}
+
+/// Takes `project`/`world` out of the queue (`down`, `remove`). One
+/// decision under the admission lock, which every pass holds while it
+/// admits: the ticket is either withdrawn before any verb claims it, or
+/// found claimed ([`Withdrawal::UnderWay`]).
+///
+/// # Errors
+/// The registry cannot be written.
+pub(crate) fn withdraw(d: &Daemon, project: &str, world: &str) -> Result<Withdrawal, ApiError> {
+    let found = {
+        let mut st = d.admission.lock();
+        let ticket = d.registry().dequeue_world(project, world)?;
+        ticket.map(|t| {
+            let under_way = st.claimed.contains(&t);
+            mark_withdrawn(&mut st, t);
+            under_way
+        })
+    };
+    let Some(under_way) = found else {
+        return Ok(Withdrawal::NotQueued);
+    };
+    // At once, so a `status` right after no longer lists it.
+    let _ = pass(d);
+    d.event(crate::daemon::world::world_event(
+        EventKind::AdmissionWithdrawn,
+        project,
+        world,
+    ));
+    d.admission.wake();
+    Ok(if under_way {
+        Withdrawal::UnderWay
+    } else {
+        Withdrawal::Withdrawn
+    })
 }
 
 /// A progress sink for an `up` nobody watches (`--no-wait`, or a queue
@@ -381,10 +548,10 @@ pub(crate) fn run_unwatched(d: &Arc<Daemon>, ticket: i64, req: UpRequest) {
             .map(|r| r.project)
             .unwrap_or_default();
         let name = req.world.name.clone();
-        let admitted = match wait(&d, ticket, &project, &name, true, &progress).await {
-            Ok(Some(a)) => a,
+        let admitted = match wait(&d, ticket, (&project, &name), "up", true, &progress).await {
+            Ok(e @ Entry::Admitted(_)) => e,
             // Someone else's `up` of the world was admitted: nothing to do.
-            Ok(None) => return,
+            Ok(_) => return,
             Err(e) => {
                 tracing::info!(world = %name, "queued up ended: {}", e.message);
                 return;

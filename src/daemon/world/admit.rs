@@ -3,18 +3,19 @@
 //! resumed or queued-over-a-restart `up` runs when admitted.
 
 use super::locate::{Located, locate};
-use super::up::{fully_running, up_locked};
+use super::up::up_locked;
 use super::world_status;
 use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
 use crate::protocol::{ApiError, UpRequest, WorldOutcome, WorldState};
 use std::sync::Arc;
 
 /// Admission for a verb that starts a world's processes (`up`, and
-/// `reload` of a world that is not running): `Ok(None)` when the world runs
-/// already (it holds its room) or another waiter on its ticket was
-/// admitted; `Ok(Some)` once admitted, counting against the room until
-/// dropped; `Err(outcome)` for a `--no-wait` request that is queued, which
-/// the daemon brings up when admitted.
+/// `reload` or `reset` of a world that is not running): `Ok(entry)` once
+/// it may go on — at once when the world holds a slot already (it never
+/// queues behind itself), else when admitted, counting against the room
+/// until the entry is dropped; `Err(outcome)` for a `--no-wait` request
+/// that is queued, which the daemon brings up when admitted. `verb` names
+/// the request in what it says.
 ///
 /// # Errors
 /// Cancelled while queued, or taken out of the queue.
@@ -22,34 +23,26 @@ pub(super) async fn admit(
     d: &Arc<Daemon>,
     loc: &Located,
     req: UpRequest,
+    verb: &str,
     progress: &ProgressTx,
-) -> Result<Result<Option<admission::Admitted>, WorldOutcome>, ApiError> {
-    let known = {
-        let reg = d.registry();
-        match reg.project_id(&loc.name)? {
-            Some(pid) => reg.find_world(pid, &req.world.name)?,
-            None => None,
-        }
-    };
-    if known.is_some_and(|w| fully_running(d, &w, &loc.config)) {
-        return Ok(Ok(None));
+) -> Result<Result<admission::Entry, WorldOutcome>, ApiError> {
+    if let Some(held) = admission::keep_slot(d, &loc.name, &req.world.name)? {
+        return Ok(Ok(admission::Entry::Held { _slot: held }));
     }
     let disk_path = loc.main_root().display().to_string();
     let (ticket, owns) = admission::enqueue(d, &loc.name, &req, &disk_path)?;
-    match admission::try_admit(d, ticket, &loc.name, &req.world.name)? {
-        Ok(a) => Ok(Ok(a)),
+    match admission::try_admit(d, ticket, verb, &req.world.name)? {
+        Ok(entry) => Ok(Ok(entry)),
         Err(standing) if !req.wait => {
             let out = queued_outcome(d, loc, &req, &standing);
             admission::run_unwatched(d, ticket, req);
             Ok(Err(out))
         }
-        // `None`: another waiter on the same ticket (a resume) was admitted;
-        // under the world's lock the verb then finds it running.
         Err(_) => Ok(Ok(admission::wait(
             d,
             ticket,
-            &loc.name,
-            &req.world.name,
+            (&loc.name, &req.world.name),
+            verb,
             owns,
             progress,
         )
@@ -62,31 +55,55 @@ pub(super) async fn admit(
 pub(crate) async fn up_admitted(
     d: &Arc<Daemon>,
     req: UpRequest,
-    admitted: admission::Admitted,
+    entry: admission::Entry,
     progress: &ProgressTx,
 ) -> Result<WorldOutcome, ApiError> {
     let loc = locate(d, &req.world)?;
-    up_with(d, &loc, &req, Some(admitted), progress).await
+    up_with(d, &loc, &req, entry, progress).await
 }
 
-/// `up` under the world's lock; `admitted` counts against the room until
-/// this returns.
+/// `up` under the world's lock; `entry` counts against the room until
+/// this returns. A ticket withdrawn before the lock was had makes nothing.
 pub(super) async fn up_with(
     d: &Arc<Daemon>,
     loc: &Located,
     req: &UpRequest,
-    admitted: Option<admission::Admitted>,
+    entry: admission::Entry,
     progress: &ProgressTx,
 ) -> Result<WorldOutcome, ApiError> {
-    if admitted.is_some() {
+    if !matches!(entry, admission::Entry::Held { .. }) {
         admission::ensure_sampler(d);
     }
     let name = req.world.name.clone();
     let key = WorldKey::new(&loc.name, &name);
     let lock = d.worlds.lock_for(&key);
-    let _guard = lock.lock().await;
+    // The window between an admission and the world's lock, where a
+    // `down` or `remove` may withdraw the ticket.
+    crate::faults::pause("up:admitted").await;
+    let mut entry = entry;
+    let _guard = loop {
+        let guard = lock.lock().await;
+        if !entry.lapsed(d) {
+            break guard;
+        }
+        // The slot this `up` counted on went while it waited for the lock
+        // (the world's other verb failed, or it went down or was removed):
+        // it is admitted like any other now, never above `max_parallel`.
+        drop(guard);
+        drop(entry);
+        entry = match admit(d, loc, req.clone(), "up", progress).await? {
+            Ok(e) => e,
+            Err(queued) => return Ok(queued),
+        };
+        if !matches!(entry, admission::Entry::Held { .. }) {
+            admission::ensure_sampler(d);
+        }
+    };
+    if let Some(ticket) = entry.withdrawn(d) {
+        return Err(admission::taken_out("up", &name, ticket));
+    }
     let out = up_locked(d, loc, &name, req.group.as_deref(), &req.env, progress).await;
-    drop(admitted);
+    drop(entry);
     out
 }
 

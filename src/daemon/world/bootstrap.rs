@@ -31,7 +31,9 @@ pub(super) fn forget(d: &Daemon, project: &str, slug: &str) {
 /// `up`'s progress (how files were copied: `reflink` or `copy`).
 ///
 /// # Errors
-/// A copy entry leads out of the repository or cannot be copied; a setup
+/// A copy entry leads out of the repository, would be made through a
+/// symbolic link in the worktree, or cannot be copied (the others are
+/// copied all the same, and the error says which were); a setup
 /// command cannot be rendered or fails (its output's head and tail
 /// quoted, the whole in the world's `setup` log). The marker is then not
 /// written, so the next `up` tries again.
@@ -55,7 +57,9 @@ pub(super) async fn prepare(
     if let Some(dir) = done.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    std::fs::write(&done, "").map_err(|e| crate::daemon::errors::file_error("write", &done, e))
+    // By rename: a link planted at the name is replaced, not written through.
+    crate::platform::write_replacing(&done, b"")
+        .map_err(|e| crate::daemon::errors::file_error("write", &done, e))
 }
 
 async fn copy(
@@ -71,19 +75,21 @@ async fn copy(
         format!("copying {} from the main checkout", globs.join(", ")),
     );
     let (from, to, repo) = (loc.main_root(), plan.world_root.clone(), loc.main.clone());
+    let hint = "fix [project] copy in binky.toml (paths inside the project), or the symbolic link in the worktree it names; `binky up` again copies what is still missing";
     let done = tokio::task::spawn_blocking(move || {
         crate::worktree::copy::copy_paths(&from, &to, &repo, &globs)
     })
     .await?
-    .map_err(|e| {
-        ApiError::new(e.to_string()).hint(
-            "fix [project] copy in binky.toml (paths inside the project); `binky up` again copies what is still missing",
-        )
-    })?;
+    .map_err(|e| ApiError::new(e.to_string()).hint(hint))?;
     for c in &done {
         progress.say(ProgressStep::Setup, None, format!("copy {}", c.describe()));
     }
-    Ok(())
+    // Every entry was tried; one not copied fails the `up`, naming each
+    // and what was copied all the same.
+    match crate::worktree::copy::not_copied(&done) {
+        Some(e) => Err(ApiError::new(e.to_string()).hint(hint)),
+        None => Ok(()),
+    }
 }
 
 async fn setup(cx: &WorldCtx<'_>, plan: &Plan, progress: &ProgressTx) -> Result<(), ApiError> {

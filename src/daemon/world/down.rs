@@ -3,7 +3,7 @@
 use super::admit::admit;
 use super::locate::{check_group, find_world, locate};
 use super::processes::stop_processes;
-use super::up::{fully_running, up_locked};
+use super::up::up_locked;
 use super::{outcome, withdrawn, world_event, world_exists};
 use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
@@ -16,12 +16,14 @@ pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome
     let loc = locate(d, &wref)?;
     // A queued `up` leaves the queue; a world never made has nothing more
     // to stop.
-    let was_queued = admission::withdraw(d, &loc.name, &wref.name)?;
+    let was_queued = admission::withdraw(d, &loc.name, &wref.name)?.was_queued();
+    let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, &wref.name));
+    // After the lock: a verb admitted a moment ago holds it while it
+    // makes the world, and is stopped here once it has.
+    let _guard = lock.lock().await;
     if was_queued && !world_exists(d, &loc, &wref.name)? {
         return Ok(withdrawn(&loc, &wref.name, WorldState::Stopped));
     }
-    let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, &wref.name));
-    let _guard = lock.lock().await;
     let w = find_world(d, &loc, &wref.name)?;
     let noop = w.state == WorldState::Stopped;
     d.registry()
@@ -92,7 +94,7 @@ pub(super) async fn reload_with(
     d: &Arc<Daemon>,
     req: UpRequest,
     progress: &ProgressTx,
-    reset: Option<&[String]>,
+    reset: Option<super::reset::SliceDrop<'_>>,
 ) -> Result<WorldOutcome, ApiError> {
     check_group(req.group.as_deref())?;
     let loc = locate(d, &req.world)?;
@@ -108,22 +110,27 @@ pub(super) async fn reload_with(
         .worlds
         .lock_for(&WorldKey::new(&loc.name, &req.world.name));
     let mut guard = lock.lock().await;
-    let running =
-        find_world(d, &loc, &req.world.name).is_ok_and(|w| fully_running(d, &w, &loc.config));
-    let admitted = if running {
-        None
-    } else {
-        drop(guard);
-        let admitted = match admit(d, &loc, req.clone(), progress).await? {
-            Ok(a) => a,
-            Err(queued) => return Ok(queued),
-        };
-        if admitted.is_some() {
-            admission::ensure_sampler(d);
+    let verb = if reset.is_some() { "reset" } else { "reload" };
+    // A world that holds a slot (running, starting, a service restarting)
+    // keeps it through the reload; only one that holds none queues.
+    let entry = match admission::keep_slot(d, &loc.name, &req.world.name)? {
+        Some(held) => admission::Entry::Held { _slot: held },
+        None => {
+            drop(guard);
+            let entry = match admit(d, &loc, req.clone(), verb, progress).await? {
+                Ok(e) => e,
+                Err(queued) => return Ok(queued),
+            };
+            if !matches!(entry, admission::Entry::Held { .. }) {
+                admission::ensure_sampler(d);
+            }
+            guard = lock.lock().await;
+            entry
         }
-        guard = lock.lock().await;
-        admitted
     };
+    if let Some(ticket) = entry.withdrawn(d) {
+        return Err(admission::taken_out(verb, &req.world.name, ticket));
+    }
     let w = find_world(d, &loc, &req.world.name)
         .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
     // What the new config asks of its slices is applied (or refused)
@@ -142,7 +149,7 @@ pub(super) async fn reload_with(
     d.registry()
         .set_world_state(w.id, WorldState::Stopped, None, None)?;
     let dropped = match reset {
-        Some(services) => super::reset::drop_slices(d, &loc, &w, services, &req, progress).await?,
+        Some(dropping) => super::reset::drop_slices(d, &loc, &w, dropping, &req, progress).await?,
         None => Vec::new(),
     };
     let out = up_locked(
@@ -155,7 +162,7 @@ pub(super) async fn reload_with(
     )
     .await;
     drop(guard);
-    drop(admitted);
+    drop(entry);
     out.map(|mut o| {
         o.notes.splice(0..0, dropped);
         o

@@ -145,15 +145,16 @@ pub(super) async fn world_facts(
     caller: &ClientEnv,
 ) -> Result<WorldFacts, ApiError> {
     let env = d.worlds.env_for(w.id, caller);
-    resolve_slices(d, loc, w, env, &|_| true).await
+    resolve_slices(d, loc, w, env, &|_| true, false).await
 }
 
 /// Before `reload` stops anything: each slice world `w` has (recorded
 /// live), as its config names it now and rendered with `caller`'s
-/// environment, is reached and resolved, so an option that changes the
-/// slice (a user of its own, turned on) is applied in place while the
-/// world still runs, and a change that cannot be applied (the admin may
-/// not create users, the server moved) fails with nothing stopped.
+/// environment, is reached, completed ([`crate::adapters::Adapter::complete`])
+/// and resolved, so an option that changes the slice (a user of its own,
+/// turned on) is applied in place while the world still runs, and a change
+/// that cannot be applied (the admin may not create users, the server
+/// moved) fails with nothing stopped.
 ///
 /// # Errors
 /// As [`world_facts`], for the first slice that cannot be resolved.
@@ -173,19 +174,29 @@ pub(super) async fn preflight(
     if live.is_empty() {
         return Ok(());
     }
-    resolve_slices(d, loc, w, caller.clone(), &|n| live.iter().any(|l| l == n))
-        .await
-        .map(|_| ())
+    resolve_slices(
+        d,
+        loc,
+        w,
+        caller.clone(),
+        &|n| live.iter().any(|l| l == n),
+        true,
+    )
+    .await
+    .map(|_| ())
 }
 
 /// [`WorldFacts`] of world `w` with `env`, the addresses resolved of the
-/// resources `which` names.
+/// resources `which` names; with `complete`, each slice first brought up
+/// to what its config asks now (only for slices recorded live: it may
+/// make a user on the server). Without, nothing is written anywhere.
 async fn resolve_slices(
     d: &Arc<Daemon>,
     loc: &Located,
     w: &WorldRow,
     env: ClientEnv,
     which: &(dyn Fn(&str) -> bool + Sync),
+    complete: bool,
 ) -> Result<WorldFacts, ApiError> {
     let world_root = join_subdir(Path::new(&w.path), &loc.subdir);
     let cfg = config::load(&world_root.join(config::FILE_NAME))?;
@@ -203,7 +214,7 @@ async fn resolve_slices(
             };
             // Rendered per service: an earlier resource's address is a
             // fact the next one's admin_url may use.
-            SliceAt {
+            let at = SliceAt {
                 cfg: &cfg,
                 project: &loc.name,
                 world: &w.name,
@@ -211,10 +222,13 @@ async fn resolve_slices(
                 facts: &facts,
                 env: &env_fn,
                 client_env: &env,
-            }
-            .resolved(d, n, a.as_ref(), &w.slug, w.id)
-            .await?
-            .apply(facts.get_mut(n).expect("fact per service"));
+            };
+            let resolved = if complete {
+                at.completed(d, n, a.as_ref(), &w.slug, w.id).await?
+            } else {
+                at.resolved(d, n, a.as_ref(), &w.slug, w.id).await?
+            };
+            resolved.apply(facts.get_mut(n).expect("fact per service"));
         }
     }
     Ok(WorldFacts {

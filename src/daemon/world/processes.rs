@@ -135,8 +135,10 @@ pub(super) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
 
 /// Stops the processes of `services` of a running world (dependents
 /// first) and keeps the rest of its runtime; what outlived its stop is
-/// returned, as [`stop_processes`] does. A process that left its group is
-/// not attributed to a service, so it is left for the world's own stop.
+/// returned, as [`stop_processes`] does. A process one of them started
+/// that left its group goes too: it carries the service's name beside the
+/// world's token (see [`supervisor::Mark`]), and [`supervisor::Handle::stop`]
+/// sweeps by both.
 pub(super) async fn stop_services(
     d: &Daemon,
     w: &WorldRow,

@@ -155,6 +155,26 @@ pub(super) async fn tear_down(
     found_then(adapter, slice, adapter.teardown(slice)).await
 }
 
+/// [`tear_down`], choosing what happens to sessions on the slice Binky did
+/// not open; also the sessions it ended.
+///
+/// # Errors
+/// The adapter's; with [`adapters::OtherSessions::Wait`], sessions still
+/// open after the wait.
+pub(super) async fn tear_down_with(
+    adapter: &dyn adapters::Adapter,
+    slice: &Slice,
+    others: adapters::OtherSessions,
+) -> Result<(TornDown, Vec<String>), adapters::AdapterError> {
+    let mut ended = Vec::new();
+    let found = found_then(adapter, slice, async {
+        ended = adapter.teardown_with(slice, others).await?;
+        Ok(())
+    })
+    .await?;
+    Ok((found, ended))
+}
+
 /// Whether `slice` is there, then `drop` (run even when it is missing: the
 /// adapter's ownership guard refuses what it finds there that Binky did
 /// not make, such as keys under a prefix whose marker is gone, and takes

@@ -6,7 +6,7 @@ use super::plan::{Plan, build_facts, levels, lookup_env, process_spec, project_e
 use super::processes::recorder;
 use super::reach::pinned;
 use super::routes::ensure_https;
-use super::slices::{Resolved, SliceAt, adapter_for, slice_for};
+use super::slices::{Resolved, SliceAt, adapter_for, slice_for, slice_name};
 use super::{Runtime, WorldCtx, first_line, world_event, world_ports};
 use crate::config::ServiceKind;
 use crate::daemon::Daemon;
@@ -304,7 +304,9 @@ async fn adoption_plan(
         let Some(adapter) = adapter_for(d, &r.adapter, no_env) else {
             continue;
         };
-        let slice_name = adapter.slice_name(project, slug);
+        let Ok(slice_name) = slice_name(adapter.as_ref(), project, slug) else {
+            continue;
+        };
         let at = SliceAt {
             cfg,
             project,
@@ -328,7 +330,9 @@ async fn adoption_plan(
                 )
             });
         // Where it was made; a slice whose server cannot be reached now
-        // gets no address (never one on another server).
+        // gets no address (never one on another server). Only resolved:
+        // nothing is made on a server here, whatever the registry says of
+        // the slice (a `remove` cut short may have dropped it).
         let Ok(slice) = pinned(d, adapter.as_ref(), n, world_id, slice) else {
             continue;
         };

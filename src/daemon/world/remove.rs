@@ -4,7 +4,7 @@
 use super::locate::{Located, find_world, inside, join_subdir, locate, user_git};
 use super::plan::{lookup_env, project_env};
 use super::processes::stop_processes;
-use super::reach::{Reached, TornDown, not_found_note, reach, tear_down};
+use super::reach::{Reached, TornDown, not_found_note, reach, tear_down_with};
 use super::slices::{SliceAt, adapter_for};
 use super::{first_line, withdrawn, world_event, world_exists, world_status};
 use crate::daemon::events::EventKind;
@@ -27,12 +27,14 @@ pub(crate) async fn remove(
     client_env: ClientEnv,
 ) -> Result<WorldOutcome, ApiError> {
     let loc = locate(d, &wref)?;
-    let was_queued = admission::withdraw(d, &loc.name, &wref.name)?;
+    let was_queued = admission::withdraw(d, &loc.name, &wref.name)?.was_queued();
+    let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, &wref.name));
+    // After the lock: a verb admitted a moment ago holds it while it
+    // makes the world, and everything it made is removed here.
+    let _guard = lock.lock().await;
     if was_queued && !world_exists(d, &loc, &wref.name)? {
         return Ok(withdrawn(&loc, &wref.name, WorldState::Removed));
     }
-    let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, &wref.name));
-    let _guard = lock.lock().await;
     let w = find_world(d, &loc, &wref.name)?;
     let rm = Removal::new(d, &loc, &w, force);
     let (ours, left_in_place) = rm.check(&client_env).await?;
@@ -82,6 +84,8 @@ pub(super) struct Removal<'a> {
     path: PathBuf,
     root: PathBuf,
     force: bool,
+    /// What its teardowns do about sessions Binky did not open.
+    others: adapters::OtherSessions,
 }
 
 /// A slice to tear down: its row, its adapter and the slice as rendered to
@@ -106,7 +110,22 @@ impl<'a> Removal<'a> {
             loc,
             w,
             force,
+            // `--force` ends them knowingly; else they are waited for.
+            others: if force {
+                adapters::OtherSessions::End
+            } else {
+                adapters::OtherSessions::Wait(adapters::OTHER_SESSIONS_WAIT)
+            },
         }
+    }
+
+    /// The same removal, its teardowns ending sessions Binky did not open
+    /// on the slices when `end` (`reset --force`).
+    pub(super) fn ending_sessions(mut self, end: bool) -> Self {
+        if end {
+            self.others = adapters::OtherSessions::End;
+        }
+        self
     }
 
     /// Whether the worktree is Binky's to delete, and the note to give when
@@ -264,7 +283,18 @@ impl<'a> Removal<'a> {
             let (result, shown) = match reached {
                 Ok(r) => {
                     notes.extend(r.note);
-                    let done = tear_down(adapter.as_ref(), &r.slice).await;
+                    let done = tear_down_with(adapter.as_ref(), &r.slice, self.others).await;
+                    let done = done.map(|(found, ended)| {
+                        if !ended.is_empty() {
+                            notes.push(format!(
+                                "ended {} session(s) on {} that binky did not open (--force): {}",
+                                ended.len(),
+                                s.slice,
+                                ended.join("; ")
+                            ));
+                        }
+                        found
+                    });
                     (
                         done.map_err(|e| e.redacted(&r.slice).message),
                         Some(r.slice),

@@ -50,10 +50,22 @@ pub(crate) async fn reset(
         .map(|(n, _)| n.clone())
         .collect();
     let chosen = choose(&resources, &req.services, req.all, name)?;
-    if let Some(out) = reset_running(d, &loc, &req.up, &cfg, &chosen, progress).await? {
+    let dropping = SliceDrop {
+        services: &chosen,
+        end_sessions: req.force,
+    };
+    if let Some(out) = reset_running(d, &loc, &req.up, &cfg, dropping, progress).await? {
         return Ok(out);
     }
-    reload_with(d, req.up, progress, Some(&chosen)).await
+    reload_with(d, req.up, progress, Some(dropping)).await
+}
+
+/// The slices a reset drops, and whether sessions Binky did not open on
+/// them are ended (`--force`) or waited for.
+#[derive(Clone, Copy)]
+pub(super) struct SliceDrop<'a> {
+    pub(super) services: &'a [String],
+    pub(super) end_sessions: bool,
 }
 
 /// The reset of a running world, in place, under its lock: the users of
@@ -72,9 +84,10 @@ async fn reset_running(
     loc: &Located,
     req: &UpRequest,
     cfg: &config::Config,
-    chosen: &[String],
+    dropping: SliceDrop<'_>,
     progress: &ProgressTx,
 ) -> Result<Option<WorldOutcome>, ApiError> {
+    let chosen = dropping.services;
     let name = &req.world.name;
     let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, name));
     let _guard = lock.lock().await;
@@ -111,7 +124,7 @@ async fn reset_running(
     };
     let mut notes = Vec::new();
     let result = async {
-        notes = drop_slices(d, loc, &w, chosen, req, progress).await?;
+        notes = drop_slices(d, loc, &w, dropping, req, progress).await?;
         // The world's ports as reserved: the processes running on hold
         // theirs, and the restarted ones take theirs back.
         let ports = world_ports(d, w.id)?;
@@ -194,10 +207,11 @@ pub(super) async fn drop_slices(
     d: &Arc<Daemon>,
     loc: &Located,
     w: &WorldRow,
-    services: &[String],
+    dropping: SliceDrop<'_>,
     req: &UpRequest,
     progress: &ProgressTx,
 ) -> Result<Vec<String>, ApiError> {
+    let services = dropping.services;
     let retry = || {
         format!(
             "fix the cause and run `binky reset {} {}` again",
@@ -206,7 +220,7 @@ pub(super) async fn drop_slices(
         )
     };
     let env = d.worlds.env_for(w.id, &req.env);
-    let rm = Removal::new(d, loc, w, false);
+    let rm = Removal::new(d, loc, w, false).ending_sessions(dropping.end_sessions);
     let teardowns = rm
         .teardowns(&env, Some(services))
         .map_err(|e| e.hint(retry()))?;

@@ -51,12 +51,49 @@ impl SliceAt<'_> {
         slug: &str,
         world_id: i64,
     ) -> Result<Resolved, ApiError> {
-        let slice = self.slice(d, service, adapter, adapter.slice_name(self.project, slug))?;
+        let slice = self.slice(
+            d,
+            service,
+            adapter,
+            slice_name(adapter, self.project, slug)?,
+        )?;
         let slice = super::reach::pinned(d, adapter, service, world_id, slice)?;
         let address = adapter
             .resolve(&slice)
             .await
             .map_err(|e| adapter_error(service, &slice, e))?;
+        Ok(Resolved::new(address, adapter, &slice))
+    }
+
+    /// [`resolved`](Self::resolved) for a slice the registry records live,
+    /// after bringing it up to what its config asks now
+    /// ([`adapters::Adapter::complete`]: a user of its own, turned on since
+    /// it was made), its data kept. What `reload` applies while the world
+    /// still runs.
+    ///
+    /// # Errors
+    /// As [`resolved`](Self::resolved), or the adapter cannot complete the
+    /// slice (the admin may not create users, a user of that name is not
+    /// Binky's).
+    pub(super) async fn completed(
+        &self,
+        d: &Daemon,
+        service: &str,
+        adapter: &dyn adapters::Adapter,
+        slug: &str,
+        world_id: i64,
+    ) -> Result<Resolved, ApiError> {
+        let slice = self.slice(
+            d,
+            service,
+            adapter,
+            slice_name(adapter, self.project, slug)?,
+        )?;
+        let slice = super::reach::pinned(d, adapter, service, world_id, slice)?;
+        let slice = slice.with_new_secret(d, adapter)?;
+        let named = |e| adapter_error(service, &slice, e);
+        adapter.complete(&slice).await.map_err(named)?;
+        let address = adapter.resolve(&slice).await.map_err(named)?;
         Ok(Resolved::new(address, adapter, &slice))
     }
 
@@ -150,20 +187,74 @@ pub(super) fn slice_for(
 }
 
 impl Slice {
-    /// The slice with its login user's password from the registry (made on
-    /// first use, registered as a secret), where `adapter` makes users; a
-    /// registry that cannot be read leaves none, and the adapter then says
-    /// so.
+    /// The slice with its login user's password from the registry
+    /// (registered as a secret), where `adapter` makes users and one was
+    /// made ([`with_new_secret`](Self::with_new_secret)). Only reads: a
+    /// verb that names a slice without making its user (`env`, `gc`, a
+    /// restart's re-adoption, `remove`) writes nothing. None when none is
+    /// kept or the registry cannot be read; the adapter then says so where
+    /// it needs one.
     pub(super) fn with_secret(mut self, d: &Daemon, adapter: &dyn adapters::Adapter) -> Slice {
         self.secret = adapter
             .world_users()
             .then(|| d.registry().slice_secret(adapter.name(), &self.name).ok())
+            .flatten()
             .flatten();
         if let Some(s) = &self.secret {
             crate::secrets::register(s);
         }
         self
     }
+
+    /// The slice with its login user's password, made now when none is
+    /// kept (registered as a secret), where `adapter` makes users. For
+    /// what is about to make or complete the user on the server: the
+    /// password is in the registry first, so a user made with it is known
+    /// as Binky's whatever interrupts what follows.
+    ///
+    /// # Errors
+    /// The registry cannot be written.
+    pub(super) fn with_new_secret(
+        mut self,
+        d: &Daemon,
+        adapter: &dyn adapters::Adapter,
+    ) -> Result<Slice, ApiError> {
+        if adapter.world_users() {
+            let s = d.registry().make_slice_secret(adapter.name(), &self.name)?;
+            crate::secrets::register(&s);
+            self.secret = Some(s);
+        }
+        Ok(self)
+    }
+}
+
+/// The name of world `slug`'s slice of `project` on `adapter`: the one
+/// place the daemon names a world's slice.
+///
+/// # Errors
+/// `project` or `slug` is empty. A slice is one world's: a name made from
+/// an empty slug (`<project>_`) is no world's, and would be the start of
+/// every world's of the project.
+pub(super) fn slice_name(
+    adapter: &dyn adapters::Adapter,
+    project: &str,
+    slug: &str,
+) -> Result<String, ApiError> {
+    if project.is_empty() || slug.is_empty() {
+        return Err(ApiError::new(format!(
+            "internal error: a {} slice was to be named for project `{project}` and world slug `{slug}`; no slice has an empty name",
+            adapter.name()
+        ))
+        .hint("report this as a bug in binky"));
+    }
+    let name = adapter.slice_name(project, slug);
+    if name.is_empty() {
+        return Err(ApiError::new(format!(
+            "the {} adapter named no slice for world slug `{slug}` of project `{project}`",
+            adapter.name()
+        )));
+    }
+    Ok(name)
 }
 
 /// The `PATH` adapters search for their client binaries and external
@@ -228,7 +319,7 @@ pub(super) async fn provision(
     let adapter =
         adapter_for(d, &r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
     let env_fn = lookup_env(&plan.project_env, client_env);
-    let slice_name = adapter.slice_name(project, slug);
+    let slice_name = slice_name(adapter.as_ref(), project, slug)?;
     let slice = SliceAt {
         cfg,
         project,
@@ -268,17 +359,30 @@ pub(super) async fn provision(
         p.leave_old_server(k, server.as_ref()).await?;
     }
     let exists = adapter.exists(&slice).await.map_err(|e| p.named(e))?;
-    if let Some(k) = known.as_ref().filter(|k| k.state == SliceState::Live)
-        && exists
-    {
-        let address = p.keep_live(k).await?;
-        return Ok(Resolved::new(address, adapter.as_ref(), &slice));
+    let live = known
+        .as_ref()
+        .filter(|k| k.state == SliceState::Live && exists);
+    if live.is_none() {
+        if exists {
+            check_ours(d, service, project, adapter.as_ref(), &slice_name)?;
+        }
+        // Intent first, with the server: a crash from here leaves a row
+        // `gc` can sweep where the slice is.
+        p.record(SliceState::Provisioning, server.as_ref())?;
     }
-    if exists {
-        check_ours(d, service, project, adapter.as_ref(), &slice_name)?;
-    }
-    let address = p.make(exists, server.as_ref()).await?;
-    Ok(Resolved::new(address, adapter.as_ref(), &slice))
+    // The password of the world's own user, kept before any server sees
+    // it (only for a slice recorded now): a user made with it is Binky's
+    // to take up again, or drop, however the rest is cut short.
+    let with_secret = slice.clone().with_new_secret(d, adapter.as_ref())?;
+    let p = Provisioning {
+        slice: &with_secret,
+        ..p
+    };
+    let address = match live {
+        Some(k) => p.keep_live(k).await?,
+        None => p.make(exists).await?,
+    };
+    Ok(Resolved::new(address, adapter.as_ref(), &with_secret))
 }
 
 /// Refuses to take over a slice that exists on the server but that this
@@ -322,20 +426,18 @@ pub(super) struct Provisioning<'a> {
 }
 
 impl Provisioning<'_> {
-    /// Makes the slice afresh on `server` (dropping one of this project's
-    /// that `exists` there) and returns its address: the intent recorded
-    /// first, then filled (cloned, or provisioned, migrated and seeded),
-    /// then recorded live with the key it was migrated at. A failure drops
-    /// the slice and its record.
-    async fn make(&self, exists: bool, server: Option<&Server>) -> Result<String, ApiError> {
+    /// Makes the slice afresh (dropping one of this project's that `exists`
+    /// on its server) and returns its address: the intent is recorded
+    /// before (`provisioning`, with the server), then the slice is filled
+    /// (cloned, or provisioned, migrated and seeded), then recorded live
+    /// with the key it was migrated at. A failure drops the slice and its
+    /// record.
+    async fn make(&self, exists: bool) -> Result<String, ApiError> {
         let WorldCtx {
             d, project, world, ..
         } = *self.cx;
         let (adapter, slice, service) = (self.adapter, self.slice, self.job.service);
         let slice_name = &slice.name;
-        // Intent first, with the server: a crash from here leaves a row `gc`
-        // can sweep where the slice is.
-        self.record(SliceState::Provisioning, server)?;
         if exists {
             adapter.teardown(slice).await.map_err(|e| self.named(e))?;
         }
@@ -439,6 +541,12 @@ impl Provisioning<'_> {
     /// re-provisioned or re-seeded; its schema catches up with the branch
     /// when the branch moved.
     async fn keep_live(&self, known: &crate::registry::SliceRow) -> Result<String, ApiError> {
+        // What the config asks of the slice now (a user of its own) is
+        // made here, by `up`, never by `resolve`.
+        self.adapter
+            .complete(self.slice)
+            .await
+            .map_err(|e| self.named(e))?;
         let address = self
             .adapter
             .resolve(self.slice)

@@ -103,13 +103,10 @@ pub(super) async fn stop_orphans(d: &Arc<Daemon>) {
 /// Stops one process that is in no group Binky signals: SIGTERM, SIGKILL
 /// after the default stop timeout. `Some` says it outlived both.
 pub(super) async fn terminate(pid: u32) -> Option<String> {
-    use nix::sys::signal::Signal;
-    let _ = crate::platform::signal_process(pid, Some(Signal::SIGTERM));
-    let exited = |limit| tokio::time::timeout(limit, crate::platform::wait_exit(pid));
-    if exited(crate::config::DEFAULT_STOP_TIMEOUT).await.is_ok() {
-        return None;
-    }
-    let _ = crate::platform::signal_process(pid, Some(Signal::SIGKILL));
-    let dead = exited(supervisor::KILL_WAIT).await.is_ok();
-    (!dead).then(|| format!("pid {pid} (outside its process group) outlived SIGKILL"))
+    supervisor::terminate(
+        pid,
+        Some(nix::sys::signal::Signal::SIGTERM),
+        crate::config::DEFAULT_STOP_TIMEOUT,
+    )
+    .await
 }

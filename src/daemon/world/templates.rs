@@ -47,12 +47,13 @@ impl Provisioning<'_> {
             &self.plan.world_root,
         );
         let tname = golden::template_name(project, from, &key);
-        // The world's slice on the same server, by the template's name.
+        // The world's slice on the same server, by the template's name,
+        // with its own role's password (kept until `gc` drops it).
         let template = Slice {
             name: tname.clone(),
             ..self.slice.clone()
         }
-        .with_secret(d, adapter);
+        .with_new_secret(d, adapter)?;
         let marker = d.paths.golden_dir(adapter.name()).join(&tname);
         let glock = d.worlds.golden_lock(&format!("{}/{tname}", adapter.name()));
         let local = glock.lock_owned().await;
@@ -143,7 +144,9 @@ impl Provisioning<'_> {
             project: Some(project.to_owned()),
             service: Some(self.job.service.to_owned()),
         };
-        std::fs::write(marker, m.render()).map_err(|e| file_error("write", marker, e))?;
+        // By rename: a link planted at the name is replaced, not written through.
+        crate::platform::write_replacing(marker, m.render().as_bytes())
+            .map_err(|e| file_error("write", marker, e))?;
         d.event(world_event(EventKind::GoldenBuilt, project, world).detail(tname.clone()));
         Ok(migrated)
     }

@@ -37,8 +37,8 @@ pub(crate) async fn up(
     crate::worktree::check_branch(&req.world.name)?;
     check_group(req.group.as_deref())?;
     let loc = locate(d, &req.world)?;
-    match admit(d, &loc, req.clone(), progress).await? {
-        Ok(admitted) => up_with(d, &loc, &req, admitted, progress).await,
+    match admit(d, &loc, req.clone(), "up", progress).await? {
+        Ok(entry) => up_with(d, &loc, &req, entry, progress).await,
         Err(queued) => Ok(queued),
     }
 }

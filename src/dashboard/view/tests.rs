@@ -14,6 +14,7 @@ fn one_world(w: WorldStatus) -> StatusReport {
             queued_unlisted: 0,
             worlds: vec![w],
         }],
+        ..Default::default()
     }
 }
 

@@ -29,24 +29,39 @@ impl FileCopy {
 
 /// Copies regular file `src` to `dst` (created or truncated, with `src`'s
 /// permission bits): a copy-on-write clone where the filesystem makes one,
-/// else a byte copy.
+/// else a byte copy. A symbolic link at `dst` is refused, never written
+/// through (see [`super::is_link_refusal`]).
 ///
 /// # Errors
 /// `src` cannot be read, or `dst` cannot be created or written.
 pub fn clone_file(src: &Path, dst: &Path) -> io::Result<FileCopy> {
-    let from = File::open(src)?;
-    let mode = from.metadata()?.permissions().mode();
+    let mode = std::fs::metadata(src)?.permissions().mode();
     let to = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(mode & 0o7777)
+        .custom_flags(nix::libc::O_NOFOLLOW)
         .open(dst)?;
-    if reflink(&from, &to) {
+    let how = clone_into(src, &to)?;
+    // The mode asked at creation passed through the umask: set it whole.
+    to.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
+    Ok(how)
+}
+
+/// Fills `to` — a file just made, empty and open for writing — with the
+/// bytes of regular file `src`: a copy-on-write clone where the filesystem
+/// makes one, else a byte copy. Its mode is the caller's to set.
+///
+/// # Errors
+/// `src` cannot be read, or `to` cannot be written.
+pub fn clone_into(src: &Path, mut to: &File) -> io::Result<FileCopy> {
+    let mut from = File::open(src)?;
+    if reflink(&from, to) {
         return Ok(FileCopy::Reflink);
     }
-    drop(to);
-    std::fs::copy(src, dst)?;
+    // `copy_file_range` where the kernel has it (std does that for us).
+    io::copy(&mut from, &mut to)?;
     Ok(FileCopy::Bytes)
 }
 

@@ -16,12 +16,17 @@ use std::path::{Path, PathBuf};
 
 mod files;
 mod memory;
+mod nofollow;
 mod procs;
 mod sockets;
-pub use files::{FileCopy, clone_file};
+pub use files::{FileCopy, clone_file, clone_into};
 pub use memory::{
     Memory, PressureTrigger, disk_free, disk_space, groups_rss, groups_usage, memory,
     memory_pressure_avg10,
+};
+pub use nofollow::{
+    DirHandle, create_new_nofollow, is_link_refusal, open_append_nofollow, open_read_nofollow,
+    write_replacing,
 };
 pub use procs::{
     Marked, ProcStat, all_processes, command_line, group_alive, group_members, marked_processes,
@@ -29,7 +34,8 @@ pub use procs::{
     signal_by_name, signal_group, signal_process,
 };
 pub use sockets::{
-    listeners_of, listening_ports, port_has_listener, tcp_peer_uid, tcp_socket_owners,
+    listeners_of, listening_ports, port_has_listener, tcp_client_alive, tcp_peer_uid,
+    tcp_socket_owners,
 };
 
 /// The local stream type the CLI uses (blocking).
@@ -64,11 +70,29 @@ pub fn make_private_file(path: &Path) -> io::Result<()> {
 /// An exclusive advisory lock on a file, released when dropped (or when the
 /// process dies, which is why a dead daemon's lock never needs cleaning).
 pub struct FileLock {
-    _lock: nix::fcntl::Flock<File>,
+    lock: nix::fcntl::Flock<File>,
+}
+
+impl FileLock {
+    /// Replaces the locked file's content with `text` (the daemon's pid,
+    /// for whoever finds the lock held), through the locked handle itself:
+    /// never by name, which a link planted since could redirect, and never
+    /// by a new file, which would be another inode with a lock of its own.
+    ///
+    /// # Errors
+    /// The file cannot be truncated or written.
+    pub fn set_note(&self, text: &str) -> io::Result<()> {
+        use std::io::Write;
+        let mut f: &File = &self.lock;
+        f.set_len(0)?;
+        f.write_all(text.as_bytes())
+    }
 }
 
 /// Takes an exclusive lock on `path` (creating it, mode 0600). With
-/// `wait = false`, returns `Ok(None)` when another process holds it.
+/// `wait = false`, returns `Ok(None)` when another process holds it. A
+/// symbolic link at `path` is refused, not followed (see
+/// [`is_link_refusal`]).
 pub fn lock_file(path: &Path, wait: bool) -> io::Result<Option<FileLock>> {
     let f = OpenOptions::new()
         .create(true)
@@ -76,6 +100,7 @@ pub fn lock_file(path: &Path, wait: bool) -> io::Result<Option<FileLock>> {
         .read(true)
         .write(true)
         .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)?;
     let arg = if wait {
         nix::fcntl::FlockArg::LockExclusive
@@ -83,7 +108,7 @@ pub fn lock_file(path: &Path, wait: bool) -> io::Result<Option<FileLock>> {
         nix::fcntl::FlockArg::LockExclusiveNonblock
     };
     match nix::fcntl::Flock::lock(f, arg) {
-        Ok(l) => Ok(Some(FileLock { _lock: l })),
+        Ok(l) => Ok(Some(FileLock { lock: l })),
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
         Err((_, e)) => Err(io::Error::from(e)),
     }
@@ -134,16 +159,12 @@ pub fn is_no_daemon(e: &io::Error) -> bool {
 }
 
 /// Starts `exe args…` detached: its own session (so closing the terminal does
-/// not hang it up), stdin from /dev/null, stdout and stderr appended to `log`.
-/// The child handle lets the caller notice an early exit; it is never killed
-/// on drop.
-pub fn spawn_detached(exe: &Path, args: &[&str], log: &Path) -> io::Result<std::process::Child> {
+/// not hang it up), stdin from /dev/null, stdout and stderr to `log` (a
+/// file the caller opened for appending). The child handle lets the caller
+/// notice an early exit; it is never killed on drop.
+pub fn spawn_detached(exe: &Path, args: &[&str], log: File) -> io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
-    let out = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(log)?;
+    let out = log;
     let err = out.try_clone()?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(args)

@@ -31,6 +31,38 @@ pub fn tcp_socket_owners() -> std::collections::HashMap<(u16, u16), u32> {
     out
 }
 
+/// Whether a process still holds the client end of the loopback TCP
+/// connection from `client_port` to `server_port`: its socket is listed in
+/// `/proc/net/tcp{,6}` with an inode (a socket whose process is gone, or
+/// closed it, is listed with inode 0 while it winds down, or not at all).
+/// `None` when `/proc/net` cannot be read. Loopback only: a connection
+/// from 127.0.0.1 comes from this network namespace.
+pub fn tcp_client_alive(client_port: u16, server_port: u16) -> Option<bool> {
+    let port_of = |a: &str| {
+        a.rsplit_once(':')
+            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+    };
+    let mut read = false;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        read = true;
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local_address f[1], rem_address f[2], inode f[9].
+            if f.len() > 9
+                && port_of(f[1]) == Some(client_port)
+                && port_of(f[2]) == Some(server_port)
+                && f[9] != "0"
+            {
+                return Some(true);
+            }
+        }
+    }
+    read.then_some(false)
+}
+
 /// The uid owning the client end of a loopback TCP connection from `peer`
 /// to our `local` address, asked of the kernel directly (a `sock_diag`
 /// netlink query for that one socket: microseconds, however many sockets

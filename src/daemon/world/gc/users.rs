@@ -35,7 +35,10 @@ pub(super) async fn sweep_users(
             if !adapter.world_users() {
                 continue;
             }
-            let own = adapter.slice_name(&project, "");
+            // The server is reached as the project's resource renders it;
+            // the name is the project's prefix, no slice's, and nothing is
+            // recorded for it (a dry run writes nothing).
+            let own = adapter.slice_prefix(&project);
             let Ok(candidates) = rendered(
                 d,
                 (&project, service),

@@ -8,7 +8,7 @@ use crate::config::render::{Facts, ServiceFacts, render};
 use crate::config::{Config, Probe};
 use crate::daemon::world::WorldCtx;
 use crate::protocol::{ApiError, ClientEnv};
-use crate::supervisor::{ServiceSpec, health};
+use crate::supervisor::{self, ServiceSpec, health};
 use indexmap::IndexMap;
 use std::path::Path;
 
@@ -185,6 +185,9 @@ pub(in crate::daemon::world) fn process_spec(
         Some(c) => config::resolve_against(&plan.world_root, &r(c, "cwd")?),
         None => plan.world_root.clone(),
     };
+    // As the process will have them (a service's `env` could override
+    // one): what marks it, and whatever it starts, as this service's.
+    let mark = mark_of(&env);
     let env: Vec<(String, String)> = env.into_iter().collect();
     let own_port = plan.facts[service].port;
     let health = match &p.health {
@@ -218,5 +221,18 @@ pub(in crate::daemon::world) fn process_spec(
         watch: p.watch.clone(),
         watch_root: plan.world_root.clone(),
         log_writer: crate::platform::self_exe().ok(),
+        mark,
+    })
+}
+
+/// The [`supervisor::Mark`] of a service whose environment is `env`: its
+/// home, its world's token and its name. `None` without a token (nothing
+/// then tells its processes from another world's).
+fn mark_of(env: &IndexMap<String, String>) -> Option<supervisor::Mark> {
+    let pair = |k: &str| env.get(k).map(|v| (k.to_owned(), v.clone()));
+    Some(supervisor::Mark {
+        home: pair(crate::paths::HOME_ENV)?,
+        token: pair(crate::daemon::world::strays::TOKEN_VAR)?,
+        service: pair("BINKY_SERVICE")?,
     })
 }
