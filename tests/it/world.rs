@@ -1123,9 +1123,10 @@ fn json_callers_get_errors_as_json_on_stdout() {
         home.events()
     );
     let out = repo.run(&home, &["down", "nope", "--json"]);
+    // Named by its verb and world, as every lifecycle failure is.
     assert_eq!(
         out.json()["error"]["message"],
-        "no world `nope` in project je"
+        "`down` of nope: no world `nope` in project je"
     );
     assert!(!out.stderr().contains("error:"), "{out}");
     // `env` prints JSON by default: its errors too.
