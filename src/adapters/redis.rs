@@ -330,6 +330,20 @@ async fn any_key(slice: &Slice, con: &mut MultiplexedConnection) -> Result<bool,
 }
 
 /// A slice whose marker is gone from the server.
+/// The slice's marker: the world's ACL password, empty for a slice made
+/// without `acl`; `None` when there is no marker.
+///
+/// # Errors
+/// The server refused the read.
+async fn read_marker(
+    slice: &Slice,
+    con: &mut MultiplexedConnection,
+) -> Result<Option<String>, AdapterError> {
+    let mut get = redis::cmd("GET");
+    get.arg(marker(slice));
+    run(slice, con, &get, "reading the slice's marker").await
+}
+
 fn no_marker(slice: &Slice) -> AdapterError {
     AdapterError::new(format!(
         "redis: the slice {} has no marker on the server (deleted by hand?); run `binky remove --force` and `binky up` to make it again",
@@ -420,10 +434,7 @@ impl Adapter for Redis {
             return world_url(server, None, &slice.name);
         }
         let mut con = connect(slice).await?;
-        let mut get = redis::cmd("GET");
-        get.arg(marker(slice));
-        let password: Option<String> =
-            run(slice, &mut con, &get, "reading the slice's marker").await?;
+        let password = read_marker(slice, &mut con).await?;
         match password {
             Some(p) if !p.is_empty() => {
                 crate::secrets::register(&p);
@@ -445,10 +456,7 @@ impl Adapter for Redis {
             return Ok(());
         }
         let mut con = connect(slice).await?;
-        let mut get = redis::cmd("GET");
-        get.arg(marker(slice));
-        let password: Option<String> =
-            run(slice, &mut con, &get, "reading the slice's marker").await?;
+        let password = read_marker(slice, &mut con).await?;
         match password {
             Some(p) if !p.is_empty() => Ok(()),
             Some(_) => {

@@ -63,6 +63,25 @@ https:// {{
     )
 }
 
+/// Caddy's stdout and stderr: through Binky's log writer, so caddy.log
+/// rolls by size and follows its name like every other log (appended to
+/// directly when Binky's own executable cannot be found).
+fn log_stdio(log: &Path) -> Result<(std::process::Stdio, std::process::Stdio), String> {
+    match crate::platform::self_exe() {
+        Ok(binky) => {
+            let (w, _writer) =
+                crate::supervisor::logs::spawn_writer(&binky, log).map_err(|e| e.to_string())?;
+            let w2 = w.try_clone().map_err(|e| e.to_string())?;
+            Ok((w.into(), w2.into()))
+        }
+        Err(_) => {
+            let f = crate::supervisor::logs::open_append(log).map_err(|e| e.to_string())?;
+            let f2 = f.try_clone().map_err(|e| e.to_string())?;
+            Ok((f.into(), f2.into()))
+        }
+    }
+}
+
 impl Caddy {
     /// Starts Caddy unless it runs. `dir` holds its config, data (the CA) and
     /// log. Waits (bounded) until the HTTPS port answers.
@@ -92,24 +111,7 @@ impl Caddy {
             caddyfile(dir, https_port, http_port, proxy_port).as_bytes(),
         )
         .map_err(|e| e.to_string())?;
-        // Through Binky's log writer, so caddy.log rolls by size and
-        // follows its name like every other log.
-        let log = dir.join("caddy.log");
-        let (out, err): (std::process::Stdio, std::process::Stdio) =
-            match crate::platform::self_exe() {
-                Ok(binky) => {
-                    let (w, _writer) = crate::supervisor::logs::spawn_writer(&binky, &log)
-                        .map_err(|e| e.to_string())?;
-                    let w2 = w.try_clone().map_err(|e| e.to_string())?;
-                    (w.into(), w2.into())
-                }
-                Err(_) => {
-                    let f =
-                        crate::supervisor::logs::open_append(&log).map_err(|e| e.to_string())?;
-                    let f2 = f.try_clone().map_err(|e| e.to_string())?;
-                    (f.into(), f2.into())
-                }
-            };
+        let (out, err) = log_stdio(&dir.join("caddy.log"))?;
         let mut child = crate::platform::command(exe)
             .args(["run", "--adapter", "caddyfile", "--config"])
             .arg(&file)

@@ -273,38 +273,19 @@ pub async fn serve(
     }
     let limits = limits::Limits::for_open_files(crate::platform::raise_open_files_limit());
     tracing::debug!(cap = limits.cap(), "proxy connection cap");
-    // Failures in a row on the port being tried, and the last error said.
-    let (mut failures, mut said): (u32, Option<String>) = (0, None);
-    let mut tried = None;
+    let mut streak = Streak::default();
     loop {
         let p = *port.borrow_and_update();
-        if tried != Some(p) {
-            (failures, said) = (0, None);
-            tried = Some(p);
+        if streak.port != Some(p) {
+            streak = Streak {
+                port: Some(p),
+                ..Streak::default()
+            };
         }
         let listeners = match bind(p).await {
             Ok(l) => l,
             Err(e) => {
-                failures = failures.saturating_add(1);
-                let delay = retry_delay(failures, retry_most);
-                let error = e.to_string();
-                if said.as_deref() != Some(error.as_str()) {
-                    on_error(format!(
-                        "cannot bind the proxy on port {p}: {error}; trying again with backoff (at most {} apart) until it is free, or `binky port --proxy <port>` moves it",
-                        humantime::format_duration(retry_most)
-                    ));
-                    said = Some(error.clone());
-                }
-                // send_replace: kept even while nobody is subscribed (a
-                // plain send would drop it, and a later waiter would time
-                // out on a proxy that has long answered).
-                bound.send_replace(Some(Binding {
-                    port: p,
-                    listening: false,
-                    error: Some(error),
-                    failures,
-                    next_try: Some(tokio::time::Instant::now() + delay),
-                }));
+                let delay = streak.failed(p, e.to_string(), retry_most, &bound, &on_error);
                 tokio::select! {
                     changed = port.changed() => if changed.is_err() {
                         return;
@@ -314,16 +295,20 @@ pub async fn serve(
                 continue;
             }
         };
-        if failures > 0 {
+        if streak.failures > 0 {
             tracing::info!(
                 port = p,
-                failures,
-                "proxy listening after {failures} failed bind(s)"
+                failures = streak.failures,
+                "proxy listening after {} failed bind(s)",
+                streak.failures
             );
         } else {
             tracing::info!(port = p, threads = workers.len(), "proxy listening");
         }
-        (failures, said) = (0, None);
+        streak = Streak {
+            port: Some(p),
+            ..Streak::default()
+        };
         bound.send_replace(Some(Binding {
             port: p,
             listening: true,
@@ -341,6 +326,50 @@ pub async fn serve(
             return;
         }
         tasks.abort_all();
+    }
+}
+
+/// Failed binds in a row on one port, and the last error said (each
+/// distinct error is said once, not every try).
+#[derive(Default)]
+struct Streak {
+    port: Option<u16>,
+    failures: u32,
+    said: Option<String>,
+}
+
+impl Streak {
+    /// Records a failed bind on `p`, says it when the error is new, and
+    /// publishes the proxy as down; returns how long to wait before the
+    /// next try.
+    fn failed(
+        &mut self,
+        p: u16,
+        error: String,
+        retry_most: Duration,
+        bound: &watch::Sender<Option<Binding>>,
+        on_error: &impl Fn(String),
+    ) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        let delay = retry_delay(self.failures, retry_most);
+        if self.said.as_deref() != Some(error.as_str()) {
+            on_error(format!(
+                "cannot bind the proxy on port {p}: {error}; trying again with backoff (at most {} apart) until it is free, or `binky port --proxy <port>` moves it",
+                humantime::format_duration(retry_most)
+            ));
+            self.said = Some(error.clone());
+        }
+        // send_replace: kept even while nobody is subscribed (a plain send
+        // would drop it, and a later waiter would time out on a proxy that
+        // has long answered).
+        bound.send_replace(Some(Binding {
+            port: p,
+            listening: false,
+            error: Some(error),
+            failures: self.failures,
+            next_try: Some(tokio::time::Instant::now() + delay),
+        }));
+        delay
     }
 }
 

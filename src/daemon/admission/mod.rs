@@ -24,6 +24,7 @@
 //!
 //! | module | holds |
 //! |---|---|
+//! | `entry` | how a verb came by its room (a slot held, an admission claimed or shared), withdrawn or lapsed before its world's lock |
 //! | `tickets` | a ticket's life: enqueue (within the caps), wait on the board, claimed once admitted (counted until its `up` settles), withdraw; the queue a restart carries on |
 //! | `room` | the room now, the pass that admits and publishes the board, where each ticket stands |
 //! | [`decide`] | the pure decision: which ticket is next and whether it fits |
@@ -41,15 +42,17 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+mod entry;
 mod room;
 mod sampler;
 mod suspend;
 mod tickets;
+pub(crate) use entry::{Entry, keep_slot};
 pub(crate) use room::{Standing, disk_reserve, fill_queue, unmade};
 pub(crate) use sampler::ensure_sampler;
 pub(crate) use suspend::learned;
 pub(crate) use tickets::{
-    Entry, enqueue, keep_slot, resume_queue, run_unwatched, taken_out, try_admit, wait, withdraw,
+    enqueue, resume_queue, run_unwatched, taken_out, try_admit, wait, withdraw,
 };
 
 /// A project's expected footprint before one of its worlds was measured,

@@ -4,6 +4,7 @@
 //! withdrawn; the admitter that runs the passes; and the queue a restarted
 //! daemon carries on with.
 
+use super::entry::Entry;
 use super::room::{Standing, pass, standing, worth_a_pass};
 use super::sampler::{ensure_sampler, psi_allowed, sample_interval};
 use super::{SETTLE, TICK, hold};
@@ -57,123 +58,6 @@ impl Drop for Admitted {
             });
         }
     }
-}
-
-/// How a verb that starts a world's processes (`up`, `reload`, `reset`)
-/// came by its room.
-pub(crate) enum Entry {
-    /// The world holds a slot already (running, starting, a service
-    /// restarting, or another verb of it under way): the verb takes no new
-    /// room and never queues behind its own world.
-    Held {
-        /// Kept until the verb settles.
-        _slot: Held,
-    },
-    /// Admitted from the queue, and this verb claimed the admission.
-    Admitted(Admitted),
-    /// Another verb waiting on the same ticket claimed its admission; this
-    /// one runs after it, under the world's lock.
-    Shared(i64),
-}
-
-impl Entry {
-    /// Whether the ticket this verb came in on was taken out of the queue
-    /// (`down`, `remove`, a cancel) after it was admitted: the verb then
-    /// makes nothing. Checked under the world's lock, so a withdrawal is
-    /// seen either by the verb (which stops) or by `down`/`remove` (which
-    /// wait for the verb and then undo what it made), never by neither.
-    pub(crate) fn withdrawn(&self, d: &Daemon) -> Option<i64> {
-        let ticket = match self {
-            Entry::Held { .. } => return None,
-            Entry::Admitted(a) => a.ticket,
-            Entry::Shared(t) => *t,
-        };
-        d.admission
-            .lock()
-            .withdrawn
-            .contains(&ticket)
-            .then_some(ticket)
-    }
-}
-
-impl Entry {
-    /// For a held slot: whether the world gave it up while the verb waited
-    /// for its lock (its other verb failed, or it went down or was
-    /// removed). The verb must then go through admission like any other.
-    pub(crate) fn lapsed(&self, d: &Daemon) -> bool {
-        let Entry::Held { _slot: held } = self else {
-            return false;
-        };
-        let key = &held.key;
-        let active = d.registry().active_worlds();
-        !active.is_ok_and(|a| {
-            a.iter().any(|w| {
-                w.project == key.project
-                    && w.world == key.name
-                    && w.state != crate::protocol::WorldState::Suspended
-            })
-        })
-    }
-}
-
-/// A world's slot kept through a verb that stops and starts it (`reload`,
-/// `reset`): the world counts against the room while it runs, even in the
-/// moments it is recorded stopped, so no queued world takes its place
-/// half-way. Dropped when the verb settles.
-pub(crate) struct Held {
-    d: Arc<Daemon>,
-    key: WorldKey,
-    /// This hold put the world in the room's count (no other verb of it
-    /// was under way): only then does dropping it take the world out.
-    counted: bool,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        if self.counted {
-            self.d.admission.lock().pending.remove(&self.key);
-            self.d.admission.wake();
-        }
-    }
-}
-
-/// The world's slot, if it holds one now: its record says running or
-/// starting (a service may be restarting), or another verb of it is under
-/// way. Such a world never queues: with `max_parallel` reached, it would
-/// wait for the slot it holds itself.
-///
-/// # Errors
-/// The registry cannot be read.
-pub(crate) fn keep_slot(
-    d: &Arc<Daemon>,
-    project: &str,
-    world: &str,
-) -> Result<Option<Held>, ApiError> {
-    let key = WorldKey::new(project, world);
-    let active = d
-        .registry()
-        .active_worlds()?
-        .into_iter()
-        .find(|w| w.project == project && w.world == world);
-    let mut st = d.admission.lock();
-    if st.pending.contains_key(&key) {
-        return Ok(Some(Held {
-            d: Arc::clone(d),
-            key,
-            counted: false,
-        }));
-    }
-    let Some(w) = active.filter(|w| w.state != crate::protocol::WorldState::Suspended) else {
-        return Ok(None);
-    };
-    // Counted as admitted with no footprint of its own: what it holds is
-    // already in MemAvailable.
-    st.pending.insert(key.clone(), ((w.caller, w.group), 0));
-    Ok(Some(Held {
-        d: Arc::clone(d),
-        key,
-        counted: true,
-    }))
 }
 
 /// Queues an `up` of `world` in `project` (whose main checkout is
@@ -289,7 +173,7 @@ fn claim(d: &Arc<Daemon>, ticket: i64) -> Option<Admitted> {
 }
 
 /// Whether `ticket` was taken out of the queue.
-fn withdrawn(d: &Daemon, ticket: i64) -> bool {
+pub(super) fn withdrawn(d: &Daemon, ticket: i64) -> bool {
     d.admission.lock().withdrawn.contains(&ticket)
 }
 
@@ -397,30 +281,46 @@ pub(crate) async fn wait(
         tokio::select! {
             _ = board.changed() => {}
             _ = progress.until_cancelled() => {
-                if !owns {
-                    return Err(ApiError::new(format!(
-                        "`{verb}` of {world} stopped waiting; {world} stays queued, in the place it had before this `{verb}`"
-                    ))
-                    .hint(format!("`binky down {world}` takes it out of the queue")));
-                }
-                let gone = {
-                    let mut st = d.admission.lock();
-                    let gone = d.registry().dequeue(ticket).unwrap_or(false);
-                    mark_withdrawn(&mut st, ticket);
-                    gone
-                };
-                if gone {
-                    let _ = pass(d);
-                    d.event(crate::daemon::world::world_event(EventKind::AdmissionCancelled, project, world));
-                    d.admission.wake();
-                }
-                return Err(ApiError::new(format!(
-                    "`{verb}` of {world} was cancelled while queued: nothing was made and its place is given up"
-                ))
-                .hint(format!("`binky {verb} {world}` queues it again")));
+                return Err(cancelled(d, ticket, (project, world), verb, owns));
             }
         }
     }
+}
+
+/// What a waiting verb answers when its caller cancels (Ctrl-C): a place
+/// it made (`owns`) is given up; one it only shared stays queued.
+fn cancelled(
+    d: &Daemon,
+    ticket: i64,
+    (project, world): (&str, &str),
+    verb: &str,
+    owns: bool,
+) -> ApiError {
+    if !owns {
+        return ApiError::new(format!(
+            "`{verb}` of {world} stopped waiting; {world} stays queued, in the place it had before this `{verb}`"
+        ))
+        .hint(format!("`binky down {world}` takes it out of the queue"));
+    }
+    let gone = {
+        let mut st = d.admission.lock();
+        let gone = d.registry().dequeue(ticket).unwrap_or(false);
+        mark_withdrawn(&mut st, ticket);
+        gone
+    };
+    if gone {
+        let _ = pass(d);
+        d.event(crate::daemon::world::world_event(
+            EventKind::AdmissionCancelled,
+            project,
+            world,
+        ));
+        d.admission.wake();
+    }
+    ApiError::new(format!(
+        "`{verb}` of {world} was cancelled while queued: nothing was made and its place is given up"
+    ))
+    .hint(format!("`binky {verb} {world}` queues it again"))
 }
 
 /// Starts the admitter unless it runs: the one task that runs passes —

@@ -51,18 +51,34 @@ impl SliceAt<'_> {
         slug: &str,
         world_id: i64,
     ) -> Result<Resolved, ApiError> {
+        let slice = self.recorded(d, service, adapter, slug, world_id)?;
+        let address = adapter
+            .resolve(&slice)
+            .await
+            .map_err(|e| adapter_error(service, &slice, e))?;
+        Ok(Resolved::new(address, adapter, &slice))
+    }
+
+    /// Resource `service`'s slice of world `world_id` (slug `slug`),
+    /// rendered to reach the server its record names.
+    ///
+    /// # Errors
+    /// As [`slice`](Self::slice) or [`pinned`](super::reach::pinned).
+    fn recorded(
+        &self,
+        d: &Daemon,
+        service: &str,
+        adapter: &dyn adapters::Adapter,
+        slug: &str,
+        world_id: i64,
+    ) -> Result<adapters::Slice, ApiError> {
         let slice = self.slice(
             d,
             service,
             adapter,
             slice_name(adapter, self.project, slug)?,
         )?;
-        let slice = super::reach::pinned(d, adapter, service, world_id, slice)?;
-        let address = adapter
-            .resolve(&slice)
-            .await
-            .map_err(|e| adapter_error(service, &slice, e))?;
-        Ok(Resolved::new(address, adapter, &slice))
+        super::reach::pinned(d, adapter, service, world_id, slice)
     }
 
     /// [`resolved`](Self::resolved) for a slice the registry records live,
@@ -83,13 +99,7 @@ impl SliceAt<'_> {
         slug: &str,
         world_id: i64,
     ) -> Result<Resolved, ApiError> {
-        let slice = self.slice(
-            d,
-            service,
-            adapter,
-            slice_name(adapter, self.project, slug)?,
-        )?;
-        let slice = super::reach::pinned(d, adapter, service, world_id, slice)?;
+        let slice = self.recorded(d, service, adapter, slug, world_id)?;
         let slice = slice.with_new_secret(d, adapter)?;
         let named = |e| adapter_error(service, &slice, e);
         adapter.complete(&slice).await.map_err(named)?;
@@ -349,27 +359,7 @@ pub(super) async fn provision(
         world_key: world_migrate_key(r, &plan.world_root),
         slice: &slice,
     };
-    let known = d
-        .registry()
-        .slices_of(world_id)?
-        .into_iter()
-        .find(|s| s.service == service && s.slice == slice_name);
-    let server = server_now(d, adapter.as_ref(), &slice)?;
-    if let Some(k) = &known {
-        p.leave_old_server(k, server.as_ref()).await?;
-    }
-    let exists = adapter.exists(&slice).await.map_err(|e| p.named(e))?;
-    let live = known
-        .as_ref()
-        .filter(|k| k.state == SliceState::Live && exists);
-    if live.is_none() {
-        if exists {
-            check_ours(d, service, project, adapter.as_ref(), &slice_name)?;
-        }
-        // Intent first, with the server: a crash from here leaves a row
-        // `gc` can sweep where the slice is.
-        p.record(SliceState::Provisioning, server.as_ref())?;
-    }
+    let (live, exists) = p.live_or_intent(world_id).await?;
     // The password of the world's own user, kept before any server sees
     // it (only for a slice recorded now): a user made with it is Binky's
     // to take up again, or drop, however the rest is cut short.
@@ -378,7 +368,7 @@ pub(super) async fn provision(
         slice: &with_secret,
         ..p
     };
-    let address = match live {
+    let address = match &live {
         Some(k) => p.keep_live(k).await?,
         None => p.make(exists).await?,
     };
@@ -494,6 +484,44 @@ impl Provisioning<'_> {
     /// # Errors
     /// The slice is live on the other server, or that server cannot be
     /// reached or refuses the teardown; its record is kept.
+    /// The slice's record if it is live and the slice is on the server,
+    /// and whether it is there. Otherwise the intent is recorded first,
+    /// with the server (a crash from here leaves a row `gc` can sweep
+    /// where the slice is), after refusing a slice on the server that this
+    /// project never recorded.
+    ///
+    /// # Errors
+    /// The registry, the adapter's look, or a slice that is not Binky's.
+    async fn live_or_intent(
+        &self,
+        world_id: i64,
+    ) -> Result<(Option<crate::registry::SliceRow>, bool), ApiError> {
+        let (d, project, service) = (self.cx.d, self.cx.project, self.job.service);
+        let name = &self.slice.name;
+        let known = d
+            .registry()
+            .slices_of(world_id)?
+            .into_iter()
+            .find(|s| s.service == service && &s.slice == name);
+        let server = server_now(d, self.adapter, self.slice)?;
+        if let Some(k) = &known {
+            self.leave_old_server(k, server.as_ref()).await?;
+        }
+        let exists = self
+            .adapter
+            .exists(self.slice)
+            .await
+            .map_err(|e| self.named(e))?;
+        let live = known.filter(|k| k.state == SliceState::Live && exists);
+        if live.is_none() {
+            if exists {
+                check_ours(d, service, project, self.adapter, name)?;
+            }
+            self.record(SliceState::Provisioning, server.as_ref())?;
+        }
+        Ok((live, exists))
+    }
+
     async fn leave_old_server(
         &self,
         known: &crate::registry::SliceRow,
