@@ -9,7 +9,8 @@
 //! |---|---|
 //! | [`locate`] | the project a request names, a world's row, allowed names and paths |
 //! | [`plan`] | dependency levels, facts for tokens, every process's environment, process specs |
-//! | [`slices`] | provision: the intent row, the ownership check, build or clone |
+//! | [`slices`] | what slices render from: names, addresses, the adapter for each |
+//! | [`provision`] | one slice made or kept: the intent row, the ownership check, build or clone |
 //! | [`data`] | migrate and seed, catching up with the branch |
 //! | [`reach`] | a recorded slice on the server it was made on; teardown that says what it found |
 //! | [`templates`] | golden templates: build once, clone per world, fall back |
@@ -48,6 +49,7 @@ mod locate;
 mod logs;
 mod plan;
 mod processes;
+mod provision;
 mod reach;
 mod reconcile;
 mod remove;

@@ -2,8 +2,9 @@
 //! then cloned for each world where the adapter can clone.
 
 use super::data::{catch_up, provision_and_seed};
+use super::provision::Provisioning;
 use super::reach::{TornDown, drop_template, reach, server_now};
-use super::slices::{Provisioning, Resolved, adapter_error};
+use super::slices::{Resolved, adapter_error};
 use super::{SliceJob, WorldCtx, world_event};
 use crate::adapters::{Slice, golden};
 use crate::daemon::errors::file_error;

@@ -1,0 +1,352 @@
+//! Provisioning one slice for a world: kept live with its data, or
+//! recorded as intent, made (cloned from its golden template, or
+//! provisioned, migrated and seeded) and recorded live; a failure drops
+//! what it made. Only a slice this project made is ever taken over.
+
+use super::data::{catch_up, provision_and_seed, world_migrate_key};
+use super::plan::{Plan, lookup_env};
+use super::reach::{reach, server_now, tear_down};
+use super::slices::{Resolved, SliceAt, adapter_error, adapter_for, no_adapter, slice_name};
+use super::{SliceJob, WorldCtx, world_event};
+use crate::adapters::Slice;
+use crate::adapters::server::Server;
+use crate::daemon::events::EventKind;
+use crate::daemon::{Daemon, ProgressTx};
+use crate::faults::point as fault_point;
+use crate::protocol::{ApiError, SliceState};
+use crate::registry::SliceKey;
+use crate::{adapters, config};
+
+/// Makes (or keeps) service `service`'s slice for the world and returns its
+/// address and fields: a live slice is kept with its data (its schema caught up with
+/// the branch when the branch moved); otherwise the slice is recorded as
+/// `provisioning` first (a crash leaves a row `gc` can sweep), then cloned
+/// from the golden template where the adapter can, else provisioned,
+/// migrated and seeded, and recorded `live` with the key it was migrated
+/// at. A failure drops the slice and its record.
+pub(super) async fn provision(
+    cx: &WorldCtx<'_>,
+    service: &str,
+    r: &config::Resource,
+    plan: &Plan,
+    progress: &ProgressTx,
+) -> Result<Resolved, ApiError> {
+    let WorldCtx {
+        d,
+        cfg,
+        project,
+        world,
+        slug,
+        world_id,
+        client_env,
+    } = *cx;
+    let adapter =
+        adapter_for(d, &r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
+    let env_fn = lookup_env(&plan.project_env, client_env);
+    let slice_name = slice_name(adapter.as_ref(), project, slug)?;
+    let slice = SliceAt {
+        cfg,
+        project,
+        world,
+        world_root: &plan.world_root,
+        facts: &plan.facts,
+        env: &env_fn,
+        client_env,
+    }
+    .slice(d, service, adapter.as_ref(), slice_name.clone())?;
+    let log = d
+        .paths
+        .world_logs(project, slug)
+        .join(format!("{service}.log"));
+    let p = Provisioning {
+        cx,
+        job: SliceJob {
+            service,
+            r,
+            log: &log,
+        },
+        plan,
+        progress,
+        adapter: adapter.as_ref(),
+        // Where the branch's migrations are: a slice migrated at another
+        // key catches up.
+        world_key: world_migrate_key(r, &plan.world_root),
+        slice: &slice,
+    };
+    let (live, exists) = p.live_or_intent(world_id).await?;
+    // The password of the world's own user, kept before any server sees
+    // it (only for a slice recorded now): a user made with it is Binky's
+    // to take up again, or drop, however the rest is cut short.
+    let with_secret = slice.clone().with_new_secret(d, adapter.as_ref())?;
+    let p = Provisioning {
+        slice: &with_secret,
+        ..p
+    };
+    let address = match &live {
+        Some(k) => p.keep_live(k).await?,
+        None => p.make(exists).await?,
+    };
+    Ok(Resolved::new(address, adapter.as_ref(), &with_secret))
+}
+
+/// Refuses to take over a slice that exists on the server but that this
+/// project never recorded: another `BINKY_HOME` on the same server, or
+/// another project whose names collide, made it, and tearing it down to
+/// start afresh would destroy their data. A slice this project recorded
+/// (half-made, or left for `gc`) is its own to replace.
+fn check_ours(
+    d: &Daemon,
+    service: &str,
+    project: &str,
+    adapter: &dyn adapters::Adapter,
+    slice: &str,
+) -> Result<(), ApiError> {
+    let owner = d.registry().slice_owner(adapter.name(), slice)?;
+    match owner {
+        Some(p) if p == project => Ok(()),
+        Some(other) => Err(ApiError::new(format!(
+            "services.{service}: the {} slice `{slice}` already exists and belongs to project `{other}`",
+            adapter.name()
+        ))
+        .hint("give one of the projects another [project] name")),
+        None => Err(ApiError::new(format!(
+            "services.{service}: the {} slice `{slice}` already exists on the server, and this Binky did not make it",
+            adapter.name()
+        ))
+        .hint("another BINKY_HOME (or a Binky whose registry was lost) made it: remove it there, or drop it by hand if nothing uses it, then `binky up` again")),
+    }
+}
+
+/// One [`provision`] under way: who it is for, the slice, and the key the
+/// world's branch is at.
+pub(super) struct Provisioning<'a> {
+    pub(super) cx: &'a WorldCtx<'a>,
+    pub(super) job: SliceJob<'a>,
+    pub(super) plan: &'a Plan,
+    pub(super) progress: &'a ProgressTx,
+    pub(super) adapter: &'a dyn adapters::Adapter,
+    pub(super) slice: &'a Slice,
+    pub(super) world_key: Option<String>,
+}
+
+impl Provisioning<'_> {
+    /// Makes the slice afresh (dropping one of this project's that `exists`
+    /// on its server) and returns its address: the intent is recorded
+    /// before (`provisioning`, with the server), then the slice is filled
+    /// (cloned, or provisioned, migrated and seeded), then recorded live
+    /// with the key it was migrated at. A failure drops the slice and its
+    /// record.
+    async fn make(&self, exists: bool) -> Result<String, ApiError> {
+        let WorldCtx {
+            d, project, world, ..
+        } = *self.cx;
+        let (adapter, slice, service) = (self.adapter, self.slice, self.job.service);
+        let slice_name = &slice.name;
+        if exists {
+            adapter.teardown(slice).await.map_err(|e| self.named(e))?;
+        }
+        if let Err(e) = self.fill().await {
+            // Leave nothing half-made: drop the slice, and its record once it
+            // is really gone (else the record is what `gc` sweeps).
+            // A teardown that refuses what it finds (another's topics a
+            // refused provision left) made nothing either: no slice, no record.
+            let gone = adapter.teardown(slice).await.is_ok()
+                || adapter.exists(slice).await.is_ok_and(|there| !there);
+            if gone {
+                let _ = d.registry().delete_slice(adapter.name(), slice_name);
+            }
+            return Err(e);
+        }
+        self.record(SliceState::Live, None)?;
+        if let Some(key) = &self.world_key {
+            d.registry()
+                .set_slice_migrated(adapter.name(), slice_name, key)?;
+        }
+        let mut ev = world_event(EventKind::Provisioned, project, world);
+        ev.service = Some(service.to_owned());
+        ev.adapter = Some(adapter.name().to_owned());
+        d.event(ev);
+        adapter.resolve(slice).await.map_err(|e| self.named(e))
+    }
+
+    /// Records the world's slice in `state`, made on `server` (`None`
+    /// keeps the server recorded).
+    fn record(&self, state: SliceState, server: Option<&Server>) -> Result<(), ApiError> {
+        let WorldCtx {
+            d,
+            project,
+            world_id,
+            ..
+        } = *self.cx;
+        let key = SliceKey {
+            world_id: Some(world_id),
+            project,
+            service: self.job.service,
+            adapter: self.adapter.name(),
+            slice: &self.slice.name,
+        };
+        d.registry()
+            .set_slice(&key, state, server)
+            .map_err(ApiError::from)
+    }
+
+    /// When the slice's record names another server than `admin_url` does
+    /// today: a live slice is an error (its data is there: the user moves
+    /// it or removes the world); one an interrupted operation left there is
+    /// torn down on that server first, so making it here orphans nothing.
+    ///
+    /// # Errors
+    /// The slice is live on the other server, or that server cannot be
+    /// reached or refuses the teardown; its record is kept.
+    /// The slice's record if it is live and the slice is on the server,
+    /// and whether it is there. Otherwise the intent is recorded first,
+    /// with the server (a crash from here leaves a row `gc` can sweep
+    /// where the slice is), after refusing a slice on the server that this
+    /// project never recorded.
+    ///
+    /// # Errors
+    /// The registry, the adapter's look, or a slice that is not Binky's.
+    async fn live_or_intent(
+        &self,
+        world_id: i64,
+    ) -> Result<(Option<crate::registry::SliceRow>, bool), ApiError> {
+        let (d, project, service) = (self.cx.d, self.cx.project, self.job.service);
+        let name = &self.slice.name;
+        let known = d
+            .registry()
+            .slices_of(world_id)?
+            .into_iter()
+            .find(|s| s.service == service && &s.slice == name);
+        let server = server_now(d, self.adapter, self.slice)?;
+        if let Some(k) = &known {
+            self.leave_old_server(k, server.as_ref()).await?;
+        }
+        let exists = self
+            .adapter
+            .exists(self.slice)
+            .await
+            .map_err(|e| self.named(e))?;
+        let live = known.filter(|k| k.state == SliceState::Live && exists);
+        if live.is_none() {
+            if exists {
+                check_ours(d, service, project, self.adapter, name)?;
+            }
+            self.record(SliceState::Provisioning, server.as_ref())?;
+        }
+        Ok((live, exists))
+    }
+
+    async fn leave_old_server(
+        &self,
+        known: &crate::registry::SliceRow,
+        now: Option<&Server>,
+    ) -> Result<(), ApiError> {
+        let Some(recorded) = &known.server else {
+            return Ok(());
+        };
+        if now.is_some_and(|n| n.address == recorded.address) {
+            return Ok(());
+        }
+        let (d, service, world) = (self.cx.d, self.job.service, self.cx.world);
+        let named = now.map_or("no server".to_owned(), |n| n.address.clone());
+        if known.state == SliceState::Live {
+            return Err(ApiError::new(format!(
+                "services.{service}: the slice {} lives on {}, but admin_url now names {named}",
+                self.slice.name, recorded.address
+            ))
+            .hint(format!(
+                "set admin_url back so that it names {}, or run `binky remove {world}` (it tears the slice down there) and `binky up {world}` to make it on {named}",
+                recorded.address
+            )));
+        }
+        let old = reach(
+            d,
+            self.adapter,
+            service,
+            vec![self.slice.clone()],
+            Some(recorded),
+        )?;
+        tear_down(self.adapter, &old.slice)
+            .await
+            .map_err(|e| adapter_error(service, &old.slice, e))?;
+        d.registry()
+            .delete_slice(self.adapter.name(), &self.slice.name)
+            .map_err(ApiError::from)
+    }
+
+    /// An adapter error naming the service, never the credentials.
+    pub(super) fn named(&self, e: adapters::AdapterError) -> ApiError {
+        adapter_error(self.job.service, self.slice, e)
+    }
+
+    /// `up` after `down`, `reload`: the slice and its data are kept, nothing
+    /// re-provisioned or re-seeded; its schema catches up with the branch
+    /// when the branch moved.
+    async fn keep_live(&self, known: &crate::registry::SliceRow) -> Result<String, ApiError> {
+        // What the config asks of the slice now (a user of its own) is
+        // made here, by `up`, never by `resolve`.
+        self.adapter
+            .complete(self.slice)
+            .await
+            .map_err(|e| self.named(e))?;
+        let address = self
+            .adapter
+            .resolve(self.slice)
+            .await
+            .map_err(|e| self.named(e))?;
+        if let Some(key) = &self.world_key
+            && known.migrated_key.as_deref() != Some(key.as_str())
+        {
+            let why = if known.migrated_key.is_none() {
+                "it was never migrated by this binky"
+            } else {
+                "its branch moved since it was last migrated"
+            };
+            catch_up(
+                self.cx,
+                &self.job,
+                self.plan,
+                &Resolved::new(address.clone(), self.adapter, self.slice),
+                self.progress,
+                why,
+                false,
+            )
+            .await?;
+            self.cx
+                .d
+                .registry()
+                .set_slice_migrated(self.adapter.name(), &self.slice.name, key)?;
+        }
+        Ok(address)
+    }
+
+    /// Fills the new slice: a clone of the golden template where the
+    /// adapter can clone (falling back when the copy fails for an
+    /// environmental reason), else provision + migrate + seed.
+    async fn fill(&self) -> Result<(), ApiError> {
+        let mut cloned = false;
+        if let Some(from) = &self.job.r.clone_from
+            && self.adapter.capabilities().clone
+        {
+            let template = self.golden(from).await?;
+            cloned = self.clone_from(&template).await?;
+        }
+        if !cloned {
+            provision_and_seed(
+                self.adapter,
+                self.slice,
+                self.cx,
+                &self.job,
+                self.plan,
+                "slice",
+            )
+            .await?;
+            self.cx
+                .d
+                .registry()
+                .set_slice_template(self.adapter.name(), &self.slice.name, None)?;
+        }
+        fault_point("slice:ready");
+        Ok(())
+    }
+}
