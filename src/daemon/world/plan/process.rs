@@ -192,19 +192,7 @@ pub(in crate::daemon::world) fn process_spec(
     let own_port = plan.facts[service].port;
     let health = match &p.health {
         None => None,
-        Some(h) => {
-            let probe = match &h.probe {
-                Probe::Http(u) => health::parse_http(&r(u, "health")?, own_port),
-                Probe::Tcp(a) => health::parse_tcp(&r(a, "health")?),
-                Probe::Cmd(c) => Ok(health::ProbeSpec::Cmd {
-                    cmd: r(c, "health")?,
-                    cwd: cwd.clone(),
-                    env: env.clone(),
-                }),
-            }
-            .map_err(|e| ApiError::new(format!("services.{service}.health: {e}")))?;
-            Some((probe, h.timeout, h.interval))
-        }
+        Some(h) => Some(probe_of(service, h, &r, own_port, &cwd, &env)?),
     };
     Ok(ServiceSpec {
         name: service.to_owned(),
@@ -223,6 +211,34 @@ pub(in crate::daemon::world) fn process_spec(
         log_writer: crate::platform::self_exe().ok(),
         mark,
     })
+}
+
+/// Service `service`'s health probe, its tokens rendered by `r`, with its
+/// timeout and interval. A `cmd` probe runs in the service's folder with its
+/// environment.
+///
+/// # Errors
+/// A token does not render, or the probe's address does not parse (named as
+/// `services.<service>.health`).
+fn probe_of(
+    service: &str,
+    h: &config::Health,
+    r: &impl Fn(&str, &str) -> Result<String, ApiError>,
+    own_port: Option<u16>,
+    cwd: &Path,
+    env: &[(String, String)],
+) -> Result<(health::ProbeSpec, std::time::Duration, std::time::Duration), ApiError> {
+    let probe = match &h.probe {
+        Probe::Http(u) => health::parse_http(&r(u, "health")?, own_port),
+        Probe::Tcp(a) => health::parse_tcp(&r(a, "health")?),
+        Probe::Cmd(c) => Ok(health::ProbeSpec::Cmd {
+            cmd: r(c, "health")?,
+            cwd: cwd.to_path_buf(),
+            env: env.to_vec(),
+        }),
+    }
+    .map_err(|e| ApiError::new(format!("services.{service}.health: {e}")))?;
+    Ok((probe, h.timeout, h.interval))
 }
 
 /// The [`supervisor::Mark`] of a service whose environment is `env`: its
