@@ -166,19 +166,14 @@ impl Client {
                 Ok(Some(Reply::Err(e))) => return Err(e),
                 // Only a subscription is sent these (see `subscribe`).
                 Ok(Some(Reply::Event(_) | Reply::Lagged(_) | Reply::Logs(_))) => {}
-                Ok(None) if queued => {
-                    // The queue is in the registry: nothing of it is lost.
-                    let name = match req {
-                        Request::Up(u) => u.world.name.as_str(),
-                        _ => "the world",
-                    };
-                    return Err(ApiError::new(format!(
-                        "the daemon stopped while `up` of {name} was queued; {name} is still queued, and a new daemon carries on with the queue in its order"
-                    ))
-                    .hint("any `binky` command starts the daemon again; `binky status` shows the world's place"));
-                }
+                Ok(None) if queued => return Err(gone_while_queued(req)),
                 Ok(None) => return Err(daemon_gone(req)),
-                Err(e) => return Err(ApiError::new(format!("bad reply from the daemon: {e}"))),
+                Err(e) => {
+                    return Err(ApiError::new(named(
+                        req,
+                        &format!("bad reply from the daemon: {e}"),
+                    )));
+                }
             }
         }
     }
@@ -269,16 +264,7 @@ pub enum Ended {
 /// admitted `up` on from the queue); a read changed nothing.
 fn daemon_gone(req: &Request) -> ApiError {
     let verb = req.verb();
-    let world = match req {
-        Request::Up(u)
-        | Request::Reload(u)
-        | Request::Reset(crate::protocol::ResetRequest { up: u, .. }) => {
-            Some(u.world.name.as_str())
-        }
-        Request::Down(w) => Some(w.name.as_str()),
-        Request::Remove { world, .. } | Request::Verify { world, .. } => Some(world.name.as_str()),
-        _ => None,
-    };
+    let world = req.world_name();
     let (what, again) = match (req, world) {
         (Request::Up(_), Some(w)) => (
             format!(
@@ -322,6 +308,36 @@ fn daemon_gone(req: &Request) -> ApiError {
     .hint(format!(
         "{again}; any `binky` command starts the daemon again (daemon.log in BINKY_HOME says why it stopped)"
     ))
+}
+
+/// `msg` prefixed with the verb and world it is about (`` `reset` of w: ``),
+/// as the daemon prefixes its own lifecycle errors, so a script or an agent
+/// running several verbs at once can tell which one failed.
+fn named(req: &Request, msg: &str) -> String {
+    match req.world_name() {
+        Some(w) => format!("`{}` of {w}: {msg}", req.verb()),
+        None => msg.to_owned(),
+    }
+}
+
+/// The error for a daemon that went away while `req` was queued. The queue
+/// is in the registry, so the place is kept; a new daemon carries a queued
+/// ticket on as an `up`, so a queued `reload` or `reset` is said not to
+/// have run (a reset's slices are not made afresh).
+fn gone_while_queued(req: &Request) -> ApiError {
+    let verb = req.verb();
+    let w = req.world_name().unwrap_or("the world");
+    let base = format!(
+        "the daemon stopped while `{verb}` of {w} was queued; {w} is still queued, and a new daemon brings it up in the queue's order"
+    );
+    match req {
+        Request::Up(_) => ApiError::new(base).hint(
+            "any `binky` command starts the daemon again; `binky status` shows the world's place",
+        ),
+        _ => ApiError::new(format!("{base}, without the `{verb}` itself")).hint(format!(
+            "any `binky` command starts the daemon again; `binky status` shows the world's place; `binky {verb} {w}` again does the `{verb}`"
+        )),
+    }
 }
 
 /// Cancels a client's request in flight: the daemon stops what the

@@ -357,6 +357,21 @@ impl Request {
         }
     }
 
+    /// The world a lifecycle verb acts on (`up`, `reload`, `reset`, `down`,
+    /// `remove`, `verify`), for what is said of it; `None` for the others.
+    pub fn world_name(&self) -> Option<&str> {
+        match self {
+            Request::Up(u) | Request::Reload(u) | Request::Reset(ResetRequest { up: u, .. }) => {
+                Some(u.world.name.as_str())
+            }
+            Request::Down(w) => Some(w.name.as_str()),
+            Request::Remove { world, .. } | Request::Verify { world, .. } => {
+                Some(world.name.as_str())
+            }
+            _ => None,
+        }
+    }
+
     /// Records who asks (the daemon's reading of the socket's peer) on a
     /// request that may queue; any caller the client put there is replaced.
     pub fn set_caller(&mut self, caller: Option<String>) {

@@ -70,7 +70,7 @@ pub(super) async fn run_adopted(
 }
 
 /// Before a service starts again: stops what its old instance left outside
-/// its process group (see [`Mark`]), so the new one never runs beside it.
+/// its process group (see [`super::Mark`]), so the new one never runs beside it.
 /// What outlived SIGKILL is logged; the restart goes on.
 async fn sweep(spec: &ServiceSpec) {
     if let Some(s) = Strays::of(spec)
