@@ -181,6 +181,41 @@ fn template_building_at_every_fault_point() {
 }
 
 #[test]
+fn a_template_build_cut_short_by_a_crash_is_swept_by_gc_once_no_world_needs_it() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\nclone_from = \"main\"\nseed = \"python3 seed.py\"\nclone_inputs = [\"seed.py\"]\n",
+        project_header("cutshort", 1)
+    );
+    let repo = Repo::with("", &toml, &[("seed.py", SEED)]);
+    // The daemon dies with the template provisioned, before its seed and
+    // its finished marker.
+    crash_at(&repo, &home, &["up", "x"], "golden:provisioned", &[]);
+    let first = home.listed("slices/sqlite");
+    assert!(
+        matches!(first.as_slice(), [t] if t.starts_with("cutshort_golden_main_")),
+        "the fault point is after provisioning: {first:?}"
+    );
+    // The branch's seed changes, so the next `up` needs another template:
+    // the one cut short is no world's now.
+    let seed = repo.worktree_root().join("x").join("seed.py");
+    std::fs::write(&seed, format!("{SEED}# v2\n")).unwrap();
+    repo.ok(&home, &["up", "x"]);
+    let second = home.cloned_from("x", "db");
+    assert!(
+        !first.contains(&format!("{second}.sqlite3")),
+        "{first:?} {second}"
+    );
+    repo.ok(&home, &["remove", "x", "--force"]);
+    // gc finds it by the marker its build wrote first, and drops it, its
+    // marker and its log, with the second template no world needs either.
+    let gc = repo.run(&home, &["gc"]);
+    assert_eq!(gc.code(), 0, "{gc}");
+    assert_eq!(home.listed("slices/sqlite"), Vec::<String>::new(), "{gc}");
+    assert_eq!(home.listed("golden/sqlite"), Vec::<String>::new(), "{gc}");
+}
+
+#[test]
 fn verify_interrupted_by_a_crash_leaves_no_orphan() {
     let home = Home::new();
     let marker = format!("VERIFYFAULT{}", std::process::id());

@@ -48,6 +48,20 @@ impl Home {
         self.dir.path().join(name)
     }
 
+    /// The names in folder `dir` under the state folder, sorted; none when
+    /// it does not exist.
+    pub fn listed(&self, dir: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.file(dir))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
     /// `binky ARGS` with only this home's variables set: every inherited
     /// `BINKY_*` is removed so a developer's own settings never leak in.
     pub fn cmd(&self, args: &[&str]) -> Command {

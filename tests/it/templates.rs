@@ -678,13 +678,24 @@ fn a_template_whose_seed_fails_is_dropped_not_left_half_made() {
     let out = repo.run(&home, &["up", "w"]);
     assert_eq!(out.code(), 1, "{out}");
     assert!(out.stderr().contains("services.db.seed failed"), "{out}");
-    assert!(
-        !home
-            .file("slices/sqlite/halfmade_golden_main.sqlite3")
-            .exists()
-    );
-    assert!(!home.file("slices/sqlite/halfmade_w.sqlite3").exists());
-    assert!(!home.file("golden/sqlite/halfmade_golden_main").exists());
+    // No template and no world's slice on the "server"...
+    assert_eq!(home.listed("slices/sqlite"), Vec::<String>::new());
+    // ...and the build's marker, keyless (never taken for a finished
+    // template), with the seed's output in the log beside it.
+    let golden = home.listed("golden/sqlite");
+    assert_eq!(golden.len(), 2, "{golden:?}");
+    assert!(golden[0].starts_with("halfmade_golden_main_"), "{golden:?}");
+    assert_eq!(golden[1], format!("{}.log", golden[0]));
+    let marker =
+        std::fs::read_to_string(home.file(&format!("golden/sqlite/{}", golden[0]))).unwrap();
+    assert_eq!(marker.lines().next(), Some(""), "{marker}");
+    let log = std::fs::read_to_string(home.file(&format!("golden/sqlite/{}", golden[1]))).unwrap();
+    assert!(log.contains("seeding"), "{log}");
+    // Once no world needs it, gc leaves nothing of it, log included.
+    repo.ok(&home, &["remove", "w", "--force"]);
+    let gc = repo.run(&home, &["gc"]);
+    assert_eq!(gc.code(), 0, "{gc}");
+    assert_eq!(home.listed("golden/sqlite"), Vec::<String>::new(), "{gc}");
 }
 
 #[test]

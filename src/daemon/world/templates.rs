@@ -71,8 +71,7 @@ impl Provisioning<'_> {
         if moved {
             // Built on the server `admin_url` named before: dropped there
             // first, or this build would orphan it.
-            self.drop_old_template(&template, &recorded, &marker)
-                .await?;
+            self.drop_old_template(&template, &recorded).await?;
         }
         let fresh =
             !moved && recorded.key == key && adapter.exists(&template).await.unwrap_or(false);
@@ -109,7 +108,18 @@ impl Provisioning<'_> {
         } = *self.cx;
         let adapter = self.adapter;
         let (tname, key, template, template_log) = (&t.name, &t.key, &t.slice, &t.log);
-        let _ = std::fs::remove_file(marker);
+        // The marker goes first, with no key (never fresh): whatever ends
+        // the build — a failure, a cancel, the daemon killed — leaves a
+        // marker naming the server, and `gc` drops what is there and the
+        // build log once no world's branch needs the template.
+        let building = golden::Marker {
+            key: String::new(),
+            migrated: None,
+            server: server.clone(),
+            project: Some(project.to_owned()),
+            service: Some(self.job.service.to_owned()),
+        };
+        write_marker(marker, &building)?;
         adapter
             .drop_template(template)
             .await
@@ -129,32 +139,27 @@ impl Provisioning<'_> {
         let built = provision_and_seed(adapter, template, self.cx, &job, self.plan, "golden").await;
         if let Err(e) = built {
             // Nothing half-made: a template that failed its migrate or
-            // seed is dropped, so the next `up` builds it afresh.
+            // seed is dropped, so the next `up` builds it afresh; its
+            // keyless marker and log stay for the user to read until `gc`.
             let _ = adapter.drop_template(template).await;
             return Err(e);
         }
         fault_point("golden:built");
-        if let Some(dir) = marker.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
         let migrated = self.world_key.clone();
         let m = golden::Marker {
             key: key.to_owned(),
             migrated: migrated.clone(),
-            server,
-            project: Some(project.to_owned()),
-            service: Some(self.job.service.to_owned()),
+            ..building
         };
-        // By rename: a link planted at the name is replaced, not written through.
-        crate::platform::write_replacing(marker, m.render().as_bytes())
-            .map_err(|e| file_error("write", marker, e))?;
+        write_marker(marker, &m)?;
         d.event(world_event(EventKind::GoldenBuilt, project, world).detail(tname.clone()));
         Ok(migrated)
     }
 
     /// Drops the golden template `template` on the server its marker says
-    /// it was built on (another than `admin_url` names now), then its
-    /// marker.
+    /// it was built on (another than `admin_url` names now). The marker is
+    /// left for the build that follows to replace: were it removed here, a
+    /// crash before that build would leave a log no marker names.
     ///
     /// # Errors
     /// That server cannot be reached with the credentials at hand, or
@@ -163,7 +168,6 @@ impl Provisioning<'_> {
         &self,
         template: &Slice,
         recorded: &golden::Marker,
-        marker: &Path,
     ) -> Result<(), ApiError> {
         let (d, service) = (self.cx.d, self.job.service);
         let old = reach(
@@ -185,7 +189,6 @@ impl Provisioning<'_> {
         );
         ev.service = Some(service.to_owned());
         d.event(ev);
-        let _ = std::fs::remove_file(marker);
         Ok(())
     }
 
@@ -325,4 +328,17 @@ impl Provisioning<'_> {
             .registry()
             .set_slice_template(self.adapter.name(), &self.slice.name, None);
     }
+}
+
+/// Writes golden marker `m` at `marker`, its folder made first.
+///
+/// # Errors
+/// The file cannot be written (named, with the OS's reason).
+fn write_marker(marker: &Path, m: &golden::Marker) -> Result<(), ApiError> {
+    if let Some(dir) = marker.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    // By rename: a link planted at the name is replaced, not written through.
+    crate::platform::write_replacing(marker, m.render().as_bytes())
+        .map_err(|e| file_error("write", marker, e))
 }

@@ -485,8 +485,10 @@ async fn drop_unused_template(
         .map_err(|e| e.redacted(&reached.slice).message)?;
     // Its role's password goes with it (a template has no slice record).
     let _ = d.registry().delete_slice(t.adapter, t.name);
-    std::fs::remove_file(t.path).map_err(|e| e.to_string())?;
+    // The log first: the marker is what a later gc finds, so one killed
+    // between the two leaves it to that gc, never a log no marker names.
     let _ = std::fs::remove_file(format!("{}.log", t.path.display()));
+    std::fs::remove_file(t.path).map_err(|e| e.to_string())?;
     let mut ev = LogEvent::named(EventKind::TemplateDropped).detail(t.name.to_owned());
     ev.project = Some(t.project.to_owned());
     ev.service = Some(service);
@@ -556,7 +558,8 @@ async fn drop_unknown_template(
         .await
         .map_err(|e| e.redacted(&slice).message)?;
     let _ = d.registry().delete_slice(adapter.name(), &slice.name);
-    std::fs::remove_file(marker).map_err(|e| e.to_string())?;
+    // The log first, as in `drop_unused_template`.
     let _ = std::fs::remove_file(format!("{}.log", marker.display()));
+    std::fs::remove_file(marker).map_err(|e| e.to_string())?;
     Ok(found)
 }
