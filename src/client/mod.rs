@@ -320,6 +320,13 @@ fn named(req: &Request, msg: &str) -> String {
     }
 }
 
+/// Error `e`, found before `req` reached a daemon (one that could not be
+/// started), said of `req`'s verb and world as [`named`] says; its hint kept.
+pub fn about(req: &Request, mut e: ApiError) -> ApiError {
+    e.message = named(req, &e.message);
+    e
+}
+
 /// The error for a daemon that went away while `req` was queued. The queue
 /// is in the registry, so the place is kept; a new daemon carries a queued
 /// ticket on as an `up`, so a queued `reload` or `reset` is said not to

@@ -68,7 +68,10 @@ impl ProgressView {
 
 fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
     let paths = paths_or_exit()?;
-    let mut client = Client::connect_or_start(&paths).map_err(|e| fail_json(json, &e))?;
+    // A daemon that cannot be started fails this verb: said of its world,
+    // as every other error of a lifecycle verb is.
+    let mut client = Client::connect_or_start(&paths)
+        .map_err(|e| fail_json(json, &crate::client::about(&req, e)))?;
     // Ctrl-C during `up`/`reload` cancels it in the daemon, which stops what
     // it started; a second Ctrl-C stops waiting for that.
     // SIGTERM and SIGHUP (a closed terminal, `timeout`) cancel the same way;
@@ -76,7 +79,8 @@ fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
     let cancelled = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
     if matches!(req, Request::Up(_) | Request::Reload(_) | Request::Reset(_)) {
         let canceller = client.canceller().map_err(|e| fail_json(json, &e))?;
-        let (flag, verb, name) = (cancelled.clone(), req.verb(), world_name(&req));
+        let (flag, verb) = (cancelled.clone(), req.verb());
+        let name = req.world_name().unwrap_or_default().to_owned();
         crate::platform::on_interrupt(move |n, sig| {
             use std::io::Write;
             if n == 1 {
@@ -115,16 +119,6 @@ fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
 }
 
 /// The world a lifecycle request names.
-fn world_name(req: &Request) -> String {
-    match req {
-        Request::Up(r) | Request::Reload(r) | Request::Reset(ResetRequest { up: r, .. }) => {
-            r.world.name.clone()
-        }
-        Request::Down(w) | Request::Remove { world: w, .. } => w.name.clone(),
-        _ => String::new(),
-    }
-}
-
 fn print_services(o: &WorldOutcome) {
     let width = o
         .world

@@ -86,6 +86,7 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     tracing::debug!(open_files, "open-file limit");
     let lock = take_lock(&paths)?;
     let registry = Registry::open(&paths.registry())?;
+    crate::faults::point("daemon:start");
     let socket = paths.socket();
     // We hold the lock, so any socket file here belongs to a dead daemon.
     match std::fs::remove_file(&socket) {

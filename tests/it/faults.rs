@@ -291,3 +291,33 @@ fn down_reload_and_remove_at_every_fault_point() {
     run_point("remove:stopped", &["remove", "x", "--force"]);
     run_point("remove:torn_down", &["remove", "x", "--force"]);
 }
+
+#[test]
+fn a_daemon_that_dies_starting_fails_the_verb_said_of_its_world() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\n",
+        project_header("diestart", 1)
+    );
+    let repo = Repo::new(&toml);
+    // The daemon this `reset` starts aborts before it serves.
+    let fault = [("BINKY_TEST_FAULT", "daemon:start")];
+    let out = repo.run_with(&home, &["reset", "x"], &fault);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(
+        out.stderr()
+            .contains("`reset` of x: the daemon exited during start-up"),
+        "{out}"
+    );
+    let json = repo.run_with(&home, &["up", "x", "--json"], &fault);
+    assert!(
+        json.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("`up` of x: the daemon exited during start-up"),
+        "{json}"
+    );
+    // Nothing was made: the next daemon brings x up from nothing.
+    repo.ok(&home, &["up", "x"]);
+    repo.ok(&home, &["remove", "x", "--force"]);
+}
