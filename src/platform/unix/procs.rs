@@ -128,16 +128,58 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 /// The environment a process was started with (`/proc/<pid>/environ`);
 /// `None` when it is gone or not ours to read.
 pub fn process_env(pid: u32) -> Option<Vec<(String, String)>> {
-    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    Some(
-        raw.split(|b| *b == 0)
-            .filter_map(|kv| {
-                let kv = String::from_utf8_lossy(kv);
-                kv.split_once('=')
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            })
-            .collect(),
-    )
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .ok()
+        .map(|raw| parse_environ(&raw))
+}
+
+/// `NAME=value` pairs of a raw `environ` (NUL-separated).
+fn parse_environ(raw: &[u8]) -> Vec<(String, String)> {
+    raw.split(|b| *b == 0)
+        .filter_map(|kv| {
+            let kv = String::from_utf8_lossy(kv);
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
+/// What one read of a process's `environ` says of its marks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum EnvRead {
+    /// Read: `(home, mark)` when it holds both variables. Final for this
+    /// process (its pid and start time): kept.
+    Read(Option<(String, String)>),
+    /// Not ours to read: final too.
+    Foreign,
+    /// Nothing to go by yet: an empty `environ` (a process inside
+    /// `execve`, between its new memory and its new stack, reads empty),
+    /// or a read that failed otherwise. Read again at the next look, so a
+    /// process caught mid-exec is never taken for unmarked for good.
+    Unknown,
+}
+
+impl EnvRead {
+    fn of(read: std::io::Result<Vec<u8>>, home_var: &str, mark_var: &str) -> EnvRead {
+        match read {
+            Ok(raw) if raw.is_empty() => EnvRead::Unknown,
+            Ok(raw) => {
+                let env = parse_environ(&raw);
+                let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+                EnvRead::Read(get(home_var).zip(get(mark_var)))
+            }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => EnvRead::Foreign,
+            Err(_) => EnvRead::Unknown,
+        }
+    }
+
+    /// `(home, mark)` when known to hold both.
+    fn marks(&self) -> Option<&(String, String)> {
+        match self {
+            EnvRead::Read(m) => m.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// A process that carries a mark in its environment: the value of a
@@ -159,7 +201,7 @@ pub struct Marked {
 pub fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marked> {
     use std::collections::HashMap;
     use std::sync::Mutex;
-    type Seen = HashMap<(u32, u64), Option<(String, String)>>;
+    type Seen = HashMap<(u32, u64), EnvRead>;
     static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
     let procs = all_processes();
     let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
@@ -171,13 +213,28 @@ pub fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marke
             .any(|p| p.pid == *pid && p.start_time == *start)
     });
     let mut out = Vec::new();
-    for p in procs.into_iter().filter(|p| !p.is_zombie()) {
-        let entry = seen.entry((p.pid, p.start_time)).or_insert_with(|| {
-            let env = process_env(p.pid)?;
-            let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-            Some((get(home_var)?, get(mark_var)?))
-        });
-        if let Some((h, mark)) = entry
+    // Kernel threads (kthreadd, pid 2, and its children) carry no
+    // environment: never read.
+    for p in procs
+        .into_iter()
+        .filter(|p| !p.is_zombie() && p.pid != 2 && p.ppid != 2)
+    {
+        let key = (p.pid, p.start_time);
+        let read = match seen.get(&key) {
+            Some(r) => r.clone(),
+            None => {
+                let r = EnvRead::of(
+                    std::fs::read(format!("/proc/{}/environ", p.pid)),
+                    home_var,
+                    mark_var,
+                );
+                if r != EnvRead::Unknown {
+                    seen.insert(key, r.clone());
+                }
+                r
+            }
+        };
+        if let Some((h, mark)) = read.marks()
             && h == home
         {
             out.push(Marked {
@@ -235,4 +292,57 @@ pub fn command_line(pid: u32) -> Option<String> {
         .collect::<Vec<_>>()
         .join(" ");
     (!text.is_empty()).then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+
+    #[test]
+    fn an_empty_or_failed_environ_read_is_unknown_and_read_again() {
+        let of = |r| EnvRead::of(r, "H", "M");
+        // Mid-exec a process's environ reads empty: not "unmarked".
+        assert_eq!(of(Ok(Vec::new())), EnvRead::Unknown);
+        assert_eq!(
+            of(Err(io::Error::from(io::ErrorKind::NotFound))),
+            EnvRead::Unknown
+        );
+        assert_eq!(
+            of(Err(io::Error::from(io::ErrorKind::PermissionDenied))),
+            EnvRead::Foreign
+        );
+        assert_eq!(of(Ok(b"PATH=/bin\0".to_vec())), EnvRead::Read(None));
+        assert_eq!(
+            of(Ok(b"H=/home\0X=1\0M=tok=en\0".to_vec())),
+            EnvRead::Read(Some(("/home".into(), "tok=en".into())))
+        );
+    }
+
+    #[test]
+    fn a_marked_child_is_found_wherever_its_group_is() {
+        let home = format!("/nonexistent/home-{}", std::process::id());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("BINKY_TEST_HOME_MARK", &home)
+            .env("BINKY_TEST_TOKEN_MARK", "t1")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        // Looked at until seen: a look while it is still inside `execve`
+        // finds nothing yet, and must not hide it from the next.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let found = loop {
+            let f = marked_processes("BINKY_TEST_HOME_MARK", &home, "BINKY_TEST_TOKEN_MARK");
+            if !f.is_empty() || std::time::Instant::now() > deadline {
+                break f;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].stat.pid, child.id());
+        assert_eq!(found[0].mark, "t1");
+    }
 }
