@@ -321,3 +321,49 @@ fn a_daemon_that_dies_starting_fails_the_verb_said_of_its_world() {
     repo.ok(&home, &["up", "x"]);
     repo.ok(&home, &["remove", "x", "--force"]);
 }
+
+/// `gc` reads the slices it may sweep, then sweeps each under its world's
+/// lock and only if it still may: an `up` that claimed the slice again in
+/// between (a queue a new daemon carried on) keeps it. Before, gc tore down
+/// the slice the `up` had just made and forgot its record, and the next
+/// `up` refused the slice as "not made by this Binky" (chaos seed 2).
+#[test]
+fn gc_never_sweeps_a_slice_an_up_claimed_after_the_list_was_read() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\nseed = \"python3 seed.py\"\n",
+        project_header("gcrace", 1)
+    );
+    let repo = Repo::with("", &toml, &[("seed.py", SEED)]);
+    // The slice of x is left in `teardown` by a remove cut short: gc's to sweep.
+    up_then_crash_removing(&repo, &home, "x", &[]);
+    let slice = home.file("slices/sqlite/gcrace_x.sqlite3");
+    assert!(slice.exists());
+    // A daemon whose gc waits 3 s between its list and its sweep.
+    home.start_daemon_with(&[("BINKY_TEST_PAUSE", "gc:listed=3000")]);
+    let gc = Watched::spawn(repo.cmd(&home, &["gc", "--json"]));
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(home.file("daemon.log"))
+                .is_ok_and(|l| l.contains("point=\"gc:listed\""))
+        }),
+        "gc never listed"
+    );
+    // Meanwhile x is brought up again: its slice is made afresh, live.
+    repo.ok(&home, &["up", "x"]);
+    let (code, text) = gc.finish();
+    assert_eq!(code, 0, "{text}");
+    let w = &repo.worlds(&home)["x"];
+    assert_eq!(w["state"], "running", "{w}\n{text}");
+    assert_eq!(w["services"][0]["state"], "provisioned", "{w}\n{text}");
+    assert_eq!(
+        seeded_value(&slice).as_deref(),
+        Some("42"),
+        "gc swept the slice x's up had made:\n{text}"
+    );
+    // And gc finds nothing of it to sweep now.
+    let again = repo.run(&home, &["gc", "--dry-run"]);
+    assert!(!again.stdout().contains("gcrace_x"), "{again}");
+    repo.ok(&home, &["remove", "x", "--force"]);
+    assert!(!slice.exists());
+}

@@ -69,7 +69,25 @@ async fn sweep_slices(
     out: &mut Vec<SweepItem>,
 ) {
     let orphans = d.registry().orphan_slices().unwrap_or_default();
+    // The window between reading the list and sweeping it.
+    crate::faults::pause("gc:listed").await;
     for o in orphans {
+        // Under its world's lock, which a verb holds while it makes the
+        // world: a verb that began after the list was read (a queue carried
+        // on by a new daemon) has claimed the slice again, and is left to it.
+        let world = o
+            .world_id
+            .and_then(|id| d.registry().world_names(id).ok().flatten());
+        let lock = world
+            .as_ref()
+            .map(|(p, w)| d.worlds.lock_for(&crate::daemon::WorldKey::new(p, w)));
+        let _guard = match &lock {
+            Some(l) => Some(l.lock().await),
+            None => None,
+        };
+        if !still_orphan(d, &o) {
+            continue;
+        }
         let outcome = if dry_run {
             swept(true, Ok(()))
         } else {
@@ -97,6 +115,14 @@ async fn sweep_slices(
             outcome,
         ));
     }
+}
+
+/// Whether `o` is still one of the slices `gc` may sweep, read again now.
+fn still_orphan(d: &Daemon, o: &OrphanSlice) -> bool {
+    d.registry().orphan_slices().is_ok_and(|now| {
+        now.iter()
+            .any(|n| n.adapter == o.adapter && n.slice == o.slice && n.world_id == o.world_id)
+    })
 }
 
 /// Tears down one orphaned slice on the server it was made on and forgets
