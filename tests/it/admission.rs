@@ -718,23 +718,30 @@ fn a_memory_stall_wakes_the_sampler_at_once() {
             .as_u64()
             .unwrap()
     };
+    // The trigger is machine-wide: start in a quiet second, with no stall
+    // from elsewhere (another test, a build) counted.
+    let mut quiet = stalls();
+    let calm = wait_until(Duration::from_secs(20), || {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = stalls();
+        std::mem::replace(&mut quiet, now) == now
+    });
     let (before, stalls_before) = (samples(), stalls());
     // Then RAM sinks 1.5 GiB, outside binky: below the reserve, unseen —
     // no sample is due, and an allocation alone wakes nothing.
     let _hog = Hog::hold(&home, "hog", 1536 * MIB);
     let (now, state_now) = (samples(), state(&repo, &home, "w"));
-    if stalls() == stalls_before {
-        assert_eq!(state_now, "running", "sampled without a stall");
-        assert_eq!(now, before, "sampled without a stall");
-    } else {
-        // The trigger is machine-wide: a stall elsewhere (another test, a
-        // build) woke the daemon, rightly, so this run cannot tell whether
-        // the allocation alone would have. The stall half below still runs.
-        eprintln!(
-            "a memory stall from elsewhere on the machine came during the hog ({} sample(s)): the no-stall check is inconclusive this run",
+    if !calm || stalls() != stalls_before {
+        // A stall from elsewhere woke the daemon, rightly: this run cannot
+        // tell whether the allocation alone would have.
+        skip(&format!(
+            "memory stalls from elsewhere on the machine (quiet second found: {calm}; {} sample(s) during the hog): the no-stall check cannot be made",
             now - before
-        );
+        ));
+        return;
     }
+    assert_eq!(state_now, "running", "sampled without a stall");
+    assert_eq!(now, before, "sampled without a stall");
     // The stall comes from re-reading a file's page cache in a small
     // memory cgroup: on a tmpfs the file would be memory itself.
     let scratch = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));

@@ -177,6 +177,10 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 fn the_same_name_upped_twice_at_once_is_one_world() {
     let home = Home::new();
     let repo = Repo::new(&two_services("acme"));
+    // Each `up` waits 3 s between its admission and the world's lock, so
+    // two sent within that window are both inside the daemon at once.
+    home.start_daemon_with(&[("BINKY_TEST_PAUSE", "up:admitted=3000")]);
+    let first = std::time::Instant::now();
     let children: Vec<_> = (0..2)
         .map(|_| {
             repo.cmd(&home, &["up", "twin", "--json"])
@@ -186,6 +190,11 @@ fn the_same_name_upped_twice_at_once_is_one_world() {
                 .unwrap()
         })
         .collect();
+    let apart = first.elapsed();
+    assert!(
+        apart < Duration::from_secs(2),
+        "the two `up`s were sent {apart:?} apart: they may not have overlapped"
+    );
     let outs: Vec<serde_json::Value> = children
         .into_iter()
         .map(|c| {
