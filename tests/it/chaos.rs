@@ -29,7 +29,6 @@ fn driver() -> PathBuf {
 /// Every invariant holds under each seed. A failure prints the seed, every
 /// violation, the operation log and the command that replays it.
 #[test]
-#[ignore = "finds open defects of issue 48 (own-service sessions, a setsid child across a daemon kill, verbless messages); run with --run-ignored all"]
 fn chaos_seeds_keep_every_invariant() {
     let check = Command::new("python3")
         .arg(driver())
