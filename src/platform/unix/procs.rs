@@ -60,6 +60,10 @@ pub struct ProcStat {
     pub rss_pages: u64,
     /// CPU time used, user plus system, clock ticks (fields 14 and 15).
     pub cpu_ticks: u64,
+    /// Where its environment starts in its memory (field 50; 0 where the
+    /// kernel hides it): a new address after each `execve`, so with the
+    /// pid and start time it tells one exec'd program from the next.
+    pub env_start: u64,
 }
 
 impl ProcStat {
@@ -86,6 +90,7 @@ pub fn proc_stat(pid: u32) -> Option<ProcStat> {
         start_time: f.get(19)?.parse().ok()?,
         rss_pages: f.get(21)?.parse().ok()?,
         cpu_ticks: f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?,
+        env_start: f.get(47).and_then(|v| v.parse().ok()).unwrap_or(0),
     })
 }
 
@@ -196,45 +201,41 @@ pub struct Marked {
 /// `mark_var`, with that mark: processes a daemon of this home started,
 /// found whatever process group or session they moved to since (a server
 /// that daemonizes itself, a double fork). An environment is fixed when a
-/// process is exec'd, so what each `(pid, start time)` holds is read once
-/// and remembered; only this user's processes can be read at all.
+/// process is exec'd, so what each `(pid, start time, exec)` holds is read
+/// once and remembered; only this user's processes can be read at all.
+///
+/// A process inside `execve` reads as having no environment for a moment
+/// (a service's `setsid()` child exec'ing as its parent is stopped): such
+/// a process is read again, every millisecond for up to
+/// [`EXEC_REREADS`] ms, before this returns, so one look never misses it.
+/// That is the only time this blocks; one still empty after that has no
+/// environment, and is remembered so.
 pub fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marked> {
     use std::collections::HashMap;
     use std::sync::Mutex;
-    type Seen = HashMap<(u32, u64), EnvRead>;
+    // Keyed by the exec too: a child read between its fork and its exec
+    // holds its parent's environment, not the one it runs with.
+    type Seen = HashMap<(u32, u64, u64), EnvRead>;
     static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
     let procs = all_processes();
     let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
     let seen = seen.get_or_insert_with(HashMap::new);
     // Forget processes that are gone, so the memory stays bounded.
-    seen.retain(|(pid, start), _| {
+    seen.retain(|(pid, start, env), _| {
         procs
             .iter()
-            .any(|p| p.pid == *pid && p.start_time == *start)
+            .any(|p| p.pid == *pid && p.start_time == *start && p.env_start == *env)
     });
+    let read = |pid: u32| {
+        EnvRead::of(
+            std::fs::read(format!("/proc/{pid}/environ")),
+            home_var,
+            mark_var,
+        )
+    };
     let mut out = Vec::new();
-    // Kernel threads (kthreadd, pid 2, and its children) carry no
-    // environment: never read.
-    for p in procs
-        .into_iter()
-        .filter(|p| !p.is_zombie() && p.pid != 2 && p.ppid != 2)
-    {
-        let key = (p.pid, p.start_time);
-        let read = match seen.get(&key) {
-            Some(r) => r.clone(),
-            None => {
-                let r = EnvRead::of(
-                    std::fs::read(format!("/proc/{}/environ", p.pid)),
-                    home_var,
-                    mark_var,
-                );
-                if r != EnvRead::Unknown {
-                    seen.insert(key, r.clone());
-                }
-                r
-            }
-        };
-        if let Some((h, mark)) = read.marks()
+    let keep = |p: ProcStat, r: &EnvRead, out: &mut Vec<Marked>| {
+        if let Some((h, mark)) = r.marks()
             && h == home
         {
             out.push(Marked {
@@ -242,9 +243,53 @@ pub fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marke
                 stat: p,
             });
         }
+    };
+    let mut unsure = Vec::new();
+    // Kernel threads (kthreadd, pid 2, and its children) carry no
+    // environment: never read.
+    for p in procs
+        .into_iter()
+        .filter(|p| !p.is_zombie() && p.pid != 2 && p.ppid != 2)
+    {
+        let key = (p.pid, p.start_time, p.env_start);
+        let r = match seen.get(&key) {
+            Some(r) => r.clone(),
+            None => read(p.pid),
+        };
+        if r == EnvRead::Unknown {
+            unsure.push(p);
+            continue;
+        }
+        seen.insert(key, r.clone());
+        keep(p, &r, &mut out);
+    }
+    for _ in 0..EXEC_REREADS {
+        if unsure.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        unsure.retain(|p| {
+            let r = read(p.pid);
+            if r == EnvRead::Unknown {
+                // Still there (not exited, not a zombie): read again.
+                return proc_stat(p.pid)
+                    .is_some_and(|s| s.start_time == p.start_time && !s.is_zombie());
+            }
+            seen.insert((p.pid, p.start_time, p.env_start), r.clone());
+            keep(*p, &r, &mut out);
+            false
+        });
+    }
+    // Empty all along: a process started with no environment at all.
+    for p in unsure {
+        seen.insert((p.pid, p.start_time, p.env_start), EnvRead::Read(None));
     }
     out
 }
+
+/// How many times, a millisecond apart, [`marked_processes`] reads again
+/// a process whose environment read empty (one inside `execve`).
+pub const EXEC_REREADS: u32 = 20;
 
 /// The size of a memory page, bytes.
 pub fn page_size() -> u64 {
@@ -329,15 +374,16 @@ mod tests {
             .process_group(0)
             .spawn()
             .unwrap();
-        // Looked at until seen: a look while it is still inside `execve`
-        // finds nothing yet, and must not hide it from the next.
+        // Looked at from its first moment until seen: a look before its
+        // exec (its parent's environment) or inside it (none) finds
+        // nothing yet, and must not hide it from the next.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let found = loop {
             let f = marked_processes("BINKY_TEST_HOME_MARK", &home, "BINKY_TEST_TOKEN_MARK");
             if !f.is_empty() || std::time::Instant::now() > deadline {
                 break f;
             }
-            std::thread::sleep(std::time::Duration::from_millis(10));
+            std::thread::sleep(std::time::Duration::from_millis(1));
         };
         let _ = child.kill();
         let _ = child.wait();
