@@ -168,7 +168,7 @@ fn restart_always_brings_back_a_service_that_exits_cleanly() {
 fn reload_and_remove_print_the_world_as_json() {
     let home = Home::new();
     let repo = Repo::new(&format!(
-        "{}[services.s]\ncmd = \"exec sleep 600\"\n",
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n[services.db]\nadapter = \"sqlite\"\n",
         project_header("jsonverbs", 1)
     ));
     repo.ok(&home, &["up", "x"]);
@@ -179,6 +179,12 @@ fn reload_and_remove_print_the_world_as_json() {
     let removed = repo.ok(&home, &["remove", "x", "--json"]).json();
     assert_eq!(removed["world"]["name"], "x", "{removed}");
     assert_eq!(removed["world"]["state"], "removed", "{removed}");
+    // Each service as it is now: not running, no slice, no process.
+    for s in removed["world"]["services"].as_array().unwrap() {
+        assert_eq!(s["state"], "stopped", "{removed}");
+        assert!(s["pid"].is_null(), "{removed}");
+    }
+    assert_eq!(removed["world"]["services"].as_array().unwrap().len(), 2);
     assert!(!repo.worlds(&home).contains_key("x"));
 }
 

@@ -64,6 +64,13 @@ pub(crate) async fn remove(
     d.event(world_event(EventKind::Removed, &loc.name, &w.name));
     let mut world = before;
     world.state = WorldState::Removed;
+    // As the world is now: nothing runs and no slice is its (one left for
+    // gc is listed in `left_for_gc`), though the status read before the
+    // stop said otherwise.
+    for s in &mut world.services {
+        s.state = ServiceState::Stopped;
+        s.pid = None;
+    }
     Ok(WorldOutcome {
         project: loc.name.clone(),
         world,
