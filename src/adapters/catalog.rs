@@ -107,9 +107,19 @@ impl OptionKind {
         let ok = match self {
             OptionKind::Bool => v.is_bool(),
             OptionKind::Text => v.as_str().is_some_and(|s| !s.trim().is_empty()),
-            OptionKind::HttpUrl => v
-                .as_str()
-                .is_some_and(|s| crate::http::parse_url(s).is_ok()),
+            OptionKind::HttpUrl => match v.as_str().map(crate::http::parse_url) {
+                Some(Ok(_)) => true,
+                // Why this URL is refused (user info, a bad port), never
+                // the URL itself: it may hold a password.
+                Some(Err(e)) => {
+                    return Err(format!(
+                        "{}; this one {}",
+                        Self::HttpUrl.wanted(),
+                        e.message
+                    ));
+                }
+                None => false,
+            },
             OptionKind::Duration => v
                 .as_str()
                 .is_some_and(|s| humantime::parse_duration(s.trim()).is_ok_and(|d| !d.is_zero())),
@@ -125,7 +135,12 @@ impl OptionKind {
         if ok {
             return Ok(());
         }
-        Err(match self {
+        Err(self.wanted())
+    }
+
+    /// What a value of this kind must be, in words.
+    fn wanted(self) -> String {
+        match self {
             OptionKind::Bool => "true or false".to_owned(),
             OptionKind::Text => "a non-empty string".to_owned(),
             OptionKind::HttpUrl if crate::http::TLS => "an http:// or https:// URL".to_owned(),
@@ -137,7 +152,7 @@ impl OptionKind {
             OptionKind::TextList => "an array of strings".to_owned(),
             OptionKind::Count => "a whole number from 1 to 32767".to_owned(),
             OptionKind::Custom(_) => unreachable!("a custom check says what it wants"),
-        })
+        }
     }
 }
 
@@ -477,6 +492,16 @@ pub fn names() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_url_option_says_why_and_never_echoes_the_url() {
+        let check = |s: &str| OptionKind::HttpUrl.check(&toml::Value::String(s.into()));
+        assert_eq!(check("http://127.0.0.1:15672"), Ok(()));
+        let e = check("http://guest:hunter2@127.0.0.1:15672").unwrap_err();
+        assert!(e.contains("user info") && !e.contains("hunter2"), "{e}");
+        let e = check("ftp://x").unwrap_err();
+        assert!(e.starts_with("an http://"), "{e}");
+    }
 
     #[test]
     fn every_name_and_alias_finds_the_adapter_that_answers_to_it() {

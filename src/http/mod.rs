@@ -86,7 +86,8 @@ pub const SCHEMES: &[&str] = if TLS { &["http", "https"] } else { &["http"] };
 /// Not `http`/`https`, `https` without the `tls` feature, no host, a bad
 /// port, or user info.
 pub fn parse_url(url: &str) -> Result<Url, HttpError> {
-    let bad = |why: &str| HttpError::new(HttpErrorKind::BadUrl, format!("`{url}` {why}"));
+    // The reason alone, never the URL: it may hold a password.
+    let bad = |why: &str| HttpError::new(HttpErrorKind::BadUrl, why.to_owned());
     let uri: hyper::Uri = url
         .parse()
         .map_err(|e| bad(&format!("is not a URL: {e}")))?;

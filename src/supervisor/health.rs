@@ -63,7 +63,7 @@ pub fn parse_http(url: &str, own_port: Option<u16>) -> Result<ProbeSpec, String>
             "health URL `{url}` must start with http:// (or be a path like /healthz)"
         ));
     }
-    let u = crate::http::parse_url(url).map_err(|e| e.message)?;
+    let u = crate::http::parse_url(url).map_err(|e| format!("health URL: {}", e.message))?;
     Ok(ProbeSpec::Http {
         host: u.host,
         port: u.port,
