@@ -390,7 +390,8 @@ pub fn start_daemon(paths: &Paths) -> Result<Welcome, ApiError> {
         if let Some(c) = Client::connect(paths)? {
             // A long-lived client (the dashboard, `binky mcp`) outlives a
             // daemon it started: reaped when it ends, never left a zombie.
-            std::thread::spawn(move || {
+            // It never takes the CLI's Ctrl-C (see `spawn_helper`).
+            platform::spawn_helper(move || {
                 let _ = child.wait();
             });
             return Ok(c.welcome);

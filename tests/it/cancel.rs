@@ -43,10 +43,18 @@ fn assert_cancelled_cleanly(repo: &Repo, home: &Home, marker: &str) {
 /// service runs, and returns what it printed, with the world (checked to be
 /// cancelled cleanly) and its home.
 fn signal_up(sig: &str) -> (Out, Repo, Home, String) {
+    signal_up_with(sig, true)
+}
+
+/// [`signal_up`], the daemon started first or (`started` false) by the
+/// `up` itself.
+fn signal_up_with(sig: &str, started: bool) -> (Out, Repo, Home, String) {
     let home = Home::new();
-    let marker = format!("CANCEL{sig}{}", std::process::id());
+    let marker = format!("CANCEL{sig}{started}{}", std::process::id());
     let repo = slow_world(&format!("cancel{}", sig.to_lowercase()), &marker);
-    home.ok(&["daemon", "start"]);
+    if started {
+        home.ok(&["daemon", "start"]);
+    }
     let child = repo
         .cmd(&home, &["up", "x"])
         .stdout(Stdio::piped())
@@ -73,6 +81,18 @@ fn ctrl_c_during_up_cancels_it_in_the_daemon_and_says_so() {
     assert_cancelled_cleanly(&repo, &home, &marker);
     // And it comes up again on demand (here it would wait for its probe
     // again, so only the world's state is checked).
+    repo.ok(&home, &["remove", "x", "--force"]);
+}
+
+/// The CLI that starts the daemon keeps a thread to reap it; were the
+/// signals not blocked there, the kernel would hand it the Ctrl-C, and
+/// `up` would die of it with nothing said and nothing cancelled (chaos).
+#[test]
+fn ctrl_c_cancels_an_up_that_started_the_daemon_itself() {
+    let (out, repo, home, marker) = signal_up_with("INT", false);
+    assert_eq!(out.code(), 130, "{out}");
+    assert!(out.stderr().contains("cancelling `up x`"), "{out}");
+    assert_cancelled_cleanly(&repo, &home, &marker);
     repo.ok(&home, &["remove", "x", "--force"]);
 }
 

@@ -347,11 +347,7 @@ pub fn find_executable(
 /// the new one, so the handler may do anything (write to a socket, print).
 /// For a CLI that must tell its daemon before it goes.
 pub fn on_interrupt(mut on_interrupt: impl FnMut(u32, i32) + Send + 'static) {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGINT);
-    set.add(Signal::SIGTERM);
-    set.add(Signal::SIGHUP);
+    let set = interrupts();
     if set.thread_block().is_err() {
         return;
     }
@@ -362,6 +358,34 @@ pub fn on_interrupt(mut on_interrupt: impl FnMut(u32, i32) + Send + 'static) {
             on_interrupt(n, sig as i32);
         }
     });
+}
+
+/// The signals a terminal or a supervisor ends a command with.
+fn interrupts() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGHUP);
+    set
+}
+
+/// Spawns a helper thread with SIGINT, SIGTERM and SIGHUP blocked from its
+/// first instruction. [`on_interrupt`] blocks them only in the thread that
+/// calls it; the kernel hands a process's signal to any thread that does
+/// not block it, so a helper started earlier (the reaper of a daemon the
+/// CLI started) would take a Ctrl-C and die of it, silently.
+pub fn spawn_helper(f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+    use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
+    let mut old = SigSet::empty();
+    // The new thread inherits the caller's mask: block, spawn, restore.
+    let blocked =
+        pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&interrupts()), Some(&mut old)).is_ok();
+    let handle = std::thread::spawn(f);
+    if blocked {
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    }
+    handle
 }
 
 /// Raises this process's soft limit on open files to its hard limit (a
