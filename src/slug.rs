@@ -34,12 +34,17 @@ pub const NAME_PUNCTUATION: &str = "._-/+@,=%";
 /// # Errors
 /// The first character that is not allowed, described, with what is.
 pub fn check_world_name(name: &str) -> Result<(), String> {
+    check_name("world name", name)
+}
+
+/// [`check_world_name`]'s rules, the name called `what` in its errors.
+fn check_name(what: &str, name: &str) -> Result<(), String> {
     if name.is_empty() {
-        return Err("a world name cannot be empty".into());
+        return Err(format!("a {what} cannot be empty"));
     }
     if name.starts_with('-') {
         return Err(format!(
-            "world name `{name}` starts with `-`, which commands would read as an option"
+            "{what} `{name}` starts with `-`, which commands would read as an option"
         ));
     }
     if let Some(c) = name
@@ -51,8 +56,16 @@ pub fn check_world_name(name: &str) -> Result<(), String> {
         } else {
             format!("`{c}`")
         };
+        // ASCII punctuation, spaces and controls mean something to a shell;
+        // other symbols (a full-width `＜`, an emoji) are refused as not
+        // being letters, digits or the punctuation allowed.
+        let why = if c.is_ascii() {
+            "which a shell would read"
+        } else {
+            "which is neither a letter, a digit nor punctuation a name may hold"
+        };
         return Err(format!(
-            "world name {:?} holds {shown}, which a shell would read; world names may hold letters, digits and {}",
+            "{what} {:?} holds {shown}, {why}; {what}s may hold letters, digits and {}",
             name,
             NAME_PUNCTUATION
                 .chars()
@@ -85,7 +98,7 @@ pub fn check_group(group: &str) -> Result<(), String> {
             "a group name is at most {MAX_GROUP_LEN} characters; this one has {n}"
         ));
     }
-    check_world_name(group).map_err(|e| e.replacen("world name", "group name", 1))
+    check_name("group name", group)
 }
 
 /// Lowercases, maps every run of characters outside `[a-z0-9]` to one `-`,
@@ -174,6 +187,24 @@ pub fn port_var(service: &str, port: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_group_is_called_a_group_and_each_refusal_gives_its_real_reason() {
+        let e = check_group("x<script>").unwrap_err();
+        assert!(
+            e.starts_with(
+                "group name \"x<script>\" holds `<`, which a shell would read; group names may hold"
+            ),
+            "{e}"
+        );
+        assert!(!e.contains("world name"), "{e}");
+        let e = check_world_name("a＜b").unwrap_err();
+        assert!(!e.contains("shell"), "{e}");
+        assert!(
+            e.contains("neither a letter, a digit nor punctuation"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn world_names_with_shell_metacharacters_are_refused() {

@@ -97,8 +97,9 @@ fn up(r: &super::UpRequest) -> Result<(), ApiError> {
             ))
             .hint("nothing was stored; pick a shorter group name"));
         }
-        crate::slug::check_group(g)
-            .map_err(|e| ApiError::new(e).hint("nothing was stored; pick a shorter group name"))?;
+        crate::slug::check_group(g).map_err(|e| {
+            ApiError::new(e).hint("nothing was stored; pick a group name as the message says")
+        })?;
     }
     if let Some(c) = &r.caller {
         bounded("the caller", c, MAX_CALLER)?;
