@@ -321,7 +321,7 @@ fn named(req: &Request, msg: &str) -> String {
 }
 
 /// Error `e`, found before `req` reached a daemon (one that could not be
-/// started), said of `req`'s verb and world as [`named`] says; its hint kept.
+/// started), prefixed with `req`'s verb and world; its hint kept.
 pub fn about(req: &Request, mut e: ApiError) -> ApiError {
     e.message = named(req, &e.message);
     e

@@ -207,7 +207,7 @@ pub struct Marked {
 /// A process inside `execve` reads as having no environment for a moment
 /// (a service's `setsid()` child exec'ing as its parent is stopped): such
 /// a process is read again, every millisecond for up to
-/// [`EXEC_REREADS`] ms, before this returns, so one look never misses it.
+/// `EXEC_REREADS` ms, before this returns, so one look never misses it.
 /// That is the only time this blocks; one still empty after that has no
 /// environment, and is remembered so.
 pub fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marked> {
