@@ -1006,3 +1006,49 @@ fn a_golden_template_is_dropped_on_the_server_it_was_built_on_when_admin_url_mov
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), text);
     assert_eq!(events(&home, "golden_built").len(), 2);
 }
+
+#[test]
+fn gc_leaves_a_marker_being_written_and_sweeps_one_a_crash_cut_short() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\nclone_from = \"main\"\nseed = \"exit 7\"\n",
+        project_header("midwrite", 2)
+    );
+    let repo = Repo::new(&toml);
+    assert_eq!(repo.run(&home, &["up", "w"]).code(), 1);
+    let golden = home.listed("golden/sqlite");
+    let marker = home.file(&format!("golden/sqlite/{}", golden[0]));
+    let text = std::fs::read_to_string(&marker).unwrap();
+    // A marker's temporary file while its writer lives (an `up` renaming
+    // it in a moment), and one whose writer died before the rename.
+    let mut writer = Command::new("sleep").arg("60").spawn().unwrap();
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let tmp = |pid: u32| home.file(&format!("golden/sqlite/.{}.{pid}.tmp", golden[0]));
+    let (live, dead) = (tmp(writer.id()), tmp(gone.id()));
+    std::fs::write(&live, &text).unwrap();
+    std::fs::write(&dead, &text).unwrap();
+    repo.ok(&home, &["remove", "w", "--force"]);
+    let gc = repo.run(&home, &["gc", "--json"]);
+    assert_eq!(gc.code(), 0, "{gc}");
+    assert!(live.exists(), "a write in flight was swept: {gc}");
+    assert!(!dead.exists(), "{gc}");
+    // The marker and the dead write are swept; the live write is not
+    // reported, nor taken for a template of its own.
+    let mut swept: Vec<String> = gc
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["what"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!marker.exists(), "{gc}");
+    swept.sort();
+    assert_eq!(
+        swept,
+        [dead.display().to_string(), marker.display().to_string()],
+        "{gc}"
+    );
+    let _ = writer.kill();
+    let _ = writer.wait();
+}

@@ -26,7 +26,7 @@ pub use memory::{
 };
 pub use nofollow::{
     DirHandle, create_new_nofollow, is_link_refusal, open_append_nofollow, open_read_nofollow,
-    write_replacing,
+    replacing_writer, write_replacing,
 };
 pub use procs::{
     Marked, ProcStat, all_processes, command_line, group_alive, group_members, marked_processes,

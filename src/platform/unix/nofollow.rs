@@ -88,11 +88,7 @@ pub fn write_replacing(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
-    let tmp = path.with_file_name(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    let tmp = path.with_file_name(replacing_name(&name.to_string_lossy(), std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let written = create_new_nofollow(&tmp, 0o600).and_then(|mut f| {
         f.write_all(bytes)?;
@@ -105,6 +101,23 @@ pub fn write_replacing(path: &Path, bytes: &[u8]) -> io::Result<()> {
             Err(e)
         }
     }
+}
+
+/// The temporary name [`write_replacing`] gives `name` while process `pid`
+/// writes it.
+fn replacing_name(name: &str, pid: u32) -> String {
+    format!(".{name}.{pid}.tmp")
+}
+
+/// For a file name [`write_replacing`] gives its temporary file: the pid of
+/// the process that was writing it. A folder lister (`gc`) skips such a
+/// file while that process lives, and may remove it once it is gone (a
+/// crash between the write and the rename left it).
+pub fn replacing_writer(file_name: &str) -> Option<u32> {
+    let inner = file_name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (name, pid) = inner.rsplit_once('.')?;
+    let pid: u32 = pid.parse().ok()?;
+    (!name.is_empty() && replacing_name(name, pid) == file_name).then_some(pid)
 }
 
 /// A folder opened as a handle, so names are resolved against it and not
@@ -300,6 +313,22 @@ mod tests {
         let mut f = open_append_nofollow(&link, false).unwrap();
         f.write_all(b"+").unwrap();
         assert_eq!(std::fs::read_to_string(&link).unwrap(), "new+");
+    }
+
+    #[test]
+    fn a_temporary_name_names_its_writer_and_nothing_else_does() {
+        let name = replacing_name("p_golden_main_33b1ff9100ab", 4759);
+        assert_eq!(replacing_writer(&name), Some(4759));
+        for other in [
+            "p_golden_main_33b1ff9100ab",
+            "p_golden_main_33b1ff9100ab.log",
+            ".x.tmp",
+            "..4759.tmp",
+            ".x.4759x.tmp",
+            "x.4759.tmp",
+        ] {
+            assert_eq!(replacing_writer(other), None, "{other}");
+        }
     }
 
     #[test]

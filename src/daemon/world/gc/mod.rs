@@ -338,8 +338,29 @@ async fn sweep_markers(
             if file.ends_with(".log") {
                 continue;
             }
-            let marker =
-                golden::Marker::parse(&std::fs::read_to_string(m.path()).unwrap_or_default());
+            // A marker being written now (by an `up` of this daemon), or
+            // one a crash cut short between its write and its rename.
+            if let Some(writer) = crate::platform::replacing_writer(&file) {
+                if crate::platform::proc_stat(writer).is_none() {
+                    let r = if dry_run {
+                        Ok(())
+                    } else {
+                        remove_if_there(&m.path())
+                    };
+                    out.push(item(
+                        SweepKind::GoldenMarker,
+                        m.path().display().to_string(),
+                        "a marker a crash left half-written".into(),
+                        swept(dry_run, r),
+                    ));
+                }
+                continue;
+            }
+            // Gone since the folder was read (another gc, a rebuild).
+            let Ok(text) = std::fs::read_to_string(m.path()) else {
+                continue;
+            };
+            let marker = golden::Marker::parse(&text);
             let owner = projects.iter().find(|(_, p, _)| {
                 marker.project.as_deref() == Some(p.as_str())
                     || (marker.project.is_none() && file.starts_with(&format!("{p}_golden_")))
@@ -385,6 +406,15 @@ async fn sweep_markers(
                 outcome,
             ));
         }
+    }
+}
+
+/// Removes file `path`; one already gone is no failure (what was to go is
+/// gone).
+fn remove_if_there(path: &Path) -> Result<(), String> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.to_string()),
+        _ => Ok(()),
     }
 }
 
@@ -514,7 +544,7 @@ async fn drop_unused_template(
     // The log first: the marker is what a later gc finds, so one killed
     // between the two leaves it to that gc, never a log no marker names.
     let _ = std::fs::remove_file(format!("{}.log", t.path.display()));
-    std::fs::remove_file(t.path).map_err(|e| e.to_string())?;
+    remove_if_there(t.path)?;
     let mut ev = LogEvent::named(EventKind::TemplateDropped).detail(t.name.to_owned());
     ev.project = Some(t.project.to_owned());
     ev.service = Some(service);
@@ -586,6 +616,6 @@ async fn drop_unknown_template(
     let _ = d.registry().delete_slice(adapter.name(), &slice.name);
     // The log first, as in `drop_unused_template`.
     let _ = std::fs::remove_file(format!("{}.log", marker.display()));
-    std::fs::remove_file(marker).map_err(|e| e.to_string())?;
+    remove_if_there(marker)?;
     Ok(found)
 }
