@@ -191,9 +191,10 @@ pub(crate) async fn stop_pgid(
 /// service started, wherever they moved (see [`Mark`]). Members of the
 /// service's group are among them while it runs; a caller sweeps after the
 /// group's stop, when only those that left it remain.
-fn marked(mark: &Mark) -> Vec<u32> {
+async fn marked(mark: &Mark) -> Vec<u32> {
     let me = platform::pid();
-    platform::marked_processes(&mark.home.0, &mark.home.1, &mark.token.0)
+    platform::marked_processes_settled(&mark.home.0, &mark.home.1, &mark.token.0)
+        .await
         .into_iter()
         .filter(|m| m.mark == mark.token.1 && m.stat.pid != me)
         .map(|m| m.stat.pid)
@@ -220,7 +221,7 @@ pub(super) async fn stop_strays(
     signal: &str,
     grace: Duration,
 ) -> Option<String> {
-    let pids = marked(mark);
+    let pids = marked(mark).await;
     if pids.is_empty() {
         return None;
     }

@@ -133,6 +133,10 @@ impl Runner {
     }
 
     async fn run(mut self) {
+        // What an earlier instance left (a world whose `up` failed keeps its
+        // processes for inspection; a daemon that died mid-stop) never runs
+        // beside this one. Later spawns sweep as the old instance ends.
+        sweep(&self.spec).await;
         loop {
             let (mut child, drained) = match spawn_process(&self.spec) {
                 Ok(c) => c,

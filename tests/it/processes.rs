@@ -339,3 +339,73 @@ fn a_restart_or_a_reset_stops_what_the_old_instance_started_outside_its_group() 
     assert!(!alive(third), "down left pid {third} running");
     repo.ok(&home, &["remove", "w", "--force"]);
 }
+
+/// A service that leaves a `setsid()` child (as [`LEAVES_A_CHILD`]), then
+/// fails before it is ready while `fail-once` is in its folder.
+const LEAVES_A_CHILD_THEN_FAILS_ONCE: &str = r#"
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open("strays.txt", "a") as f:
+            f.write(f"{os.getpid()}\n")
+        while True:
+            time.sleep(1)
+    os._exit(0)
+if os.path.exists("fail-once"):
+    time.sleep(0.3)
+    sys.exit(3)
+while True:
+    time.sleep(1)
+"#;
+
+/// A failed world keeps its processes for inspection, and a daemon that
+/// restarts keeps them too; the next `up` starts the service afresh. What
+/// the failed instance left outside its group never runs beside the new
+/// one (chaos seed 2: a service ran twice).
+#[test]
+fn an_up_after_a_failure_and_a_daemon_restart_stops_what_the_failed_instance_left() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.app]\ncmd = \"exec python3 fails.py\"\nhealth = {{ cmd = \"test -e strays.txt && ! test -e fail-once\", timeout = \"20s\" }}\n",
+        project_header("failsonce", 2)
+    );
+    let repo = Repo::with("", &toml, &[("fails.py", LEAVES_A_CHILD_THEN_FAILS_ONCE)]);
+    // The worktree is made by the first `up`; the flag goes in before it.
+    repo.ok(&home, &["up", "w"]);
+    let wt = std::path::PathBuf::from(repo.worlds(&home)["w"]["path"].as_str().unwrap());
+    repo.ok(&home, &["down", "w"]);
+    std::fs::remove_file(wt.join("strays.txt")).unwrap();
+    std::fs::write(wt.join("fail-once"), "").unwrap();
+    let strays = || -> Vec<u32> {
+        std::fs::read_to_string(wt.join("strays.txt"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    let out = repo.run(&home, &["up", "w"]);
+    assert_ne!(out.code(), 0, "{out}");
+    assert_eq!(repo.worlds(&home)["w"]["state"], "failed");
+    assert!(wait_until(std::time::Duration::from_secs(10), || {
+        strays().len() == 1
+    }));
+    let first = strays()[0];
+    assert!(alive(first), "the failed instance's child is kept");
+    std::fs::remove_file(wt.join("fail-once")).unwrap();
+    kill9(home.daemon_pid().unwrap());
+    repo.ok(&home, &["up", "w"]);
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), || strays().len() == 2),
+        "{:?}",
+        strays()
+    );
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), || !alive(first)),
+        "pid {first}, left by the failed instance, still runs beside the new one"
+    );
+    let second = strays()[1];
+    assert!(alive(second));
+    repo.ok(&home, &["remove", "w", "--force"]);
+    assert!(!alive(second), "remove left pid {second} running");
+}

@@ -123,7 +123,7 @@ pub(super) async fn stop_unknown(d: &Arc<Daemon>) {
         .iter()
         .filter(|p| sessions.contains(&p.session) && !p.is_zombie() && !listed.contains(&p.pgrp))
     {
-        let Some(env) = platform::process_env(p.pid) else {
+        let Some(env) = platform::process_env_settled(p.pid).await else {
             continue;
         };
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());

@@ -27,9 +27,29 @@ pub const TOKEN_VAR: &str = "BINKY_WORLD_TOKEN";
 /// its pid, process group and resident memory (bytes).
 pub(crate) fn by_token(d: &Daemon) -> HashMap<String, Vec<(u32, u32, u64)>> {
     let home = d.paths.home().display().to_string();
+    grouped(crate::platform::marked_processes(
+        crate::paths::HOME_ENV,
+        &home,
+        TOKEN_VAR,
+    ))
+}
+
+/// As [`by_token`], for a caller about to stop them: a process caught
+/// inside `execve` is waited for, not missed
+/// ([`crate::platform::marked_processes_settled`]).
+async fn by_token_settled(d: &Daemon) -> HashMap<String, Vec<(u32, u32, u64)>> {
+    let home = d.paths.home().display().to_string();
+    grouped(
+        crate::platform::marked_processes_settled(crate::paths::HOME_ENV, &home, TOKEN_VAR).await,
+    )
+}
+
+/// Marked processes by token, with pid, group and resident bytes; never
+/// this daemon.
+fn grouped(marked: Vec<crate::platform::Marked>) -> HashMap<String, Vec<(u32, u32, u64)>> {
     let page = crate::platform::page_size();
     let mut out: HashMap<String, Vec<(u32, u32, u64)>> = HashMap::new();
-    for m in crate::platform::marked_processes(crate::paths::HOME_ENV, &home, TOKEN_VAR) {
+    for m in marked {
         if m.stat.pid == crate::platform::pid() {
             continue;
         }
@@ -47,7 +67,8 @@ pub(super) async fn stop(d: &Daemon, w: &WorldRow) -> Vec<String> {
     let Ok(Some(token)) = d.registry().world_token(w.id) else {
         return Vec::new();
     };
-    let pids: Vec<u32> = by_token(d)
+    let pids: Vec<u32> = by_token_settled(d)
+        .await
         .remove(&token)
         .unwrap_or_default()
         .into_iter()
@@ -79,7 +100,7 @@ pub(super) async fn stop_orphans(d: &Arc<Daemon>) {
         return;
     };
     let mut set = tokio::task::JoinSet::new();
-    for (token, procs) in by_token(d) {
+    for (token, procs) in by_token_settled(d).await {
         let Some(state) = known
             .iter()
             .find(|(_, t, _)| *t == token)

@@ -30,8 +30,8 @@ pub use nofollow::{
 };
 pub use procs::{
     Marked, ProcStat, all_processes, command_line, group_alive, group_members, marked_processes,
-    page_size, proc_stat, process_env, process_start_time, process_tree, session_id,
-    signal_by_name, signal_group, signal_process,
+    marked_processes_settled, page_size, proc_stat, process_env, process_env_settled,
+    process_start_time, process_tree, session_id, signal_by_name, signal_group, signal_process,
 };
 pub use sockets::{
     listeners_of, listening_ports, port_has_listener, tcp_client_alive, tcp_peer_uid,

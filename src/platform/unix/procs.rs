@@ -138,6 +138,25 @@ pub fn process_env(pid: u32) -> Option<Vec<(String, String)>> {
         .map(|raw| parse_environ(&raw))
 }
 
+/// As [`process_env`], for a caller about to act on what it reads: a
+/// process caught inside `execve` (its environment reads empty until the
+/// kernel has laid out its new stack) is read again every 5 ms, for up to
+/// [`EXEC_SETTLE`], instead of being taken for one with no environment.
+pub async fn process_env_settled(pid: u32) -> Option<Vec<(String, String)>> {
+    let was = proc_stat(pid)?;
+    let deadline = std::time::Instant::now() + EXEC_SETTLE;
+    loop {
+        let env = process_env(pid)?;
+        if !env.is_empty()
+            || !inside_exec(&was, proc_stat(pid).as_ref())
+            || std::time::Instant::now() >= deadline
+        {
+            return Some(env);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
 /// `NAME=value` pairs of a raw `environ` (NUL-separated).
 fn parse_environ(raw: &[u8]) -> Vec<(String, String)> {
     raw.split(|b| *b == 0)
@@ -211,6 +230,32 @@ pub struct Marked {
 /// That is the only time this blocks; one still empty after that has no
 /// environment, and is remembered so.
 pub fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marked> {
+    look(home_var, home, mark_var).0
+}
+
+/// As [`marked_processes`], for a caller about to stop what it finds: a
+/// process still inside `execve` after the re-reads (a loaded machine can
+/// hold one there for longer; its `env_start` reads 0 until the kernel has
+/// laid out its new stack) is waited for, looking again every 5 ms for up
+/// to [`EXEC_SETTLE`], so a sweep never leaves one running unseen.
+pub async fn marked_processes_settled(home_var: &str, home: &str, mark_var: &str) -> Vec<Marked> {
+    let deadline = std::time::Instant::now() + EXEC_SETTLE;
+    loop {
+        let (found, in_exec) = look(home_var, home, mark_var);
+        if !in_exec || std::time::Instant::now() >= deadline {
+            return found;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// How long, at most, [`marked_processes_settled`] waits for processes
+/// inside `execve` to come out of it.
+pub const EXEC_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One look: the marked processes, and whether one was still inside
+/// `execve` when the look ended (its marks unknown).
+fn look(home_var: &str, home: &str, mark_var: &str) -> (Vec<Marked>, bool) {
     use std::collections::HashMap;
     use std::sync::Mutex;
     // Keyed by the exec too: a child read between its fork and its exec
@@ -280,11 +325,25 @@ pub fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marke
             false
         });
     }
-    // Empty all along: a process started with no environment at all.
+    // Still inside `execve` (its new stack not laid out: `env_start` 0),
+    // or empty all along: a process started with no environment at all.
+    let mut in_exec = false;
     for p in unsure {
-        seen.insert((p.pid, p.start_time, p.env_start), EnvRead::Read(None));
+        if inside_exec(&p, proc_stat(p.pid).as_ref()) {
+            in_exec = true;
+        } else {
+            seen.insert((p.pid, p.start_time, p.env_start), EnvRead::Read(None));
+        }
     }
-    out
+    (out, in_exec)
+}
+
+/// Whether process `was` (listed with an empty `environ`) is, as `now`
+/// reads, the same process still inside `execve`: alive, and its
+/// environment not laid out yet (`env_start` 0, as the kernel's new memory
+/// map starts). One that exited, or runs with `env_start` set, is not.
+fn inside_exec(was: &ProcStat, now: Option<&ProcStat>) -> bool {
+    now.is_some_and(|s| s.start_time == was.start_time && !s.is_zombie() && s.env_start == 0)
 }
 
 /// How many times, a millisecond apart, [`marked_processes`] reads again
@@ -362,6 +421,25 @@ mod tests {
             of(Ok(b"H=/home\0X=1\0M=tok=en\0".to_vec())),
             EnvRead::Read(Some(("/home".into(), "tok=en".into())))
         );
+    }
+
+    #[test]
+    fn only_a_live_process_without_its_stack_yet_is_inside_exec() {
+        let me = proc_stat(std::process::id()).unwrap();
+        // A running program has its environment laid out.
+        assert_ne!(me.env_start, 0);
+        assert!(!inside_exec(&me, Some(&me)));
+        let mid = ProcStat { env_start: 0, ..me };
+        assert!(inside_exec(&me, Some(&mid)));
+        // Gone, reaped-pending, or a recycled pid: not waited for.
+        assert!(!inside_exec(&me, None));
+        let zombie = ProcStat { state: 'Z', ..mid };
+        assert!(!inside_exec(&me, Some(&zombie)));
+        let other = ProcStat {
+            start_time: me.start_time + 1,
+            ..mid
+        };
+        assert!(!inside_exec(&me, Some(&other)));
     }
 
     #[test]
