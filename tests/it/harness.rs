@@ -306,6 +306,11 @@ impl Watched {
         wait_until(timeout, || self.stderr.lock().unwrap().contains(needle))
     }
 
+    /// Whether it has ended (without waiting).
+    pub fn finished(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_some()
+    }
+
     /// Its pid.
     pub fn id(&self) -> u32 {
         self.child.id()

@@ -223,3 +223,78 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Two verbs of one world waiting on its one ticket (`up` and `reload`):
+/// one claims the admission, the other runs after it on the same room.
+/// When the first fails, that room is gone — another world took the slot —
+/// and the second is admitted anew, queueing behind it. Before, it went on
+/// regardless and started the world above `max_parallel` (chaos seed 2).
+#[test]
+fn a_verb_that_shared_a_failed_verbs_admission_is_admitted_anew() {
+    let home = Home::new();
+    let flags = tempfile::tempdir().unwrap();
+    let flag = flags.path().join("fail-b");
+    let toml = format!(
+        "{}[services.app]\ncmd = \"if [ -e {dir}/fail-$BINKY_WORLD ]; then rm {dir}/fail-$BINKY_WORLD; exit 3; fi; exec sleep 600\"\n",
+        project_header("shared", 8),
+        dir = flags.path().display()
+    );
+    let repo = Repo::new(&toml);
+    home.max_parallel_only(1);
+    repo.ok(&home, &["up", "b"]);
+    repo.ok(&home, &["down", "b"]);
+    repo.ok(&home, &["up", "a"]);
+    // b's next start fails, once.
+    std::fs::write(&flag, "").unwrap();
+    let queued = |w: &Watched| {
+        assert!(
+            w.wait_for("queued", Duration::from_secs(20)),
+            "{}",
+            w.text()
+        );
+    };
+    let mut up_b = Watched::spawn(repo.cmd(&home, &["up", "b"]));
+    queued(&up_b);
+    let mut reload_b = Watched::spawn(repo.cmd(&home, &["reload", "b"]));
+    queued(&reload_b);
+    let up_c = Watched::spawn(repo.cmd(&home, &["up", "c"]));
+    queued(&up_c);
+    // The slot goes to b's ticket; b's first start fails, and c takes it.
+    repo.ok(&home, &["down", "a"]);
+    let (code, text) = up_c.finish();
+    assert_eq!(code, 0, "{text}");
+    let state = |w: &str| {
+        repo.worlds(&home)
+            .get(w)
+            .and_then(|w| w["state"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    // One of b's verbs failed with its start; the other waits for room.
+    let (failed, waiting) = loop {
+        if up_b.finished() {
+            break (up_b, reload_b);
+        }
+        if reload_b.finished() {
+            break (reload_b, up_b);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (code, text) = failed.finish();
+    assert_ne!(code, 0, "{text}");
+    assert!(!flag.exists(), "b's failing start ran");
+    assert!(
+        wait_until(Duration::from_secs(20), || matches!(
+            state("b").as_str(),
+            "queued" | "running" | "starting"
+        )),
+        "{}",
+        state("b")
+    );
+    assert_eq!(state("b"), "queued", "{}", waiting.text());
+    assert_eq!(state("c"), "running");
+    // Room again: the waiting verb brings b up.
+    repo.ok(&home, &["down", "c"]);
+    let (code, text) = waiting.finish();
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(state("b"), "running");
+}

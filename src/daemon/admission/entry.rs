@@ -42,14 +42,40 @@ impl Entry {
         super::tickets::withdrawn(d, ticket).then_some(ticket)
     }
 
-    /// For a held slot: whether the world gave it up while the verb waited
-    /// for its lock (its other verb failed, or it went down or was
-    /// removed). The verb must then go through admission like any other.
-    pub(crate) fn lapsed(&self, d: &Daemon) -> bool {
-        let Entry::Held { _slot: held } = self else {
-            return false;
-        };
-        !matches!(holding(d, &held.key), Ok(Some(_)))
+    /// Under the world's lock: whether the verb may go on with the room it
+    /// came in on, and with what. `None`: it must go through admission
+    /// again, like any other verb.
+    ///
+    /// - Admitted: its admission counts until it is dropped.
+    /// - A slot it counted itself (the world was running when the verb
+    ///   began): kept while the world's record still holds one; gone when
+    ///   the world was stopped or removed while the verb waited.
+    /// - Room it only relied on — a slot another verb of the world counted,
+    ///   or an admission another waiter on the same ticket claimed — is
+    ///   looked at afresh: that verb may have failed, been cancelled or
+    ///   taken down the world, and a verb that went on regardless started
+    ///   a world above `max_parallel` (chaos seed 2). The world's slot, if
+    ///   it holds one now, is this verb's; else it is admitted anew.
+    ///
+    /// # Errors
+    /// The registry cannot be read.
+    pub(crate) fn confirm(
+        self,
+        d: &Arc<Daemon>,
+        project: &str,
+        world: &str,
+    ) -> Result<Option<Entry>, ApiError> {
+        match &self {
+            Entry::Admitted(_) => Ok(Some(self)),
+            Entry::Held { _slot: held } if held.counted => {
+                let kept = matches!(holding(d, &held.key), Ok(Some(_)));
+                Ok(kept.then_some(self))
+            }
+            Entry::Held { .. } | Entry::Shared(_) => {
+                drop(self);
+                Ok(keep_slot(d, project, world)?.map(|slot| Entry::Held { _slot: slot }))
+            }
+        }
     }
 }
 

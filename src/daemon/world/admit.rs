@@ -8,6 +8,7 @@ use super::world_status;
 use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
 use crate::protocol::{ApiError, UpRequest, WorldOutcome, WorldState};
 use std::sync::Arc;
+use tokio::sync::OwnedMutexGuard;
 
 /// Admission for a verb that starts a world's processes (`up`, and
 /// `reload` or `reset` of a world that is not running): `Ok(entry)` once
@@ -74,37 +75,63 @@ pub(super) async fn up_with(
     if !matches!(entry, admission::Entry::Held { .. }) {
         admission::ensure_sampler(d);
     }
-    let name = req.world.name.clone();
-    let key = WorldKey::new(&loc.name, &name);
-    let lock = d.worlds.lock_for(&key);
     // The window between an admission and the world's lock, where a
     // `down` or `remove` may withdraw the ticket.
     crate::faults::pause("up:admitted").await;
-    let mut entry = entry;
-    let _guard = loop {
-        let guard = lock.lock().await;
-        if !entry.lapsed(d) {
-            break guard;
+    let (_guard, entry) = match locked_with_room(d, loc, req, "up", entry, progress).await? {
+        Ok(had) => had,
+        Err(queued) => return Ok(queued),
+    };
+    let out = up_locked(
+        d,
+        loc,
+        &req.world.name,
+        req.group.as_deref(),
+        &req.env,
+        progress,
+    )
+    .await;
+    drop(entry);
+    out
+}
+
+/// Takes the world's lock for a verb (`up`, `reload`, `reset`) that came
+/// in on `entry`, and returns it with the room the verb may use under it
+/// ([`admission::Entry::confirm`]): where that room went while the verb
+/// waited for the lock, the verb is admitted anew (and may queue:
+/// `Err(outcome)` for a `--no-wait` one), never started above
+/// `max_parallel`.
+///
+/// # Errors
+/// The ticket was taken out of the queue (`down`, `remove`) before the
+/// lock was had: the verb makes nothing. Or cancelled while queued anew.
+pub(super) async fn locked_with_room(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    req: &UpRequest,
+    verb: &str,
+    mut entry: admission::Entry,
+    progress: &ProgressTx,
+) -> Result<Result<(OwnedMutexGuard<()>, admission::Entry), WorldOutcome>, ApiError> {
+    let name = &req.world.name;
+    let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, name));
+    loop {
+        let guard = Arc::clone(&lock).lock_owned().await;
+        if let Some(ticket) = entry.withdrawn(d) {
+            return Err(admission::taken_out(verb, name, ticket));
         }
-        // The slot this `up` counted on went while it waited for the lock
-        // (the world's other verb failed, or it went down or was removed):
-        // it is admitted like any other now, never above `max_parallel`.
+        if let Some(confirmed) = entry.confirm(d, &loc.name, name)? {
+            return Ok(Ok((guard, confirmed)));
+        }
         drop(guard);
-        drop(entry);
-        entry = match admit(d, loc, req.clone(), "up", progress).await? {
+        entry = match admit(d, loc, req.clone(), verb, progress).await? {
             Ok(e) => e,
-            Err(queued) => return Ok(queued),
+            Err(queued) => return Ok(Err(queued)),
         };
         if !matches!(entry, admission::Entry::Held { .. }) {
             admission::ensure_sampler(d);
         }
-    };
-    if let Some(ticket) = entry.withdrawn(d) {
-        return Err(admission::taken_out("up", &name, ticket));
     }
-    let out = up_locked(d, loc, &name, req.group.as_deref(), &req.env, progress).await;
-    drop(entry);
-    out
 }
 
 /// What a `--no-wait` `up` answers while queued.

@@ -1,6 +1,6 @@
 //! `down` and `reload`.
 
-use super::admit::admit;
+use super::admit::{admit, locked_with_room};
 use super::locate::{check_group, find_world, locate};
 use super::processes::stop_processes;
 use super::up::up_locked;
@@ -109,12 +109,12 @@ pub(super) async fn reload_with(
     let lock = d
         .worlds
         .lock_for(&WorldKey::new(&loc.name, &req.world.name));
-    let mut guard = lock.lock().await;
+    let guard = lock.lock_owned().await;
     let verb = if reset.is_some() { "reset" } else { "reload" };
     // A world that holds a slot (running, starting, a service restarting)
     // keeps it through the reload; only one that holds none queues.
-    let entry = match admission::keep_slot(d, &loc.name, &req.world.name)? {
-        Some(held) => admission::Entry::Held { _slot: held },
+    let (guard, entry) = match admission::keep_slot(d, &loc.name, &req.world.name)? {
+        Some(held) => (guard, admission::Entry::Held { _slot: held }),
         None => {
             drop(guard);
             let entry = match admit(d, &loc, req.clone(), verb, progress).await? {
@@ -124,13 +124,12 @@ pub(super) async fn reload_with(
             if !matches!(entry, admission::Entry::Held { .. }) {
                 admission::ensure_sampler(d);
             }
-            guard = lock.lock().await;
-            entry
+            match locked_with_room(d, &loc, &req, verb, entry, progress).await? {
+                Ok(had) => had,
+                Err(queued) => return Ok(queued),
+            }
         }
     };
-    if let Some(ticket) = entry.withdrawn(d) {
-        return Err(admission::taken_out(verb, &req.world.name, ticket));
-    }
     let w = find_world(d, &loc, &req.world.name)
         .map_err(|e| e.hint("`binky up` creates a world; `reload` restarts an existing one"))?;
     // What the new config asks of its slices is applied (or refused)
@@ -161,8 +160,10 @@ pub(super) async fn reload_with(
         progress,
     )
     .await;
-    drop(guard);
+    // The room before the lock: a verb that gets the lock next must find
+    // this one's count gone, not lean on it (see `Entry::confirm`).
     drop(entry);
+    drop(guard);
     out.map(|mut o| {
         o.notes.splice(0..0, dropped);
         o
