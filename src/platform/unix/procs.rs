@@ -141,7 +141,7 @@ pub fn process_env(pid: u32) -> Option<Vec<(String, String)>> {
 /// As [`process_env`], for a caller about to act on what it reads: a
 /// process caught inside `execve` (its environment reads empty until the
 /// kernel has laid out its new stack) is read again every 5 ms, for up to
-/// [`EXEC_SETTLE`], instead of being taken for one with no environment.
+/// `EXEC_SETTLE` (2 s), instead of being taken for one with no environment.
 pub async fn process_env_settled(pid: u32) -> Option<Vec<(String, String)>> {
     let was = proc_stat(pid)?;
     let deadline = std::time::Instant::now() + EXEC_SETTLE;
@@ -237,7 +237,7 @@ pub fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marke
 /// process still inside `execve` after the re-reads (a loaded machine can
 /// hold one there for longer; its `env_start` reads 0 until the kernel has
 /// laid out its new stack) is waited for, looking again every 5 ms for up
-/// to [`EXEC_SETTLE`], so a sweep never leaves one running unseen.
+/// to `EXEC_SETTLE` (2 s), so a sweep never leaves one running unseen.
 pub async fn marked_processes_settled(home_var: &str, home: &str, mark_var: &str) -> Vec<Marked> {
     let deadline = std::time::Instant::now() + EXEC_SETTLE;
     loop {
