@@ -1,10 +1,16 @@
 //! The tools' arguments, as their JSON schemas show them to a client.
+//!
+//! Every tool refuses an argument it does not know (`deny_unknown_fields`,
+//! shown to clients as `additionalProperties: false`): a misspelt key —
+//! `{"world": "feat-b"}` for `name` — is an error naming it, never ignored
+//! so that the call acts on the default world instead.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// Arguments naming a world.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct WorldArgs {
     /// The world's name: a git branch. Default: the world this server is bound to.
     #[serde(default)]
@@ -17,6 +23,7 @@ pub struct WorldArgs {
 
 /// Arguments of `up`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct UpArgs {
     /// The world's name: a git branch (created from HEAD if it does not exist). Default: the
     /// world this server is bound to.
@@ -51,6 +58,7 @@ pub struct RemoveArgs {
 
 /// Arguments of `reset`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ResetArgs {
     /// The world's name. Default: the world this server is bound to.
     #[serde(default)]
@@ -70,6 +78,7 @@ pub struct ResetArgs {
 
 /// Arguments of `status`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct StatusArgs {
     /// Only this project (a path inside it, or its name). Default: every project.
     #[serde(default)]
@@ -78,6 +87,7 @@ pub struct StatusArgs {
 
 /// Arguments of `verify`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct VerifyArgs {
     /// The world's name. Default: the world this server is bound to.
     #[serde(default)]
@@ -88,10 +98,15 @@ pub struct VerifyArgs {
     /// Run every check even after one fails.
     #[serde(default)]
     pub keep_going: bool,
+    /// Run the world's own `[agents] verify` instead of the checks
+    /// committed on the main checkout's branch; the record says so.
+    #[serde(default)]
+    pub from_branch: bool,
 }
 
 /// Arguments of `logs`.
 #[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct LogsArgs {
     /// The world's name. Default: the world this server is bound to.
     #[serde(default)]

@@ -84,6 +84,16 @@ fn a_bound_server_reaches_its_own_world_only_and_never_hands_out_the_admins_pass
         ["new_world_up", "up", {"name": "gamma"}],
         ["other_project", "env", {"project": "/tmp"}],
         ["other_project_status", "status", {"project": "elsewhere"}],
+        // A misspelt key (`world` for `name`) is refused, never ignored so
+        // that the call acts on the bound world instead.
+        ["misspelt_down", "down", {"world": "beta"}],
+        ["misspelt_reset", "reset", {"world": "beta"}],
+        ["misspelt_up", "up", {"world": "beta"}],
+        ["misspelt_env", "env", {"world": "beta"}],
+        ["misspelt_verify", "verify", {"world": "beta"}],
+        ["misspelt_logs", "logs", {"world": "beta"}],
+        ["misspelt_status", "status", {"world": "beta"}],
+        ["misspelt_remove", "remove", {"world": "beta"}],
     ]);
     let v = mcp_calls(&home, &inside, &[], &calls, &env);
     let says = "bound to world `alpha` of project `bnd`";
@@ -153,10 +163,18 @@ fn a_bound_server_reaches_its_own_world_only_and_never_hands_out_the_admins_pass
         "other_project_status",
         "the `project` override is refused",
     );
+    for tool in [
+        "down", "reset", "up", "env", "verify", "logs", "status", "remove",
+    ] {
+        let said = v[format!("misspelt_{tool}")].to_string();
+        assert!(said.contains("unknown field `world`"), "{tool}: {said}");
+    }
     assert!(!v.to_string().contains(ADMIN_PW));
-    // beta was not touched, and gamma never made.
+    // beta was not touched, gamma never made, and alpha, the bound world a
+    // misspelt call would have fallen back on, still runs.
     let worlds = repo.worlds(&home);
     assert_eq!(worlds["beta"]["state"], "running", "{worlds:?}");
+    assert_eq!(worlds["alpha"]["state"], "running", "{worlds:?}");
     assert!(!worlds.contains_key("gamma"), "{worlds:?}");
 
     // `--world beta` from the project's folder: bound to beta.

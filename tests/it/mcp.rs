@@ -169,7 +169,7 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
         "{v}"
     );
     assert!(
-        v["bad_args"].to_string().contains("`name` is required"),
+        v["bad_args"].to_string().contains("unknown field `nme`"),
         "{v}"
     );
     assert_eq!(v["down"]["structured"]["world"]["state"], "stopped");
