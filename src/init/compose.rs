@@ -402,8 +402,11 @@ pub(super) fn load_file(f: &Path) -> Result<Node, ComposeError> {
     parse(f, &text)
 }
 
+/// Loads file `f`'s text; a file of several documents (`---` between
+/// them) is read as compose reads it, each document merged over the ones
+/// before as an override file would be.
 fn parse(f: &Path, text: &str) -> Result<Node, ComposeError> {
-    yaml::load(text).map_err(|e| ComposeError {
+    let docs = yaml::load_all(text).map_err(|e| ComposeError {
         file: f.to_path_buf(),
         line: e.line,
         message: if e.message.contains("budget") {
@@ -412,7 +415,15 @@ fn parse(f: &Path, text: &str) -> Result<Node, ComposeError> {
             format!("not valid YAML: {}", e.message)
         },
         hint: "fix the YAML there (`docker compose config` shows what compose makes of it)".into(),
-    })
+    })?;
+    // An empty document (a file that starts with `---`) adds nothing.
+    let mut docs = docs.into_iter().filter(|d| d.value != Value::Null);
+    let first = docs.next().unwrap_or(Node {
+        value: Value::Null,
+        line: 1,
+        tag: None,
+    });
+    Ok(docs.fold(first, |base, over| super::merge::merge_files(&base, &over)))
 }
 
 /// The `services:` mapping of a loaded file.

@@ -124,18 +124,49 @@ impl Node {
 /// laughs" file), a key that is not text, a merge key whose value is not
 /// a mapping or a list of mappings.
 pub fn load(text: &str) -> Result<Node, YamlError> {
-    let docs = MarkedYaml::load_from_str(text).map_err(|e| YamlError {
-        line: Some(e.marker().line()),
-        message: e.info().to_owned(),
-    })?;
-    match docs.first() {
-        Some(d) => convert(d, 0),
-        None => Ok(Node {
+    let mut docs = load_all(text)?;
+    Ok(if docs.is_empty() {
+        Node {
             value: Value::Null,
             line: 1,
             tag: None,
-        }),
+        }
+    } else {
+        docs.swap_remove(0)
+    })
+}
+
+/// Every document of `text` (`---` between them), in order.
+///
+/// A file the loader refuses is tried once more with its multi-line flow
+/// collections re-indented as compose's loader reads them (see
+/// `init::flow`): a closing `]` at its key's indentation, tabs inside a
+/// flow. Only leading whitespace inside flow collections moves, so no
+/// value changes and lines keep their numbers; when that fails too, the
+/// error is the loader's on the file as written.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_all(text: &str) -> Result<Vec<Node>, YamlError> {
+    match MarkedYaml::load_from_str(text) {
+        Ok(docs) => convert_all(&docs),
+        Err(e) => {
+            if let std::borrow::Cow::Owned(relaxed) = super::flow::relax(text)
+                && let Ok(docs) = MarkedYaml::load_from_str(&relaxed)
+            {
+                return convert_all(&docs);
+            }
+            Err(YamlError {
+                line: Some(e.marker().line()),
+                message: e.info().to_owned(),
+            })
+        }
     }
+}
+
+/// Each loaded document as a [`Node`].
+fn convert_all(docs: &[MarkedYaml<'_>]) -> Result<Vec<Node>, YamlError> {
+    docs.iter().map(|d| convert(d, 0)).collect()
 }
 
 /// Nesting deeper than this is refused: no compose file needs it, and the
@@ -273,6 +304,45 @@ mod tests {
             .iter()
             .map(|(k, _)| k.as_str())
             .collect()
+    }
+
+    /// Sentry's self-hosted compose file: a flow sequence closed at its
+    /// key's indentation, with a comment inside. Compose reads it; so does
+    /// `init`, with the values and lines the file has.
+    #[test]
+    fn a_flow_sequence_closed_at_its_keys_indentation_loads_as_compose_reads_it() {
+        let text = "services:\n  seaweedfs:\n    healthcheck:\n      test: [\n          \"CMD-SHELL\",\n          # a comment inside the flow sequence\n          \"wget -q -O- http://seaweedfs:9340/healthz || exit 1\",\n      ]\n      interval: 10s\n";
+        let doc = load(text).unwrap();
+        let hc = doc
+            .get("services")
+            .unwrap()
+            .get("seaweedfs")
+            .unwrap()
+            .get("healthcheck")
+            .unwrap();
+        let test: Vec<&str> = hc
+            .get("test")
+            .unwrap()
+            .as_seq()
+            .unwrap()
+            .iter()
+            .map(|n| match &n.value {
+                Value::Str(s) => s.as_str(),
+                v => panic!("{v:?}"),
+            })
+            .collect();
+        assert_eq!(
+            test,
+            [
+                "CMD-SHELL",
+                "wget -q -O- http://seaweedfs:9340/healthz || exit 1"
+            ]
+        );
+        assert_eq!(hc.get("interval").unwrap().value, Value::Str("10s".into()));
+        assert_eq!(hc.get("interval").unwrap().line, 9);
+        // What is wrong whichever way it is read keeps its own line.
+        let broken = "services:\n  db:\n    environment: [\n  web:\n    build: .\n";
+        assert_eq!(load(broken).unwrap_err().line, Some(4));
     }
 
     #[test]
