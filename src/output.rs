@@ -49,15 +49,26 @@ pub fn error(msg: impl std::fmt::Display, hint: Option<&str>) {
     }
 }
 
+/// Whether `c` changes how the text around it is shown rather than what it
+/// says: a bidirectional embedding, override or isolate (U+202E turns
+/// `exe.txt` into what reads as `txt.exe`), a zero-width space or joiner,
+/// a directional mark, the byte-order mark. Text from outside Binky shows
+/// each as `<U+XXXX>` wherever Binky prints or draws it: the terminal
+/// ([`untrusted`]), the dashboard and the proxy's pages.
+pub fn hidden_format(c: char) -> bool {
+    matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+}
+
 /// Text from outside Binky (a service's output, a server's message) made
 /// safe for a terminal: colour (SGR, `ESC [ … m`) is kept, for anstream to
 /// pass or strip as colour is on or off; every other escape sequence (a
 /// title, a hyperlink, the clipboard, cursor moves) is dropped, and every
 /// other control character but tab and newline is shown in caret notation
 /// (`^M` for a carriage return), so the text can never rewrite the line
-/// Binky printed before it or the terminal's state.
+/// Binky printed before it or the terminal's state; a [`hidden_format`]
+/// character is shown as `<U+XXXX>`.
 pub fn untrusted(text: &str) -> std::borrow::Cow<'_, str> {
-    let clean = |c: char| c == '\t' || c == '\n' || !(c.is_control());
+    let clean = |c: char| c == '\t' || c == '\n' || !(c.is_control() || hidden_format(c));
     if text.chars().all(clean) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -111,6 +122,8 @@ pub fn untrusted(text: &str) -> std::borrow::Cow<'_, str> {
             out.push(char::from(b'@' + c as u8));
         } else if c == '\u{7f}' {
             out.push_str("^?");
+        } else if hidden_format(c) {
+            out.push_str(&format!("<U+{:04X}>", c as u32));
         }
         // C1 controls (U+0080–U+009F, an 8-bit CSI among them): dropped.
     }
@@ -138,6 +151,12 @@ mod tests {
             ("del\u{7f}", "del^?"),
             ("ünïcödé ☃", "ünïcödé ☃"),
             ("trailing \u{1b}", "trailing "),
+            // Shown as what it is, as the dashboard and the web pages do.
+            ("evil\u{202e}txt.exe", "evil<U+202E>txt.exe"),
+            (
+                "zero\u{200b}width\u{2066}isolate",
+                "zero<U+200B>width<U+2066>isolate",
+            ),
         ];
         for (raw, want) in cases {
             assert_eq!(untrusted(raw), want, "{raw:?}");

@@ -175,6 +175,7 @@ fn restore_routes(daemon: &Daemon) -> Result<()> {
                 state,
                 // Learned again when the world is re-adopted.
                 https: false,
+                why: None,
             },
         );
     }

@@ -390,7 +390,7 @@ fn shell_quote(s: &str) -> String {
 /// text (bidirectional overrides, zero-width joiners) shown as `<U+XXXX>`,
 /// so nothing reaches the terminal but printable text.
 pub(super) fn shown(text: &str) -> String {
-    let hidden = |c: char| matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}');
+    let hidden = crate::output::hidden_format;
     if !text.chars().any(|c| c.is_control() || hidden(c)) {
         return text.to_owned();
     }

@@ -33,13 +33,16 @@ pub(super) struct Held {
     /// table generation: this connection's own copy, so the requests of a
     /// keep-alive connection share nothing with other proxy threads.
     route: Mutex<Option<(u64, HeaderValue, Arc<Route>)>>,
+    /// The proxy port the client connected to, for links on the proxy's
+    /// own pages when the Host header names none.
+    pub(super) local_port: Option<u16>,
 }
 
 /// An upstream connection's future (hyper's dispatcher for it).
 pub(super) type ConnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 impl Held {
-    pub(super) fn new(worker: Arc<Worker>, peer: SocketAddr) -> Self {
+    pub(super) fn new(worker: Arc<Worker>, peer: SocketAddr, local_port: Option<u16>) -> Self {
         let ip = peer.ip().to_string();
         let forwarded_for = match peer.ip() {
             IpAddr::V6(v6) => format!("\"[{v6}]\""),
@@ -53,6 +56,7 @@ impl Held {
             forwarded: Mutex::new(None),
             new_conns: Mutex::new(Vec::new()),
             route: Mutex::new(None),
+            local_port,
         }
     }
 
@@ -149,7 +153,8 @@ pub(super) async fn serve_connection(
     peer: SocketAddr,
     active: Arc<AtomicUsize>,
 ) {
-    let held = Arc::new(Held::new(worker, peer));
+    let local_port = stream.local_addr().ok().map(|a| a.port());
+    let held = Arc::new(Held::new(worker, peer, local_port));
     let for_service = held.clone();
     let svc = hyper::service::service_fn(move |req| {
         let held = for_service.clone();

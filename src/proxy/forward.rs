@@ -253,11 +253,15 @@ impl Worker {
                 return Err(super::board::answer(board, req.method(), req.uri().path()));
             }
             counters.errors.fetch_add(1, Ordering::Relaxed);
-            let board = match host_raw
+            // The port the client used: Host's, else the one it connected
+            // to (a client may leave the port out of Host).
+            let port = host_raw
                 .rsplit_once(':')
-                .filter(|(_, p)| p.parse::<u16>().is_ok())
-            {
-                Some((_, port)) => format!("http://binky.localhost:{port}/"),
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .or(held.local_port)
+                .filter(|p| *p != 80);
+            let board = match port {
+                Some(port) => format!("http://binky.localhost:{port}/"),
                 None => "http://binky.localhost/".to_owned(),
             };
             return Err(super::pages::not_found(

@@ -5,7 +5,9 @@ use crate::protocol::ServiceState;
 use hyper::{Response, StatusCode, header};
 
 /// `s` as HTML text or a quoted attribute value: markup characters as
-/// entities, and a newline as `&#10;` (so a page fragment stays one line).
+/// entities, a newline as `&#10;` (so a page fragment stays one line), and
+/// a control or [`crate::output::hidden_format`] character (a bidi
+/// override) shown as `<U+XXXX>`, as on the terminal and the dashboard.
 pub(super) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -23,7 +25,9 @@ pub(super) fn escape(s: &str) -> String {
                 out.push('^');
                 out.push((c as u8 + b'@') as char);
             }
-            c if c.is_control() => out.push_str(&format!("&lt;U+{:04X}&gt;", c as u32)),
+            c if c.is_control() || crate::output::hidden_format(c) => {
+                out.push_str(&format!("&lt;U+{:04X}&gt;", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -75,7 +79,20 @@ pub(super) fn not_found(host: &str, board: &str, routes: &[(String, Route)]) -> 
     page(StatusCode::NOT_FOUND, "Unknown host", body)
 }
 
-/// 503 while starting (with Retry-After), 502 when stopped or failed.
+/// A command for the page, as a person runs it from anywhere: with `-p`
+/// and the project's name (the page cannot know the folder they are in).
+fn command(r: &Route, verb: &str, service: bool) -> String {
+    let mut c = format!("binky -p {} {verb} {}", r.project, r.world);
+    if service {
+        c.push(' ');
+        c.push_str(&r.service);
+    }
+    format!("<code>{}</code>", escape(&c))
+}
+
+/// 503 while starting (with Retry-After), 502 when stopped or failed. A
+/// failed world's page says why (the first line `status` shows) and the
+/// command to run.
 pub(super) fn unavailable(r: &Route) -> Response<Body> {
     let starting = r.state.is_coming();
     let status = if starting || r.state == ServiceState::Suspended {
@@ -83,21 +100,21 @@ pub(super) fn unavailable(r: &Route) -> Response<Body> {
     } else {
         StatusCode::BAD_GATEWAY
     };
+    let logs = command(r, "logs", true);
     let hint = if r.state == ServiceState::Restarting {
         format!(
-            "It exited and is being restarted after a backoff; <code>binky logs {} {}</code> shows why. This page retries shortly.",
-            escape(&r.world),
-            escape(&r.service)
+            "It exited and is being restarted after a backoff; {logs} shows why. This page retries shortly."
         )
     } else if starting {
         "It is starting; this page retries shortly.".to_owned()
-    } else {
+    } else if let Some(why) = &r.why {
         format!(
-            "Run <code>binky up {}</code>, or <code>binky logs {} {}</code> to see why.",
-            escape(&r.world),
-            escape(&r.world),
-            escape(&r.service)
+            "Its world's <code>up</code> failed: {}</p><p>Fix that, then run {}; {logs} shows its output.",
+            escape(why),
+            command(r, "up", false)
         )
+    } else {
+        format!("Run {}, or {logs} to see why.", command(r, "up", false))
     };
     let verb = if r.state == ServiceState::Failed {
         "has"
@@ -128,14 +145,13 @@ pub(super) fn bad_gateway(r: &Route, e: &dyn std::fmt::Display) -> Response<Body
         StatusCode::BAD_GATEWAY,
         &format!("{} did not answer", r.service),
         format!(
-            "<p>Service <code>{}</code> of world <code>{}</code> is {} but its port {} did not answer: {}.</p><p>Does it listen on <code>$PORT</code>? <code>binky logs {} {}</code> shows its output.</p>",
+            "<p>Service <code>{}</code> of world <code>{}</code> is {} but its port {} did not answer: {}.</p><p>Does it listen on <code>$PORT</code>? {} shows its output.</p>",
             escape(&r.service),
             escape(&r.world),
             escape(r.state.as_str()),
             r.port,
             escape(&e.to_string()),
-            escape(&r.world),
-            escape(&r.service)
+            command(r, "logs", true)
         ),
     )
 }

@@ -27,6 +27,9 @@ pub struct Route {
     /// Its project asks for HTTPS: Caddy may get a certificate for the host
     /// (see [`TLS_ASK_PATH`]).
     pub https: bool,
+    /// Why its world's `up` failed (the first line of the error `status`
+    /// shows), while the route is failed because of it; shown on the page.
+    pub why: Option<String>,
 }
 
 /// Where Caddy asks, before it gets a certificate on demand, whether a name
@@ -84,6 +87,24 @@ impl Routes {
             state,
         );
     }
+    /// After world `world`'s `up` failed with `why`: its routes that were
+    /// still waiting for their service (which never started) are failed,
+    /// with the reason, so a browser is told what `status` says instead of
+    /// "starting" for good. Routes of services that run are left serving.
+    pub fn fail_world(&self, project: &str, world: &str, why: &str) {
+        let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
+        for r in t
+            .values_mut()
+            .filter(|r| r.project == project && r.world == world)
+        {
+            if r.state.is_coming() || r.state == ServiceState::Failed {
+                let r = Arc::make_mut(r);
+                r.state = ServiceState::Failed;
+                r.why = Some(why.to_owned());
+            }
+        }
+        self.changed();
+    }
     /// Updates the state of every route of one world.
     pub fn set_world_state(&self, project: &str, world: &str, state: ServiceState) {
         self.update_state(|r| r.project == project && r.world == world, state);
@@ -91,7 +112,10 @@ impl Routes {
     pub(super) fn update_state(&self, which: impl Fn(&Route) -> bool, state: ServiceState) {
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
         for r in t.values_mut().filter(|r| which(r)) {
-            Arc::make_mut(r).state = state;
+            let r = Arc::make_mut(r);
+            r.state = state;
+            // A reason belongs to the failure it was given with.
+            r.why = None;
         }
         self.changed();
     }

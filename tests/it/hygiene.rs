@@ -430,12 +430,12 @@ sys.stdout.write(out.decode("utf-8", "replace"))
 /// What a service prints is untrusted on a terminal: with colour on (as on
 /// a terminal), `logs` and a failed `up`'s excerpt keep its colours but no
 /// other escape sequence (a window title, the clipboard, a screen clear),
-/// and a carriage return shows as `^M` rather than overwriting the line.
+/// and a carriage return shows as `^M` rather than overwriting the line; a
+/// bidi override (U+202E) as `<U+202E>`.
 #[test]
 fn service_output_cannot_drive_the_terminal() {
     let home = Home::new();
-    let hostile =
-        r"printf 'a\033]0;pwned\007b\033]52;c;Y2xpcA==\033\\c\033[2Jd\033[31mred\033[0m e\rf\n'";
+    let hostile = r"printf 'a\033]0;pwned\007b\033]52;c;Y2xpcA==\033\\c\033[2Jd\033[31mred\033[0m e\rf g\342\200\256h\n'";
     let toml = format!(
         "{}[services.loud]\ncmd = \"{}; exec sleep 600\"\n[services.bad]\ncmd = \"{}; exit 3\"\nrestart = \"no\"\n",
         crate::project::project_header("loud", 2),
@@ -455,7 +455,9 @@ fn service_output_cannot_drive_the_terminal() {
     for text in [up.stderr(), logs.stdout()] {
         assert!(text.contains("abcd"), "{text:?}");
         assert!(text.contains("\u{1b}[31mred\u{1b}[0m e^Mf"), "{text:?}");
-        for bad in ["\u{1b}]", "pwned", "\u{1b}[2J", "\r"] {
+        // A bidi override is shown as what it is, as the dashboard does.
+        assert!(text.contains("g<U+202E>h"), "{text:?}");
+        for bad in ["\u{1b}]", "pwned", "\u{1b}[2J", "\r", "\u{202e}"] {
             assert!(!text.contains(bad), "{bad:?} in {text:?}");
         }
     }

@@ -122,10 +122,15 @@ fn unknown_stopped_and_refused_give_pages_a_person_can_act_on() {
     let (status, _, body) = get(port, "nope.px.localhost", "/");
     assert_eq!(status, 404);
     assert!(body.contains("echo.feat.px.localhost"), "{body}");
+    // The web view's link carries the proxy's port, though Host had none.
+    assert!(
+        body.contains(&format!("http://binky.localhost:{port}/")),
+        "{body}"
+    );
     let (status, _, body) = get(port, "deaf.feat.px.localhost", "/");
     assert_eq!(status, 502);
     assert!(
-        body.contains("did not answer") && body.contains("binky logs feat deaf"),
+        body.contains("did not answer") && body.contains("binky -p px logs feat deaf"),
         "{body}"
     );
     repo.ok(&home, &["down", "feat"]);
@@ -203,7 +208,8 @@ fn a_service_waiting_out_its_restart_backoff_gets_503_with_retry_after() {
         "{head}"
     );
     assert!(
-        body.contains("being restarted after a backoff") && body.contains("binky logs feat flaky"),
+        body.contains("being restarted after a backoff")
+            && body.contains("binky -p px logs feat flaky"),
         "{body}"
     );
 }
@@ -1081,4 +1087,42 @@ fn a_taken_proxy_port_is_bound_once_free_and_status_and_doctor_say_why_meanwhile
         .any(|c| c["name"] == "proxy" && c["status"] == "ok");
     assert!(ok, "{doctor}");
     repo.ok(&home, &["remove", "feat", "--force"]);
+}
+
+/// An `up` that fails before its url service starts (its database's
+/// `migrate` fails) leaves the route failed, not "starting" for good while
+/// `status` says failed: the page says failed, why, and the command to
+/// run, with the `-p` a person needs wherever they are; so does the page
+/// after `down` (issue 49).
+#[test]
+fn a_failed_up_leaves_a_page_that_says_failed_why_and_what_to_run() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.db]\nadapter = \"sqlite\"\nmigrate = \"test -z \\\"$PXF_FAIL\\\" || {{ echo migration 7 broke; exit 3; }}\"\n[services.echo]\ncmd = \"exec python3 echo.py\"\nurl = \"echo\"\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"20s\", interval = \"50ms\" }}\ndepends_on = [\"db\"]\n",
+        project_header("pxf", 10)
+    );
+    let repo = Repo::with("", &toml, &[("echo.py", &fixture())]);
+    let port = proxy_port(&home);
+    repo.ok(&home, &["up", "good"]);
+    repo.ok(&home, &["down", "good"]);
+    let (status, _, body) = get(port, "echo.good.pxf.localhost", "/");
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("binky -p pxf up good"), "{body}");
+    // The migrate fails: `echo` never starts.
+    let up = repo.run_with(&home, &["up", "bad"], &[("PXF_FAIL", "1")]);
+    assert_ne!(up.code(), 0, "{up}");
+    assert_eq!(repo.worlds(&home)["bad"]["state"], "failed");
+    let (status, headers, body) = get(port, "echo.bad.pxf.localhost", "/");
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        !headers.to_ascii_lowercase().contains("retry-after"),
+        "{headers}"
+    );
+    assert!(!body.contains("starting"), "{body}");
+    assert!(
+        body.contains("failed") && body.contains("services.db.migrate failed"),
+        "{body}"
+    );
+    assert!(body.contains("binky -p pxf up bad"), "{body}");
+    assert!(body.contains("binky -p pxf logs bad echo"), "{body}");
 }

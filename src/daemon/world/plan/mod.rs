@@ -158,6 +158,7 @@ pub(super) fn build_facts(
                     port,
                     state: ServiceState::Starting,
                     https: cfg.project.https,
+                    why: None,
                 },
             );
             d.registry().set_service_host(world_id, n, host)?;
