@@ -363,6 +363,11 @@ pub struct VerifyArgs {
     /// Run every command even after one fails.
     #[arg(long)]
     pub keep_going: bool,
+    /// Run the world's own `[agents] verify` (its branch's binky.toml)
+    /// instead of the checks committed on the main checkout's branch;
+    /// the result is recorded, and shown by `status`, as such.
+    #[arg(long)]
+    pub from_branch: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,

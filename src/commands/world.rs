@@ -353,6 +353,7 @@ pub fn verify(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode 
             Err(c) => return c,
         },
         keep_going: args.keep_going,
+        from_branch: args.from_branch,
         env: ClientEnv::current(),
     };
     let json = args.json;
@@ -395,15 +396,21 @@ pub fn verify(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode 
                         anstream::eprintln!("  {c}");
                     }
                 }
+                // Whose checks these were, beside the result.
+                let whose = if r.from_branch {
+                    " (the branch's own checks)"
+                } else {
+                    ""
+                };
                 if r.passed {
                     anstream::println!(
-                        "{} verify passed: {} at {commit}",
+                        "{} verify passed: {} at {commit}{whose}",
                         paint(OK, "✓"),
                         args.name
                     );
                 } else {
                     anstream::println!(
-                        "{} verify failed: {} at {commit}",
+                        "{} verify failed: {} at {commit}{whose}",
                         paint(crate::output::ERROR, "✗"),
                         args.name
                     );

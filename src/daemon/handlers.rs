@@ -106,8 +106,9 @@ async fn dispatch(
         Request::Verify {
             world: w,
             keep_going,
+            from_branch,
             env,
-        } => world::verify(d, w, keep_going, env, &progress)
+        } => world::verify(d, w, keep_going, from_branch, env, &progress)
             .await
             .map(Response::Verified),
         Request::Gc { dry_run, env } => Ok(Response::Swept(world::gc(d, dry_run, env).await)),

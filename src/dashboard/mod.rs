@@ -285,6 +285,7 @@ impl Runner {
             Verb::Verify => Request::Verify {
                 world,
                 keep_going: false,
+                from_branch: false,
                 env,
             },
         };

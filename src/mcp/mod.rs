@@ -422,6 +422,7 @@ impl BinkyMcp {
                 Err(e) => return Ok(e),
             },
             keep_going: a.keep_going,
+            from_branch: a.from_branch,
             env: ClientEnv::current(),
         };
         match self.call(req, Some(ctx)).await {

@@ -37,6 +37,18 @@ pub struct VerifyReport {
     pub uncommitted: Vec<String>,
     /// Total wall time, milliseconds.
     pub duration_ms: u64,
+    /// The checks were the world's own (`--from-branch`), not those
+    /// committed on the main checkout's branch.
+    #[serde(default)]
+    pub from_branch: bool,
+    /// Which file the checks came from, as a person reads it (`the main
+    /// checkout's binky.toml (as committed on main)`).
+    #[serde(default)]
+    pub checks_from: String,
+    /// The world's own `[agents] verify` differs from the checks that ran
+    /// (only when they came from the main checkout).
+    #[serde(default)]
+    pub branch_checks_differ: bool,
 }
 
 /// One verify command's outcome.

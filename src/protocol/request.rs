@@ -78,6 +78,10 @@ pub enum Request {
         world: WorldRef,
         /// Run every command even after a failure.
         keep_going: bool,
+        /// Run the world's own `[agents] verify` instead of the checks
+        /// committed on the main checkout's branch.
+        #[serde(default)]
+        from_branch: bool,
         /// The CLI's environment (base environment of the commands).
         env: ClientEnv,
     },

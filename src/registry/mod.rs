@@ -14,7 +14,7 @@ mod worlds;
 pub use ports::PortBook;
 pub use queue::{ActiveRow, NewTicket, QueueCounts, QueueRow, now_ms};
 pub use slices::{OrphanSlice, SliceKey, SliceRow};
-pub use worlds::{NewWorld, RecordedProcess, RouteRow, WorldBrief, WorldRow};
+pub use worlds::{NewWorld, RecordedProcess, RouteRow, VerifyRun, WorldBrief, WorldRow};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::{Path, PathBuf};
@@ -368,17 +368,39 @@ mod tests {
             .map(|(w, v)| (w.to_owned(), v.to_owned()))
         );
         // A new result is read from its columns, whatever its words say.
+        let run = |outcome, dirty, detail, from_branch| VerifyRun {
+            outcome,
+            dirty,
+            duration_ms: 1,
+            commit: None,
+            detail,
+            from_branch,
+        };
         r.record_verify(
             3,
-            crate::protocol::VerifyOutcome::Failed,
-            true,
-            1,
-            None,
-            "interrupted, so to speak",
+            &run(
+                crate::protocol::VerifyOutcome::Failed,
+                true,
+                "interrupted, so to speak",
+                false,
+            ),
         )
         .unwrap();
         let c = r.status(None).unwrap().projects[0].worlds[2].verify.clone();
         assert_eq!(c.as_deref(), Some("failed plus uncommitted changes"));
+        // The branch's own checks are said to be so.
+        r.record_verify(
+            3,
+            &run(
+                crate::protocol::VerifyOutcome::Passed,
+                false,
+                "1/1 passed",
+                true,
+            ),
+        )
+        .unwrap();
+        let c = r.status(None).unwrap().projects[0].worlds[2].verify.clone();
+        assert_eq!(c.as_deref(), Some("passed (the branch's own checks)"));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 12;
+pub const LATEST: i64 = 13;
 
 /// All migrations, oldest first.
 pub fn migrations() -> Migrations<'static> {
@@ -21,6 +21,7 @@ pub fn migrations() -> Migrations<'static> {
         M::up(V10),
         M::up(V11),
         M::up(V12),
+        M::up(V13),
     ])
 }
 
@@ -223,4 +224,11 @@ CREATE TABLE slice_secrets (
 const V12: &str = r#"
 ALTER TABLE admission_queue ADD COLUMN caller TEXT NOT NULL DEFAULT '';
 ALTER TABLE worlds ADD COLUMN caller TEXT;
+"#;
+
+/// v13: whether a `verify` ran the branch's own checks (`--from-branch`)
+/// rather than those committed on the main checkout's branch; `status`
+/// says so beside the result.
+const V13: &str = r#"
+ALTER TABLE verify_results ADD COLUMN from_branch INTEGER NOT NULL DEFAULT 0;
 "#;

@@ -80,6 +80,7 @@ impl Registry {
                    (SELECT outcome
                            || COALESCE(' at ' || substr(commit_sha, 1, 12), '')
                            || CASE WHEN dirty THEN ' plus uncommitted changes' ELSE '' END
+                           || CASE WHEN from_branch THEN ' (the branch''s own checks)' ELSE '' END
                       FROM verify_results v WHERE v.world_id = worlds.id
                      ORDER BY v.id DESC LIMIT 1),
                    suspended_at, created_at

@@ -291,6 +291,23 @@ impl Registry {
 
 /// A service process as recorded: with its pid and start time it is the
 /// identity `down` and re-adoption check before touching a process.
+/// One `verify` run, as [`Registry::record_verify`](super::Registry::record_verify) stores it.
+#[derive(Debug, Clone, Copy)]
+pub struct VerifyRun<'a> {
+    /// How it ended.
+    pub outcome: VerifyOutcome,
+    /// The worktree held uncommitted changes when it ran.
+    pub dirty: bool,
+    /// Its wall time, milliseconds.
+    pub duration_ms: u64,
+    /// The commit HEAD pointed at.
+    pub commit: Option<&'a str>,
+    /// What the events log says of it (`2/3 passed`…).
+    pub detail: &'a str,
+    /// It ran the branch's own checks (`--from-branch`).
+    pub from_branch: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedProcess {
     /// Service name.
@@ -491,23 +508,23 @@ impl Registry {
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
-    /// Records a `verify` run.
-    /// `dirty`: the worktree held uncommitted changes when it ran.
-    pub fn record_verify(
-        &self,
-        world_id: i64,
-        outcome: VerifyOutcome,
-        dirty: bool,
-        duration_ms: u64,
-        commit: Option<&str>,
-        detail: &str,
-    ) -> Result<(), RegistryError> {
+    /// Records a `verify` run of world `world_id` (its detail scrubbed of
+    /// every secret Binky knows).
+    pub fn record_verify(&self, world_id: i64, run: &VerifyRun<'_>) -> Result<(), RegistryError> {
+        let VerifyRun {
+            outcome,
+            dirty,
+            duration_ms,
+            commit,
+            detail,
+            from_branch,
+        } = *run;
         let detail = crate::secrets::scrub(detail);
         let detail = detail.as_ref();
         self.conn
             .execute(
-                "INSERT INTO verify_results(world_id, passed, duration_ms, commit_sha, started_at, detail, outcome, dirty)
-                 VALUES (?1, ?2, ?3, ?4, unixepoch(), ?5, ?6, ?7)",
+                "INSERT INTO verify_results(world_id, passed, duration_ms, commit_sha, started_at, detail, outcome, dirty, from_branch)
+                 VALUES (?1, ?2, ?3, ?4, unixepoch(), ?5, ?6, ?7, ?8)",
                 params![
                     world_id,
                     outcome == VerifyOutcome::Passed,
@@ -515,7 +532,8 @@ impl Registry {
                     commit,
                     detail,
                     outcome,
-                    dirty
+                    dirty,
+                    from_branch
                 ],
             )
             .map(|_| ())

@@ -523,6 +523,34 @@ pub fn is_registered(main_workdir: &Path, path: &Path) -> bool {
     })
 }
 
+/// The file at `rel` (relative to the repository's top) as committed on
+/// the branch the checkout at `main_workdir` has, with that branch's name
+/// (`HEAD` when detached): what the main checkout's owner committed, not
+/// what a worktree or an unsaved edit holds. `None` for the text when the
+/// file is not committed there. Read through libgit2: a committed blob is
+/// what git stores, and `binky.toml` is text no filter changes.
+///
+/// # Errors
+/// `main_workdir` is not in a repository, or its HEAD names no commit.
+pub fn committed_file(
+    main_workdir: &Path,
+    rel: &Path,
+) -> Result<(String, Option<String>), WorktreeError> {
+    let repo = Repository::discover(main_workdir)?;
+    let head = repo.head()?;
+    let branch = head.shorthand().unwrap_or("HEAD").to_owned();
+    let tree = head.peel_to_tree()?;
+    let text = match tree.get_path(rel) {
+        Ok(entry) => {
+            let blob = entry.to_object(&repo)?.peel_to_blob()?;
+            Some(String::from_utf8_lossy(blob.content()).into_owned())
+        }
+        Err(e) if e.code() == git2::ErrorCode::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok((branch, text))
+}
+
 /// The commit HEAD points at in the worktree holding `path` (for `verify`
 /// records and migrate keys).
 pub fn head_commit(path: &Path) -> Option<String> {

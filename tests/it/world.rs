@@ -1591,3 +1591,74 @@ fn up_of_a_running_world_whose_one_shot_job_finished_is_a_noop() {
     assert_eq!(pid_of(&after, "srv"), pid_of(&before, "srv"), "{after}");
     repo.ok(&home, &["remove", "w", "--force"]);
 }
+
+/// The orchestrator's gate is not the graded branch's to change (issue 49):
+/// `verify` runs the `[agents] verify` committed on the main checkout's
+/// branch, in the world, says so and says when the world's own list
+/// differs; `--from-branch` runs the branch's own, recorded as such. An
+/// `up` of a branch whose `binky.toml` differs says what it changes.
+#[test]
+fn verify_runs_the_main_checkouts_committed_checks_not_the_branchs() {
+    let home = Home::new();
+    let toml = format!(
+        "{}[services.s]\ncmd = \"exec sleep 600\"\n[agents]\nverify = [\"test -e made-by-the-work\"]\n",
+        project_header("gate", 2)
+    );
+    let repo = Repo::new(&toml);
+    // The agent's branch edits its own checks so that they pass, and adds
+    // a service.
+    git(&repo.main, &["checkout", "-q", "-b", "agent"]);
+    let edited = toml.replace("test -e made-by-the-work", "true")
+        + "[services.extra]\ncmd = \"exec sleep 600\"\n";
+    std::fs::write(repo.project_dir().join("binky.toml"), &edited).unwrap();
+    git(&repo.main, &["commit", "-qam", "my checks pass now"]);
+    git(&repo.main, &["checkout", "-q", "main"]);
+    let up = repo.ok(&home, &["up", "agent"]);
+    let said = format!("{}{}", up.stdout(), up.stderr());
+    assert!(
+        said.contains("branch `agent`'s binky.toml differs from main's")
+            && said.contains("services.extra (added)")
+            && said.contains("agents (verify)"),
+        "{up}"
+    );
+    // The committed check runs, in the world's worktree, and fails.
+    let out = repo.run(&home, &["verify", "agent"]);
+    assert_eq!(out.code(), 1, "{out}");
+    let text = out.stdout();
+    assert!(
+        text.contains("checks from the main checkout's binky.toml (as committed on main)"),
+        "{out}"
+    );
+    assert!(text.contains("$ test -e made-by-the-work"), "{out}");
+    assert!(
+        text.contains("the world's own [agents] verify differs") && text.contains("--from-branch"),
+        "{out}"
+    );
+    let v = repo.run(&home, &["verify", "agent", "--json"]).json();
+    assert_eq!(v["from_branch"], false, "{v}");
+    assert_eq!(v["branch_checks_differ"], true, "{v}");
+    // An uncommitted edit of main's file changes nothing: what is
+    // committed counts.
+    std::fs::write(repo.project_dir().join("binky.toml"), &edited).unwrap();
+    assert_eq!(repo.run(&home, &["verify", "agent"]).code(), 1);
+    git(&repo.main, &["checkout", "--", "binky.toml"]);
+    // The work the check asks for, in the world: it passes.
+    let wt = std::path::PathBuf::from(repo.worlds(&home)["agent"]["path"].as_str().unwrap());
+    std::fs::write(wt.join("made-by-the-work"), "").unwrap();
+    let out = repo.ok(&home, &["verify", "agent"]);
+    assert!(out.stdout().contains("✓ verify passed: agent at "), "{out}");
+    assert!(!out.stdout().contains("own checks"), "{out}");
+    // The branch's own checks, asked for: run, and labelled everywhere.
+    std::fs::remove_file(wt.join("made-by-the-work")).unwrap();
+    let out = repo.ok(&home, &["verify", "agent", "--from-branch"]);
+    assert!(out.stdout().contains("$ true"), "{out}");
+    assert!(out.stdout().contains("(the branch's own checks)"), "{out}");
+    let st = repo.worlds(&home)["agent"].clone();
+    assert!(
+        st["verify"]
+            .as_str()
+            .unwrap()
+            .ends_with("(the branch's own checks)"),
+        "{st}"
+    );
+}

@@ -59,6 +59,7 @@ mod slices;
 mod start;
 pub(crate) mod strays;
 mod templates;
+mod trusted;
 mod up;
 mod verify;
 

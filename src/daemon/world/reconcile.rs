@@ -189,11 +189,14 @@ pub(super) async fn reap_interrupted_verifies(d: &Arc<Daemon>) {
         let _ = reg.set_verify_running(world_id, None);
         let _ = reg.record_verify(
             world_id,
-            crate::protocol::VerifyOutcome::Interrupted,
-            false,
-            0,
-            None,
-            "interrupted by a daemon restart; run `binky verify` again",
+            &crate::registry::VerifyRun {
+                outcome: crate::protocol::VerifyOutcome::Interrupted,
+                dirty: false,
+                duration_ms: 0,
+                commit: None,
+                detail: "interrupted by a daemon restart; run `binky verify` again",
+                from_branch: false,
+            },
         );
         let names = reg.world_names(world_id).ok().flatten();
         drop(reg);

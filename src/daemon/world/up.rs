@@ -217,6 +217,25 @@ fn worktree_error(d: &Daemon, project_id: i64, name: &str, e: worktree::Worktree
 /// not committed in the checkout they ran `up` from: the world does not
 /// see them.
 ///
+/// One line on what world `name`'s own `binky.toml` (at `cfg_path`, its
+/// branch's) changes against the one committed on the main checkout's
+/// branch ([`super::trusted`]): what the branch will run that main would
+/// not, for a person to see before trusting it. `None` when they agree or
+/// there is nothing committed to compare with.
+fn branch_changes(loc: &Located, cfg_path: &Path, name: &str) -> Option<String> {
+    let main = super::trusted::committed(loc).ok()?;
+    let (main_text, own) = (main.text?, std::fs::read_to_string(cfg_path).ok()?);
+    let changed = super::trusted::changes(&main_text, &own);
+    (!changed.is_empty()).then(|| {
+        format!(
+            "branch `{name}`'s {} differs from {}'s: {}",
+            config::FILE_NAME,
+            main.branch,
+            changed.join("; ")
+        )
+    })
+}
+
 /// # Errors
 /// The file is invalid, or names another project.
 fn world_config(
@@ -238,6 +257,11 @@ fn world_config(
             here.display(),
             cfg_path.display()
         ));
+    }
+    if here != cfg_path
+        && let Some(note) = branch_changes(loc, &cfg_path, name)
+    {
+        notes.push(note);
     }
     if cfg.project.name != project {
         return Err(ApiError::new(format!(
@@ -331,6 +355,7 @@ pub(super) async fn settle_up(
             let _ =
                 d.registry()
                     .set_world_state(world_id, WorldState::Failed, None, Some(&e.message));
+            d.routes.fail_world(project, name, &first_line(&e.message));
             d.event(world_event(EventKind::UpFailed, project, name).detail(first_line(&e.message)));
             Err(e)
         }

@@ -19,27 +19,62 @@ use std::sync::Arc;
 /// through the shell, with the exposed coordinates in the environment
 /// (`WEB_URL`…, as `binky env --dotenv` names them). Output streams to the
 /// caller; the result is recorded against the world and its commit.
+///
+/// The checks are those of the project's `binky.toml` as committed on the
+/// main checkout's branch ([`super::trusted`]): the world's own file is
+/// the agent's to edit, and a gate it could rewrite would grade nothing.
+/// The report says which file the checks came from and whether the
+/// world's own list differs. With `from_branch`, the world's own checks
+/// run instead, and the record says so.
+///
+/// # Errors
+/// No checks to run; the main checkout's committed file is missing or
+/// invalid (its hint offers `--from-branch`); a command does not render.
 pub(crate) async fn verify(
     d: &Arc<Daemon>,
     wref: WorldRef,
     keep_going: bool,
+    from_branch: bool,
     client_env: ClientEnv,
     progress: &ProgressTx,
 ) -> Result<crate::protocol::VerifyReport, ApiError> {
     let loc = locate(d, &wref)?;
     let w = find_world(d, &loc, &wref.name)?;
     let wf = world_facts(d, &loc, &w, &client_env).await?;
-    let (cfg, world_root) = (&wf.cfg, &wf.world_root);
-    if cfg.agents.verify.is_empty() {
-        return Err(ApiError::new(format!(
-            "{} has no [agents] verify commands",
-            cfg.path.display()
-        ))
-        .hint("add e.g. verify = [\"make test\"] under [agents]"));
+    let world_root = &wf.world_root;
+    let own = &wf.cfg.agents.verify;
+    let (list, checks_from, branch_checks_differ) = if from_branch {
+        let from = format!("the world's own {}", wf.cfg.path.display());
+        (own.clone(), from, false)
+    } else {
+        let (list, from) = main_checks(&loc, &w.name)?;
+        let differ = &list != own;
+        (list, from, differ)
+    };
+    if list.is_empty() {
+        return Err(
+            ApiError::new(format!("{checks_from} has no [agents] verify commands"))
+                .hint("add e.g. verify = [\"make test\"] under [agents]"),
+        );
+    }
+    progress.say(
+        crate::protocol::ProgressStep::Verify,
+        None,
+        format!("checks from {checks_from}"),
+    );
+    if branch_checks_differ {
+        progress.say(
+            crate::protocol::ProgressStep::Verify,
+            None,
+            format!(
+                "note: the world's own [agents] verify differs; `binky verify {} --from-branch` runs it, recorded as such",
+                w.name
+            ),
+        );
     }
     // Every command rendered (no `self` here) before the first runs: an
     // unset variable fails the verify, not one of its checks.
-    let commands = verify_commands(&wf, &w.name)?;
+    let commands = verify_commands(&wf, &list, &w.name)?;
     let env = verify_env(d, &loc, &w, &wf)?;
     let client_env = wf.env.clone();
     let commit = worktree::head_commit(Path::new(&w.path));
@@ -76,6 +111,9 @@ pub(crate) async fn verify(
         commit,
         uncommitted,
         duration_ms: started.elapsed().as_millis() as u64,
+        from_branch,
+        checks_from,
+        branch_checks_differ,
     };
     record(d, &loc.name, &w, &report)?;
     Ok(report)
@@ -99,6 +137,9 @@ fn record(
     if dirty {
         detail.push_str(", with uncommitted changes");
     }
+    if report.from_branch {
+        detail.push_str(", the branch's own checks");
+    }
     let (outcome, kind) = if report.passed {
         (VerifyOutcome::Passed, EventKind::VerifyPassed)
     } else {
@@ -106,11 +147,14 @@ fn record(
     };
     d.registry().record_verify(
         w.id,
-        outcome,
-        dirty,
-        report.duration_ms,
-        report.commit.as_deref(),
-        &detail,
+        &crate::registry::VerifyRun {
+            outcome,
+            dirty,
+            duration_ms: report.duration_ms,
+            commit: report.commit.as_deref(),
+            detail: &detail,
+            from_branch: report.from_branch,
+        },
     )?;
     d.event(world_event(kind, project, &w.name).detail(detail));
     Ok(())
@@ -130,17 +174,56 @@ async fn uncommitted(client_env: &ClientEnv, path: &str) -> Result<Vec<String>, 
     )
 }
 
-/// `[agents] verify`, each command with its rendering (no `self`).
+/// The `[agents] verify` of the main checkout's committed `binky.toml`,
+/// and how that file is named in what `verify` says.
+///
+/// # Errors
+/// That file is not committed on the main checkout's branch, or does not
+/// parse.
+fn main_checks(loc: &Located, world: &str) -> Result<(Vec<String>, String), ApiError> {
+    let c = super::trusted::committed(loc)?;
+    let shown = loc.subdir.join(crate::config::FILE_NAME);
+    let from = format!(
+        "the main checkout's {} (as committed on {})",
+        shown.display(),
+        c.branch
+    );
+    let own = || {
+        format!(
+            "`binky verify {world} --from-branch` runs the world's own checks, recorded as such"
+        )
+    };
+    let Some(text) = c.text else {
+        return Err(ApiError::new(format!(
+            "{} is not committed on {}, the main checkout's branch: `verify` runs the checks committed there, which the world's agent cannot change",
+            shown.display(),
+            c.branch
+        ))
+        .hint(format!("commit it on {}, or {}", c.branch, own())));
+    };
+    let report = crate::config::check_str(&text, &loc.main_root().join(crate::config::FILE_NAME));
+    match report.config {
+        Some(cfg) => Ok((cfg.agents.verify, from)),
+        None => Err(
+            ApiError::new(format!("{from} is not valid: run `binky check` there"))
+                .hint(format!("fix and commit it, or {}", own())),
+        ),
+    }
+}
+
+/// The commands `list` (an `[agents] verify`), each with its rendering
+/// against the world (no `self`).
 ///
 /// # Errors
 /// A command uses an unset `${env.NAME}` (or a fact with no value).
-fn verify_commands(wf: &WorldFacts, world: &str) -> Result<Vec<(String, String)>, ApiError> {
+fn verify_commands(
+    wf: &WorldFacts,
+    list: &[String],
+    world: &str,
+) -> Result<Vec<(String, String)>, ApiError> {
     let env_fn = lookup_env(&wf.project_env, &wf.env);
     let fx = facts_for(&wf.cfg, world, &wf.world_root, &wf.facts, &env_fn);
-    wf.cfg
-        .agents
-        .verify
-        .iter()
+    list.iter()
         .enumerate()
         .map(|(i, c)| {
             Ok((
