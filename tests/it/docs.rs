@@ -223,6 +223,33 @@ fn every_relative_link_and_anchor_in_the_docs_resolves() {
     );
 }
 
+/// The README is the front page: short enough to read through (issue 49),
+/// naming the web view, saying which adapters meet real servers and which
+/// recipes a test brings up.
+#[test]
+fn the_readme_is_short_and_says_what_is_tested() {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let lines = text.lines().count();
+    assert!(
+        lines <= 250,
+        "README.md has {lines} lines; keep it within 250"
+    );
+    assert!(
+        text.contains("binky.localhost"),
+        "the web view is not named"
+    );
+    // Words, whatever the line breaks.
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    for said in [
+        "MongoDB against nx-27017",
+        "Elasticsearch/OpenSearch against recorded replies",
+        "(both brought up by tests)",
+        "(checked by `binky check` only)",
+    ] {
+        assert!(flat.contains(said), "the README no longer says {said:?}");
+    }
+}
+
 #[test]
 fn the_link_checker_sees_a_broken_anchor_and_a_missing_file() {
     // The checker itself: a test that cannot fail is a defect.
