@@ -7,8 +7,8 @@ use sha2::{Digest, Sha256};
 /// PostgreSQL identifier for the project name and separators.
 pub const MAX_SLUG_LEN: usize = 40;
 
-/// Length of the hex hash suffix.
-const HASH_LEN: usize = 6;
+/// Hex digits in a [`short_hash`].
+pub const HASH_LEN: usize = 6;
 
 /// A short, stable hex digest of `s` (first 24 bits of SHA-256).
 pub fn short_hash(s: &str) -> String {

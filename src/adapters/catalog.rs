@@ -481,6 +481,13 @@ pub fn find(name: &str) -> Option<&'static Entry> {
     ENTRIES.iter().find(|e| e.answers_to(name))
 }
 
+/// The implementation `adapter = name` selects: a built-in adapter's own
+/// name for any of its aliases (`mariadb` → `mysql`, `valkey` → `redis`),
+/// else `name` itself (an external adapter).
+pub fn implementation(name: &str) -> &str {
+    find(name).map_or(name, |e| e.name)
+}
+
 /// Every name a built-in adapter answers to (names, then their aliases).
 pub fn names() -> Vec<&'static str> {
     ENTRIES

@@ -134,8 +134,8 @@ impl Adapter for ClickHouse {
         false
     }
 
-    fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        names::DATABASE.name(project, world_slug)
+    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
+        names::DATABASE.name(project, resource, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

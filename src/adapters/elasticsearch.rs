@@ -204,8 +204,8 @@ impl Adapter for Elasticsearch {
         false
     }
 
-    fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        names::INDEX_PREFIX.name(project, world_slug)
+    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
+        names::INDEX_PREFIX.name(project, resource, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn prefixes_keep_the_index_name_rules() {
-        let p = names::INDEX_PREFIX.name("shop", "feat-a");
+        let p = names::INDEX_PREFIX.name("shop", None, "feat-a");
         assert_eq!(p, "shop-feat-a-203252-");
         assert!(!p.starts_with(['-', '_', '+']));
         assert!(!p.contains(['\\', '/', '*', '?', '"', '<', '>', '|', ' ', ',', '#', ':']));

@@ -90,10 +90,13 @@ pub fn template_name(project: &str, clone_from: &str, key: &str) -> String {
     super::fit_identifier(&format!("{project}_golden_{clone_from}_{short}"), NAME_MAX)
 }
 
-/// The template key: SHA-256 over the commands and every file matching the
-/// `clone_inputs` globs under `root` (sorted by path, path and contents both
-/// hashed, so a rename changes the key too).
+/// The template key: SHA-256 over the commands, the resource's name where
+/// its slices carry it ([`crate::config::Config::slice_resource`]: two
+/// databases of one adapter never share a template) and every file
+/// matching the `clone_inputs` globs under `root` (sorted by path, path
+/// and contents both hashed, so a rename changes the key too).
 pub fn key(
+    resource: Option<&str>,
     migrate: Option<&str>,
     seed: Option<&str>,
     clone_inputs: &[String],
@@ -102,6 +105,11 @@ pub fn key(
     let mut h = Sha256::new();
     for part in [migrate.unwrap_or(""), "\0", seed.unwrap_or(""), "\0"] {
         h.update(part.as_bytes());
+    }
+    // Only a resource whose slices carry its name mixes it in, so the
+    // template of a lone (or first) resource keeps the key it had.
+    if let Some(r) = resource {
+        h.update(format!("resource\0{r}\0").as_bytes());
     }
     if !clone_inputs.is_empty() {
         let mut b = globset::GlobSetBuilder::new();
@@ -157,7 +165,7 @@ pub fn migrate_key(
         h.update(commit.unwrap_or("").as_bytes());
         return h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     }
-    key(Some(migrate), None, clone_inputs, root)
+    key(None, Some(migrate), None, clone_inputs, root)
 }
 
 /// Whether glob text holds a wildcard (or an escape, taken as one).
@@ -293,15 +301,15 @@ mod tests {
         std::fs::create_dir_all(d.path().join("db/migrate")).unwrap();
         std::fs::write(d.path().join("db/migrate/1.rb"), "a").unwrap();
         let inputs = vec!["db/migrate/*.rb".to_string(), "schema.sql".into()];
-        let k = key(Some("m"), None, &inputs, d.path());
+        let k = key(None, Some("m"), None, &inputs, d.path());
         // A file outside the folders is not read, a change inside is.
         std::fs::write(d.path().join("other.rb"), "x").unwrap();
-        assert_eq!(k, key(Some("m"), None, &inputs, d.path()));
+        assert_eq!(k, key(None, Some("m"), None, &inputs, d.path()));
         std::fs::write(d.path().join("db/migrate/2.rb"), "b").unwrap();
-        let k2 = key(Some("m"), None, &inputs, d.path());
+        let k2 = key(None, Some("m"), None, &inputs, d.path());
         assert_ne!(k, k2);
         std::fs::write(d.path().join("schema.sql"), "c").unwrap();
-        assert_ne!(k2, key(Some("m"), None, &inputs, d.path()));
+        assert_ne!(k2, key(None, Some("m"), None, &inputs, d.path()));
     }
 
     #[test]
@@ -310,14 +318,14 @@ mod tests {
         std::fs::create_dir(d.path().join("migrations")).unwrap();
         std::fs::write(d.path().join("migrations/001.sql"), "create table a(x);").unwrap();
         let inputs = vec!["migrations/*.sql".to_string()];
-        let k1 = key(Some("m"), Some("s"), &inputs, d.path());
-        assert_eq!(k1, key(Some("m"), Some("s"), &inputs, d.path()));
-        assert_ne!(k1, key(Some("m2"), Some("s"), &inputs, d.path()));
+        let k1 = key(None, Some("m"), Some("s"), &inputs, d.path());
+        assert_eq!(k1, key(None, Some("m"), Some("s"), &inputs, d.path()));
+        assert_ne!(k1, key(None, Some("m2"), Some("s"), &inputs, d.path()));
         std::fs::write(d.path().join("migrations/001.sql"), "create table b(x);").unwrap();
-        assert_ne!(k1, key(Some("m"), Some("s"), &inputs, d.path()));
+        assert_ne!(k1, key(None, Some("m"), Some("s"), &inputs, d.path()));
         assert_ne!(
-            key(Some("ab"), None, &[], d.path()),
-            key(Some("a"), Some("b"), &[], d.path())
+            key(None, Some("ab"), None, &[], d.path()),
+            key(None, Some("a"), Some("b"), &[], d.path())
         );
     }
 }

@@ -348,8 +348,8 @@ impl Adapter for Kafka {
         Some(DEFAULT_URL)
     }
 
-    fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        super::kit::names::TOPIC_PREFIX.name(project, world_slug)
+    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
+        super::kit::names::TOPIC_PREFIX.name(project, resource, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -488,17 +488,17 @@ mod tests {
 
     #[test]
     fn prefixes_hold_no_dot_or_underscore_and_markers_sit_outside_them() {
-        let p = Kafka.slice_name("shop", "feat-a");
+        let p = Kafka.slice_name("shop", None, "feat-a");
         assert!(p.starts_with("shop-feat-a-") && p.ends_with('-'), "{p}");
         assert_eq!(p.len(), "shop-feat-a-".len() + 7, "{p}");
         assert!(!p.contains(['.', '_']));
         // `-` joins project and slug and may sit inside either.
-        assert_ne!(p, Kafka.slice_name("shop-feat", "a"));
+        assert_ne!(p, Kafka.slice_name("shop-feat", None, "a"));
         assert!(MARKER.starts_with('_'));
         // The longest project and branch still leave room for any name
         // `binky check` lets into options.topics.
         let slug = crate::slug::world_slug(&"Very-Long-Branch/".repeat(10));
-        let longest = Kafka.slice_name(&"p".repeat(63), &slug);
+        let longest = Kafka.slice_name(&"p".repeat(63), None, &slug);
         assert!(longest.len() <= MAX_PREFIX, "{longest}");
         assert!(longest.len() + MAX_TOPIC_SUFFIX <= MAX_TOPIC);
     }

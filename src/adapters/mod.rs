@@ -164,9 +164,17 @@ pub trait Adapter: Send + Sync {
     fn name(&self) -> &str;
     /// What it supports.
     fn capabilities(&self) -> Capabilities;
-    /// The slice name for `<project>_<world-slug>`, within backend limits.
-    fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        format!("{project}_{world_slug}")
+    /// The name of world `world_slug`'s slice of `project`, within the
+    /// backend's limits: `<project>_<world-slug>`, or with `resource` (a
+    /// project with several resources on this adapter names all but the
+    /// first: [`crate::config::Config::slice_resource`])
+    /// `<project>__<resource>_<world-slug>`. Built-in adapters follow one
+    /// [`kit::names::Rule`] each.
+    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
+        match resource {
+            None => format!("{project}_{world_slug}"),
+            Some(r) => format!("{project}__{}_{world_slug}", r.replace('_', "-")),
+        }
     }
     /// The `admin_url` used when a resource gives none; `None` when the
     /// adapter needs one, or needs no server (sqlite).

@@ -309,8 +309,8 @@ impl Adapter for MongoDb {
         false
     }
 
-    fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        names::DATABASE.name(project, world_slug)
+    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
+        names::DATABASE.name(project, resource, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

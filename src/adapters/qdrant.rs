@@ -208,8 +208,8 @@ impl Adapter for Qdrant {
         false
     }
 
-    fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        names::COLLECTION_PREFIX.name(project, world_slug)
+    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
+        names::COLLECTION_PREFIX.name(project, resource, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

@@ -355,8 +355,8 @@ impl Adapter for RabbitMq {
         false
     }
 
-    fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        super::kit::names::VHOST.name(project, world_slug)
+    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
+        super::kit::names::VHOST.name(project, resource, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

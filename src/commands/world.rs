@@ -316,10 +316,17 @@ pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
                 notes(&o);
                 // Only what this remove did: a world that never made a
                 // slice (or whose slices were gone already) released none.
-                let slices = match o.torn_down.len() {
+                // Each with its adapter and server: two databases of one
+                // project are told apart, and where each went is shown.
+                let described: Vec<String> = if o.torn_down_on.is_empty() {
+                    o.torn_down.clone()
+                } else {
+                    o.torn_down_on.iter().map(|t| t.describe()).collect()
+                };
+                let slices = match described.len() {
                     0 => String::new(),
-                    1 => format!("slice {}, ", o.torn_down[0]),
-                    _ => format!("slices {}, ", o.torn_down.join(", ")),
+                    1 => format!("slice {}, ", described[0]),
+                    _ => format!("slices {}, ", described.join(", ")),
                 };
                 anstream::println!(
                     "{} removed: {} (worktree, {slices}logs and ports released; the branch is kept){}",

@@ -308,6 +308,23 @@ impl Config {
     pub fn resolve_path(&self, p: &str) -> PathBuf {
         resolve_against(&self.root, p)
     }
+
+    /// The resource's name where resource `service`'s slices carry it: a
+    /// project with several resources on one adapter (two PostgreSQL
+    /// databases; `mariadb` and `mysql` are one adapter) names every one
+    /// but the first in this file's order, whose slices keep the plain
+    /// `<project>_<world>` name, so adding a second resource never renames
+    /// the first's. `None` for the first, a lone resource, or a service
+    /// that is not a resource.
+    pub fn slice_resource<'a>(&self, service: &'a str) -> Option<&'a str> {
+        use crate::adapters::catalog::implementation;
+        let mine = implementation(&self.services.get(service)?.resource()?.adapter);
+        let first = self.services.iter().find(|(_, s)| {
+            s.resource()
+                .is_some_and(|r| implementation(&r.adapter) == mine)
+        })?;
+        (first.0 != service).then_some(service)
+    }
 }
 
 /// Joins `p` onto `base` unless it is absolute; expands a leading `~/`.

@@ -124,6 +124,11 @@ pub struct WorldOutcome {
     /// order (one found missing there is in `notes`, not here).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub torn_down: Vec<String>,
+    /// The same slices with their resource, adapter and server: a project
+    /// with two resources on one adapter (two PostgreSQL databases) sees
+    /// which is which, and where each was deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub torn_down_on: Vec<TornDownSlice>,
     /// Slices `remove --force` could not tear down: still recorded, for
     /// `binky gc` to sweep.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -133,6 +138,31 @@ pub struct WorldOutcome {
     /// was done.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub left_queue: bool,
+}
+
+/// One slice a teardown deleted, and where.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TornDownSlice {
+    /// The slice's name (a database, key prefix, bucket, vhost).
+    pub slice: String,
+    /// The resource service it was the world's slice of.
+    pub service: String,
+    /// The adapter, as binky.toml names it.
+    pub adapter: String,
+    /// The server it was deleted on, as `scheme://host:port` with no
+    /// credentials; `None` for a slice of no server (sqlite's file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+}
+
+impl TornDownSlice {
+    /// `shop_w (postgres on postgres://127.0.0.1:5432)`, for a summary.
+    pub fn describe(&self) -> String {
+        match &self.server {
+            Some(s) => format!("{} ({} on {s})", self.slice, self.adapter),
+            None => format!("{} ({})", self.slice, self.adapter),
+        }
+    }
 }
 
 /// `binky env`: one shape for `binky env --json` and the MCP `env` tool

@@ -42,6 +42,7 @@ mod recipes;
 mod recorded;
 mod redis;
 mod reset;
+mod resources;
 mod s3;
 mod secrets;
 mod sessions;

@@ -19,7 +19,7 @@ fn admin() -> redis::Connection {
 }
 
 /// Every key matching `pattern`, sorted (SCAN, as a client would).
-fn keys(pattern: &str) -> Vec<String> {
+pub(crate) fn keys(pattern: &str) -> Vec<String> {
     let mut c = admin();
     let mut out: Vec<String> = redis::cmd("SCAN")
         .cursor_arg(0)
@@ -44,7 +44,7 @@ fn set(key: &str, value: &str) {
         .unwrap();
 }
 
-fn get(key: &str) -> Option<String> {
+pub(crate) fn get(key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query(&mut admin()).unwrap()
 }
 
@@ -622,7 +622,7 @@ fn teardown_deletes_only_a_marked_prefix_and_takes_a_gone_one_as_done() {
     let p = project("own");
     let _cleanup = Cleanup(p.clone());
     let slice = |world: &str| Slice {
-        name: Redis.slice_name(&p, world),
+        name: Redis.slice_name(&p, None, world),
         project: p.clone(),
         admin_url: Some(SERVER.to_owned()),
         options: toml::Table::new(),

@@ -13,7 +13,8 @@
 //!    ends in `<sep><hash>`, the hash taken over `project\0slug`.
 //! 3. Otherwise a name longer than the kind allows is cut and ends in
 //!    `<sep><hash>` of the whole name, so two long names that share a head
-//!    never meet.
+//!    never meet. A prefix kind cuts a little early (see
+//!    `PREFIX_CUT_ROOM`), so a whole prefix never covers a cut one.
 //! 4. A prefix kind ends in its terminator (`:` for keys), which makes the
 //!    prefix exact: `shop:feat-a:` covers none of `shop:feat-a-2:`'s keys.
 //!
@@ -152,22 +153,45 @@ fn bucket_rewrite(raw: String) -> String {
 }
 
 impl Rule {
-    /// The name of world `slug`'s slice of `project` (see the module docs).
-    pub fn name(&self, project: &str, slug: &str) -> String {
+    /// The name of world `slug`'s slice of `project` (see the module docs),
+    /// for `resource` when the slice names its resource (a project with
+    /// several resources on one adapter: see
+    /// [`Config::slice_resource`](crate::config::Config::slice_resource)).
+    pub fn name(&self, project: &str, resource: Option<&str>, slug: &str) -> String {
         let sep = self.separator;
-        let mut joined = format!("{project}{sep}{slug}");
+        // `_` in a resource's name reads as `-` (`binky check` refuses two
+        // resources of one adapter that would then meet), so a slug, which
+        // never holds `_`, stays the part after the last `_`.
+        let label = resource.map(|r| r.replace('_', "-"));
+        let head = match &label {
+            None => project.to_owned(),
+            // Joined by `-`, the name ends in a hash that tells the parts
+            // apart anyway.
+            Some(l) if sep == '-' => format!("{project}-{l}"),
+            // A doubled separator: no project or slug is empty or holds
+            // one, so `<project>_<slug>` never equals, nor as a prefix
+            // covers, `<project>__<resource>_<slug>`.
+            Some(l) => format!("{project}{sep}{sep}{l}"),
+        };
+        let mut joined = format!("{head}{sep}{slug}");
         if let Some(rewrite) = self.rewrite {
             joined = rewrite(joined);
         }
         let limit = self.max_len - self.terminator.map_or(0, char::len_utf8);
         // Project names and slugs are DNS labels: they may hold `-`.
         let mut name = if sep == '-' {
-            with_hash(
-                &joined,
-                &short_hash(&format!("{project}\0{slug}")),
-                sep,
-                limit,
-            )
+            let parts = match &label {
+                None => format!("{project}\0{slug}"),
+                Some(l) => format!("{project}\0{l}\0{slug}"),
+            };
+            with_hash(&joined, &short_hash(&parts), sep, limit)
+        } else if self.terminator.is_some() && joined.len() > limit - PREFIX_CUT_ROOM {
+            // A prefix kind cuts to exactly `limit` bytes, untrimmed, and
+            // keeps whole only names well short of it: a whole name then
+            // ends before the cut, where no `<sep>` can follow it (no part
+            // holds one), so it never covers a cut name.
+            let head = &joined[..limit - crate::slug::HASH_LEN - sep.len_utf8()];
+            format!("{head}{sep}{}", short_hash(&joined))
         } else if joined.len() > limit {
             with_hash(&joined, &short_hash(&joined), sep, limit)
         } else {
@@ -230,6 +254,13 @@ impl Rule {
     }
 }
 
+/// How much shorter than its limit a prefix kind's whole name stays: the
+/// `<sep><hash>` a cut name ends in, and one byte, so a whole name never
+/// ends where a cut name's `<sep>` stands. No name made before resources
+/// were named came near it (a project, `:` and a slug are at most 104
+/// bytes; the shortest prefix limit is 128).
+const PREFIX_CUT_ROOM: usize = 8;
+
 /// `name` cut so that `<sep><hash>` fits in `limit` bytes, the cut end
 /// trimmed of separators, then `<sep><hash>`; the hash alone when nothing
 /// is left of the name.
@@ -275,24 +306,57 @@ mod tests {
     /// The names every adapter made before the kit, kept.
     #[test]
     fn names_made_before_are_made_the_same() {
-        assert_eq!(POSTGRES_DATABASE.name("shop", "feat-a"), "shop_feat-a");
-        assert_eq!(KEY_PREFIX.name("shop", "feat-a"), "shop:feat-a:");
-        assert_eq!(TOPIC_PREFIX.name("shop", "feat-a"), "shop-feat-a-203252-");
         assert_eq!(
-            TOPIC_PREFIX.name("shop", "feature-login-page-1cd8fc"),
+            POSTGRES_DATABASE.name("shop", None, "feat-a"),
+            "shop_feat-a"
+        );
+        assert_eq!(KEY_PREFIX.name("shop", None, "feat-a"), "shop:feat-a:");
+        assert_eq!(
+            TOPIC_PREFIX.name("shop", None, "feat-a"),
+            "shop-feat-a-203252-"
+        );
+        assert_eq!(
+            TOPIC_PREFIX.name("shop", None, "feature-login-page-1cd8fc"),
             "shop-feature-login-page-1cd8fc-9a9368-"
         );
         let long = "x".repeat(40);
-        let fitted = POSTGRES_DATABASE.name(&"p".repeat(30), &long);
+        let fitted = POSTGRES_DATABASE.name(&"p".repeat(30), None, &long);
         assert_eq!(
             fitted,
             fit_identifier(&format!("{}_{long}", "p".repeat(30)), 63)
         );
         assert_eq!(fitted.len(), 63);
-        assert!(BUCKET.name("shop", "feat-a").starts_with("shop-feat-a-"));
+        assert!(
+            BUCKET
+                .name("shop", None, "feat-a")
+                .starts_with("shop-feat-a-")
+        );
         assert_eq!(
-            BUCKET.name("xn--shop", "w"),
+            BUCKET.name("xn--shop", None, "w"),
             format!("b-shop-w-{}", short_hash("xn--shop\0w"))
+        );
+    }
+
+    /// A slice that names its resource never meets, nor as a prefix
+    /// covers, one that does not.
+    #[test]
+    fn a_resources_name_is_its_own() {
+        assert_eq!(
+            POSTGRES_DATABASE.name("shop", Some("analytics_db"), "feat-a"),
+            "shop__analytics-db_feat-a"
+        );
+        assert_eq!(
+            KEY_PREFIX.name("shop", Some("cache"), "feat-a"),
+            "shop::cache:feat-a:"
+        );
+        assert_eq!(
+            TOPIC_PREFIX.name("shop", Some("events"), "feat-a"),
+            format!("shop-events-feat-a-{}-", short_hash("shop\0events\0feat-a"))
+        );
+        // A project named like the project and resource joined.
+        assert_ne!(
+            TOPIC_PREFIX.name("shop-events", None, "feat-a"),
+            TOPIC_PREFIX.name("shop", Some("events"), "feat-a")
         );
     }
 
@@ -304,41 +368,73 @@ mod tests {
         any::<String>().prop_map(|s| crate::slug::world_slug(&s))
     }
 
+    /// A resource as `binky check` takes a service's name, or none.
+    fn resource() -> impl Strategy<Value = Option<String>> {
+        proptest::option::of("[a-z][a-z0-9_-]{0,62}")
+    }
+
+    /// What tells two slices apart: `_` and `-` in a resource's name are
+    /// one (`binky check` refuses two resources that differ only there).
+    fn parts(p: &str, r: &Option<String>, s: &str) -> (String, Option<String>, String) {
+        (
+            p.to_owned(),
+            r.as_ref().map(|r| r.replace('_', "-")),
+            s.to_owned(),
+        )
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
         #[test]
-        fn no_two_pairs_share_a_name(a in (label(), slug()), b in (label(), slug())) {
-            prop_assume!(a != b);
+        fn no_two_slices_share_a_name(
+            a in (label(), resource(), slug()),
+            b in (label(), resource(), slug()),
+        ) {
+            prop_assume!(parts(&a.0, &a.1, &a.2) != parts(&b.0, &b.1, &b.2));
             for rule in RULES {
-                prop_assert_ne!(rule.name(&a.0, &a.1), rule.name(&b.0, &b.1), "{}", rule.kind);
+                prop_assert_ne!(
+                    rule.name(&a.0, a.1.as_deref(), &a.2),
+                    rule.name(&b.0, b.1.as_deref(), &b.2),
+                    "{}", rule.kind
+                );
             }
         }
 
         #[test]
-        fn every_name_keeps_its_kinds_rules(p in label(), s in slug()) {
+        fn every_name_keeps_its_kinds_rules(p in label(), r in resource(), s in slug()) {
             for rule in RULES {
-                let name = rule.name(&p, &s);
+                let name = rule.name(&p, r.as_deref(), &s);
                 prop_assert_eq!(rule.check(&name), None);
             }
         }
 
         #[test]
-        fn a_prefix_covers_no_sibling_worlds_prefix(p in label(), s in slug(), t in slug()) {
-            prop_assume!(s != t);
+        fn a_prefix_covers_no_other_slices_prefix(
+            p in label(),
+            a in (resource(), slug()),
+            b in (resource(), slug()),
+        ) {
+            prop_assume!(parts(&p, &a.0, &a.1) != parts(&p, &b.0, &b.1));
             for rule in RULES.iter().filter(|r| r.terminator.is_some()) {
-                let (a, b) = (rule.name(&p, &s), rule.name(&p, &t));
-                prop_assert!(!b.starts_with(&a), "{}: {a} prefixes {b}", rule.kind);
+                let x = rule.name(&p, a.0.as_deref(), &a.1);
+                let y = rule.name(&p, b.0.as_deref(), &b.1);
+                prop_assert!(!y.starts_with(&x), "{}: {x} prefixes {y}", rule.kind);
             }
         }
 
         /// Sibling slugs a person would make: one extends the other.
         #[test]
-        fn a_prefix_covers_no_longer_sibling(p in label(), s in slug(), ext in "[a-z0-9-]{1,10}") {
+        fn a_prefix_covers_no_longer_sibling(
+            p in label(),
+            r in resource(),
+            s in slug(),
+            ext in "[a-z0-9-]{1,10}",
+        ) {
             let t = crate::slug::world_slug(&format!("{s}{ext}"));
             prop_assume!(s != t);
             for rule in RULES.iter().filter(|r| r.terminator.is_some()) {
-                let (a, b) = (rule.name(&p, &s), rule.name(&p, &t));
+                let (a, b) = (rule.name(&p, r.as_deref(), &s), rule.name(&p, r.as_deref(), &t));
                 prop_assert!(!b.starts_with(&a), "{}: {a} prefixes {b}", rule.kind);
             }
         }

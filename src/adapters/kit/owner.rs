@@ -88,7 +88,7 @@ mod tests {
         assert_eq!(marker(':', "shop:a:"), "_binky:slice:shop:a:");
         assert_eq!(marker('-', "shop-a-203252-"), "_binky-slice-shop-a-203252-");
         // Project `binky`, world `slice`: its prefix covers no marker.
-        assert!(!marker(':', "shop:a:").starts_with(&KEY_PREFIX.name("binky", "slice")));
+        assert!(!marker(':', "shop:a:").starts_with(&KEY_PREFIX.name("binky", None, "slice")));
     }
 
     #[test]

@@ -216,8 +216,8 @@ impl Adapter for Mysql {
         false
     }
 
-    fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        super::kit::names::MYSQL_DATABASE.name(project, world_slug)
+    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
+        super::kit::names::MYSQL_DATABASE.name(project, resource, world_slug)
     }
 
     fn world_users(&self) -> bool {
@@ -391,9 +391,9 @@ mod tests {
     #[test]
     fn names_fit_and_are_quoted() {
         let long = crate::slug::world_slug(&"feature/x".repeat(20));
-        let a = Mysql.slice_name("shop", &long);
+        let a = Mysql.slice_name("shop", None, &long);
         assert!(a.len() <= MAX_IDENT, "{a}");
-        assert_ne!(a, Mysql.slice_name("shop", &format!("{long}-b")));
+        assert_ne!(a, Mysql.slice_name("shop", None, &format!("{long}-b")));
         assert_eq!(quote("a`b"), "`a``b`");
     }
 }

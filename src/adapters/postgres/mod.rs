@@ -206,8 +206,8 @@ impl Adapter for Postgres {
         false
     }
 
-    fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        super::kit::names::POSTGRES_DATABASE.name(project, world_slug)
+    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
+        super::kit::names::POSTGRES_DATABASE.name(project, resource, world_slug)
     }
 
     fn world_users(&self) -> bool {
@@ -494,15 +494,20 @@ mod tests {
     fn names_fit_and_stay_distinct() {
         let a = Postgres.slice_name(
             "inventory-reconciliation-svc",
+            None,
             &crate::slug::world_slug("feature/quarterly-inventory-reconciliation-report-a"),
         );
         let b = Postgres.slice_name(
             "inventory-reconciliation-svc",
+            None,
             &crate::slug::world_slug("feature/quarterly-inventory-reconciliation-report-b"),
         );
         assert!(a.len() <= MAX_IDENT && b.len() <= MAX_IDENT);
         assert_ne!(a, b);
-        assert_eq!(Postgres.slice_name("acme", "login-fix"), "acme_login-fix");
+        assert_eq!(
+            Postgres.slice_name("acme", None, "login-fix"),
+            "acme_login-fix"
+        );
         assert_eq!(quote("a\"b"), "\"a\"\"b\"");
     }
 

@@ -387,8 +387,8 @@ impl Adapter for Redis {
         Some(DEFAULT_URL)
     }
 
-    fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        super::kit::names::KEY_PREFIX.name(project, world_slug)
+    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
+        super::kit::names::KEY_PREFIX.name(project, resource, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

@@ -22,13 +22,16 @@ fn the_readmes_slice_names_are_the_ones_made() {
     let slug = crate::slug::world_slug("feature/Login-Page");
     assert_eq!(slug, "feature-login-page-1cd8fc");
     assert_eq!(
-        Redis.slice_name("shop", &slug),
+        Redis.slice_name("shop", None, &slug),
         "shop:feature-login-page-1cd8fc:"
     );
     use crate::adapters::kafka::Kafka;
-    assert_eq!(Kafka.slice_name("shop", "feat-a"), "shop-feat-a-203252-");
     assert_eq!(
-        Kafka.slice_name("shop", &slug),
+        Kafka.slice_name("shop", None, "feat-a"),
+        "shop-feat-a-203252-"
+    );
+    assert_eq!(
+        Kafka.slice_name("shop", None, &slug),
         "shop-feature-login-page-1cd8fc-9a9368-"
     );
     let readme = include_str!("../../../docs/src/adapters/redis.md");
@@ -43,9 +46,9 @@ fn the_readmes_slice_names_are_the_ones_made() {
 
 #[test]
 fn prefixes_match_only_themselves() {
-    assert_eq!(Redis.slice_name("shop", "feat-a"), "shop:feat-a:");
+    assert_eq!(Redis.slice_name("shop", None, "feat-a"), "shop:feat-a:");
     // Project `binky`, world `slice`: its prefix covers no marker.
-    let world = Redis.slice_name("binky", "slice");
+    let world = Redis.slice_name("binky", None, "slice");
     assert!(!marker(&slice("shop:a:")).starts_with(&world));
     assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
 }

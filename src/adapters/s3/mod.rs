@@ -49,11 +49,12 @@ const RESERVED_SUFFIXES: &[&str] = &["-s3alias", "--ol-s3", "--x-s3", "--table-s
 /// The S3 adapter.
 pub struct S3;
 
-/// A bucket name for world `world_slug` of `project` that S3 accepts:
+/// A bucket name for world `world_slug` of `project` (for `resource` where
+/// the slice names it) that S3 accepts:
 /// [`super::kit::names::BUCKET`], which always ends in a hash
 /// of the pair (`-` joins the two and may sit inside either).
-pub fn bucket_name(project: &str, world_slug: &str) -> String {
-    super::kit::names::BUCKET.name(project, world_slug)
+pub fn bucket_name(project: &str, resource: Option<&str>, world_slug: &str) -> String {
+    super::kit::names::BUCKET.name(project, resource, world_slug)
 }
 
 /// Why `name` is not a bucket name S3 accepts, if it is not.
@@ -384,8 +385,8 @@ impl Adapter for S3 {
         Capabilities { clone: false }
     }
 
-    fn slice_name(&self, project: &str, world_slug: &str) -> String {
-        bucket_name(project, world_slug)
+    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
+        bucket_name(project, resource, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

@@ -7,13 +7,19 @@ use super::*;
 fn bucket_names_follow_s3s_rules_case_a3() {
     // Case A3: world `feature/Login-Page` of project `shop`, slugged.
     let slug = crate::slug::world_slug("feature/Login-Page");
-    let name = bucket_name("shop", &slug);
+    let name = bucket_name("shop", None, &slug);
     assert_eq!(bucket_name_error(&name), None, "{name}");
     assert!(name.starts_with("shop-feature"), "{name}");
     // `-` joins project and world and may sit inside either: the hash
     // keeps such pairs apart, and the reserved-prefix rewrite too.
-    assert_ne!(bucket_name("my-app", "x"), bucket_name("my", "app-x"));
-    assert_ne!(bucket_name("sthree", "x"), bucket_name("b", "x"));
+    assert_ne!(
+        bucket_name("my-app", None, "x"),
+        bucket_name("my", None, "app-x")
+    );
+    assert_ne!(
+        bucket_name("sthree", None, "x"),
+        bucket_name("b", None, "x")
+    );
     for (project, world) in [
         ("shop", "a_b"),
         ("xn--shop", "w"),
@@ -24,13 +30,13 @@ fn bucket_names_follow_s3s_rules_case_a3() {
         ("192", "168.0.1"),
         ("p", &"Very-Long-Branch-Name-".repeat(7)),
     ] {
-        let n = bucket_name(project, world);
+        let n = bucket_name(project, None, world);
         assert_eq!(bucket_name_error(&n), None, "{project}/{world} → {n}");
         assert!(n.parse::<std::net::Ipv4Addr>().is_err(), "{n}");
     }
     // Two long names that share a prefix stay two buckets.
-    let a = bucket_name("p", &format!("{}a", "x".repeat(80)));
-    let b = bucket_name("p", &format!("{}b", "x".repeat(80)));
+    let a = bucket_name("p", None, &format!("{}a", "x".repeat(80)));
+    let b = bucket_name("p", None, &format!("{}b", "x".repeat(80)));
     assert_ne!(a, b);
     assert!(a.len() <= MAX_BUCKET && b.len() <= MAX_BUCKET);
 }
@@ -62,7 +68,7 @@ fn teardown_refuses_a_bucket_binky_does_not_name() {
         );
         assert!(!e.message.contains("SECRET"), "{e}");
     }
-    let ours = bucket_name("shop", "feat-a");
+    let ours = bucket_name("shop", None, "feat-a");
     let e = rt.block_on(S3.teardown(&slice(&ours))).unwrap_err();
     assert!(e.environmental, "{e}");
 }

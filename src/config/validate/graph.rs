@@ -131,23 +131,24 @@ pub(crate) fn find_cycles(services: &IndexMap<String, Service>) -> Vec<Vec<Strin
     cycles
 }
 
-/// Two resources on one adapter would get one slice: slices are named by
-/// project and world, not by service.
+/// Two resources on one adapter whose names meet once `_` reads as `-`
+/// (`an_db`, `an-db`) would get one slice: a slice carries its resource's
+/// name that way ([`crate::config::Config::slice_resource`]).
 pub(super) fn check_shared_slices(cx: &mut Cx<'_>, services: &IndexMap<String, Service>) {
-    let mut owner: HashMap<&str, &str> = HashMap::new();
+    let mut owner: HashMap<(&str, String), &str> = HashMap::new();
     for (name, svc) in services {
         let Some(r) = svc.resource() else { continue };
-        let implementation =
-            crate::adapters::catalog::find(&r.adapter).map_or(r.adapter.as_str(), |e| e.name);
-        match owner.get(implementation) {
+        let implementation = crate::adapters::catalog::implementation(&r.adapter);
+        let label = name.replace('_', "-");
+        match owner.get(&(implementation, label.clone())) {
             Some(first) => cx.error(
                 "shared-slice",
-                &keypath!["services", name.as_str(), "adapter"],
-                format!("`{first}` and `{name}` both use the {implementation} adapter, so each world would give them one and the same slice"),
-                Some(format!("keep one resource and let both uses share it (a database, a key prefix, a bucket), or point `{name}` at another adapter")),
+                &keypath!["services", name.as_str()],
+                format!("`{first}` and `{name}` both use the {implementation} adapter and differ only in `_` and `-`, so each world would give them one and the same slice"),
+                Some(format!("rename `{name}`: a slice carries its resource's name with `_` read as `-`")),
             ),
             None => {
-                owner.insert(implementation, name);
+                owner.insert((implementation, label), name);
             }
         }
     }

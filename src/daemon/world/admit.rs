@@ -163,6 +163,7 @@ pub(super) fn queued_outcome(
         noop: false,
         notes: vec![standing.message()],
         torn_down: Vec::new(),
+        torn_down_on: Vec::new(),
         left_for_gc: Vec::new(),
         left_queue: false,
     }

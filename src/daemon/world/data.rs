@@ -95,6 +95,9 @@ pub(crate) fn fill_stale_clones(d: &Daemon, report: &mut crate::protocol::Status
                     continue;
                 };
                 let now = golden::key(
+                    cfg.as_ref()
+                        .ok()
+                        .and_then(|cfg| cfg.slice_resource(&c.service)),
                     r.migrate.as_deref(),
                     r.seed.as_deref(),
                     &r.clone_inputs,

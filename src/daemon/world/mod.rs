@@ -219,6 +219,7 @@ fn withdrawn(loc: &Located, name: &str, state: WorldState) -> WorldOutcome {
         noop: false,
         notes: Vec::new(),
         torn_down: Vec::new(),
+        torn_down_on: Vec::new(),
         left_for_gc: Vec::new(),
         left_queue: true,
     }
@@ -253,6 +254,7 @@ fn outcome(
         noop,
         notes,
         torn_down: Vec::new(),
+        torn_down_on: Vec::new(),
         left_for_gc: Vec::new(),
         left_queue: false,
     })

@@ -43,7 +43,7 @@ pub(super) async fn provision(
     let adapter =
         adapter_for(d, &r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
     let env_fn = lookup_env(&plan.project_env, client_env);
-    let slice_name = slice_name(adapter.as_ref(), project, slug)?;
+    let slice_name = slice_name(adapter.as_ref(), project, cfg.slice_resource(service), slug)?;
     let slice = SliceAt {
         cfg,
         project,
@@ -349,4 +349,46 @@ impl Provisioning<'_> {
         fault_point("slice:ready");
         Ok(())
     }
+}
+
+/// Refuses, before any slice is made, to hand one resource a slice the
+/// world recorded for another on the same adapter: the first resource in
+/// binky.toml's order keeps the plain slice name, so moving another first
+/// would give it the first's database, data and all.
+///
+/// # Errors
+/// Names both services and says how to go on; a registry error.
+pub(super) fn refuse_reordered_slices(cx: &WorldCtx<'_>) -> Result<(), ApiError> {
+    let recorded = cx.d.registry().slices_of(cx.world_id)?;
+    if recorded.is_empty() {
+        return Ok(());
+    }
+    let implementation = adapters::catalog::implementation;
+    for (service, s) in &cx.cfg.services {
+        let Some(r) = s.resource() else { continue };
+        let Some(adapter) = adapter_for(cx.d, &r.adapter, cx.client_env) else {
+            continue;
+        };
+        let name = slice_name(
+            adapter.as_ref(),
+            cx.project,
+            cx.cfg.slice_resource(service),
+            cx.slug,
+        )?;
+        let mine = implementation(&r.adapter);
+        let Some(other) = recorded.iter().find(|s| {
+            s.slice == name && &s.service != service && implementation(&s.adapter) == mine
+        }) else {
+            continue;
+        };
+        let world = cx.world;
+        return Err(ApiError::new(format!(
+            "services.{service}: this world's slice {name} was made for `{}`, and `{service}` would take it, data and all (the first {mine} resource in binky.toml keeps the plain slice name; every other carries its own)",
+            other.service
+        ))
+        .hint(format!(
+            "put the {mine} resources back in the order they had when the world was made, or run `binky remove {world}` (it tears down every slice) and `binky up {world}`"
+        )));
+    }
+    Ok(())
 }

@@ -307,7 +307,8 @@ async fn adoption_plan(
         let Some(adapter) = adapter_for(d, &r.adapter, no_env) else {
             continue;
         };
-        let Ok(slice_name) = slice_name(adapter.as_ref(), project, slug) else {
+        let Ok(slice_name) = slice_name(adapter.as_ref(), project, cfg.slice_resource(n), slug)
+        else {
             continue;
         };
         let at = SliceAt {

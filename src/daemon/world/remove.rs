@@ -11,7 +11,8 @@ use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, WorldKey, admission};
 use crate::faults::point as fault_point;
 use crate::protocol::{
-    ApiError, ClientEnv, Intent, ServiceState, SliceState, WorldOutcome, WorldRef, WorldState,
+    ApiError, ClientEnv, Intent, ServiceState, SliceState, TornDownSlice, WorldOutcome, WorldRef,
+    WorldState,
 };
 use crate::registry::{SliceKey, WorldRow};
 use crate::{adapters, config, worktree};
@@ -53,7 +54,7 @@ pub(crate) async fn remove(
     d.admission.resample();
     notes.extend(left_in_place);
     fault_point("remove:stopped");
-    let (torn_down, left_for_gc) = rm.tear_down(teardowns, &mut notes).await?;
+    let (torn_down_on, left_for_gc) = rm.tear_down(teardowns, &mut notes).await?;
     rm.delete_files(git, ours).await?;
     {
         let reg = d.registry();
@@ -76,7 +77,8 @@ pub(crate) async fn remove(
         world,
         noop: false,
         notes,
-        torn_down,
+        torn_down: torn_down_on.iter().map(|t| t.slice.clone()).collect(),
+        torn_down_on,
         left_for_gc,
         left_queue: was_queued,
     })
@@ -274,7 +276,7 @@ impl<'a> Removal<'a> {
         &self,
         teardowns: Vec<Teardown>,
         notes: &mut Vec<String>,
-    ) -> Result<(Vec<String>, Vec<String>), ApiError> {
+    ) -> Result<(Vec<TornDownSlice>, Vec<String>), ApiError> {
         let (mut torn, mut left) = (Vec::new(), Vec::new());
         let (d, loc, w) = (self.d, self.loc, self.w);
         for (s, adapter, reached) in teardowns {
@@ -311,7 +313,18 @@ impl<'a> Removal<'a> {
             };
             if let Ok(found) = result {
                 if found == TornDown::Deleted {
-                    torn.push(s.slice.clone());
+                    torn.push(TornDownSlice {
+                        slice: s.slice.clone(),
+                        service: s.service.clone(),
+                        adapter: s.adapter.clone(),
+                        // Where the teardown went: the recorded server,
+                        // or (a row from before servers were recorded)
+                        // the one admin_url or the adapter's default names.
+                        server: s.server.as_ref().map(|v| v.address.clone()).or_else(|| {
+                            let url = adapters::server_url(adapter.as_ref(), shown.as_ref()?)?;
+                            Some(adapters::server::address(&url, adapter.path_names_server()))
+                        }),
+                    });
                 } else if let Some(slice) = &shown {
                     notes.push(not_found_note(d, adapter.as_ref(), slice));
                 }

@@ -235,7 +235,7 @@ pub(super) async fn drop_slices(
         .await
         .map_err(|e| ApiError::new(e.message).hint(retry()))?;
     for t in &torn {
-        notes.push(format!("dropped {t}: it is made afresh below"));
+        notes.push(format!("dropped {}: it is made afresh below", t.describe()));
     }
     d.event(world_event(EventKind::Reset, &loc.name, &w.name).detail(services.join(", ")));
     Ok(notes)

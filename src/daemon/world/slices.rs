@@ -69,7 +69,12 @@ impl SliceAt<'_> {
             d,
             service,
             adapter,
-            slice_name(adapter, self.project, slug)?,
+            slice_name(
+                adapter,
+                self.project,
+                self.cfg.slice_resource(service),
+                slug,
+            )?,
         )?;
         super::reach::pinned(d, adapter, service, world_id, slice)
     }
@@ -231,8 +236,10 @@ impl Slice {
     }
 }
 
-/// The name of world `slug`'s slice of `project` on `adapter`: the one
-/// place the daemon names a world's slice.
+/// The name of world `slug`'s slice of `project` on `adapter` (for
+/// `resource` where the slice carries it:
+/// [`Config::slice_resource`]): the one place the daemon names a world's
+/// slice.
 ///
 /// # Errors
 /// `project` or `slug` is empty. A slice is one world's: a name made from
@@ -241,6 +248,7 @@ impl Slice {
 pub(super) fn slice_name(
     adapter: &dyn adapters::Adapter,
     project: &str,
+    resource: Option<&str>,
     slug: &str,
 ) -> Result<String, ApiError> {
     if project.is_empty() || slug.is_empty() {
@@ -250,7 +258,7 @@ pub(super) fn slice_name(
         ))
         .hint("report this as a bug in binky"));
     }
-    let name = adapter.slice_name(project, slug);
+    let name = adapter.slice_name(project, resource, slug);
     if name.is_empty() {
         return Err(ApiError::new(format!(
             "the {} adapter named no slice for world slug `{slug}` of project `{project}`",

@@ -42,6 +42,7 @@ impl Provisioning<'_> {
         let WorldCtx { d, project, .. } = *self.cx;
         let (adapter, r) = (self.adapter, self.job.r);
         let key = golden::key(
+            self.cx.cfg.slice_resource(self.job.service),
             r.migrate.as_deref(),
             r.seed.as_deref(),
             &r.clone_inputs,

@@ -527,6 +527,7 @@ pub(super) async fn provision_slices(
     progress: &ProgressTx,
     only: Option<&[String]>,
 ) -> Result<(), ApiError> {
+    super::provision::refuse_reordered_slices(cx)?;
     for (n, s) in &cx.cfg.services {
         if let ServiceKind::Resource(r) = &s.kind {
             check_cancelled(progress, cx.world)?;

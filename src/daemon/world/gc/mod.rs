@@ -461,11 +461,12 @@ fn templates_in_use(
             main.clone()
                 .ok_or_else(|| format!("project {project}'s binky.toml cannot be read"))?
         };
-        for s in cfg.services.values() {
+        for (n, s) in &cfg.services {
             if let Some(r) = s.resource()
                 && let Some(from) = &r.clone_from
             {
                 let key = golden::key(
+                    cfg.slice_resource(n),
                     r.migrate.as_deref(),
                     r.seed.as_deref(),
                     &r.clone_inputs,
