@@ -157,6 +157,7 @@ impl OptionKind {
 }
 
 /// `options.clone_strategy` of an adapter that clones several ways.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 const fn clone_strategy(choices: &'static [&'static str]) -> OptionSpec {
     OptionSpec {
         name: "clone_strategy",

@@ -15,6 +15,7 @@ pub mod settings;
 pub mod status;
 pub mod world;
 
+#[cfg(feature = "dashboard")]
 pub(crate) use events::follow as follow_events;
 
 use crate::cli::{Cli, Command};
