@@ -1,6 +1,7 @@
 //! The book's recipes (docs/src/recipes), run as written: each page's
 //! `binky.toml` is the one in examples/recipes/<name>, every one passes
-//! `binky check`, and the recipes whose toolchain this machine has are
+//! `binky check`, every page's table of what a world reads is what `binky
+//! env` renders for it, and the recipes whose toolchain this machine has are
 //! brought up for real — Django + Celery on RabbitMQ with results in Redis
 //! (two worlds, each with its own worker), and a Vite dev server in front of
 //! an API (each world's front end reaching its own API).
@@ -256,6 +257,22 @@ fn databases(prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether the servers the recipes use answer (PostgreSQL, RabbitMQ with
+/// its management API, Redis); skips, naming the first that does not.
+fn servers_up() -> bool {
+    let missing = if !pg_up() {
+        "no PostgreSQL on 127.0.0.1:5432 (or psql missing)"
+    } else if !rabbit_up() {
+        "no RabbitMQ with its management API on 127.0.0.1:5672/15672"
+    } else if std::net::TcpStream::connect(("127.0.0.1", 6379)).is_err() {
+        "no Redis on 127.0.0.1:6379"
+    } else {
+        return true;
+    };
+    skip(missing);
+    false
+}
+
 /// Each recipe's page shows the example's binky.toml itself (mdBook
 /// includes the file, so the page cannot drift from what is checked and
 /// run), and every one of them passes `binky check` with no finding at all
@@ -298,16 +315,7 @@ fn every_recipe_page_shows_its_binky_toml_and_the_file_passes_binky_check() {
 /// `remove` of one world leaves the other whole and working.
 #[test]
 fn django_celery_tasks_stay_in_their_world_and_remove_leaves_the_other_whole() {
-    if !pg_up() {
-        skip("no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
-        return;
-    }
-    if !rabbit_up() {
-        skip("no RabbitMQ with its management API on 127.0.0.1:5672/15672");
-        return;
-    }
-    if std::net::TcpStream::connect(("127.0.0.1", 6379)).is_err() {
-        skip("no Redis on 127.0.0.1:6379");
+    if !servers_up() {
         return;
     }
     if !python_has("django, psycopg, celery, redis") {
@@ -561,4 +569,148 @@ fn a_vite_front_end_reaches_the_api_of_its_own_world() {
     for w in ["a", "b"] {
         repo.ok(&home, &["remove", w]);
     }
+}
+
+/// The rows of a recipe page's "value in world `feat-a`" table: (variable,
+/// token, value), backticks stripped.
+fn page_table(name: &str) -> Vec<(String, String, String)> {
+    let page = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/src/recipes")
+        .join(format!("{name}.md"));
+    let page = std::fs::read_to_string(&page).unwrap();
+    let cell = |c: &str| c.trim().trim_matches('`').to_owned();
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for line in page.lines() {
+        if line.starts_with("| variable | token | value in world `feat-a` |") {
+            in_table = true;
+        } else if in_table && line.starts_with("| `") {
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+            rows.push((cell(cells[0]), cell(cells[1]), cell(cells[2])));
+        } else if in_table && !line.starts_with("|---") {
+            in_table = false;
+        }
+    }
+    rows
+}
+
+/// The recipe's binky.toml as a project whose processes only hold their
+/// ports (`python3 -m http.server`) or wait, and whose resources are made
+/// without their app's migrate or seed: the names and addresses a world
+/// gets depend on neither. Each table row's token joins `[env]` as
+/// `PAGE_ROW_<n>`, so `binky env` renders it.
+fn table_project(name: &str, project: &str, rows: &[(String, String, String)]) -> Repo {
+    let original = RECIPES.iter().find(|(n, _)| *n == name).unwrap().1;
+    let text = std::fs::read_to_string(recipe_dir(name).join("binky.toml")).unwrap();
+    let mut doc: toml::Table = text.parse().unwrap();
+    let header = project_header(project, 8);
+    let header: toml::Table = header.parse().unwrap();
+    assert_eq!(doc["project"]["name"].as_str(), Some(original));
+    doc.insert("project".into(), header["project"].clone());
+    doc.remove("agents");
+    let services = doc["services"].as_table_mut().unwrap();
+    for (_, svc) in services.iter_mut() {
+        let svc = svc.as_table_mut().unwrap();
+        for key in ["migrate", "seed", "clone_from", "clone_inputs", "health"] {
+            svc.remove(key);
+        }
+        let Some(cmd) = svc.get("cmd").and_then(|c| c.as_str()) else {
+            continue;
+        };
+        let stub = if cmd.contains("${self.port}") || svc.contains_key("url") {
+            "exec python3 -m http.server ${self.port} --bind 127.0.0.1"
+        } else {
+            "exec sleep 600"
+        };
+        svc.insert("cmd".into(), stub.into());
+    }
+    let env = doc
+        .entry("env")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .unwrap();
+    for (n, (_, token, _)) in rows.iter().enumerate() {
+        env.insert(format!("PAGE_ROW_{n}"), token.as_str().into());
+    }
+    Repo::new(&toml::to_string(&doc).unwrap())
+}
+
+/// A rendered value as the page writes it: the test's project name as the
+/// recipe's, the world's password as `<password>`, a port of the test's
+/// private range as the same place in the default one (20000 up), and no
+/// proxy port (the page assumes port 80).
+fn as_the_page_writes(
+    value: &str,
+    project: &str,
+    original: &str,
+    range: (u16, u16),
+    proxy: u16,
+) -> String {
+    let mut v = value.replace(project, original);
+    if let Some((scheme, rest)) = v.split_once("://")
+        && let Some((userinfo, host)) = rest.split_once('@')
+        && let Some((user, _)) = userinfo.split_once(':')
+    {
+        v = format!("{scheme}://{user}:<password>@{host}");
+    }
+    v = v.replace(&format!(".localhost:{proxy}"), ".localhost");
+    for p in (range.0..=range.1).rev() {
+        v = v.replace(&format!(":{p}"), &format!(":{}", 20000 + (p - range.0)));
+    }
+    v
+}
+
+/// Every recipe page's table of what a world `feat-a` reads is what
+/// `binky env` renders for such a world (a page once showed the admin's
+/// user in every URL, long after each world got its own).
+#[test]
+fn every_recipe_pages_table_is_what_binky_env_renders() {
+    if !servers_up() {
+        return;
+    }
+    let home = Home::new();
+    home.ok(&["daemon", "start"]);
+    let proxy = proxy_port(&home);
+    let mut wrong = Vec::new();
+    for (i, (name, original)) in RECIPES.iter().enumerate() {
+        let rows = page_table(name);
+        assert!(!rows.is_empty(), "{name}: the page has no table of values");
+        let project = format!("rt{}{i}", std::process::id() % 100000);
+        let _databases = Cleanup {
+            prefix: format!("{project}_"),
+            mysql: false,
+        };
+        let _vhosts = Vhosts(project.clone());
+        let _keys = RedisKeys(project.clone());
+        let repo = table_project(name, &project, &rows);
+        let toml = std::fs::read_to_string(repo.project.join("binky.toml")).unwrap();
+        let range: toml::Table = toml.parse().unwrap();
+        let range = range["project"]["port_range"].as_array().unwrap();
+        let range = (
+            range[0].as_integer().unwrap() as u16,
+            range[1].as_integer().unwrap() as u16,
+        );
+        let up = repo.run_with(&home, &["up", "feat-a"], &admin_env());
+        assert_eq!(up.code(), 0, "{name}: {up}");
+        let out = repo.run_with(&home, &["env", "feat-a", "--json"], &admin_env());
+        assert_eq!(out.code(), 0, "{name}: {out}");
+        let env = out.json()["env"].clone();
+        for (n, (var, token, value)) in rows.iter().enumerate() {
+            let rendered = env[format!("PAGE_ROW_{n}")].as_str().unwrap_or_default();
+            let shown = as_the_page_writes(rendered, &project, original, range, proxy);
+            if &shown != value {
+                wrong.push(format!(
+                    "{name}.md: {var} = {token} is `{shown}` in world feat-a, the page says `{value}`"
+                ));
+            }
+            // The variable itself, where the project's [env] sets it, is
+            // the same value.
+            if let Some(own) = env[var.as_str()].as_str() {
+                assert_eq!(own, rendered, "{name}: {var}");
+            }
+        }
+        let rm = repo.run_with(&home, &["remove", "feat-a", "--force"], &admin_env());
+        assert_eq!(rm.code(), 0, "{name}: {rm}");
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
