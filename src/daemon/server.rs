@@ -8,6 +8,7 @@ use super::{handlers, settings, world};
 use crate::daemon::events::EventKind;
 use crate::paths::Paths;
 use crate::platform;
+use crate::protocol::codec::is_malformed;
 use crate::protocol::codec::{read_frame_async, write_frame_async};
 use crate::protocol::{ApiError, Hello, PROTOCOL, Reply, Request, Response, VERSION, Welcome};
 use crate::registry::Registry;
@@ -288,12 +289,6 @@ async fn accept_loop(
             _ = shutdown_rx.changed() => break,
         }
     }
-}
-
-/// A frame that arrived whole but is not a request: worth an error reply,
-/// not the end of the connection.
-fn is_malformed(e: &std::io::Error) -> bool {
-    e.kind() == std::io::ErrorKind::InvalidData && e.to_string().contains("malformed")
 }
 
 /// A reply with every secret the daemon knows masked (see

@@ -409,7 +409,7 @@ fn parse(f: &Path, text: &str) -> Result<Node, ComposeError> {
     let docs = yaml::load_all(text).map_err(|e| ComposeError {
         file: f.to_path_buf(),
         line: e.line,
-        message: if e.message.contains("budget") {
+        message: if e.kind == yaml::YamlErrorKind::TooLarge {
             format!("too large once its aliases are expanded ({})", e.message)
         } else {
             format!("not valid YAML: {}", e.message)

@@ -55,6 +55,18 @@ pub struct YamlError {
     pub line: Option<usize>,
     /// What is wrong.
     pub message: String,
+    /// Why, for code that words it (never read from `message`).
+    pub kind: YamlErrorKind,
+}
+
+/// Why a YAML file was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum YamlErrorKind {
+    /// Not YAML, or a shape compose does not take.
+    Invalid,
+    /// Its aliases expand past the loader's node budget (a "billion
+    /// laughs" file): well-formed, but too large to read.
+    TooLarge,
 }
 
 impl Node {
@@ -156,7 +168,16 @@ pub fn load_all(text: &str) -> Result<Vec<Node>, YamlError> {
             {
                 return convert_all(&docs);
             }
+            // saphyr reports an exhausted alias budget as a scan error
+            // with no kind of its own: its words are read here, once, and
+            // nowhere else.
+            let kind = if e.info().contains("alias expansion exceeded") {
+                YamlErrorKind::TooLarge
+            } else {
+                YamlErrorKind::Invalid
+            };
             Err(YamlError {
+                kind,
                 line: Some(e.marker().line()),
                 message: e.info().to_owned(),
             })
@@ -177,6 +198,7 @@ fn convert(y: &MarkedYaml<'_>, depth: usize) -> Result<Node, YamlError> {
     let line = y.span.start.line().max(1);
     if depth > MAX_DEPTH {
         return Err(YamlError {
+            kind: YamlErrorKind::Invalid,
             line: Some(line),
             message: format!("nested more than {MAX_DEPTH} levels deep"),
         });
@@ -242,6 +264,7 @@ fn merge_sources(v: Node, into: &mut Vec<Node>) -> Result<(), YamlError> {
             for i in items {
                 if i.as_map().is_none() {
                     return Err(YamlError {
+                        kind: YamlErrorKind::Invalid,
                         line: Some(i.line),
                         message: format!(
                             "a merge key (`<<`) takes mappings, and this item is {}",
@@ -254,6 +277,7 @@ fn merge_sources(v: Node, into: &mut Vec<Node>) -> Result<(), YamlError> {
         }
         _ => {
             return Err(YamlError {
+                kind: YamlErrorKind::Invalid,
                 line: Some(line),
                 message: format!(
                     "a merge key (`<<`) takes a mapping or a list of mappings, not {}",
@@ -288,6 +312,7 @@ fn key_text(k: &MarkedYaml<'_>) -> Result<String, YamlError> {
         }),
         YamlData::Representation(t, _, _) => Ok(t.to_string()),
         _ => Err(YamlError {
+            kind: YamlErrorKind::Invalid,
             line: Some(k.span.start.line().max(1)),
             message: "a mapping key must be text, not a list or a mapping".to_owned(),
         }),
@@ -383,7 +408,8 @@ mod tests {
             let refs = vec![format!("*{prev}"); 9].join(", ");
             text.push_str(&format!("{name}: &{name} [{refs}]\n"));
         }
-        assert!(load(&text).is_err());
+        assert_eq!(load(&text).unwrap_err().kind, YamlErrorKind::TooLarge);
+        assert_eq!(load("a: [").unwrap_err().kind, YamlErrorKind::Invalid);
     }
 
     #[test]

@@ -18,7 +18,7 @@
 use crate::client::Client;
 use crate::paths::Paths;
 use crate::protocol::{
-    ApiError, ClientEnv, Progress, Request, ResetRequest, Response, UpRequest, WorldRef,
+    ApiError, ClientEnv, ErrorKind, Progress, Request, ResetRequest, Response, UpRequest, WorldRef,
 };
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{
@@ -310,7 +310,7 @@ impl BinkyMcp {
             )))),
             // The daemon's hint offers the CLI's `--force`, which an agent
             // must not reach for: the work in the worktree is the user's.
-            Err(mut e) if e.hint.as_deref().is_some_and(|h| h.contains("--force")) => {
+            Err(mut e) if e.kind == ErrorKind::NeedsForce => {
                 e.hint = Some(
                     "commit (and push) or stash the work first: over MCP remove never discards it; only the user decides to force it".to_owned(),
                 );

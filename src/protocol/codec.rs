@@ -18,8 +18,30 @@ pub fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// A frame that arrived whole but is not the JSON its reader expects: the
+/// connection is still in step (worth an error reply), unlike a frame cut
+/// short or over the cap. Carried inside the `io::Error` the readers
+/// return; [`is_malformed`] tells it apart by type.
+#[derive(Debug)]
+pub struct MalformedFrame(serde_json::Error);
+
+impl std::fmt::Display for MalformedFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "malformed frame: {}", self.0)
+    }
+}
+
+impl std::error::Error for MalformedFrame {}
+
+/// Whether `e` is a [`MalformedFrame`] a reader returned.
+pub fn is_malformed(e: &io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.is::<MalformedFrame>())
+}
+
 fn decode<T: DeserializeOwned>(line: &[u8]) -> io::Result<T> {
-    serde_json::from_slice(line).map_err(|e| invalid(format!("malformed frame: {e}")))
+    serde_json::from_slice(line)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, MalformedFrame(e)))
 }
 
 /// Writes one frame (blocking).
@@ -121,6 +143,10 @@ mod tests {
         assert!(err.to_string().contains("mid-frame"));
         let err = read_frame::<_, Request>(&mut io::Cursor::new(b"{\"verb\":\"nope\"}\n".to_vec()))
             .unwrap_err();
-        assert!(err.to_string().contains("malformed"));
+        assert!(is_malformed(&err), "{err}");
+        // Cut short or too big: not a whole frame, so not malformed.
+        let cut =
+            read_frame::<_, Request>(&mut io::Cursor::new(b"{\"verb\"".to_vec())).unwrap_err();
+        assert!(!is_malformed(&cut));
     }
 }

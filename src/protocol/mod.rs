@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 mod reply;
 mod reports;
 mod request;
-pub use reply::{ApiError, Progress, ProgressStep, Reply, Response};
+pub use reply::{ApiError, ErrorKind, Progress, ProgressStep, Reply, Response};
 pub use reports::{
     DEFAULT_QUEUE_MAX, DEFAULT_QUEUE_PER_GROUP, DaemonInfo, LogLine, LogsReport, Metrics,
     ProjectStatus, ProxyMetrics, ProxyStatus, QueuePlace, ServiceStatus, ServiceTarget, Settings,

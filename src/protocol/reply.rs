@@ -73,6 +73,27 @@ pub enum ProgressStep {
     Output,
 }
 
+/// What kind of failure an [`ApiError`] is, for code that acts on it (the
+/// MCP server, the CLI): never read from the words of the message, which
+/// are for people and may change.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// Nothing more is known: the message says it.
+    #[default]
+    Other,
+    /// Refused to protect work (uncommitted changes, a folder or slice
+    /// Binky did not make); the CLI's `--force` would override it, which an
+    /// agent must not reach for on the user's behalf.
+    NeedsForce,
+}
+
+impl ErrorKind {
+    fn is_other(&self) -> bool {
+        *self == ErrorKind::Other
+    }
+}
+
 /// A failure the user can act on.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ApiError {
@@ -81,19 +102,29 @@ pub struct ApiError {
     /// What to do about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// What kind of failure it is; absent on the wire for
+    /// [`ErrorKind::Other`], so a reply from an older daemon reads as that.
+    #[serde(default, skip_serializing_if = "ErrorKind::is_other")]
+    pub kind: ErrorKind,
 }
 
 impl ApiError {
-    /// An error with no hint.
+    /// An error with no hint, of kind [`ErrorKind::Other`].
     pub fn new(message: impl Into<String>) -> Self {
         ApiError {
             message: message.into(),
             hint: None,
+            kind: ErrorKind::Other,
         }
     }
     /// Adds a hint.
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
+        self
+    }
+    /// Says what kind of failure it is.
+    pub fn with_kind(mut self, kind: ErrorKind) -> Self {
+        self.kind = kind;
         self
     }
 }
@@ -135,3 +166,25 @@ impl std::fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kind crosses the socket, and an error of no particular kind
+    /// looks as it did before kinds (an older daemon's reads as `Other`).
+    #[test]
+    fn an_errors_kind_crosses_the_wire_and_other_is_left_out() {
+        let plain = ApiError::new("m").hint("h");
+        assert_eq!(
+            serde_json::to_value(&plain).unwrap(),
+            serde_json::json!({"message": "m", "hint": "h"})
+        );
+        let forced = ApiError::new("m").with_kind(ErrorKind::NeedsForce);
+        let wire = serde_json::to_string(&forced).unwrap();
+        assert!(wire.contains(r#""kind":"needs_force""#), "{wire}");
+        assert_eq!(serde_json::from_str::<ApiError>(&wire).unwrap(), forced);
+        let old: ApiError = serde_json::from_str(r#"{"message":"m"}"#).unwrap();
+        assert_eq!(old.kind, ErrorKind::Other);
+    }
+}

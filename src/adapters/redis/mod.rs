@@ -176,6 +176,15 @@ fn plain(e: &impl std::fmt::Display) -> String {
 /// Whether the server turned the connection's credentials down: a wrong
 /// user or password (`WRONGPASS`, or the client's own failed `AUTH`), or
 /// none given to a server that requires one (`NOAUTH`).
+/// The database number `url`'s path names (`redis://h:6379/3` → `3`); ""
+/// when it names none.
+fn database_of(url: &str) -> String {
+    url::Url::parse(url)
+        .ok()
+        .map(|u| u.path().trim_start_matches('/').to_owned())
+        .unwrap_or_default()
+}
+
 fn refused_credentials(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
@@ -213,12 +222,15 @@ async fn connect(slice: &Slice) -> Result<MultiplexedConnection, AdapterError> {
     match tokio::time::timeout(timeout, client.get_multiplexed_async_connection()).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) if refused_credentials(&e) => Err(credentials_refused(slice)),
-        // The server answers, but has no such database.
-        Ok(Err(e)) if e.to_string().contains("switch database") => {
-            let db = url::Url::parse(url)
-                .ok()
-                .map(|u| u.path().trim_start_matches('/').to_owned())
-                .unwrap_or_default();
+        // The server answers, but has no such database: past AUTH, the
+        // only command of redis-rs's connection setup whose refusal fails
+        // the connection (a ResponseError) is SELECT, which it sends for a
+        // database other than 0.
+        Ok(Err(e))
+            if e.kind() == redis::ServerErrorKind::ResponseError.into()
+                && !matches!(database_of(url).as_str(), "" | "0") =>
+        {
+            let db = database_of(url);
             Err(AdapterError::new(format!(
                 "redis at {} has no database {db} (the /{db} of admin_url): {}; name one below its `databases` setting (16 by default: 0 to 15)",
                 server_of(url),

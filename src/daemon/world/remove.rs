@@ -11,8 +11,8 @@ use crate::daemon::events::EventKind;
 use crate::daemon::{Daemon, WorldKey, admission};
 use crate::faults::point as fault_point;
 use crate::protocol::{
-    ApiError, ClientEnv, Intent, ServiceState, SliceState, TornDownSlice, WorldOutcome, WorldRef,
-    WorldState,
+    ApiError, ClientEnv, ErrorKind, Intent, ServiceState, SliceState, TornDownSlice, WorldOutcome,
+    WorldRef, WorldState,
 };
 use crate::registry::{SliceKey, WorldRow};
 use crate::{adapters, config, worktree};
@@ -161,10 +161,12 @@ impl<'a> Removal<'a> {
                 root.display()
             );
             if !self.force {
-                return Err(ApiError::new(format!("{why}; binky will not delete it")).hint(format!(
-                    "remove it with `git worktree remove`, or run `binky remove {} --force` to remove the world and leave the folder",
-                    w.name
-                )));
+                return Err(ApiError::new(format!("{why}; binky will not delete it"))
+                    .hint(format!(
+                        "remove it with `git worktree remove`, or run `binky remove {} --force` to remove the world and leave the folder",
+                        w.name
+                    ))
+                    .with_kind(ErrorKind::NeedsForce));
             }
             left_in_place = Some(format!("{why}: left in place"));
         }
@@ -191,7 +193,8 @@ impl<'a> Removal<'a> {
         .hint(format!(
             "commit or stash them, or run `binky remove {} --force` to discard them",
             w.name
-        )))
+        ))
+        .with_kind(ErrorKind::NeedsForce))
     }
 
     /// Every slice of the world (of the services in `only`, when given),
@@ -254,11 +257,14 @@ impl<'a> Removal<'a> {
             if let Err(e) = &reached
                 && !self.force
             {
-                return Err(e.clone().hint(format!(
-                    "{}; or run `binky remove {} --force` to remove the world and leave the slice to `binky gc`",
-                    e.hint.clone().unwrap_or_default(),
-                    w.name
-                )));
+                return Err(e
+                    .clone()
+                    .hint(format!(
+                        "{}; or run `binky remove {} --force` to remove the world and leave the slice to `binky gc`",
+                        e.hint.clone().unwrap_or_default(),
+                        w.name
+                    ))
+                    .with_kind(ErrorKind::NeedsForce));
             }
             teardowns.push((s, adapter, reached));
         }
@@ -345,9 +351,11 @@ impl<'a> Removal<'a> {
                 let _ =
                     d.registry()
                         .set_world_state(w.id, WorldState::Failed, None, Some(&message));
-                return Err(ApiError::new(message).hint(
-                    "fix the cause and run `binky remove` again, or `binky remove --force` to remove the world and leave the slice to `binky gc`",
-                ));
+                return Err(ApiError::new(message)
+                    .hint(
+                        "fix the cause and run `binky remove` again, or `binky remove --force` to remove the world and leave the slice to `binky gc`",
+                    )
+                    .with_kind(ErrorKind::NeedsForce));
             }
             notes.push(format!("{message}; `binky gc` retries it"));
             left.push(s.slice.clone());
