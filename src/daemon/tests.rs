@@ -125,7 +125,9 @@ impl Fixture {
             "[project]\nname = \"unit\"\nport_range = [{lo}, {hi}]\n\n\
              [services.db]\nadapter = \"memory\"\n\n\
              [services.app]\ncmd = \"exec sleep 120\"\nurl = \"app\"\nhealth = {{ cmd = \"true\" }}\ndepends_on = [\"db\"]\n\
-             env = {{ DB = \"${{db.url}}\", PORT = \"${{self.port}}\" }}\n"
+             env = {{ DB = \"${{db.url}}\", PORT = \"${{self.port}}\" }}\n\n\
+             [env]\nDATABASE_URL = \"${{db.url}}\"\n\n\
+             [agents]\nverify = [\"test -f binky.toml\", \"test \\\"$DATABASE_URL\\\" = memory://unit_checked\"]\n"
         );
         std::fs::write(repo.join("binky.toml"), toml).unwrap();
         git(&repo, &["init", "-q"]);
@@ -395,4 +397,151 @@ async fn with_max_parallel_one_a_second_up_queues_until_the_first_is_down() {
         f.remove(w).await;
     }
     assert!(f.memory.slices().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_drops_and_remakes_the_slice_on_the_same_worktree_and_ports() {
+    let f = Fixture::new(Memory::default());
+    let first = f.up("r").await;
+    let port = |o: &WorldOutcome| o.world.services.iter().find_map(|s| s.port);
+    let old = app_pid(&first);
+    let reset_of = |service: &str| {
+        Request::Reset(crate::protocol::ResetRequest {
+            up: f.up_request("r", true),
+            services: vec![service.to_owned()],
+            all: false,
+            force: false,
+        })
+    };
+    let reset = f.world_verb(reset_of("db")).await;
+    assert_eq!(reset.world.state, WorldState::Running, "{reset:?}");
+    assert_eq!(
+        f.memory.calls(),
+        ["provision unit_r", "teardown unit_r", "provision unit_r"]
+    );
+    assert_eq!(f.memory.slices(), ["unit_r"]);
+    assert_eq!(port(&reset), port(&first));
+    assert_eq!(reset.world.path, first.world.path);
+    // The process that used the old slice was restarted on the new one.
+    assert!(gone(old).await, "app {old} outlived the reset");
+    assert!(alive(app_pid(&reset)));
+    // A service that is not a resource has no slice to reset.
+    let err = f
+        .call(reset_of("app"))
+        .await
+        .expect_err("reset of a process");
+    assert!(err.message.contains("app"), "{err:?}");
+    assert_eq!(f.memory.calls().len(), 3);
+    f.remove("r").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_and_locate_answer_from_the_running_world() {
+    let f = Fixture::new(Memory::default());
+    let up = f.up("e").await;
+    let env = match f
+        .call(Request::Env {
+            world: f.world("e"),
+            env: ClientEnv::default(),
+            reveal: false,
+            agent: false,
+        })
+        .await
+    {
+        Ok(Response::Env(e)) => e,
+        other => panic!("expected env, got {other:?}"),
+    };
+    assert_eq!(env.services["db"], "memory://unit_e", "{env:?}");
+    assert_eq!(env.vars["DATABASE_URL"].as_deref(), Some("memory://unit_e"));
+    assert_eq!(env.worktree, up.world.path);
+    // locate: a `url` service is reached through the proxy, by its host.
+    let target = match f
+        .call(Request::Locate {
+            world: f.world("e"),
+            service: "app".into(),
+        })
+        .await
+    {
+        Ok(Response::Located(t)) => t,
+        other => panic!("expected a target, got {other:?}"),
+    };
+    assert!(target.via_proxy, "{target:?}");
+    assert_eq!(target.host, "app.e.unit.localhost");
+    // A service the project does not have is an error naming it.
+    let err = f
+        .call(Request::Locate {
+            world: f.world("e"),
+            service: "nope".into(),
+        })
+        .await
+        .expect_err("locate of no such service");
+    assert!(err.message.contains("nope"), "{err:?}");
+    f.remove("e").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_runs_the_committed_checks_in_the_worlds_environment() {
+    let f = Fixture::new(Memory::default());
+    let verify = |name: &str| Request::Verify {
+        world: f.world(name),
+        keep_going: true,
+        from_branch: false,
+        env: ClientEnv(std::env::vars().filter(|(k, _)| k == "PATH").collect()),
+    };
+    // The second check passes only in world `checked`, whose slice is the
+    // one it names: the commands see the world's rendered [env].
+    for (name, passed) in [("checked", true), ("other", false)] {
+        f.up(name).await;
+        let report = match f.call(verify(name)).await {
+            Ok(Response::Verified(r)) => r,
+            other => panic!("expected a verify report, got {other:?}"),
+        };
+        assert_eq!(report.passed, passed, "{name}: {report:?}");
+        assert_eq!(report.checks.len(), 2, "{report:?}");
+        assert!(report.checks[0].passed, "{report:?}");
+        assert_eq!(report.checks[1].passed, passed, "{report:?}");
+        assert!(!report.from_branch);
+        f.remove(name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_sweeps_a_slice_a_crash_left_half_made_and_never_a_live_one() {
+    let f = Fixture::new(Memory::default());
+    f.up("live").await;
+    let gc = |dry_run| Request::Gc {
+        dry_run,
+        env: ClientEnv::default(),
+    };
+    let swept = |r: Result<Response, ApiError>| match r {
+        Ok(Response::Swept(items)) => items,
+        other => panic!("expected a sweep, got {other:?}"),
+    };
+    assert!(swept(f.call(gc(true)).await).is_empty());
+    // An `up` that died between recording its intent and finishing: the
+    // slice is made, its row says `provisioning`, and no world is busy.
+    f.up("crashed").await;
+    f.down("crashed").await;
+    let world_id = {
+        let reg = f.d.registry();
+        let project = reg.project_id("unit").unwrap().unwrap();
+        reg.find_world(project, "crashed").unwrap().unwrap().id
+    };
+    let key = crate::registry::SliceKey {
+        world_id: Some(world_id),
+        project: "unit",
+        service: "db",
+        adapter: "memory",
+        slice: "unit_crashed",
+    };
+    f.d.registry()
+        .set_slice(&key, crate::protocol::SliceState::Provisioning, None)
+        .unwrap();
+    let listed = swept(f.call(gc(true)).await);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(f.memory.slices(), ["unit_crashed", "unit_live"], "dry run");
+    let done = swept(f.call(gc(false)).await);
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(f.memory.slices(), ["unit_live"]);
+    f.remove("live").await;
 }
