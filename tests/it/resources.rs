@@ -101,13 +101,14 @@ fn two_databases_of_one_adapter_are_two_slices_each_torn_down_where_it_was_made(
     // up refuses and names both, before anything is made or dropped.
     let world_path = repo.worlds(&home)["a"]["path"].as_str().unwrap().to_owned();
     repo.ok(&home, &["down", "a"]);
+    // Every such conflict is named at once (both adapters here).
+    let head = toml.split("[services.").next().unwrap();
     let reordered = format!(
-        "{}{}{}{}{}",
-        toml.split("[services.").next().unwrap(),
+        "{head}{}{}{}{}",
         db("analytics_db", "events"),
         db("db", "items"),
-        cache("cache"),
         cache("sessions"),
+        cache("cache"),
     );
     let file = std::path::Path::new(&world_path).join("binky.toml");
     let kept = std::fs::read_to_string(&file).unwrap();
@@ -117,9 +118,30 @@ fn two_databases_of_one_adapter_are_two_slices_each_torn_down_where_it_was_made(
     assert!(
         out.stderr()
             .contains(&format!("slice {p}_a was made for `db`"))
+            && out
+                .stderr()
+                .contains(&format!("slice {p}:a: was made for `cache`"))
             && out.stderr().contains("analytics_db"),
         "{out}"
     );
+    // A renamed first resource would take up the slice under a name its
+    // record does not have (it was re-made empty): refused, the cause named.
+    let renamed = format!(
+        "{head}{}{}{}{}",
+        db("main", "items"),
+        cache("cache"),
+        db("analytics_db", "events"),
+        cache("sessions"),
+    );
+    std::fs::write(&file, &renamed).unwrap();
+    let out = repo.run(&home, &["up", "a"]);
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(
+        out.stderr()
+            .contains("`db`, which is no longer in binky.toml"),
+        "{out}"
+    );
+    assert_eq!(psql(&a_db, "select count(*) from items"), "1");
     assert_eq!(psql(&a_an, "select count(*) from events"), "2");
     std::fs::write(&file, kept).unwrap();
 

@@ -354,16 +354,23 @@ impl Provisioning<'_> {
 /// Refuses, before any slice is made, to hand one resource a slice the
 /// world recorded for another on the same adapter: the first resource in
 /// binky.toml's order keeps the plain slice name, so moving another first
-/// would give it the first's database, data and all.
+/// would give it the first's database, data and all. Every such conflict
+/// is named at once.
+///
+/// A slice whose resource is no longer in binky.toml (renamed, or the
+/// first deleted so the next would inherit its name) is refused too, with
+/// that cause named: taking it up under another name re-made it empty.
 ///
 /// # Errors
-/// Names both services and says how to go on; a registry error.
+/// Names the services of each conflict and says how to go on; a registry
+/// error.
 pub(super) fn refuse_reordered_slices(cx: &WorldCtx<'_>) -> Result<(), ApiError> {
     let recorded = cx.d.registry().slices_of(cx.world_id)?;
     if recorded.is_empty() {
         return Ok(());
     }
     let implementation = adapters::catalog::implementation;
+    let mut conflicts = Vec::new();
     for (service, s) in &cx.cfg.services {
         let Some(r) = s.resource() else { continue };
         let Some(adapter) = adapter_for(cx.d, &r.adapter, cx.client_env) else {
@@ -381,14 +388,39 @@ pub(super) fn refuse_reordered_slices(cx: &WorldCtx<'_>) -> Result<(), ApiError>
         }) else {
             continue;
         };
-        let world = cx.world;
-        return Err(ApiError::new(format!(
-            "services.{service}: this world's slice {name} was made for `{}`, and `{service}` would take it, data and all (the first {mine} resource in binky.toml keeps the plain slice name; every other carries its own)",
-            other.service
-        ))
-        .hint(format!(
-            "put the {mine} resources back in the order they had when the world was made, or run `binky remove {world}` (it tears down every slice) and `binky up {world}`"
-        )));
+        let still_listed = cx.cfg.services.get(&other.service).is_some_and(|o| {
+            o.resource()
+                .is_some_and(|o| implementation(&o.adapter) == mine)
+        });
+        let own = recorded
+            .iter()
+            .find(|s| &s.service == service && implementation(&s.adapter) == mine);
+        conflicts.push(match (still_listed, own) {
+            (true, _) => format!(
+                "services.{service}: the slice {name} was made for `{}`, which now comes after `{service}` among the {mine} resources: `{service}` would take its data",
+                other.service
+            ),
+            (false, Some(own)) => format!(
+                "services.{service}: the slice {name} was made for `{}`, which is no longer in binky.toml; `{service}` has its own slice {} and would take {name}'s data instead",
+                other.service, own.slice
+            ),
+            // Renamed, most likely: taking the slice up under the new name
+            // would re-make it (its record is the old name's), so refuse.
+            (false, None) => format!(
+                "services.{service}: the slice {name} was made for `{}`, which is no longer in binky.toml (renamed to `{service}`?); a world's slice is not handed to a resource of another name",
+                other.service
+            ),
+        });
     }
-    Ok(())
+    if conflicts.is_empty() {
+        return Ok(());
+    }
+    let world = cx.world;
+    Err(ApiError::new(format!(
+        "{} (the first resource of an adapter in binky.toml keeps the plain slice name; every other carries its own)",
+        conflicts.join("; ")
+    ))
+    .hint(format!(
+        "put the resources back as they were when the world was made (names and order), or run `binky remove {world}` (it tears down every slice) and `binky up {world}` to make them afresh"
+    )))
 }
