@@ -563,7 +563,14 @@ fn a_server_that_checks_signatures_accepts_every_call_binky_signs() {
     assert_eq!(s3.call(&["list", &bucket]).len(), 2);
     let rm = repo.run_with(&home, &["remove", "feature/Sig"], &[("S3_URL", &admin)]);
     assert_eq!(rm.code(), 0, "{rm}");
-    assert!(rm.stdout().contains(&format!("slice {bucket},")), "{rm}");
+    // Named with the server it was deleted on.
+    assert!(
+        rm.stdout().contains(&format!(
+            "slice {bucket} (s3 on http://127.0.0.1:{}),",
+            s3.port
+        )),
+        "{rm}"
+    );
     assert!(s3.call(&["buckets"]).is_empty(), "{rm}");
     assert!(!format!("{up}{rm}").contains(S3S_SECRET));
 }
