@@ -319,18 +319,7 @@ impl<'a> Removal<'a> {
             };
             if let Ok(found) = result {
                 if found == TornDown::Deleted {
-                    torn.push(TornDownSlice {
-                        slice: s.slice.clone(),
-                        service: s.service.clone(),
-                        adapter: s.adapter.clone(),
-                        // Where the teardown went: the recorded server,
-                        // or (a row from before servers were recorded)
-                        // the one admin_url or the adapter's default names.
-                        server: s.server.as_ref().map(|v| v.address.clone()).or_else(|| {
-                            let url = adapters::server_url(adapter.as_ref(), shown.as_ref()?)?;
-                            Some(adapters::server::address(&url, adapter.path_names_server()))
-                        }),
-                    });
+                    torn.push(torn_down(&s, adapter.as_ref(), shown.as_ref()));
                 } else if let Some(slice) = &shown {
                     notes.push(not_found_note(d, adapter.as_ref(), slice));
                 }
@@ -407,5 +396,25 @@ impl<'a> Removal<'a> {
             );
         }
         Ok(())
+    }
+}
+
+/// What `remove` reports of slice `s`, deleted: where the teardown went is
+/// the recorded server, or (a row from before servers were recorded) the
+/// one `shown`'s admin_url or the adapter's default names.
+fn torn_down(
+    s: &crate::registry::SliceRow,
+    adapter: &dyn adapters::Adapter,
+    shown: Option<&adapters::Slice>,
+) -> TornDownSlice {
+    let server = s.server.as_ref().map(|v| v.address.clone()).or_else(|| {
+        let url = adapters::server_url(adapter, shown?)?;
+        Some(adapters::server::address(&url, adapter.path_names_server()))
+    });
+    TornDownSlice {
+        slice: s.slice.clone(),
+        service: s.service.clone(),
+        adapter: s.adapter.clone(),
+        server,
     }
 }
