@@ -174,3 +174,162 @@ fn an_unset_admin_url_variable_is_named_and_nothing_is_made() {
     assert!(!repo.worlds(&home).contains_key("a"));
     assert!(!repo.worktree_root().join("a").exists());
 }
+
+/// A daemon killed (or an `up` cancelled) mid-clone leaves its backend
+/// copying; that `CREATE DATABASE` commits later. A teardown in between
+/// must not find "nothing to drop" and let a database appear that no
+/// record names (found by the chaos run: `up` then refused the world's own
+/// slice as "not made by this Binky", and `gc` could drop neither it nor
+/// the template's role). Each clone here waits on a lock another session
+/// keeps on the template, and is cut short: once by a killed daemon (its
+/// socket closed: the teardown ends the orphaned copy), once by a
+/// cancelled `up` (its socket still open: the teardown waits for the copy
+/// and drops what it made). Either way no database is left.
+#[test]
+fn a_teardown_after_a_cut_short_clone_leaves_no_database_behind() {
+    use binky::adapters::{Adapter, Slice, postgres::Postgres};
+    if !pg_up() {
+        skip("no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
+        return;
+    }
+    let project = format!("orphanclone{}", std::process::id() % 100_000);
+    let _cleanup = Cleanup {
+        prefix: format!("{project}_"),
+        mysql: false,
+    };
+    let slice = |name: &str| Slice {
+        name: format!("{project}_{name}"),
+        project: project.clone(),
+        admin_url: Some(PG_ADMIN.to_owned()),
+        options: toml::toml! { acl = false },
+        data_dir: std::env::temp_dir(),
+        search_path: None,
+        secret: None,
+    };
+    let template = slice("tpl");
+    psql(PG_ADMIN, &format!("create database \"{}\"", template.name));
+    let secs = std::time::Duration::from_secs;
+    let count = |sql: &str| psql(PG_ADMIN, sql);
+    for killed in [true, false] {
+        let world = slice(if killed { "killed" } else { "cancelled" });
+        let holder = TemplateHold::take(&template.name);
+        let creating = format!(
+            "select count(*) from pg_stat_activity where query like 'CREATE DATABASE \"{}\"%'",
+            world.name
+        );
+        let rt = runtime();
+        let clone = {
+            let (t, w) = (template.clone(), world.clone());
+            rt.spawn(async move { Postgres.clone_slice(&t, &w).await })
+        };
+        assert!(
+            wait_until(secs(30), || count(&creating) == "1"),
+            "the clone never reached the server"
+        );
+        let teardown = if killed {
+            // Every task and socket of the "daemon" goes at once.
+            rt.shutdown_background();
+            let rt = runtime();
+            let w = world.clone();
+            let done =
+                rt.block_on(async { tokio::time::timeout(secs(60), Postgres.teardown(&w)).await });
+            holder.release();
+            done.expect("the teardown ended the orphaned copy")
+                .expect("torn down");
+            None
+        } else {
+            clone.abort();
+            let w = world.clone();
+            let teardown = rt.spawn(async move { Postgres.teardown(&w).await });
+            // It waits on the clone's lock: seen by its look at who holds it.
+            assert!(
+                wait_until(secs(30), || count(
+                    "select count(*) from pg_stat_activity where query like '%FROM pg_locks l%' and pid <> pg_backend_pid()"
+                ) != "0"),
+                "the teardown never waited for the copy"
+            );
+            holder.release();
+            Some((rt, teardown))
+        };
+        if let Some((rt, teardown)) = teardown {
+            rt.block_on(async { tokio::time::timeout(secs(60), teardown).await })
+                .expect("the teardown finished")
+                .expect("joined")
+                .expect("torn down");
+        }
+        assert!(
+            wait_until(secs(30), || count(&creating) == "0"),
+            "the cut-short clone's backend never finished"
+        );
+        assert_eq!(
+            count(&format!(
+                "select count(*) from pg_database where datname = '{}'",
+                world.name
+            )),
+            "0",
+            "killed: {killed}: a database appeared after its teardown"
+        );
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A session holding a lock on database `template` that `CREATE DATABASE
+/// … TEMPLATE` waits on (COMMENT's SHARE UPDATE EXCLUSIVE against its
+/// SHARE), until [`TemplateHold::release`] rolls it back.
+struct TemplateHold {
+    psql: std::process::Child,
+}
+
+impl TemplateHold {
+    fn take(template: &str) -> TemplateHold {
+        use std::io::Write;
+        let mut psql = std::process::Command::new("psql")
+            .args([PG_ADMIN, "-q", "-v", "ON_ERROR_STOP=1"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = psql.stdin.as_mut().unwrap();
+        writeln!(
+            stdin,
+            "begin; comment on database \"{template}\" is 'held';"
+        )
+        .unwrap();
+        stdin.flush().unwrap();
+        let held = format!(
+            "select count(*) from pg_stat_activity where state = 'idle in transaction' and query like 'comment on database \"{template}\"%'"
+        );
+        assert!(
+            wait_until(std::time::Duration::from_secs(30), || psql_count(&held)),
+            "the template's lock was never taken"
+        );
+        TemplateHold { psql }
+    }
+
+    fn release(mut self) {
+        use std::io::Write;
+        let mut stdin = self.psql.stdin.take().unwrap();
+        writeln!(stdin, "rollback;").unwrap();
+        drop(stdin);
+        let _ = self.psql.wait();
+    }
+}
+
+impl Drop for TemplateHold {
+    /// A failed test's hold ends with it, so the cleanup can drop the
+    /// template.
+    fn drop(&mut self) {
+        let _ = self.psql.kill();
+        let _ = self.psql.wait();
+    }
+}
+
+fn psql_count(sql: &str) -> bool {
+    psql(PG_ADMIN, sql) == "1"
+}

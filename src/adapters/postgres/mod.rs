@@ -12,8 +12,9 @@
 pub mod role;
 mod sessions;
 
+pub use sessions::SLICE_LOCK_WAIT;
 pub(crate) use sessions::drop_database;
-use sessions::sessions_on;
+use sessions::{lock_slice, sessions_on};
 
 use super::{
     Adapter, AdapterError, Capabilities, OTHER_SESSIONS_WAIT, OtherSessions, Slice, TemplateLock,
@@ -139,12 +140,13 @@ fn sql_err(what: &str, e: tokio_postgres::Error) -> AdapterError {
 /// How long a clone waits for the template to have no other session.
 pub const TEMPLATE_FREE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// The advisory-lock key for building `template`: the first 8 bytes of a
-/// SHA-256 of a namespaced name, so unrelated users of advisory locks on the
-/// same server are unlikely to collide with us.
-fn advisory_key(template: &str) -> i64 {
+/// The advisory-lock key of `what` (`golden`: building a template;
+/// `slice`: making or dropping a database) for database `name`: the first
+/// 8 bytes of a SHA-256 of a namespaced name, so unrelated users of
+/// advisory locks on the same server are unlikely to collide with us.
+fn advisory_key(what: &str, name: &str) -> i64 {
     use sha2::Digest;
-    let h = sha2::Sha256::digest(format!("binky golden {template}").as_bytes());
+    let h = sha2::Sha256::digest(format!("binky {what} {name}").as_bytes());
     i64::from_be_bytes(h[..8].try_into().expect("8 bytes"))
 }
 
@@ -220,6 +222,7 @@ impl Adapter for Postgres {
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
         let c = connect(slice).await?;
+        lock_slice(&c, &slice.name).await?;
         c.batch_execute(&format!("CREATE DATABASE {}", quote(&slice.name)))
             .await
             .map_err(|e| sql_err(&format!("CREATE DATABASE {}", quote(&slice.name)), e))?;
@@ -282,6 +285,9 @@ impl Adapter for Postgres {
             &slice.name,
         )?;
         let c = connect(slice).await?;
+        // After any session still making it: else its CREATE would commit
+        // a database after this drop found none.
+        lock_slice(&c, &slice.name).await?;
         let mut ended = drop_database(&c, &slice.name, others).await?;
         // The role after its database (a role that owns one cannot be
         // dropped); one Binky did not make is left.
@@ -291,6 +297,7 @@ impl Adapter for Postgres {
 
     async fn drop_template(&self, template: &Slice) -> Result<(), AdapterError> {
         let c = connect(template).await?;
+        lock_slice(&c, &template.name).await?;
         // No FORCE: the template's sessions are not Binky's to end.
         let sql = format!("DROP DATABASE IF EXISTS {}", quote(&template.name));
         match c.batch_execute(&sql).await {
@@ -343,7 +350,7 @@ impl Adapter for Postgres {
         let c = connect(template).await?;
         // Session-level: released when this connection closes, which is when
         // the guard (the client) drops, or when a crashed daemon's socket does.
-        let key = advisory_key(&template.name);
+        let key = advisory_key("golden", &template.name);
         if wait {
             c.execute("SELECT pg_advisory_lock($1)", &[&key])
                 .await
@@ -366,6 +373,8 @@ impl Adapter for Postgres {
 
     async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
         let c = connect(slice).await?;
+        // Held until `c` closes, past the copy's commit (see `lock_slice`).
+        lock_slice(&c, &slice.name).await?;
         let strategy = match choose_strategy(&c, template).await? {
             Some(s) => format!(" STRATEGY {s}"),
             None => String::new(),

@@ -98,12 +98,9 @@ pub(crate) async fn drop_database(
 
 /// Ends the sessions on `db` whose client is gone: a stopped service's
 /// query runs on in its backend until it next writes to the socket (for a
-/// long query, minutes), though nothing can ever commit it. Only where
-/// that is known: the server is reached over loopback TCP, so a session
-/// from 127.0.0.1 or ::1 comes from this machine's network namespace,
-/// where the kernel lists every client socket that a process holds.
+/// long query, minutes), though nothing can ever commit it.
 async fn end_clientless(c: &tokio_postgres::Client, db: &str) {
-    let Ok(rows) = c
+    let rows = c
         .query(
             "SELECT pid, client_port, inet_server_port() FROM pg_stat_activity
              WHERE datname = $1 AND pid <> pg_backend_pid()
@@ -111,10 +108,20 @@ async fn end_clientless(c: &tokio_postgres::Client, db: &str) {
                AND host(inet_server_addr()) IN ('127.0.0.1', '::1')",
             &[&db],
         )
-        .await
-    else {
-        return;
-    };
+        .await;
+    end_if_clientless(c, rows).await;
+}
+
+/// Ends each session of `rows` (pid, client port, server port) whose
+/// client is gone. Only where that is known: the server is reached over
+/// loopback TCP (the queries keep only such rows), so a session from
+/// 127.0.0.1 or ::1 comes from this machine's network namespace, where the
+/// kernel lists every client socket that a process holds.
+async fn end_if_clientless(
+    c: &tokio_postgres::Client,
+    rows: Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>,
+) {
+    let Ok(rows) = rows else { return };
     for r in rows {
         let (pid, client, server): (i32, Option<i32>, Option<i32>) = (r.get(0), r.get(1), r.get(2));
         let (Some(Ok(client)), Some(Ok(server))) =
@@ -125,5 +132,62 @@ async fn end_clientless(c: &tokio_postgres::Client, db: &str) {
         if crate::platform::tcp_client_alive(client, server) == Some(false) {
             let _ = c.execute("SELECT pg_terminate_backend($1)", &[&pid]).await;
         }
+    }
+}
+
+/// How long making or dropping a slice's database waits for another
+/// session making or dropping the same one: a clone takes as long as its
+/// template's copy, so this is generous.
+pub const SLICE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Takes the slice's session-level advisory lock on `c`, held until `c`
+/// closes. Making a slice's database holds it across `CREATE DATABASE`;
+/// dropping it takes it first. Why: a daemon killed (or an `up` cancelled)
+/// mid-clone leaves its backend copying, and that `CREATE DATABASE`
+/// commits minutes later; a teardown that ran meanwhile found nothing to
+/// drop, its record went, and the database it then made was nobody's.
+/// Now the teardown waits for it, and ends it at once when its client is
+/// gone (a loopback server, where that is known): its copy can be
+/// committed by nobody Binky would then know of.
+///
+/// # Errors
+/// Another session, still alive, held it for [`SLICE_LOCK_WAIT`]
+/// (environmental, naming it), or the server refused the lock.
+pub(super) async fn lock_slice(c: &tokio_postgres::Client, db: &str) -> Result<(), AdapterError> {
+    let key = super::advisory_key("slice", db);
+    let bits = key as u64;
+    let (high, low) = ((bits >> 32) as i64, (bits & 0xffff_ffff) as i64);
+    let deadline = tokio::time::Instant::now() + SLICE_LOCK_WAIT;
+    loop {
+        let got: bool = c
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .await
+            .map_err(|e| sql_err("pg_try_advisory_lock", e))?
+            .get(0);
+        if got {
+            return Ok(());
+        }
+        let holders = c
+            .query(
+                "SELECT a.pid, a.client_port, inet_server_port() FROM pg_locks l
+                 JOIN pg_stat_activity a ON a.pid = l.pid
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                   AND l.classid::bigint = $1 AND l.objid::bigint = $2
+                   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                   AND a.pid <> pg_backend_pid()
+                   AND host(a.client_addr) IN ('127.0.0.1', '::1')
+                   AND host(inet_server_addr()) IN ('127.0.0.1', '::1')",
+                &[&high, &low],
+            )
+            .await;
+        end_if_clientless(c, holders).await;
+        if tokio::time::Instant::now() >= deadline {
+            return Err(AdapterError::environmental(format!(
+                "postgres: another session has been making or dropping the database {} for more than {}; try again when it is done",
+                quote(db),
+                humantime::format_duration(SLICE_LOCK_WAIT)
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
