@@ -3,6 +3,10 @@
 //! Blocking on purpose: a CLI call is one short exchange, and skipping an
 //! async runtime keeps `binky status` a few milliseconds end to end.
 
+mod follow;
+
+pub use follow::follow;
+
 use crate::paths::Paths;
 use crate::platform;
 use crate::protocol::codec::{read_frame, write_frame};

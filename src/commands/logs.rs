@@ -141,7 +141,7 @@ fn follow(args: &LogsArgs, project: Option<&str>, width: usize) -> ExitCode {
         }),
     };
     let mut out = anstream::stdout();
-    let result = super::events::follow(&paths, sub, true, &mut |feed| {
+    let result = crate::client::follow(&paths, sub, true, &mut |feed| {
         let r = match feed {
             Feed::Logs(r) => r,
             Feed::Gone => {

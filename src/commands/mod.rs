@@ -7,17 +7,21 @@ pub mod check;
 pub mod curl;
 pub mod daemon;
 pub mod doctor;
+pub mod down;
 pub mod env;
 pub mod events;
+pub mod gc;
 pub mod init;
 pub mod logs;
+pub mod remove;
+pub mod reset;
 pub mod settings;
 pub mod status;
+pub mod up;
+pub mod verify;
 pub mod world;
 
 #[cfg(feature = "dashboard")]
-pub(crate) use events::follow as follow_events;
-
 use crate::cli::{Cli, Command};
 use crate::client::Client;
 use crate::config;
@@ -31,24 +35,7 @@ use std::process::ExitCode;
 pub fn run(cli: Cli) -> ExitCode {
     let project = cli.project.as_deref();
     if project.is_some() && !cli.command.takes_project() {
-        let (why, hint) = match cli.command {
-            Command::Init(_) => (
-                "it writes a project's binky.toml, so no project exists yet",
-                "name the folder holding the compose file: `binky init path/to/project`",
-            ),
-            _ => (
-                "it acts on the whole machine, not on one project",
-                "run it without -p",
-            ),
-        };
-        output::error(
-            format!(
-                "-p/--project does not apply to `binky {}`: {why}",
-                cli.command.name()
-            ),
-            Some(hint),
-        );
-        return ExitCode::from(2);
+        return refuse_project(&cli.command);
     }
     match &cli.command {
         Command::Check(args) => check::run(args, project),
@@ -59,27 +46,7 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Daemon(args) => daemon::run(&args.action),
-        Command::LogWriter { file } => {
-            // Survive the terminal and the daemon: only the end of input
-            // (the service is gone) ends this process.
-            crate::platform::ignore_terminal_signals();
-            let opened = crate::supervisor::logs::LogFile::open(
-                file,
-                crate::supervisor::LOG_ROLL_BYTES,
-                crate::supervisor::LOG_GENERATIONS,
-            );
-            let mut f = match opened {
-                Ok(f) => f,
-                Err(e) => {
-                    eprintln!("binky log-writer: {}: {e}", file.display());
-                    return ExitCode::from(1);
-                }
-            };
-            match crate::supervisor::logs::stamp(std::io::stdin().lock(), &mut f) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(_) => ExitCode::from(1),
-            }
-        }
+        Command::LogWriter { file } => log_writer(file),
         Command::Status(args) => status::run(args, project),
         Command::Events(args) => events::run(args, project),
         #[cfg(feature = "dashboard")]
@@ -88,17 +55,17 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Reserve(args) => settings::reserve(args),
         Command::Port(args) => settings::port(args),
         Command::Metrics(_) => settings::metrics(),
-        Command::Up(args) => world::up(args, project, false),
-        Command::Reload(args) => world::up(args, project, true),
-        Command::Reset(args) => world::reset(args, project),
-        Command::Down(args) => world::down(args, project),
-        Command::Remove(args) => world::remove(args, project),
+        Command::Up(args) => up::run(args, project, false),
+        Command::Reload(args) => up::run(args, project, true),
+        Command::Reset(args) => reset::run(args, project),
+        Command::Down(args) => down::run(args, project),
+        Command::Remove(args) => remove::run(args, project),
         Command::Env(args) => env::env(args, project),
         Command::Logs(args) => logs::logs(args, project),
         Command::Curl(args) => curl::run(args, project),
-        Command::Verify(args) => world::verify(args, project),
+        Command::Verify(args) => verify::run(args, project),
         Command::Doctor(args) => doctor::run(args),
-        Command::Gc(args) => world::gc(args),
+        Command::Gc(args) => gc::run(args),
         Command::Mcp(args) => match paths_or_exit() {
             Ok(paths) => match crate::mcp::run(paths, project, args) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -112,6 +79,52 @@ pub fn run(cli: Cli) -> ExitCode {
         #[cfg(not(feature = "dashboard"))]
         Command::Dashboard => no_dashboard(),
     }
+}
+
+/// `binky log-writer FILE` (hidden): stamps a service's output into its
+/// log file, rolling it; ends with the input.
+fn log_writer(file: &Path) -> ExitCode {
+    // Survive the terminal and the daemon: only the end of input
+    // (the service is gone) ends this process.
+    crate::platform::ignore_terminal_signals();
+    let opened = crate::supervisor::logs::LogFile::open(
+        file,
+        crate::supervisor::LOG_ROLL_BYTES,
+        crate::supervisor::LOG_GENERATIONS,
+    );
+    let mut f = match opened {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("binky log-writer: {}: {e}", file.display());
+            return ExitCode::from(1);
+        }
+    };
+    match crate::supervisor::logs::stamp(std::io::stdin().lock(), &mut f) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::from(1),
+    }
+}
+
+/// `-p` given to a command that takes no project: said, exit 2.
+fn refuse_project(command: &Command) -> ExitCode {
+    let (why, hint) = match command {
+        Command::Init(_) => (
+            "it writes a project's binky.toml, so no project exists yet",
+            "name the folder holding the compose file: `binky init path/to/project`",
+        ),
+        _ => (
+            "it acts on the whole machine, not on one project",
+            "run it without -p",
+        ),
+    };
+    output::error(
+        format!(
+            "-p/--project does not apply to `binky {}`: {why}",
+            command.name()
+        ),
+        Some(hint),
+    );
+    ExitCode::from(2)
 }
 
 /// `binky dashboard` in a build without the terminal view: says what

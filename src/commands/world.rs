@@ -1,12 +1,10 @@
-//! `binky up`, `reload`, `down`, `remove`, `verify`, `gc`.
+//! What the verbs on one world share: which world a command means, the
+//! request with its progress drawn, and how an outcome is printed.
 
-use super::{fail_json, paths_or_exit, print_json};
-use crate::cli::{NameArgs, RemoveArgs, ResetArgs, UpArgs};
+use super::{fail_json, paths_or_exit};
 use crate::client::Client;
-use crate::output::{DIM, OK, paint};
-use crate::protocol::{
-    ClientEnv, Progress, Request, ResetRequest, Response, UpRequest, WorldOutcome, WorldRef,
-};
+use crate::output::{DIM, paint};
+use crate::protocol::{ClientEnv, Progress, Request, Response, UpRequest, WorldOutcome, WorldRef};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,7 +64,7 @@ impl ProgressView {
     }
 }
 
-fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
+pub(super) fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
     let paths = paths_or_exit()?;
     // A daemon that cannot be started fails this verb: said of its world,
     // as every other error of a lifecycle verb is.
@@ -119,7 +117,7 @@ fn call_world(req: Request, json: bool) -> Result<WorldOutcome, ExitCode> {
 }
 
 /// The world a lifecycle request names.
-fn print_services(o: &WorldOutcome) {
+pub(super) fn print_services(o: &WorldOutcome) {
     let width = o
         .world
         .services
@@ -149,96 +147,34 @@ fn print_services(o: &WorldOutcome) {
     }
 }
 
-fn notes(o: &WorldOutcome) {
+pub(super) fn notes(o: &WorldOutcome) {
     for n in &o.notes {
         anstream::eprintln!("{} {}", paint(DIM, "note:"), crate::output::untrusted(n));
     }
 }
 
-/// `binky up` / `binky reload`.
-pub fn up(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
-    let req = UpRequest {
-        world: match world_ref(project, &args.name, args.json) {
-            Ok(w) => w,
-            Err(c) => return c,
-        },
-        group: args.group.clone(),
+/// The request `up`, `reload` and `reset` send: the world, its group,
+/// the caller's environment, and whether to wait for a queued world.
+pub(super) fn up_request(
+    project: Option<&str>,
+    name: &str,
+    json: bool,
+    group: Option<String>,
+    wait: bool,
+) -> Result<UpRequest, ExitCode> {
+    Ok(UpRequest {
+        world: world_ref(project, name, json)?,
+        group,
         caller: None,
         env: ClientEnv::current(),
-        wait: !args.no_wait,
-    };
-    let req = if reload {
-        Request::Reload(req)
-    } else {
-        Request::Up(req)
-    };
-    match call_world(req, args.json) {
-        Ok(o) => {
-            if args.json {
-                print_json(&o);
-            } else if let Some(q) = &o.world.queue {
-                anstream::println!(
-                    "{} queued: {} is {} of {} — {}; `binky status` shows its place",
-                    paint(DIM, "…"),
-                    o.world.name,
-                    q.position,
-                    q.of,
-                    q.reason
-                );
-            } else {
-                notes(&o);
-                print_services(&o);
-                anstream::println!(
-                    "{} {}: {} ({} service(s))",
-                    paint(OK, "✓"),
-                    if reload { "reloaded" } else { "up" },
-                    o.world.name,
-                    o.world.services.len()
-                );
-            }
-            ExitCode::SUCCESS
-        }
-        Err(c) => c,
-    }
-}
-
-/// `binky reset`.
-pub fn reset(args: &ResetArgs, project: Option<&str>) -> ExitCode {
-    let up = UpRequest {
-        world: match world_ref(project, &args.name, args.json) {
-            Ok(w) => w,
-            Err(c) => return c,
-        },
-        group: args.group.clone(),
-        caller: None,
-        env: ClientEnv::current(),
-        wait: true,
-    };
-    let req = Request::Reset(ResetRequest {
-        up,
-        services: args.services.clone(),
-        all: args.all,
-        force: args.force,
-    });
-    match call_world(req, args.json) {
-        Ok(o) => {
-            if args.json {
-                print_json(&o);
-            } else {
-                notes(&o);
-                print_services(&o);
-                anstream::println!("{} reset: {}", paint(OK, "✓"), o.world.name);
-            }
-            ExitCode::SUCCESS
-        }
-        Err(c) => c,
-    }
+        wait,
+    })
 }
 
 /// The command that runs `verb` on world `name` again as the user typed
 /// it: with their `-p`, so the hint works from where they are. Each word
 /// is quoted for the shell when it needs to be.
-fn again(project: Option<&str>, verb: &str, name: &str) -> String {
+pub(super) fn again(project: Option<&str>, verb: &str, name: &str) -> String {
     let word = |w: &str| {
         if !w.is_empty()
             && w.bytes()
@@ -252,227 +188,6 @@ fn again(project: Option<&str>, verb: &str, name: &str) -> String {
     match project {
         Some(p) => format!("binky -p {} {verb} {}", word(p), word(name)),
         None => format!("binky {verb} {}", word(name)),
-    }
-}
-
-/// `binky down`.
-pub fn down(args: &NameArgs, project: Option<&str>) -> ExitCode {
-    let world = match world_ref(project, &args.name, args.json) {
-        Ok(w) => w,
-        Err(c) => return c,
-    };
-    match call_world(Request::Down(world), args.json) {
-        Ok(o) => {
-            if args.json {
-                print_json(&o);
-            } else if o.left_queue && o.world.path.is_empty() {
-                anstream::println!(
-                    "{} down: {} was queued and never made: it left the queue; nothing else existed",
-                    paint(OK, "✓"),
-                    o.world.name
-                );
-            } else {
-                let queue = if o.left_queue {
-                    "; its queued `up` left the queue"
-                } else {
-                    ""
-                };
-                anstream::println!(
-                    "{} down: {} (files, ports and data kept{queue}; `{}` resumes it)",
-                    paint(OK, "✓"),
-                    o.world.name,
-                    again(project, "up", &o.world.name)
-                );
-            }
-            ExitCode::SUCCESS
-        }
-        Err(c) => c,
-    }
-}
-
-/// `binky remove`.
-pub fn remove(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
-    match call_world(
-        Request::Remove {
-            world: match world_ref(project, &args.name, args.json) {
-                Ok(w) => w,
-                Err(c) => return c,
-            },
-            force: args.force,
-            env: ClientEnv::current(),
-        },
-        args.json,
-    ) {
-        Ok(o) => {
-            if args.json {
-                print_json(&o);
-            } else if o.left_queue && o.world.path.is_empty() {
-                anstream::println!(
-                    "{} removed: {} was queued and never made: it left the queue; there was no worktree, slice or port to release",
-                    paint(OK, "✓"),
-                    o.world.name
-                );
-            } else {
-                notes(&o);
-                // Only what this remove did: a world that never made a
-                // slice (or whose slices were gone already) released none.
-                // Each with its adapter and server: two databases of one
-                // project are told apart, and where each went is shown.
-                let described: Vec<String> = if o.torn_down_on.is_empty() {
-                    o.torn_down.clone()
-                } else {
-                    o.torn_down_on.iter().map(|t| t.describe()).collect()
-                };
-                let slices = match described.len() {
-                    0 => String::new(),
-                    1 => format!("slice {}, ", described[0]),
-                    _ => format!("slices {}, ", described.join(", ")),
-                };
-                anstream::println!(
-                    "{} removed: {} (worktree, {slices}logs and ports released; the branch is kept){}",
-                    paint(OK, "✓"),
-                    o.world.name,
-                    if o.left_queue {
-                        "; its queued `up` left the queue"
-                    } else {
-                        ""
-                    }
-                );
-                if !o.left_for_gc.is_empty() {
-                    anstream::println!("  left for `binky gc`: {}", o.left_for_gc.join(", "));
-                }
-            }
-            ExitCode::SUCCESS
-        }
-        Err(c) => c,
-    }
-}
-
-/// `binky verify`.
-pub fn verify(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode {
-    let mut client = match super::client() {
-        Ok(c) => c,
-        Err(c) => return c,
-    };
-    let req = Request::Verify {
-        world: match world_ref(project, &args.name, args.json) {
-            Ok(w) => w,
-            Err(c) => return c,
-        },
-        keep_going: args.keep_going,
-        from_branch: args.from_branch,
-        env: ClientEnv::current(),
-    };
-    let json = args.json;
-    let res = client.call(&req, &mut |p| {
-        if json {
-            return;
-        }
-        // A check's output is untrusted text: shown, never acted on.
-        let text = crate::output::untrusted(&p.message);
-        if p.step == crate::protocol::ProgressStep::Output {
-            anstream::println!("{text}");
-        } else {
-            anstream::println!("{}", paint(crate::output::BOLD, text));
-        }
-    });
-    match res {
-        Ok(Response::Verified(r)) => {
-            if json {
-                print_json(&r);
-            } else {
-                for c in &r.checks {
-                    let mark = if c.passed {
-                        paint(OK, "✓")
-                    } else {
-                        paint(crate::output::ERROR, "✗")
-                    };
-                    anstream::println!("{mark} {}  ({} ms)", c.command, c.duration_ms);
-                }
-                let commit = r
-                    .commit
-                    .as_deref()
-                    .map(|c| &c[..c.len().min(12)])
-                    .unwrap_or("?");
-                if !r.uncommitted.is_empty() {
-                    anstream::eprintln!(
-                        "{} the worktree has uncommitted changes, so this result is for {commit} plus them:",
-                        paint(DIM, "note:")
-                    );
-                    for c in &r.uncommitted {
-                        anstream::eprintln!("  {c}");
-                    }
-                }
-                // Whose checks these were, beside the result.
-                let whose = if r.from_branch {
-                    " (the branch's own checks)"
-                } else {
-                    ""
-                };
-                if r.passed {
-                    anstream::println!(
-                        "{} verify passed: {} at {commit}{whose}",
-                        paint(OK, "✓"),
-                        args.name
-                    );
-                } else {
-                    anstream::println!(
-                        "{} verify failed: {} at {commit}{whose}",
-                        paint(crate::output::ERROR, "✗"),
-                        args.name
-                    );
-                }
-            }
-            if r.passed {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
-        Ok(other) => super::unexpected(&other),
-        Err(e) => fail_json(json, &e),
-    }
-}
-
-/// `binky gc`.
-pub fn gc(args: &crate::cli::GcArgs) -> ExitCode {
-    let mut client = match super::client() {
-        Ok(c) => c,
-        Err(c) => return c,
-    };
-    let req = Request::Gc {
-        dry_run: args.dry_run,
-        env: ClientEnv::current(),
-    };
-    match client.request(&req) {
-        Ok(Response::Swept(items)) => {
-            if args.json {
-                print_json(&items);
-            } else if items.is_empty() {
-                println!("nothing to sweep");
-            } else {
-                for i in &items {
-                    println!(
-                        "{:<13} {}
-              {} — {}",
-                        i.kind, i.what, i.why, i.outcome
-                    );
-                }
-                if args.dry_run {
-                    println!("(dry run: nothing was changed; run `binky gc` to sweep)");
-                }
-            }
-            if items
-                .iter()
-                .any(|i| i.result == crate::protocol::SweepResult::NotSwept)
-            {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
-        Ok(other) => super::unexpected(&other),
-        Err(e) => fail_json(args.json, &e),
     }
 }
 

@@ -48,14 +48,7 @@ async fn dispatch(
 ) -> Result<Response, ApiError> {
     match req {
         Request::Ping => Ok(Response::Done),
-        Request::DaemonStatus => Ok(Response::DaemonStatus(DaemonInfo {
-            pid: platform::pid(),
-            version: VERSION.to_owned(),
-            uptime_secs: d.started.elapsed().as_secs(),
-            socket: d.paths.socket().display().to_string(),
-            home: d.paths.home().display().to_string(),
-            followers: d.events.followers(),
-        })),
+        Request::DaemonStatus => Ok(Response::DaemonStatus(daemon_info(d))),
         Request::Shutdown => {
             let _ = d.shutdown.send(true);
             Ok(Response::Done)
@@ -125,6 +118,18 @@ async fn dispatch(
         Request::Locate { world: w, service } => {
             world::locate_service(d, w, &service).map(Response::Located)
         }
+    }
+}
+
+/// `binky daemon status`: who the daemon is and where it listens.
+fn daemon_info(d: &Daemon) -> DaemonInfo {
+    DaemonInfo {
+        pid: platform::pid(),
+        version: VERSION.to_owned(),
+        uptime_secs: d.started.elapsed().as_secs(),
+        socket: d.paths.socket().display().to_string(),
+        home: d.paths.home().display().to_string(),
+        followers: d.events.followers(),
     }
 }
 

@@ -418,14 +418,13 @@ enum Step {
 fn spawn_events(paths: &Paths, tx: mpsc::Sender<Msg>) {
     let paths = paths.clone();
     std::thread::spawn(move || {
-        let _ =
-            crate::commands::follow_events(&paths, Subscription::default(), true, &mut |feed| {
-                let msg = match feed {
-                    Feed::Gone => Msg::Gone,
-                    _ => Msg::Changed,
-                };
-                tx.send(msg).is_ok()
-            });
+        let _ = crate::client::follow(&paths, Subscription::default(), true, &mut |feed| {
+            let msg = match feed {
+                Feed::Gone => Msg::Gone,
+                _ => Msg::Changed,
+            };
+            tx.send(msg).is_ok()
+        });
     });
 }
 

@@ -172,50 +172,16 @@ pub fn locate(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Located, ComposeError> {
     if let Some(f) = file {
-        if !f.is_file() {
-            let message = if f.exists() {
-                "not a file"
-            } else {
-                "no such file"
-            };
-            return Err(ComposeError::at(
-                f,
-                None,
-                message,
-                "pass the path of a compose file to `-f`",
-            ));
-        }
-        let beside = f.parent().unwrap_or(Path::new("."));
-        return Ok(Located {
-            files: vec![f.to_path_buf()],
-            dotenv: read_dotenv(&beside.join(".env"), env)?,
-            notes: Vec::new(),
-        });
+        return named_file(f, env);
     }
     let dotenv = read_dotenv(&dir.join(".env"), env)?;
-    let var = |name: &str| variable(env, &dotenv, name);
-    if let Some(list) = var("COMPOSE_FILE").filter(|l| !l.trim().is_empty()) {
-        let sep = var("COMPOSE_PATH_SEPARATOR").unwrap_or_else(|| ":".into());
-        let mut files = Vec::new();
-        for name in list.split(sep.as_str()).filter(|n| !n.is_empty()) {
-            let f = dir.join(name);
-            if !f.is_file() {
-                return Err(ComposeError::at(
-                    &f,
-                    None,
-                    "COMPOSE_FILE names this file, which does not exist",
-                    "fix COMPOSE_FILE (in your shell or .env), or name the file with `-f`",
-                ));
-            }
-            files.push(f);
-        }
-        if !files.is_empty() {
-            return Ok(Located {
-                files,
-                dotenv,
-                notes: Vec::new(),
-            });
-        }
+    let files = compose_file_list(dir, env, &dotenv)?;
+    if !files.is_empty() {
+        return Ok(Located {
+            files,
+            dotenv,
+            notes: Vec::new(),
+        });
     }
     let found: Vec<&str> = FILE_NAMES
         .iter()
@@ -255,6 +221,57 @@ pub fn locate(
         dotenv,
         notes,
     })
+}
+
+/// Exactly the file `-f` names, with the `.env` beside it.
+fn named_file(f: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Located, ComposeError> {
+    if !f.is_file() {
+        let message = if f.exists() {
+            "not a file"
+        } else {
+            "no such file"
+        };
+        return Err(ComposeError::at(
+            f,
+            None,
+            message,
+            "pass the path of a compose file to `-f`",
+        ));
+    }
+    let beside = f.parent().unwrap_or(Path::new("."));
+    Ok(Located {
+        files: vec![f.to_path_buf()],
+        dotenv: read_dotenv(&beside.join(".env"), env)?,
+        notes: Vec::new(),
+    })
+}
+
+/// The files `COMPOSE_FILE` names (the shell's, else `.env`'s), split on
+/// `COMPOSE_PATH_SEPARATOR`; empty when it is unset or blank.
+fn compose_file_list(
+    dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    dotenv: &[(String, String)],
+) -> Result<Vec<PathBuf>, ComposeError> {
+    let var = |name: &str| variable(env, dotenv, name);
+    let Some(list) = var("COMPOSE_FILE").filter(|l| !l.trim().is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let sep = var("COMPOSE_PATH_SEPARATOR").unwrap_or_else(|| ":".into());
+    let mut files = Vec::new();
+    for name in list.split(sep.as_str()).filter(|n| !n.is_empty()) {
+        let f = dir.join(name);
+        if !f.is_file() {
+            return Err(ComposeError::at(
+                &f,
+                None,
+                "COMPOSE_FILE names this file, which does not exist",
+                "fix COMPOSE_FILE (in your shell or .env), or name the file with `-f`",
+            ));
+        }
+        files.push(f);
+    }
+    Ok(files)
 }
 
 /// A variable as compose interpolates it: the shell's value wins over
@@ -531,19 +548,7 @@ fn service(name: &str, node: &Node) -> Service {
             .map(|(k, v)| (k, v.get("condition").and_then(Node::scalar_text)))
             .collect();
     }
-    if let Some(h) = node.get("healthcheck")
-        && h.get("disable")
-            .is_none_or(|d| d.value != Value::Bool(true))
-        && let Some(test) = h.get("test")
-    {
-        let words: Vec<Text> = match test.as_seq() {
-            Some(items) => items.iter().filter_map(text).collect(),
-            None => text(test).into_iter().collect(),
-        };
-        if words.first().is_none_or(|w| w.raw != "NONE") {
-            s.healthcheck = Some(words);
-        }
-    }
+    s.healthcheck = healthcheck(node);
     s.profiles = node
         .get("profiles")
         .and_then(Node::as_seq)
@@ -563,19 +568,45 @@ fn service(name: &str, node: &Node) -> Service {
                 .collect()
         })
         .unwrap_or_default();
-    for key in ["hostname", "container_name"] {
-        if let Some(h) = node.get(key).and_then(Node::scalar_text) {
-            s.aliases.push(h);
-        }
+    s.aliases.extend(aliases(node));
+    s
+}
+
+/// The healthcheck's `test` words, unless it is disabled or `NONE`.
+fn healthcheck(node: &Node) -> Option<Vec<Text>> {
+    let text = |n: &Node| n.scalar_text().map(|raw| Text { raw, line: n.line });
+    let h = node.get("healthcheck")?;
+    if h.get("disable")
+        .is_some_and(|d| d.value == Value::Bool(true))
+    {
+        return None;
     }
+    let test = h.get("test")?;
+    let words: Vec<Text> = match test.as_seq() {
+        Some(items) => items.iter().filter_map(text).collect(),
+        None => text(test).into_iter().collect(),
+    };
+    words
+        .first()
+        .is_none_or(|w| w.raw != "NONE")
+        .then_some(words)
+}
+
+/// The other names a service answers to on compose's network: its
+/// `hostname`, `container_name` and network aliases.
+fn aliases(node: &Node) -> Vec<String> {
+    let mut names: Vec<String> = ["hostname", "container_name"]
+        .iter()
+        .filter_map(|key| node.get(key).and_then(Node::scalar_text))
+        .collect();
     if let Some(nets) = node.get("networks").and_then(Node::as_map) {
         for (_, n) in nets {
             if let Some(a) = n.get("aliases").and_then(Node::as_seq) {
-                s.aliases.extend(a.iter().filter_map(Node::scalar_text));
+                names.extend(a.iter().filter_map(Node::scalar_text));
             }
         }
     }
-    s
+    names
 }
 
 /// One `ports:` entry as written.

@@ -58,6 +58,27 @@ fn header(w: &mut String, project: &Project, planned: &[Planned], out_dir: &Path
             }
         }
     }
+    left_out(w, planned);
+    if !resources.is_empty() {
+        exports(w, &resources);
+    }
+    if !project.dotenv.is_empty() {
+        let keys: Vec<&str> = project.dotenv.iter().map(|(k, _)| k.as_str()).collect();
+        w.push_str("#\n");
+        comment(
+            w,
+            &format!(
+                ".env beside the compose file sets {}: compose filled the file in from it. No value of it is copied here; a service that needs one reads it from its env_file or as \"${{env.NAME}}\" from your shell.",
+                keys.join(", ")
+            ),
+        );
+    }
+    w.push('\n');
+}
+
+/// The header's notes on what is not written live: apps that need a
+/// command, services sharing a slice, tools, and profiled services.
+fn left_out(w: &mut String, planned: &[Planned]) {
     let apps: Vec<&str> = planned
         .iter()
         .filter(|p| p.role == Role::App && p.profiles.is_empty())
@@ -111,30 +132,20 @@ fn header(w: &mut String, project: &Project, planned: &[Planned], out_dir: &Path
             ),
         );
     }
-    if !resources.is_empty() {
-        w.push_str("#\n");
-        comment(
-            w,
-            "Before `binky up`, export where each server is (a password belongs there, never in this file):",
-        );
-        for p in &resources {
-            if let Role::Resource { example_url, .. } = p.role {
-                let _ = writeln!(w, "#   export {}='{example_url}'", p.admin_var);
-            }
+}
+
+/// The header's `export` line per resource: where each server is.
+fn exports(w: &mut String, resources: &[&Planned]) {
+    w.push_str("#\n");
+    comment(
+        w,
+        "Before `binky up`, export where each server is (a password belongs there, never in this file):",
+    );
+    for p in resources {
+        if let Role::Resource { example_url, .. } = p.role {
+            let _ = writeln!(w, "#   export {}='{example_url}'", p.admin_var);
         }
     }
-    if !project.dotenv.is_empty() {
-        let keys: Vec<&str> = project.dotenv.iter().map(|(k, _)| k.as_str()).collect();
-        w.push_str("#\n");
-        comment(
-            w,
-            &format!(
-                ".env beside the compose file sets {}: compose filled the file in from it. No value of it is copied here; a service that needs one reads it from its env_file or as \"${{env.NAME}}\" from your shell.",
-                keys.join(", ")
-            ),
-        );
-    }
-    w.push('\n');
 }
 
 /// ` , image postgres:16` for a comment, or nothing.

@@ -42,36 +42,8 @@ pub(crate) async fn verify(
     let w = find_world(d, &loc, &wref.name)?;
     let wf = world_facts(d, &loc, &w, &client_env).await?;
     let world_root = &wf.world_root;
-    let own = &wf.cfg.agents.verify;
-    let (list, checks_from, branch_checks_differ) = if from_branch {
-        let from = format!("the world's own {}", wf.cfg.path.display());
-        (own.clone(), from, false)
-    } else {
-        let (list, from) = main_checks(&loc, &w.name)?;
-        let differ = &list != own;
-        (list, from, differ)
-    };
-    if list.is_empty() {
-        return Err(
-            ApiError::new(format!("{checks_from} has no [agents] verify commands"))
-                .hint("add e.g. verify = [\"make test\"] under [agents]"),
-        );
-    }
-    progress.say(
-        crate::protocol::ProgressStep::Verify,
-        None,
-        format!("checks from {checks_from}"),
-    );
-    if branch_checks_differ {
-        progress.say(
-            crate::protocol::ProgressStep::Verify,
-            None,
-            format!(
-                "note: the world's own [agents] verify differs; `binky verify {} --from-branch` runs it, recorded as such",
-                w.name
-            ),
-        );
-    }
+    let (list, checks_from, branch_checks_differ) =
+        checks_to_run(&loc, &wf, &w.name, from_branch, progress)?;
     // Every command rendered (no `self` here) before the first runs: an
     // unset variable fails the verify, not one of its checks.
     let commands = verify_commands(&wf, &list, &w.name)?;
@@ -117,6 +89,52 @@ pub(crate) async fn verify(
     };
     record(d, &loc.name, &w, &report)?;
     Ok(report)
+}
+
+/// The checks `verify` runs: the main checkout's committed list, or with
+/// `from_branch` the world's own; where they came from, and whether the
+/// world's own list differs (both said on `progress`).
+///
+/// # Errors
+/// The list is empty, or the main checkout's file cannot be read.
+fn checks_to_run(
+    loc: &Located,
+    wf: &WorldFacts,
+    world: &str,
+    from_branch: bool,
+    progress: &ProgressTx,
+) -> Result<(Vec<String>, String, bool), ApiError> {
+    let own = &wf.cfg.agents.verify;
+    let (list, checks_from, branch_checks_differ) = if from_branch {
+        let from = format!("the world's own {}", wf.cfg.path.display());
+        (own.clone(), from, false)
+    } else {
+        let (list, from) = main_checks(loc, world)?;
+        let differ = &list != own;
+        (list, from, differ)
+    };
+    if list.is_empty() {
+        return Err(
+            ApiError::new(format!("{checks_from} has no [agents] verify commands"))
+                .hint("add e.g. verify = [\"make test\"] under [agents]"),
+        );
+    }
+    progress.say(
+        crate::protocol::ProgressStep::Verify,
+        None,
+        format!("checks from {checks_from}"),
+    );
+    if branch_checks_differ {
+        progress.say(
+            crate::protocol::ProgressStep::Verify,
+            None,
+            format!(
+                "note: the world's own [agents] verify differs; `binky verify {} --from-branch` runs it, recorded as such",
+                world
+            ),
+        );
+    }
+    Ok((list, checks_from, branch_checks_differ))
 }
 
 /// Records `report` against the world `w` of `project` and its commit, and

@@ -256,39 +256,23 @@ pub const EXEC_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 /// One look: the marked processes, and whether one was still inside
 /// `execve` when the look ended (its marks unknown).
 fn look(home_var: &str, home: &str, mark_var: &str) -> (Vec<Marked>, bool) {
-    use std::collections::HashMap;
     use std::sync::Mutex;
-    // Keyed by the exec too: a child read between its fork and its exec
-    // holds its parent's environment, not the one it runs with.
-    type Seen = HashMap<(u32, u64, u64), EnvRead>;
     static SEEN: Mutex<Option<Seen>> = Mutex::new(None);
     let procs = all_processes();
     let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
-    let seen = seen.get_or_insert_with(HashMap::new);
+    let seen = seen.get_or_insert_with(std::collections::HashMap::new);
     // Forget processes that are gone, so the memory stays bounded.
     seen.retain(|(pid, start, env), _| {
         procs
             .iter()
             .any(|p| p.pid == *pid && p.start_time == *start && p.env_start == *env)
     });
-    let read = |pid: u32| {
-        EnvRead::of(
-            std::fs::read(format!("/proc/{pid}/environ")),
-            home_var,
-            mark_var,
-        )
+    let marks = Marks {
+        home_var,
+        home,
+        mark_var,
     };
     let mut out = Vec::new();
-    let keep = |p: ProcStat, r: &EnvRead, out: &mut Vec<Marked>| {
-        if let Some((h, mark)) = r.marks()
-            && h == home
-        {
-            out.push(Marked {
-                mark: mark.clone(),
-                stat: p,
-            });
-        }
-    };
     let mut unsure = Vec::new();
     // Kernel threads (kthreadd, pid 2, and its children) carry no
     // environment: never read.
@@ -299,43 +283,84 @@ fn look(home_var: &str, home: &str, mark_var: &str) -> (Vec<Marked>, bool) {
         let key = (p.pid, p.start_time, p.env_start);
         let r = match seen.get(&key) {
             Some(r) => r.clone(),
-            None => read(p.pid),
+            None => marks.read(p.pid),
         };
         if r == EnvRead::Unknown {
             unsure.push(p);
             continue;
         }
         seen.insert(key, r.clone());
-        keep(p, &r, &mut out);
+        marks.keep(p, &r, &mut out);
     }
-    for _ in 0..EXEC_REREADS {
-        if unsure.is_empty() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-        unsure.retain(|p| {
-            let r = read(p.pid);
-            if r == EnvRead::Unknown {
-                // Still there (not exited, not a zombie): read again.
-                return proc_stat(p.pid)
-                    .is_some_and(|s| s.start_time == p.start_time && !s.is_zombie());
-            }
-            seen.insert((p.pid, p.start_time, p.env_start), r.clone());
-            keep(*p, &r, &mut out);
-            false
-        });
-    }
-    // Still inside `execve` (its new stack not laid out: `env_start` 0),
-    // or empty all along: a process started with no environment at all.
-    let mut in_exec = false;
-    for p in unsure {
-        if inside_exec(&p, proc_stat(p.pid).as_ref()) {
-            in_exec = true;
-        } else {
-            seen.insert((p.pid, p.start_time, p.env_start), EnvRead::Read(None));
-        }
-    }
+    let in_exec = marks.reread(unsure, seen, &mut out);
     (out, in_exec)
+}
+
+/// What [`look`] remembers of each process it read, keyed by pid, start
+/// time and the exec too: a child read between its fork and its exec
+/// holds its parent's environment, not the one it runs with.
+type Seen = std::collections::HashMap<(u32, u64, u64), EnvRead>;
+
+/// The variables a [`look`] reads: Binky's home, and the mark.
+struct Marks<'a> {
+    home_var: &'a str,
+    home: &'a str,
+    mark_var: &'a str,
+}
+
+impl Marks<'_> {
+    fn read(&self, pid: u32) -> EnvRead {
+        EnvRead::of(
+            std::fs::read(format!("/proc/{pid}/environ")),
+            self.home_var,
+            self.mark_var,
+        )
+    }
+
+    /// Adds `p` to `out` when `r` shows it marked under this home.
+    fn keep(&self, p: ProcStat, r: &EnvRead, out: &mut Vec<Marked>) {
+        if let Some((h, mark)) = r.marks()
+            && h == self.home
+        {
+            out.push(Marked {
+                mark: mark.clone(),
+                stat: p,
+            });
+        }
+    }
+
+    /// Reads again, a few times, the processes whose environment could
+    /// not be read; returns whether one is still inside `execve` after.
+    fn reread(&self, mut unsure: Vec<ProcStat>, seen: &mut Seen, out: &mut Vec<Marked>) -> bool {
+        for _ in 0..EXEC_REREADS {
+            if unsure.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            unsure.retain(|p| {
+                let r = self.read(p.pid);
+                if r == EnvRead::Unknown {
+                    // Still there (not exited, not a zombie): read again.
+                    return proc_stat(p.pid)
+                        .is_some_and(|s| s.start_time == p.start_time && !s.is_zombie());
+                }
+                seen.insert((p.pid, p.start_time, p.env_start), r.clone());
+                self.keep(*p, &r, out);
+                false
+            });
+        }
+        // Still inside `execve` (its new stack not laid out: `env_start`
+        // 0), or empty all along: a process started with no environment.
+        let mut in_exec = false;
+        for p in unsure {
+            if inside_exec(&p, proc_stat(p.pid).as_ref()) {
+                in_exec = true;
+            } else {
+                seen.insert((p.pid, p.start_time, p.env_start), EnvRead::Read(None));
+            }
+        }
+        in_exec
+    }
 }
 
 /// Whether process `was` (listed with an empty `environ`) is, as `now`
