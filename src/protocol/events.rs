@@ -136,9 +136,30 @@ pub struct Event {
     /// Adapter name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter: Option<String>,
-    /// Short Binky-written detail.
+    /// Short Binky-written detail, for a person: the data a script reads
+    /// is in the fields below, never to be parsed out of this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// `cloned`: the golden template the slice was cloned from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// `cloned`: how the adapter copied it (e.g. `TEMPLATE STRATEGY
+    /// WAL_LOG`, `reflink`, `copy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub how: Option<String>,
+    /// `cloned`: how long the copy took, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ms: Option<u64>,
+    /// `port_skipped`, `port_moved`: the port held outside Binky.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// `port_moved`: the port the service got instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_to: Option<u16>,
+    /// `watch_restart`: the changed paths (relative to the worktree) that
+    /// restarted the service.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
 }
 
 impl Event {
@@ -152,6 +173,12 @@ impl Event {
             service: None,
             adapter: None,
             detail: None,
+            template: None,
+            how: None,
+            ms: None,
+            port: None,
+            moved_to: None,
+            changed: Vec::new(),
         }
     }
     /// Sets the detail.

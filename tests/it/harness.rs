@@ -138,19 +138,15 @@ impl Home {
     }
 
     /// The golden template world `world`'s slice of `service` was last
-    /// cloned from, as its `cloned` event names it ("from NAME (how, ms)").
+    /// cloned from, as its `cloned` event names it.
     pub fn cloned_from(&self, world: &str, service: &str) -> String {
         let events = self.events();
-        let detail = events
+        events
             .iter()
             .rev()
             .find(|e| e["event"] == "cloned" && e["worktree"] == world && e["service"] == service)
-            .and_then(|e| e["detail"].as_str())
-            .unwrap_or_else(|| panic!("no `cloned` event for {world}/{service}: {events:?}"));
-        detail
-            .strip_prefix("from ")
-            .and_then(|d| d.split(' ').next())
-            .unwrap_or_else(|| panic!("cloned detail: {detail}"))
+            .and_then(|e| e["template"].as_str())
+            .unwrap_or_else(|| panic!("no `cloned` event for {world}/{service}: {events:?}"))
             .to_owned()
     }
 }

@@ -77,9 +77,12 @@ pub(super) fn recorder(
                 );
                 d.event(ev(EventKind::GaveUp).detail(reason));
             }
-            supervisor::Event::WatchRestart { changed } => d.event(
-                ev(EventKind::WatchRestart).detail(format!("changed: {}", changed.join(", "))),
-            ),
+            supervisor::Event::WatchRestart { changed } => {
+                let mut e =
+                    ev(EventKind::WatchRestart).detail(format!("changed: {}", changed.join(", ")));
+                e.changed = changed;
+                d.event(e);
+            }
         }
     })
 }

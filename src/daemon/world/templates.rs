@@ -251,6 +251,9 @@ impl Provisioning<'_> {
         }
         let mut ev = world_event(EventKind::Cloned, project, world)
             .detail(format!("from {} ({how}, {took} ms)", template.name));
+        ev.template = Some(template.name.clone());
+        ev.how = Some(how.clone());
+        ev.ms = Some(u64::try_from(took).unwrap_or(u64::MAX));
         ev.service = Some(service.to_owned());
         ev.adapter = Some(adapter.name().to_owned());
         d.event(ev);

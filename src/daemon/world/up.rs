@@ -444,12 +444,16 @@ fn reserve_ports(
     for n in port_notes {
         let mut ev = world_event(EventKind::PortSkipped, project, name);
         match n {
-            PortNote::Skipped(p) => ev = ev.detail(format!("port {p} is held outside binky")),
+            PortNote::Skipped(p) => {
+                ev = ev.detail(format!("port {p} is held outside binky"));
+                ev.port = Some(p);
+            }
             PortNote::Moved { service, from, to } => {
                 ev = world_event(EventKind::PortMoved, project, name).detail(format!(
                     "port {from} was taken outside binky; moved to {to}"
                 ));
                 ev.service = Some(service.clone());
+                (ev.port, ev.moved_to) = (Some(from), Some(to));
                 notes.push(format!(
                     "{service}: port {from} was taken outside binky; now {to}"
                 ));
