@@ -24,6 +24,7 @@ pub mod init;
 pub mod mcp;
 pub mod output;
 pub mod paths;
+#[allow(unsafe_code)] // The one place for system calls.
 pub mod platform;
 pub mod ports;
 pub mod protocol;

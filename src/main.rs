@@ -68,16 +68,14 @@ fn main() -> ExitCode {
         binky::platform::close_inherited_fds();
         // A daemon started from inside a world (an agent's shell) must not
         // pass that world's identity on to what it starts for others.
-        for var in [
+        // No other thread exists yet.
+        binky::platform::remove_env_before_threads(&[
             "BINKY_WORLD",
             "BINKY_SERVICE",
             "BINKY_PROJECT",
             "BINKY_WORKTREE",
             "BINKY_CADDY",
-        ] {
-            // SAFETY: no other thread exists yet.
-            unsafe { std::env::remove_var(var) };
-        }
+        ]);
     }
     // A closed stdout (`binky env x | head -1`) ends a command quietly, the
     // way Unix tools end: by SIGPIPE, here in one place for every command.

@@ -48,6 +48,7 @@ mod tests {
 
     /// Each test its own variable: the environment is shared by the
     /// test threads.
+    #[allow(unsafe_code)] // A test's own process: see the SAFETY notes.
     fn with(name: &str, value: &str) -> Option<Duration> {
         // SAFETY: the variable is this test's alone, and nothing else in
         // the process reads or writes it.

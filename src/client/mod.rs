@@ -157,7 +157,7 @@ impl Client {
             let mut w = platform::NoSigpipe(&self.writer);
             w.write_all(&frame)
                 .and_then(|()| w.flush())
-                .map_err(|e| ApiError::new(format!("lost the daemon connection: {e}")))?;
+                .map_err(|e| sending_failed(req, &e))?;
         }
         let mut queued = false;
         loop {
@@ -314,6 +314,17 @@ fn daemon_gone(req: &Request) -> ApiError {
     ))
 }
 
+/// The error for `req` whose sending failed with `e`. A daemon that hung
+/// up (killed between the handshake and the request) is said as one that
+/// stopped before answering, naming the verb and world and what may have
+/// happened: part of the frame may have reached it.
+fn sending_failed(req: &Request, e: &std::io::Error) -> ApiError {
+    match e.kind() {
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => daemon_gone(req),
+        _ => ApiError::new(named(req, &format!("lost the daemon connection: {e}"))),
+    }
+}
+
 /// `msg` prefixed with the verb and world it is about (`` `reset` of w: ``),
 /// as the daemon prefixes its own lifecycle errors, so a script or an agent
 /// running several verbs at once can tell which one failed.
@@ -433,4 +444,57 @@ fn start_failure(log: &Path, from: u64, message: String) -> ApiError {
         msg.push_str(&tail.join("\n    "));
     }
     ApiError::new(msg).hint(format!("see {}; BINKY_LOG=debug gives more", log.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{ClientEnv, UpRequest, WorldRef};
+
+    /// A daemon killed after the handshake, before it read the request:
+    /// the CLI's write fails (EPIPE), and the error still names the verb
+    /// and world and says what may have happened, as one the daemon
+    /// dropped while answering does (found by the chaos test: "lost the
+    /// daemon connection: Broken pipe").
+    #[test]
+    fn a_daemon_that_hangs_up_before_the_request_is_named_with_verb_and_world() {
+        let home = tempfile::tempdir().unwrap();
+        let paths = Paths::at(home.path());
+        let listener = std::os::unix::net::UnixListener::bind(paths.socket()).unwrap();
+        let (hung_up, wait_hang_up) = std::sync::mpsc::channel();
+        let daemon = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let _: Option<Hello> = read_frame(&mut reader).unwrap();
+            let welcome = Welcome {
+                protocol: PROTOCOL,
+                version: VERSION.to_owned(),
+                pid: 1,
+            };
+            write_frame(&mut &stream, &welcome).unwrap();
+            drop((reader, stream));
+            hung_up.send(()).unwrap();
+        });
+        let mut client = Client::connect(&paths).unwrap().expect("a daemon");
+        wait_hang_up.recv().unwrap();
+        daemon.join().unwrap();
+        let req = Request::Up(UpRequest {
+            world: WorldRef {
+                project_dir: None,
+                project: Some("shop".into()),
+                name: "feat-a".into(),
+            },
+            group: None,
+            caller: None,
+            env: ClientEnv::default(),
+            wait: true,
+        });
+        let e = client.request(&req).unwrap_err();
+        assert!(
+            e.message
+                .starts_with("the daemon stopped before answering `up`: the `up` of feat-a"),
+            "{e}"
+        );
+        assert!(e.hint.is_some_and(|h| h.contains("again")));
+    }
 }

@@ -21,7 +21,6 @@ pub mod up;
 pub mod verify;
 pub mod world;
 
-#[cfg(feature = "dashboard")]
 use crate::cli::{Cli, Command};
 use crate::client::Client;
 use crate::config;

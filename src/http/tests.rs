@@ -222,6 +222,7 @@ fn serve_tls(cert: &std::path::Path, key: &std::path::Path) -> (std::process::Ch
 /// A real TLS server: openssl makes a CA and a certificate for
 /// `localhost`, Python's `ssl` serves it, and `SSL_CERT_FILE` makes the
 /// CA the only trusted root (the `tls` feature, in the default build).
+#[allow(unsafe_code)] // A test's own process: see the SAFETY notes.
 #[cfg(feature = "tls")]
 #[tokio::test]
 async fn https_is_spoken_and_verified_against_the_trusted_roots() {

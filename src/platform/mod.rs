@@ -12,3 +12,14 @@ pub use unix::*;
 compile_error!(
     "binky supports Unix-like systems for now; a Windows port adds src/platform/windows.rs beside unix/ (named pipes, job objects)"
 );
+
+/// Removes the variables `names` from this process's environment. Only for
+/// the very start of `main`, before any thread exists: the environment is
+/// not synchronised, and another thread reading it while it changes is
+/// undefined behaviour (why `remove_var` is `unsafe`).
+pub fn remove_env_before_threads(names: &[&str]) {
+    for name in names {
+        // SAFETY: the caller runs before any other thread starts.
+        unsafe { std::env::remove_var(name) };
+    }
+}

@@ -22,6 +22,7 @@ fn fds_of(pid: u32) -> Vec<u32> {
 
 /// A pipe whose ends are not close-on-exec (as a shell's `7>&1` leaves
 /// them).
+#[allow(unsafe_code)] // A test's own process: see the SAFETY notes.
 fn inheritable_pipe() -> (std::fs::File, OwnedFd) {
     let mut fds = [0; 2];
     // SAFETY: pipe writes two new descriptors into the array.
@@ -35,6 +36,7 @@ fn inheritable_pipe() -> (std::fs::File, OwnedFd) {
     }
 }
 
+#[allow(unsafe_code)] // A test's own process: see the SAFETY notes.
 #[test]
 fn the_auto_started_daemon_and_its_services_keep_no_inherited_descriptor() {
     let home = Home::new();
