@@ -11,6 +11,7 @@
 
 pub mod adapter_sdk;
 pub mod adapters;
+pub mod address;
 pub mod cli;
 pub mod client;
 pub mod commands;

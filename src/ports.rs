@@ -11,8 +11,7 @@ use crate::registry::{Registry, RegistryError};
 use indexmap::IndexMap;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 
-/// One port a world needs: `(service, name)`, name `""` for the primary port.
-pub type PortKey = (String, String);
+pub use crate::registry::PortKey;
 
 /// Why allocation failed.
 #[derive(Debug, thiserror::Error)]

@@ -17,7 +17,7 @@
 //! A service's own log file is the user's and stays as the service wrote it.
 //! The set lives in daemon memory only and is never written anywhere.
 
-use crate::adapters::kit::address::userinfo;
+use crate::address::userinfo;
 use std::borrow::Cow;
 use std::sync::RwLock;
 
@@ -173,7 +173,7 @@ pub fn url_password(url: &str) -> Option<String> {
 }
 
 fn percent_decode(s: &str) -> String {
-    crate::adapters::kit::address::decode(s)
+    crate::address::decode(s)
 }
 
 /// A writer that scrubs each buffer before passing it on (for `daemon.log`,

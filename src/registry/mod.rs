@@ -6,6 +6,10 @@
 //! process is reported and never overwritten.
 
 mod ports;
+
+/// One port a world needs: `(service, name)`, name `""` for the primary
+/// port. The key of the port table; [`crate::ports`] allocates by it.
+pub type PortKey = (String, String);
 mod queue;
 mod schema;
 mod slices;

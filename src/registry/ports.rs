@@ -1,8 +1,7 @@
 //! The `port_reservations` table: what the port allocator
 //! ([`crate::ports::allocate`]) reads and writes, in one transaction.
 
-use super::{Registry, RegistryError, classify};
-use crate::ports::PortKey;
+use super::{PortKey, Registry, RegistryError, classify};
 use indexmap::IndexMap;
 use rusqlite::{Connection, Transaction, params};
 use std::collections::HashSet;

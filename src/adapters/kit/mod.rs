@@ -12,7 +12,8 @@
 //! Errors are [`super::AdapterError`]'s constructors (`new`,
 //! `environmental`, `not_ours`), which never take a credential.
 
-pub mod address;
+// A leaf of the crate (secrets reads URLs too); here for every adapter.
+pub use crate::address;
 pub mod api;
 pub mod batch;
 pub mod names;

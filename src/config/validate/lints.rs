@@ -188,7 +188,7 @@ pub(super) fn check_credentials(cx: &mut Cx<'_>, raw: &RawConfig) {
 /// `scheme://user:password@host` with a non-empty password that is not a token.
 pub(super) fn url_has_literal_password(s: &str) -> bool {
     // The lenient reader: a value holding `${…}` is no URL yet.
-    match crate::adapters::kit::address::userinfo(s) {
+    match crate::address::userinfo(s) {
         Some((_, Some(pw))) => !pw.is_empty() && !pw.contains("${"),
         _ => false,
     }

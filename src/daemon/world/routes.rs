@@ -107,7 +107,7 @@ pub(super) async fn ensure_https(d: &Daemon, project: &str, world: &str) -> Opti
 /// The host of a URL-shaped address (`scheme://[user@]host[:port]/…`), IPv6
 /// brackets removed, as the adapter kit reads it; `None` when there is none.
 pub(super) fn host_of(address: &str) -> Option<String> {
-    let host = crate::adapters::kit::address::Address::parse(address, &[], "")
+    let host = crate::address::Address::parse(address, &[], "")
         .ok()?
         .host();
     (!host.is_empty()).then_some(host)
