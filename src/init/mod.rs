@@ -12,6 +12,7 @@
 
 pub mod compose;
 mod extends;
+mod fields;
 mod flow;
 pub mod interpolate;
 mod merge;

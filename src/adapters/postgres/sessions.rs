@@ -152,7 +152,7 @@ pub const SLICE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(
 ///
 /// # Errors
 /// Another session, still alive, held it for [`SLICE_LOCK_WAIT`]
-/// (environmental, naming it), or the server refused the lock.
+/// (environmental), or the server refused the lock.
 pub(super) async fn lock_slice(c: &tokio_postgres::Client, db: &str) -> Result<(), AdapterError> {
     let key = super::advisory_key("slice", db);
     let bits = key as u64;
