@@ -57,8 +57,8 @@ pub async fn handle<A: Adapter + ?Sized>(adapter: &A, verb: &str, req: &Request)
     let slice = slice_of(req, &req.slice);
     let fail = |e: AdapterError| Response {
         ok: false,
+        environmental: e.is_environmental(),
         error: Some(e.message),
-        environmental: e.environmental,
         ..Response::default()
     };
     let done = Response {

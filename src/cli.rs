@@ -13,7 +13,7 @@ use std::path::PathBuf;
     max_term_width = 100,
     after_help = "State lives in $BINKY_HOME (default ~/.binky). Colour follows the terminal; NO_COLOR turns it off.\nDocs: README.md · the book in docs/ · TROUBLESHOOTING.md · `binky doctor` when something is off."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// When to use colour.
     #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
@@ -29,7 +29,7 @@ pub struct Cli {
 
 /// `--color`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ColorChoice {
+pub(crate) enum ColorChoice {
     /// Colour when writing to a terminal and NO_COLOR is unset.
     Auto,
     /// Always colour.
@@ -40,7 +40,7 @@ pub enum ColorChoice {
 
 /// Every verb.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Write a starting binky.toml from the project's compose file (never a value from .env).
     Init(InitArgs),
     /// Validate a binky.toml and flag footguns (exit 0 valid, 1 errors, 2 unreadable).
@@ -104,7 +104,7 @@ impl Command {
     /// ends `cat` or `ls`. Not for the long-lived servers (the daemon, `mcp`,
     /// the log writer), which treat EPIPE as an error, nor for `curl`, which
     /// exits 23 as curl does.
-    pub fn prints_to_stdout(&self) -> bool {
+    pub(crate) fn prints_to_stdout(&self) -> bool {
         !matches!(
             self,
             Command::Mcp(_) | Command::LogWriter { .. } | Command::Curl(_)
@@ -114,7 +114,7 @@ impl Command {
     /// Whether `-p/--project` means something to this command. Machine-wide
     /// commands (settings, the daemon, `doctor`, `gc`, `metrics`) reject it
     /// rather than ignore it.
-    pub fn takes_project(&self) -> bool {
+    pub(crate) fn takes_project(&self) -> bool {
         matches!(
             self,
             Command::Check(_)
@@ -134,7 +134,7 @@ impl Command {
     }
 
     /// The verb as typed, for messages.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Command::Init(_) => "init",
             Command::Check(_) => "check",
@@ -166,7 +166,7 @@ impl Command {
 
 /// `binky init`.
 #[derive(Debug, Args)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// Folder holding the compose file (compose.yaml, docker-compose.yml, …
     /// and its override file); binky.toml is written there.
     #[arg(default_value = ".")]
@@ -184,7 +184,7 @@ pub struct InitArgs {
 
 /// `binky check`.
 #[derive(Debug, Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// A binky.toml, or a folder to search upward from. Default: the current folder.
     pub path: Option<PathBuf>,
     /// Print the findings as JSON.
@@ -199,7 +199,7 @@ pub struct CheckArgs {
 each slice is cloned afresh from the golden template of the branch's current migrations (or provisioned, migrated and seeded \
 where the resource has no clone_from). The worktree, its files and the ports are kept; only this world's slices are touched."
 )]
-pub struct ResetArgs {
+pub(crate) struct ResetArgs {
     /// The world's name.
     pub name: String,
     /// Resource services whose slices to rebuild (default: the world's only resource).
@@ -222,7 +222,7 @@ pub struct ResetArgs {
 
 /// `binky up` / `binky reload`.
 #[derive(Debug, Args)]
-pub struct UpArgs {
+pub(crate) struct UpArgs {
     /// The world's name: a git branch (created from HEAD if it does not exist).
     pub name: String,
     /// Admission group asking for this world (one orchestrator run, one
@@ -240,7 +240,7 @@ pub struct UpArgs {
 
 /// A command that takes only a world name.
 #[derive(Debug, Args)]
-pub struct NameArgs {
+pub(crate) struct NameArgs {
     /// The world's name (its branch).
     pub name: String,
     /// Print the result as JSON.
@@ -250,7 +250,7 @@ pub struct NameArgs {
 
 /// `binky remove`.
 #[derive(Debug, Args)]
-pub struct RemoveArgs {
+pub(crate) struct RemoveArgs {
     /// The world's name (its branch).
     pub name: String,
     /// Remove even when the worktree has uncommitted or untracked changes,
@@ -265,7 +265,7 @@ pub struct RemoveArgs {
 
 /// `binky status`.
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// `.` limits the list to the current project.
     #[arg(value_parser = ["."])]
     pub scope: Option<String>,
@@ -280,7 +280,7 @@ pub struct StatusArgs {
 
 /// `binky events`.
 #[derive(Debug, Args)]
-pub struct EventsArgs {
+pub(crate) struct EventsArgs {
     /// Keep printing events as they happen (Ctrl-C ends it); follows the
     /// daemon across a restart.
     #[arg(long, short = 'f')]
@@ -299,7 +299,7 @@ pub struct EventsArgs {
 
 /// `binky env`.
 #[derive(Debug, Args)]
-pub struct EnvArgs {
+pub(crate) struct EnvArgs {
     /// The world's name (its branch).
     pub name: String,
     /// Print `NAME=value` lines quoted for bash, zsh and sh (a .env file;
@@ -324,7 +324,7 @@ pub struct EnvArgs {
 
 /// `binky curl`.
 #[derive(Debug, Args)]
-pub struct CurlArgs {
+pub(crate) struct CurlArgs {
     /// The world's name (its branch).
     pub name: String,
     /// The service to call.
@@ -357,7 +357,7 @@ pub struct CurlArgs {
 
 /// `binky verify`.
 #[derive(Debug, Args)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// The world's name (its branch).
     pub name: String,
     /// Run every command even after one fails.
@@ -375,7 +375,7 @@ pub struct VerifyArgs {
 
 /// `binky logs`.
 #[derive(Debug, Args)]
-pub struct LogsArgs {
+pub(crate) struct LogsArgs {
     /// The world's name (its branch).
     pub name: String,
     /// Only this service.
@@ -390,7 +390,7 @@ pub struct LogsArgs {
 
 /// `binky gc`.
 #[derive(Debug, Args)]
-pub struct GcArgs {
+pub(crate) struct GcArgs {
     /// List what would be swept without sweeping it.
     #[arg(long)]
     pub dry_run: bool,
@@ -401,7 +401,7 @@ pub struct GcArgs {
 
 /// Commands whose only option is `--json`.
 #[derive(Debug, Args)]
-pub struct JsonArgs {
+pub(crate) struct JsonArgs {
     /// Print as JSON.
     #[arg(long)]
     pub json: bool,
@@ -421,7 +421,7 @@ fn percent(s: &str) -> Result<f64, String> {
 
 /// `binky reserve`.
 #[derive(Debug, Args)]
-pub struct ReserveArgs {
+pub(crate) struct ReserveArgs {
     /// Percent of RAM to keep free (0–90; `10` or `10%`).
     #[arg(long, value_name = "PERCENT", allow_negative_numbers = true, value_parser = percent)]
     pub ram: Option<f64>,
@@ -445,7 +445,7 @@ pub struct ReserveArgs {
 
 /// `binky mcp`.
 #[derive(Debug, Args)]
-pub struct McpArgs {
+pub(crate) struct McpArgs {
     /// Bind the server to this world (of the project around the current folder, or `-p`)
     /// instead of the one whose worktree it starts in.
     #[arg(long, value_name = "NAME", conflicts_with = "machine")]
@@ -458,7 +458,7 @@ pub struct McpArgs {
 
 /// `binky port`.
 #[derive(Debug, Args)]
-pub struct PortArgs {
+pub(crate) struct PortArgs {
     /// The HTTP proxy's port (1–65535, must be free).
     #[arg(long, value_name = "PORT")]
     pub proxy: Option<u32>,
@@ -472,14 +472,14 @@ pub struct PortArgs {
 
 /// `binky daemon`.
 #[derive(Debug, Args)]
-pub struct DaemonArgs {
+pub(crate) struct DaemonArgs {
     #[command(subcommand)]
     pub action: DaemonAction,
 }
 
 /// `binky daemon <action>`.
 #[derive(Debug, Subcommand)]
-pub enum DaemonAction {
+pub(crate) enum DaemonAction {
     /// Start the daemon in the background (a no-op when one runs).
     Start,
     /// Stop the daemon; service processes keep running and are re-adopted later.
@@ -493,7 +493,7 @@ pub enum DaemonAction {
 
 /// `binky completions`.
 #[derive(Debug, Args)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell.
     pub shell: clap_complete::Shell,
 }

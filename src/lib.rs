@@ -12,29 +12,32 @@
 pub mod adapter_sdk;
 pub mod adapters;
 pub mod address;
-pub mod cli;
-pub mod client;
-pub mod commands;
+pub(crate) mod cli;
+pub(crate) mod client;
+pub(crate) mod commands;
 pub mod config;
-pub mod daemon;
+pub(crate) mod daemon;
 #[cfg(feature = "dashboard")]
-pub mod dashboard;
-pub mod faults;
-pub mod http;
+pub(crate) mod dashboard;
+mod entry;
+pub(crate) mod faults;
+pub(crate) mod http;
 pub mod init;
-pub mod mcp;
-pub mod output;
-pub mod paths;
+pub(crate) mod mcp;
+pub(crate) mod output;
+pub(crate) mod paths;
 #[allow(unsafe_code)] // The one place for system calls.
-pub mod platform;
-pub mod ports;
+pub(crate) mod platform;
+pub(crate) mod ports;
 pub mod protocol;
 pub mod proxy;
-pub mod registry;
-pub mod secrets;
-pub mod slug;
-pub mod supervisor;
+pub(crate) mod registry;
+pub(crate) mod secrets;
+pub(crate) mod slug;
+pub(crate) mod supervisor;
 #[cfg(test)]
 pub(crate) mod testkit;
-pub mod tunables;
-pub mod worktree;
+pub(crate) mod tunables;
+pub(crate) mod worktree;
+
+pub use entry::main;

@@ -6,7 +6,7 @@ use anstyle::{AnsiColor, Style};
 
 /// Applies `--color` globally; `auto` follows the terminal, `NO_COLOR` and
 /// `CLICOLOR_FORCE`.
-pub fn init(choice: ColorChoice) {
+pub(crate) fn init(choice: ColorChoice) {
     let c = match choice {
         ColorChoice::Auto => anstream::ColorChoice::Auto,
         ColorChoice::Always => anstream::ColorChoice::Always,
@@ -19,30 +19,30 @@ pub fn init(choice: ColorChoice) {
 /// choice, `NO_COLOR`/`CLICOLOR_FORCE`, and whether stderr is a terminal,
 /// decided the way every other Binky output decides it (for `tracing`,
 /// which writes its own escape codes).
-pub fn stderr_colour_on() -> bool {
+pub(crate) fn stderr_colour_on() -> bool {
     anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never
 }
 
 /// Errors.
-pub const ERROR: Style = AnsiColor::Red.on_default().bold();
+pub(crate) const ERROR: Style = AnsiColor::Red.on_default().bold();
 /// Warnings.
-pub const WARN: Style = AnsiColor::Yellow.on_default().bold();
+pub(crate) const WARN: Style = AnsiColor::Yellow.on_default().bold();
 /// Success marks.
-pub const OK: Style = AnsiColor::Green.on_default().bold();
+pub(crate) const OK: Style = AnsiColor::Green.on_default().bold();
 /// Secondary text.
-pub const DIM: Style = Style::new().dimmed();
+pub(crate) const DIM: Style = Style::new().dimmed();
 /// Emphasis (names).
-pub const BOLD: Style = Style::new().bold();
+pub(crate) const BOLD: Style = Style::new().bold();
 
 /// Wraps `text` in `style`; anstream strips the codes where colour is off.
-pub fn paint(style: Style, text: impl std::fmt::Display) -> String {
+pub(crate) fn paint(style: Style, text: impl std::fmt::Display) -> String {
     format!("{style}{text}{style:#}")
 }
 
 /// Prints `error: msg` (and `hint: …` lines) to stderr. Both may quote
 /// what a service printed (a failed `up`'s log tail): they go through
 /// [`untrusted`].
-pub fn error(msg: impl std::fmt::Display, hint: Option<&str>) {
+pub(crate) fn error(msg: impl std::fmt::Display, hint: Option<&str>) {
     anstream::eprintln!("{} {}", paint(ERROR, "error:"), untrusted(&msg.to_string()));
     if let Some(h) = hint {
         anstream::eprintln!("  {} {}", paint(DIM, "hint:"), untrusted(h));
@@ -55,7 +55,7 @@ pub fn error(msg: impl std::fmt::Display, hint: Option<&str>) {
 /// a directional mark, the byte-order mark. Text from outside Binky shows
 /// each as `<U+XXXX>` wherever Binky prints or draws it: the terminal
 /// ([`untrusted`]), the dashboard and the proxy's pages.
-pub fn hidden_format(c: char) -> bool {
+pub(crate) fn hidden_format(c: char) -> bool {
     matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
 }
 
@@ -67,7 +67,7 @@ pub fn hidden_format(c: char) -> bool {
 /// (`^M` for a carriage return), so the text can never rewrite the line
 /// Binky printed before it or the terminal's state; a [`hidden_format`]
 /// character is shown as `<U+XXXX>`.
-pub fn untrusted(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn untrusted(text: &str) -> std::borrow::Cow<'_, str> {
     let clean = |c: char| c == '\t' || c == '\n' || !(c.is_control() || hidden_format(c));
     if text.chars().all(clean) {
         return std::borrow::Cow::Borrowed(text);

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 
 /// Environment variable that overrides the state directory.
-pub const HOME_ENV: &str = "BINKY_HOME";
+pub(crate) const HOME_ENV: &str = "BINKY_HOME";
 
 /// Longest socket path the kernel accepts (`sun_path` is 108 bytes on Linux,
 /// including the terminating NUL).
@@ -17,7 +17,7 @@ const MAX_SOCKET_PATH: usize = 107;
 
 /// Paths under one state directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Paths {
+pub(crate) struct Paths {
     home: PathBuf,
 }
 
@@ -26,7 +26,7 @@ impl Paths {
     ///
     /// # Errors
     /// Neither `BINKY_HOME` nor `HOME` is set.
-    pub fn from_env() -> Result<Self> {
+    pub(crate) fn from_env() -> Result<Self> {
         if let Some(h) = std::env::var_os(HOME_ENV).filter(|h| !h.is_empty()) {
             return Ok(Self::at(h));
         }
@@ -37,7 +37,7 @@ impl Paths {
     }
 
     /// Uses `home` as the state directory (made absolute).
-    pub fn at(home: impl Into<PathBuf>) -> Self {
+    pub(crate) fn at(home: impl Into<PathBuf>) -> Self {
         let home = home.into();
         let home = if home.is_absolute() {
             home
@@ -54,7 +54,7 @@ impl Paths {
     ///
     /// # Errors
     /// The folder cannot be created, or the socket path would be too long.
-    pub fn ensure(&self) -> Result<()> {
+    pub(crate) fn ensure(&self) -> Result<()> {
         crate::platform::create_private_dir(&self.home)
             .with_context(|| format!("cannot create state folder {}", self.home.display()))?;
         let sock = self.socket();
@@ -69,39 +69,39 @@ impl Paths {
     }
 
     /// The state directory.
-    pub fn home(&self) -> &Path {
+    pub(crate) fn home(&self) -> &Path {
         &self.home
     }
     /// The daemon's local socket.
-    pub fn socket(&self) -> PathBuf {
+    pub(crate) fn socket(&self) -> PathBuf {
         self.home.join("binky.sock")
     }
     /// Held (flock) by the running daemon for its whole life.
-    pub fn daemon_lock(&self) -> PathBuf {
+    pub(crate) fn daemon_lock(&self) -> PathBuf {
         self.home.join("daemon.lock")
     }
     /// Held by a CLI while it starts a daemon, so two CLIs don't race.
-    pub fn start_lock(&self) -> PathBuf {
+    pub(crate) fn start_lock(&self) -> PathBuf {
         self.home.join("start.lock")
     }
     /// The daemon's own log (its stdout and stderr).
-    pub fn daemon_log(&self) -> PathBuf {
+    pub(crate) fn daemon_log(&self) -> PathBuf {
         self.home.join("daemon.log")
     }
     /// The SQLite registry.
-    pub fn registry(&self) -> PathBuf {
+    pub(crate) fn registry(&self) -> PathBuf {
         self.home.join("registry.db")
     }
     /// The JSON-lines event log.
-    pub fn events_log(&self) -> PathBuf {
+    pub(crate) fn events_log(&self) -> PathBuf {
         self.home.join("events.log")
     }
     /// Service logs of one world.
-    pub fn world_logs(&self, project: &str, world_slug: &str) -> PathBuf {
+    pub(crate) fn world_logs(&self, project: &str, world_slug: &str) -> PathBuf {
         self.home.join("logs").join(project).join(world_slug)
     }
     /// Golden template markers of one adapter.
-    pub fn golden_dir(&self, adapter: &str) -> PathBuf {
+    pub(crate) fn golden_dir(&self, adapter: &str) -> PathBuf {
         self.home.join("golden").join(adapter)
     }
 }

@@ -11,7 +11,7 @@ use crate::registry::{Registry, RegistryError};
 use indexmap::IndexMap;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 
-pub use crate::registry::PortKey;
+pub(crate) use crate::registry::PortKey;
 
 /// Why allocation failed.
 #[derive(Debug, thiserror::Error)]
@@ -33,7 +33,7 @@ pub enum PortError {
 
 /// Whether nothing holds `port` on loopback or the wildcard addresses, IPv4
 /// and IPv6 (where the machine has IPv6).
-pub fn is_free(port: u16) -> bool {
+pub(crate) fn is_free(port: u16) -> bool {
     let v4 = [Ipv4Addr::LOCALHOST, Ipv4Addr::UNSPECIFIED]
         .into_iter()
         .all(|a| TcpListener::bind(SocketAddr::from((a, port))).is_ok());
@@ -51,7 +51,7 @@ pub fn is_free(port: u16) -> bool {
 
 /// What happened to a port during allocation, for the event log.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PortNote {
+pub(crate) enum PortNote {
     /// A candidate was busy outside Binky and skipped.
     Skipped(u16),
     /// A kept port was taken by an outside program; the service moved.
@@ -71,7 +71,7 @@ pub enum PortNote {
 ///
 /// # Errors
 /// The range is exhausted; a registry error.
-pub fn allocate(
+pub(crate) fn allocate(
     reg: &mut Registry,
     project: &str,
     world_id: i64,

@@ -26,13 +26,13 @@ use std::sync::RwLock;
 const MIN_LEN: usize = 3;
 
 /// What replaces a secret.
-pub const MASK: &str = "***";
+pub(crate) const MASK: &str = "***";
 
 static KNOWN: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
 /// Registers `secret` (and its percent-decoded form) to be scrubbed from
 /// now on. Values shorter than 3 bytes are ignored.
-pub fn register(secret: &str) {
+pub(crate) fn register(secret: &str) {
     for s in [secret.to_owned(), percent_decode(secret)] {
         if s.len() < MIN_LEN {
             continue;
@@ -51,7 +51,7 @@ pub fn register(secret: &str) {
 /// has one — but not one that merely repeats the user name (RabbitMQ's
 /// `guest:guest`): that is a published default, not a secret, and masking
 /// it would garble every message naming the user.
-pub fn register_url(url: &str) {
+pub(crate) fn register_url(url: &str) {
     if let Some(pw) = url_password(url)
         && url_user(url).is_none_or(|user| user != pw)
     {
@@ -67,7 +67,7 @@ fn url_user(url: &str) -> Option<&str> {
 /// Registers what a variable `name = value` holds that is secret: the whole
 /// value when the name says so ([`name_is_secret`]), and a URL's password
 /// in any case.
-pub fn register_var(name: &str, value: &str) {
+pub(crate) fn register_var(name: &str, value: &str) {
     if name_is_secret(name) {
         register(value);
     }
@@ -77,7 +77,7 @@ pub fn register_var(name: &str, value: &str) {
 /// Whether a variable's name says it holds a credential: it contains
 /// `PASSWORD`, `PASSWD`, `PASS`, `SECRET`, `TOKEN`, `CREDENTIAL`, `AUTH`,
 /// `PRIVATE` or ends in `KEY` (any case).
-pub fn name_is_secret(name: &str) -> bool {
+pub(crate) fn name_is_secret(name: &str) -> bool {
     let n = name.to_ascii_uppercase();
     [
         "PASSWORD",
@@ -95,7 +95,7 @@ pub fn name_is_secret(name: &str) -> bool {
 }
 
 /// `text` with every registered secret replaced by [`MASK`].
-pub fn scrub(text: &str) -> Cow<'_, str> {
+pub(crate) fn scrub(text: &str) -> Cow<'_, str> {
     let known = KNOWN.read().unwrap_or_else(|p| p.into_inner());
     if !known.iter().any(|s| text.contains(s.as_str())) {
         return Cow::Borrowed(text);
@@ -112,7 +112,7 @@ pub fn scrub(text: &str) -> Cow<'_, str> {
 /// `text` with every registered secret replaced by [`MASK`], except where
 /// one of `keep` stands (a world's own password, handed to its agent): a
 /// short secret that happens to occur inside a kept one is left there.
-pub fn scrub_keeping(text: &str, keep: &[String]) -> String {
+pub(crate) fn scrub_keeping(text: &str, keep: &[String]) -> String {
     let keep: Vec<&str> = keep
         .iter()
         .map(String::as_str)
@@ -141,7 +141,7 @@ pub fn scrub_keeping(text: &str, keep: &[String]) -> String {
 }
 
 /// [`scrub`] in place.
-pub fn scrub_in_place(text: &mut String) {
+pub(crate) fn scrub_in_place(text: &mut String) {
     if let Cow::Owned(s) = scrub(text) {
         *text = s;
     }
@@ -149,7 +149,7 @@ pub fn scrub_in_place(text: &mut String) {
 
 /// `text` with `url` and the password inside it replaced by [`MASK`]
 /// (as written and percent-decoded), whether or not they were registered.
-pub fn redact_url(text: &str, url: Option<&str>) -> String {
+pub(crate) fn redact_url(text: &str, url: Option<&str>) -> String {
     let Some(url) = url.filter(|u| !u.is_empty()) else {
         return text.to_owned();
     };
@@ -166,7 +166,7 @@ pub fn redact_url(text: &str, url: Option<&str>) -> String {
 }
 
 /// The password in `scheme://user:password@host…`, as written.
-pub fn url_password(url: &str) -> Option<String> {
+pub(crate) fn url_password(url: &str) -> Option<String> {
     // The lenient reader: a message or a malformed URL is redacted too.
     let pw = userinfo(url)?.1?;
     (!pw.is_empty()).then(|| pw.to_owned())
@@ -178,7 +178,7 @@ fn percent_decode(s: &str) -> String {
 
 /// A writer that scrubs each buffer before passing it on (for `daemon.log`,
 /// where `tracing` writes one event per call).
-pub struct Scrubbing<W>(pub W);
+pub(crate) struct Scrubbing<W>(pub W);
 
 impl<W: std::io::Write> std::io::Write for Scrubbing<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

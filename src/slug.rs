@@ -5,13 +5,13 @@ use sha2::{Digest, Sha256};
 
 /// Longest world slug: leaves room in a 63-byte DNS label and a 63-byte
 /// PostgreSQL identifier for the project name and separators.
-pub const MAX_SLUG_LEN: usize = 40;
+pub(crate) const MAX_SLUG_LEN: usize = 40;
 
 /// Hex digits in a [`short_hash`].
-pub const HASH_LEN: usize = 6;
+pub(crate) const HASH_LEN: usize = 6;
 
 /// A short, stable hex digest of `s` (first 24 bits of SHA-256).
-pub fn short_hash(s: &str) -> String {
+pub(crate) fn short_hash(s: &str) -> String {
     let digest = Sha256::digest(s.as_bytes());
     let mut out = String::with_capacity(HASH_LEN);
     for b in digest.iter().take(HASH_LEN / 2) {
@@ -22,7 +22,7 @@ pub fn short_hash(s: &str) -> String {
 
 /// Punctuation a world name may hold besides letters and digits (any
 /// script): none of it means anything to a POSIX shell.
-pub const NAME_PUNCTUATION: &str = "._-/+@,=%";
+pub(crate) const NAME_PUNCTUATION: &str = "._-/+@,=%";
 
 /// Checks that a world name (a branch name) cannot change the shape of a
 /// command it is rendered into (`${worktree.name}` in `cmd`, `migrate`,
@@ -33,7 +33,7 @@ pub const NAME_PUNCTUATION: &str = "._-/+@,=%";
 ///
 /// # Errors
 /// The first character that is not allowed, described, with what is.
-pub fn check_world_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_world_name(name: &str) -> Result<(), String> {
     check_name("world name", name)
 }
 
@@ -78,7 +78,7 @@ fn check_name(what: &str, name: &str) -> Result<(), String> {
 }
 
 /// Longest admission group name, characters.
-pub const MAX_GROUP_LEN: usize = 64;
+pub(crate) const MAX_GROUP_LEN: usize = 64;
 
 /// Checks an admission group name (`--group`, MCP `group`): 1 to
 /// [`MAX_GROUP_LEN`] characters, the characters a world name may hold (it
@@ -86,7 +86,7 @@ pub const MAX_GROUP_LEN: usize = 64;
 ///
 /// # Errors
 /// Empty, too long, or a character that is not allowed, described.
-pub fn check_group(group: &str) -> Result<(), String> {
+pub(crate) fn check_group(group: &str) -> Result<(), String> {
     if group.is_empty() {
         return Err(
             "a group name cannot be empty (leave --group out for the default group)".into(),
@@ -128,7 +128,7 @@ fn normalise(s: &str) -> String {
 /// by normalising, or shortened) gets `-<hash>` of the original name appended,
 /// so `feat/x` and `feat-x` — or two long names sharing a prefix — never share
 /// a slug, and the slug of a name never changes.
-pub fn world_slug(name: &str) -> String {
+pub(crate) fn world_slug(name: &str) -> String {
     let base = normalise(name);
     if base == name && !base.is_empty() && base.len() <= MAX_SLUG_LEN {
         return base;
@@ -149,7 +149,7 @@ pub fn world_slug(name: &str) -> String {
 }
 
 /// A suggestion for turning `s` into a valid DNS label, for error hints.
-pub fn dns_label_hint(s: &str) -> String {
+pub(crate) fn dns_label_hint(s: &str) -> String {
     let n = normalise(s);
     let mut n: String = n.chars().take(63).collect();
     while n.ends_with('-') {
@@ -162,7 +162,7 @@ pub fn dns_label_hint(s: &str) -> String {
 /// every other character `_` (`api-v2` → `API_V2`). What `<SVC>_URL`
 /// (`binky env --dotenv`, `verify`, `migrate`) and `BINKY_PORT_<SVC>` are
 /// built from, in the CLI and the daemon alike.
-pub fn env_key(name: &str) -> String {
+pub(crate) fn env_key(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() {
@@ -176,7 +176,7 @@ pub fn env_key(name: &str) -> String {
 
 /// The variable holding a port: `BINKY_PORT_<SVC>` for a service's primary
 /// port (`port` empty), `BINKY_PORT_<SVC>_<PORT>` for a named one.
-pub fn port_var(service: &str, port: &str) -> String {
+pub(crate) fn port_var(service: &str, port: &str) -> String {
     if port.is_empty() {
         format!("BINKY_PORT_{}", env_key(service))
     } else {

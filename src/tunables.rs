@@ -13,7 +13,7 @@ use std::time::Duration;
 /// the others a humantime duration (`"10s"`, `"1min"`). Unset gives `None`;
 /// so does a value that does not parse, with a warning naming the
 /// variable. A value outside `range` is clamped into it, with a warning.
-pub fn duration(name: &str, range: RangeInclusive<Duration>) -> Option<Duration> {
+pub(crate) fn duration(name: &str, range: RangeInclusive<Duration>) -> Option<Duration> {
     let raw = std::env::var(name).ok()?;
     let parsed = if name.ends_with("_MS") {
         raw.trim()

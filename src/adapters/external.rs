@@ -171,12 +171,14 @@ impl External {
             ))
         })?;
         if !reply.ok {
-            return Err(AdapterError {
-                message: format!(
-                    "{who}: `{verb}` failed: {}",
-                    reply.error.as_deref().unwrap_or("(no error given)")
-                ),
-                environmental: reply.environmental,
+            let message = format!(
+                "{who}: `{verb}` failed: {}",
+                reply.error.as_deref().unwrap_or("(no error given)")
+            );
+            return Err(if reply.environmental {
+                AdapterError::environmental(message)
+            } else {
+                AdapterError::new(message)
             });
         }
         Ok(reply)
@@ -233,10 +235,10 @@ impl Adapter for External {
             .iter()
             .any(|c| c == "clone")
         {
-            return Err(AdapterError {
-                message: format!("adapter {} does not list the clone capability", self.name),
-                environmental: true,
-            });
+            return Err(AdapterError::environmental(format!(
+                "adapter {} does not list the clone capability",
+                self.name
+            )));
         }
         self.call("clone", slice, Some(template))
             .await

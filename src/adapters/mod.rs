@@ -112,9 +112,22 @@ impl std::fmt::Debug for Slice {
 pub struct AdapterError {
     /// What failed.
     pub message: String,
-    /// Environmental (missing client, missing grant): a clone may fall back
-    /// to provision + migrate + seed.
-    pub environmental: bool,
+    /// What kind of failure it is: what the daemon does next is read from
+    /// this, never from the message.
+    pub kind: AdapterErrorKind,
+}
+
+/// What kind of failure an [`AdapterError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdapterErrorKind {
+    /// The server answered, and said no.
+    Refused,
+    /// A failure of the surroundings, not of the slice (a server that
+    /// cannot be reached, a missing client program or grant): a clone may
+    /// fall back to provision + migrate + seed.
+    Environmental,
+    /// A teardown refused because the slice is not one Binky made.
+    NotOurs,
 }
 
 impl AdapterError {
@@ -122,8 +135,13 @@ impl AdapterError {
     pub fn new(message: impl Into<String>) -> Self {
         AdapterError {
             message: message.into(),
-            environmental: false,
+            kind: AdapterErrorKind::Refused,
         }
+    }
+
+    /// Whether the surroundings failed ([`AdapterErrorKind::Environmental`]).
+    pub fn is_environmental(&self) -> bool {
+        self.kind == AdapterErrorKind::Environmental
     }
 
     /// A failure of the surroundings, not of the slice: the server cannot be
@@ -132,7 +150,7 @@ impl AdapterError {
     pub fn environmental(message: impl Into<String>) -> Self {
         AdapterError {
             message: message.into(),
-            environmental: true,
+            kind: AdapterErrorKind::Environmental,
         }
     }
 
@@ -140,9 +158,12 @@ impl AdapterError {
     /// made: `found` says what is there instead (no marker, another
     /// owner's). Binky never deletes what it did not make.
     pub fn not_ours(adapter: &str, server: &str, slice: &str, found: &str) -> Self {
-        AdapterError::new(format!(
-            "{adapter} at {server}: refusing to delete {slice}: {found}, so Binky did not make it; delete it by hand if it is yours to delete"
-        ))
+        AdapterError {
+            kind: AdapterErrorKind::NotOurs,
+            ..AdapterError::new(format!(
+                "{adapter} at {server}: refusing to delete {slice}: {found}, so Binky did not make it; delete it by hand if it is yours to delete"
+            ))
+        }
     }
 
     /// The same error with `slice`'s credentials blanked out of its text:

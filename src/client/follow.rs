@@ -22,7 +22,7 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 /// # Errors
 /// The daemon refused the subscription, or (without `across_restarts`)
 /// went away.
-pub fn follow(
+pub(crate) fn follow(
     paths: &Paths,
     mut sub: Subscription,
     across_restarts: bool,

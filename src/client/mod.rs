@@ -5,7 +5,7 @@
 
 mod follow;
 
-pub use follow::follow;
+pub(crate) use follow::follow;
 
 use crate::paths::Paths;
 use crate::platform;
@@ -18,10 +18,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// How long a CLI waits for a daemon it started to answer.
-pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection to the daemon, past the handshake.
-pub struct Client {
+pub(crate) struct Client {
     reader: BufReader<platform::ClientStream>,
     writer: platform::ClientStream,
     /// What the daemon said about itself.
@@ -38,7 +38,7 @@ impl Client {
     /// # Errors
     /// The socket exists but cannot be used (permissions), or the handshake
     /// fails.
-    pub fn connect(paths: &Paths) -> Result<Option<Client>, ApiError> {
+    pub(crate) fn connect(paths: &Paths) -> Result<Option<Client>, ApiError> {
         let sock = paths.socket();
         let stream = match platform::connect(&sock) {
             Ok(s) => s,
@@ -99,7 +99,7 @@ impl Client {
     /// # Errors
     /// The daemon did not come up within [`START_TIMEOUT`]; the error quotes
     /// the end of `daemon.log`.
-    pub fn connect_or_start(paths: &Paths) -> Result<Client, ApiError> {
+    pub(crate) fn connect_or_start(paths: &Paths) -> Result<Client, ApiError> {
         if let Some(c) = Self::connect(paths)? {
             return Ok(c);
         }
@@ -121,7 +121,7 @@ impl Client {
     }
 
     /// Whether the daemon runs this very version.
-    pub fn same_version(&self) -> bool {
+    pub(crate) fn same_version(&self) -> bool {
         self.welcome.protocol == PROTOCOL && self.welcome.version == VERSION
     }
 
@@ -131,7 +131,7 @@ impl Client {
     /// # Errors
     /// The daemon reported a failure, runs another version, or the
     /// connection broke.
-    pub fn call(
+    pub(crate) fn call(
         &mut self,
         req: &Request,
         on_progress: &mut dyn FnMut(&Progress),
@@ -187,7 +187,7 @@ impl Client {
     ///
     /// # Errors
     /// The socket cannot be duplicated.
-    pub fn canceller(&self) -> Result<Canceller, ApiError> {
+    pub(crate) fn canceller(&self) -> Result<Canceller, ApiError> {
         let stream = self
             .writer
             .try_clone()
@@ -201,7 +201,7 @@ impl Client {
     /// # Errors
     /// The daemon refused the subscription (an unknown project), runs
     /// another version, or sent a frame this client cannot read.
-    pub fn subscribe(
+    pub(crate) fn subscribe(
         &mut self,
         sub: Subscription,
         on_feed: &mut dyn FnMut(Feed<'_>) -> bool,
@@ -230,14 +230,14 @@ impl Client {
     }
 
     /// [`Client::call`] without progress.
-    pub fn request(&mut self, req: &Request) -> Result<Response, ApiError> {
+    pub(crate) fn request(&mut self, req: &Request) -> Result<Response, ApiError> {
         self.call(req, &mut |_| {})
     }
 }
 
 /// One frame of a subscription, as [`Client::subscribe`] hands it on.
 #[derive(Debug)]
-pub enum Feed<'a> {
+pub(crate) enum Feed<'a> {
     /// An event: a past one before [`Feed::Live`], a new one after.
     Event(&'a crate::protocol::Event),
     /// The past events are sent; what follows happens now.
@@ -255,7 +255,7 @@ pub enum Feed<'a> {
 
 /// Why a subscription ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// The caller's `on_feed` said to stop.
     Caller,
     /// The daemon closed the connection (it stopped or restarted).
@@ -337,7 +337,7 @@ fn named(req: &Request, msg: &str) -> String {
 
 /// Error `e`, found before `req` reached a daemon (one that could not be
 /// started), prefixed with `req`'s verb and world; its hint kept.
-pub fn about(req: &Request, mut e: ApiError) -> ApiError {
+pub(crate) fn about(req: &Request, mut e: ApiError) -> ApiError {
     e.message = named(req, &e.message);
     e
 }
@@ -364,13 +364,13 @@ fn gone_while_queued(req: &Request) -> ApiError {
 
 /// Cancels a client's request in flight: the daemon stops what the
 /// operation started and answers it with a "cancelled" error.
-pub struct Canceller {
+pub(crate) struct Canceller {
     stream: platform::ClientStream,
 }
 
 impl Canceller {
     /// Sends the cancel. Best effort: a daemon that is gone needs none.
-    pub fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         let _ = write_frame(&mut platform::NoSigpipe(&self.stream), &Request::Cancel);
     }
 }
@@ -381,7 +381,7 @@ impl Canceller {
 /// # Errors
 /// It did not answer within [`START_TIMEOUT`], or exited early; the error
 /// quotes the end of `daemon.log`.
-pub fn start_daemon(paths: &Paths) -> Result<Welcome, ApiError> {
+pub(crate) fn start_daemon(paths: &Paths) -> Result<Welcome, ApiError> {
     paths
         .ensure()
         .map_err(|e| ApiError::new(format!("{e:#}")))?;

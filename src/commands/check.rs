@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Runs `binky check`.
-pub fn run(args: &CheckArgs, project: Option<&str>) -> ExitCode {
+pub(crate) fn run(args: &CheckArgs, project: Option<&str>) -> ExitCode {
     // -p means exactly the project's folder or its binky.toml, as for every
     // verb; the positional path may be any folder to search upward from.
     let from_flag = match (&args.path, project) {

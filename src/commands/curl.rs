@@ -17,7 +17,7 @@ const HTTP_ERROR_EXIT: u8 = 22;
 const WRITE_ERROR_EXIT: u8 = 23;
 
 /// Runs `binky curl`.
-pub fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
+pub(crate) fn run(args: &CurlArgs, project: Option<&str>) -> ExitCode {
     let mut client = match super::client() {
         Ok(c) => c,
         Err(c) => return c,

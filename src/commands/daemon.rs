@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs `binky daemon <action>`.
-pub fn run(action: &DaemonAction) -> ExitCode {
+pub(crate) fn run(action: &DaemonAction) -> ExitCode {
     let paths = match paths_or_exit() {
         Ok(p) => p,
         Err(code) => return code,

@@ -55,7 +55,7 @@ fn resolves(host: &str) -> bool {
 }
 
 /// Runs `binky doctor`.
-pub fn run(args: &JsonArgs) -> ExitCode {
+pub(crate) fn run(args: &JsonArgs) -> ExitCode {
     let paths = match paths_or_exit() {
         Ok(p) => p,
         Err(c) => return c,

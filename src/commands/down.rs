@@ -9,7 +9,7 @@ use crate::protocol::Request;
 use std::process::ExitCode;
 
 /// `binky down`.
-pub fn run(args: &NameArgs, project: Option<&str>) -> ExitCode {
+pub(crate) fn run(args: &NameArgs, project: Option<&str>) -> ExitCode {
     let world = match world_ref(project, &args.name, args.json) {
         Ok(w) => w,
         Err(c) => return c,

@@ -9,18 +9,18 @@ use std::process::ExitCode;
 
 /// Quotes `v` for POSIX shells: single quotes, with `'` written as `'\''`.
 /// Exact in bash, zsh and sh for any value, newlines included.
-pub fn shell_quote(v: &str) -> String {
+pub(crate) fn shell_quote(v: &str) -> String {
     format!("'{}'", v.replace('\'', r"'\''"))
 }
 
 /// `NAME_URL` for a service name: uppercased, other characters to `_`
 /// (see [`crate::slug::env_key`]).
-pub fn dotenv_name(service: &str) -> String {
+pub(crate) fn dotenv_name(service: &str) -> String {
     format!("{}_URL", crate::slug::env_key(service))
 }
 
 /// `binky env`.
-pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
+pub(crate) fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
     let mut client = match super::client() {
         Ok(c) => c,
         Err(c) => return c,
@@ -55,7 +55,7 @@ pub fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
 /// project's `[env]`, then `BINKY_WORKTREE`,
 /// `BINKY_WORLD` and `BINKY_PROJECT`. A withheld value becomes a comment
 /// saying how to get it, so `eval` never sets a variable to nothing.
-pub fn shell_lines(env: &crate::protocol::WorldEnv, export: bool) -> String {
+pub(crate) fn shell_lines(env: &crate::protocol::WorldEnv, export: bool) -> String {
     use std::fmt::Write;
     let prefix = if export { "export " } else { "" };
     let mut out = String::new();

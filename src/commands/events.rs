@@ -14,7 +14,7 @@ use std::time::Duration;
 pub(super) const DAEMON_GONE: &str = "binky: the daemon stopped; waiting for it to come back";
 
 /// Runs `binky events`.
-pub fn run(args: &EventsArgs, project: Option<&str>) -> ExitCode {
+pub(crate) fn run(args: &EventsArgs, project: Option<&str>) -> ExitCode {
     let paths = match paths_or_exit() {
         Ok(p) => p,
         Err(c) => return c,

@@ -5,7 +5,7 @@ use crate::protocol::{ClientEnv, Request, Response};
 use std::process::ExitCode;
 
 /// `binky gc`.
-pub fn run(args: &crate::cli::GcArgs) -> ExitCode {
+pub(crate) fn run(args: &crate::cli::GcArgs) -> ExitCode {
     let mut client = match super::client() {
         Ok(c) => c,
         Err(c) => return c,

@@ -11,7 +11,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 
 /// Runs `binky init`.
-pub fn run(args: &InitArgs) -> ExitCode {
+pub(crate) fn run(args: &InitArgs) -> ExitCode {
     let target = args.dir.join(crate::config::FILE_NAME);
     // Refused before reading anything: nothing to lose, nothing half-done.
     // A dangling symlink is a binky.toml too: writing would follow it.

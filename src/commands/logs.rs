@@ -22,7 +22,7 @@ fn log_dir(project: Option<&str>, name: &str) -> Result<(PathBuf, String), ExitC
 }
 
 /// `binky logs`.
-pub fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
+pub(crate) fn logs(args: &LogsArgs, project: Option<&str>) -> ExitCode {
     let (dir, project_name) = match log_dir(project, &args.name) {
         Ok(v) => v,
         Err(c) => return c,

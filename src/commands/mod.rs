@@ -3,35 +3,35 @@
 //! Exit codes: 0 success, 1 the operation failed or found errors, 2 usage
 //! errors, unreadable input, or a verb this build leaves out.
 
-pub mod check;
-pub mod curl;
-pub mod daemon;
-pub mod doctor;
-pub mod down;
-pub mod env;
-pub mod events;
-pub mod gc;
-pub mod init;
-pub mod logs;
-pub mod remove;
-pub mod reset;
-pub mod settings;
-pub mod status;
-pub mod up;
-pub mod verify;
-pub mod world;
+pub(crate) mod check;
+pub(crate) mod curl;
+pub(crate) mod daemon;
+pub(crate) mod doctor;
+pub(crate) mod down;
+pub(crate) mod env;
+pub(crate) mod events;
+pub(crate) mod gc;
+pub(crate) mod init;
+pub(crate) mod logs;
+pub(crate) mod remove;
+pub(crate) mod reset;
+pub(crate) mod settings;
+pub(crate) mod status;
+pub(crate) mod up;
+pub(crate) mod verify;
+pub(crate) mod world;
 
 use crate::cli::{Cli, Command};
 use crate::client::Client;
 use crate::config;
 use crate::output;
 use crate::paths::Paths;
-use crate::protocol::{ApiError, Request, Response, WorldRef};
+use crate::protocol::{ApiError, ErrorKind, Request, Response, WorldRef};
 use std::path::Path;
 use std::process::ExitCode;
 
 /// Runs one parsed command line and returns the process exit code.
-pub fn run(cli: Cli) -> ExitCode {
+pub(crate) fn run(cli: Cli) -> ExitCode {
     let project = cli.project.as_deref();
     if project.is_some() && !cli.command.takes_project() {
         return refuse_project(&cli.command);
@@ -198,11 +198,11 @@ pub(crate) fn print_json<T: serde::Serialize>(v: &T) {
 /// An error the CLI finds itself, before or without the daemon: with
 /// `json`, the `{"error": {message, hint}}` object on stdout that every
 /// `--json` caller gets; else text on stderr. Returns `code`.
-pub(crate) fn refuse(json: bool, message: &str, hint: &str, code: u8) -> ExitCode {
+pub(crate) fn refuse(json: bool, e: &ApiError, code: u8) -> ExitCode {
     if json {
-        print_json(&serde_json::json!({ "error": ApiError::new(message).hint(hint) }));
+        print_json(&serde_json::json!({ "error": e }));
     } else {
-        output::error(message, Some(hint));
+        output::error(&e.message, e.hint.as_deref());
     }
     ExitCode::from(code)
 }
@@ -222,31 +222,28 @@ pub(crate) fn project_name(arg: &str, json: bool) -> Result<String, ExitCode> {
     } else {
         let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
         let w = WorldRef::from_arg(Some(arg), &cwd, "").map_err(|e| {
-            refuse(
-                json,
-                &e,
-                "pass the project's folder or its binky.toml, or a project name",
-                2,
-            )
+            let e = ApiError::new(e)
+                .hint("pass the project's folder or its binky.toml, or a project name")
+                .with_kind(ErrorKind::InvalidInput);
+            refuse(json, &e, 2)
         })?;
         w.project_dir
             .map(std::path::PathBuf::from)
             .unwrap_or_default()
     };
     let file = config::find(&start).map_err(|e| {
-        refuse(
-            json,
-            &e.to_string(),
-            "pass a folder inside a project, or a project name",
-            2,
-        )
+        let e = ApiError::new(e.to_string())
+            .hint("pass a folder inside a project, or a project name")
+            .with_kind(ErrorKind::InvalidInput);
+        refuse(json, &e, 2)
     })?;
     match config::load(&file) {
         Ok(c) => Ok(c.project.name),
         Err(e) => Err(refuse(
             json,
-            &e.to_string(),
-            "run `binky check` to see what is wrong",
+            &ApiError::new(e.to_string())
+                .hint("run `binky check` to see what is wrong")
+                .with_kind(ErrorKind::InvalidInput),
             1,
         )),
     }

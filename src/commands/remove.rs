@@ -8,7 +8,7 @@ use crate::protocol::{ClientEnv, Request};
 use std::process::ExitCode;
 
 /// `binky remove`.
-pub fn run(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
+pub(crate) fn run(args: &RemoveArgs, project: Option<&str>) -> ExitCode {
     match call_world(
         Request::Remove {
             world: match world_ref(project, &args.name, args.json) {

@@ -9,7 +9,7 @@ use crate::protocol::{Request, ResetRequest};
 use std::process::ExitCode;
 
 /// `binky reset`.
-pub fn run(args: &ResetArgs, project: Option<&str>) -> ExitCode {
+pub(crate) fn run(args: &ResetArgs, project: Option<&str>) -> ExitCode {
     let up = match up_request(project, &args.name, args.json, args.group.clone(), true) {
         Ok(r) => r,
         Err(c) => return c,

@@ -28,7 +28,7 @@ fn settings_of(resp: Result<Response, ExitCode>) -> Result<Settings, ExitCode> {
 }
 
 /// `binky config`.
-pub fn config(args: &JsonArgs) -> ExitCode {
+pub(crate) fn config(args: &JsonArgs) -> ExitCode {
     match settings_of(call(&Request::Config)) {
         Ok(s) => {
             if args.json {
@@ -107,7 +107,7 @@ fn reserve_request(args: &ReserveArgs) -> Result<Request, ExitCode> {
 }
 
 /// `binky reserve`: with no flag, the reserves in force; else sets them.
-pub fn reserve(args: &ReserveArgs) -> ExitCode {
+pub(crate) fn reserve(args: &ReserveArgs) -> ExitCode {
     let request = match reserve_request(args) {
         Ok(r) => r,
         Err(c) => return c,
@@ -143,7 +143,7 @@ pub fn reserve(args: &ReserveArgs) -> ExitCode {
 }
 
 /// `binky port`: with no flag, the ports in use; else sets them.
-pub fn port(args: &PortArgs) -> ExitCode {
+pub(crate) fn port(args: &PortArgs) -> ExitCode {
     let request = if args.proxy.is_none() && args.https.is_none() {
         Request::Config
     } else {
@@ -176,7 +176,7 @@ pub fn port(args: &PortArgs) -> ExitCode {
 }
 
 /// `binky metrics`: always JSON.
-pub fn metrics() -> ExitCode {
+pub(crate) fn metrics() -> ExitCode {
     match call(&Request::Metrics) {
         Ok(Response::Metrics(m)) => {
             print_json(&m);

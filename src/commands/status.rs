@@ -4,12 +4,13 @@ use super::{call, print_json};
 use crate::cli::StatusArgs;
 use crate::output::{DIM, ERROR, OK, WARN, paint};
 use crate::protocol::{
-    Request, Response, ServiceKind, ServiceState, StatusReport, WorldState, WorldStatus,
+    ApiError, ErrorKind, Request, Response, ServiceKind, ServiceState, StatusReport, WorldState,
+    WorldStatus,
 };
 use std::process::ExitCode;
 
 /// Runs `binky status`.
-pub fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
+pub(crate) fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
     let project = match (args.scope.as_deref(), project_flag) {
         (_, Some(p)) => Some(super::project_name(p, args.json)),
         (Some("."), None) => Some(super::project_name(".", args.json)),
@@ -35,12 +36,12 @@ pub fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
                 } else {
                     crate::output::untrusted(&name).into_owned()
                 };
-                return super::refuse(
-                    args.json,
-                    &format!("no project named `{shown}` is known to this daemon"),
-                    "`binky status` lists every project",
-                    1,
-                );
+                let e = ApiError::new(format!(
+                    "no project named `{shown}` is known to this daemon"
+                ))
+                .hint("`binky status` lists every project")
+                .with_kind(ErrorKind::NotFound);
+                return super::refuse(args.json, &e, 1);
             }
             if args.watch {
                 return super::events::watch_status(wanted, args.json);
@@ -91,7 +92,7 @@ fn fit(name: &str, width: usize) -> String {
 }
 
 /// The human layout shown in the README.
-pub fn print_human(report: &StatusReport) {
+pub(crate) fn print_human(report: &StatusReport) {
     // First: while the proxy is down, every URL below is dead.
     if let Some(down) = report.proxy.as_ref().and_then(|p| p.why_down()) {
         anstream::println!("{}", paint(ERROR, format!("! {down}")));

@@ -9,7 +9,7 @@ use crate::protocol::Request;
 use std::process::ExitCode;
 
 /// `binky up` / `binky reload`.
-pub fn run(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
+pub(crate) fn run(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
     let req = match up_request(
         project,
         &args.name,

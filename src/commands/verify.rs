@@ -7,7 +7,7 @@ use crate::protocol::{ClientEnv, Request, Response, VerifyReport};
 use std::process::ExitCode;
 
 /// `binky verify`.
-pub fn run(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode {
+pub(crate) fn run(args: &crate::cli::VerifyArgs, project: Option<&str>) -> ExitCode {
     let mut client = match super::client() {
         Ok(c) => c,
         Err(c) => return c,

@@ -4,7 +4,9 @@
 use super::{fail_json, paths_or_exit};
 use crate::client::Client;
 use crate::output::{DIM, paint};
-use crate::protocol::{ClientEnv, Progress, Request, Response, UpRequest, WorldOutcome, WorldRef};
+use crate::protocol::{
+    ApiError, ClientEnv, ErrorKind, Progress, Request, Response, UpRequest, WorldOutcome, WorldRef,
+};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,12 +22,10 @@ pub(crate) fn world_ref(
 ) -> Result<WorldRef, ExitCode> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     WorldRef::from_arg(project, &cwd, name).map_err(|e| {
-        super::refuse(
-            json,
-            &e,
-            "-p takes a project folder, its binky.toml, or the name of a project the daemon knows",
-            2,
-        )
+        let e = ApiError::new(e)
+            .hint("-p takes a project folder, its binky.toml, or the name of a project the daemon knows")
+            .with_kind(ErrorKind::InvalidInput);
+        super::refuse(json, &e, 2)
     })
 }
 

@@ -2,21 +2,26 @@
 //! one `From` per domain's error type, so a verb uses `?` and each kind of
 //! failure says what to do in one place.
 
-use crate::adapters::AdapterError;
+use crate::adapters::{AdapterError, AdapterErrorKind};
 use crate::config;
 use crate::ports::PortError;
-use crate::protocol::ApiError;
+use crate::protocol::{ApiError, ErrorKind};
 use crate::registry::RegistryError;
 use crate::worktree::WorktreeError;
 use std::path::Path;
 
 /// Through `?`: scrubbed of every secret the daemon knows (see
-/// [`crate::secrets`]), since the error does not carry its slice. Prefer
+/// `crate::secrets`), since the error does not carry its slice. Prefer
 /// `adapter_error` in the world code, which also names the service and
 /// masks the slice's `admin_url` whether registered or not.
 impl From<AdapterError> for ApiError {
     fn from(e: AdapterError) -> Self {
-        ApiError::new(crate::secrets::scrub(&e.message).into_owned())
+        let kind = match e.kind {
+            AdapterErrorKind::Refused => ErrorKind::Refused,
+            AdapterErrorKind::Environmental => ErrorKind::Environmental,
+            AdapterErrorKind::NotOurs => ErrorKind::NeedsForce,
+        };
+        ApiError::new(crate::secrets::scrub(&e.message).into_owned()).with_kind(kind)
     }
 }
 
@@ -34,7 +39,7 @@ impl From<RegistryError> for ApiError {
                 "`binky doctor` checks the disk and permissions of BINKY_HOME; daemon.log there has the details",
             ),
         };
-        let api = ApiError::new(chain(&e));
+        let api = ApiError::new(chain(&e)).with_kind(ErrorKind::Environmental);
         match hint {
             Some(h) => api.hint(h),
             None => api,
@@ -58,9 +63,11 @@ impl From<PortError> for ApiError {
 /// whose trace is in `daemon.log`.
 impl From<tokio::task::JoinError> for ApiError {
     fn from(e: tokio::task::JoinError) -> Self {
-        ApiError::new(format!("an internal task failed: {e}")).hint(
-            "this is a bug in binky: daemon.log under BINKY_HOME has its trace; please report it",
-        )
+        ApiError::new(format!("an internal task failed: {e}"))
+            .hint(
+                "this is a bug in binky: daemon.log under BINKY_HOME has its trace; please report it",
+            )
+            .with_kind(ErrorKind::Bug)
     }
 }
 
@@ -79,6 +86,7 @@ impl From<config::LoadError> for ApiError {
                     .collect();
                 ApiError::new(format!("{shown} is not valid:\n{}", lines.join("\n")))
                     .hint(format!("run `binky check {shown}` and fix what it reports"))
+                    .with_kind(ErrorKind::InvalidInput)
             }
             other => ApiError::new(chain(&other)),
         }
@@ -99,7 +107,11 @@ impl From<WorktreeError> for ApiError {
             }
             _ => "check the repository with `git worktree list` and `git status`",
         };
-        ApiError::new(chain(&e)).hint(hint)
+        let kind = match &e {
+            WorktreeError::InvalidBranch { .. } => ErrorKind::InvalidInput,
+            _ => ErrorKind::Other,
+        };
+        ApiError::new(chain(&e)).hint(hint).with_kind(kind)
     }
 }
 
@@ -128,6 +140,26 @@ fn chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_adapter_error_keeps_its_kind_as_the_reply_s_kind() {
+        let of = |e: AdapterError| ApiError::from(e).kind;
+        assert_eq!(of(AdapterError::new("no")), ErrorKind::Refused);
+        assert_eq!(
+            of(AdapterError::environmental("unreachable")),
+            ErrorKind::Environmental
+        );
+        // Not Binky's: only the user's `--force` leaves it to them.
+        assert_eq!(
+            of(AdapterError::not_ours(
+                "postgres",
+                "127.0.0.1:5432",
+                "db",
+                "no marker"
+            )),
+            ErrorKind::NeedsForce
+        );
+    }
 
     #[test]
     fn an_adapter_error_converted_by_question_mark_is_scrubbed() {

@@ -4,7 +4,7 @@
 //! detail, never config values or credentials: callers pass a detail written
 //! by Binky, not text copied from the user's config or environment.
 
-pub use crate::protocol::{Event, EventKind};
+pub(crate) use crate::protocol::{Event, EventKind};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -12,17 +12,17 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 /// Rotate when the log passes this size, in bytes.
-pub const ROTATE_BYTES: u64 = 10 * 1024 * 1024;
+pub(crate) const ROTATE_BYTES: u64 = 10 * 1024 * 1024;
 /// Rotated generations kept (`events.log.1` … `.3`).
-pub const KEEP: u32 = 3;
+pub(crate) const KEEP: u32 = 3;
 
 /// How many events a subscriber may fall behind before it is told how
 /// many it missed ([`crate::protocol::Reply::Lagged`]): the bound on what a
 /// slow reader costs the daemon (events are a few hundred bytes).
-pub const BACKLOG: usize = 1024;
+pub(crate) const BACKLOG: usize = 1024;
 
 /// The event log writer, and the fan-out to subscribers.
-pub struct EventLog {
+pub(crate) struct EventLog {
     path: PathBuf,
     file: Mutex<Option<File>>,
     rotate_bytes: u64,
@@ -54,16 +54,16 @@ fn open(path: &Path) -> Option<File> {
 /// The longest detail an event keeps, in characters: an event is a line
 /// for people and followers, not a place for a whole error text (a tail
 /// reads the log's last 256 KiB, which one huge line would fill).
-pub const MAX_DETAIL_CHARS: usize = 1000;
+pub(crate) const MAX_DETAIL_CHARS: usize = 1000;
 
 impl EventLog {
     /// Opens (appending) the log at `path`.
-    pub fn new(path: PathBuf) -> Self {
+    pub(crate) fn new(path: PathBuf) -> Self {
         Self::with_rotation(path, ROTATE_BYTES)
     }
 
     /// As [`EventLog::new`] with a custom rotation size (tests).
-    pub fn with_rotation(path: PathBuf, rotate_bytes: u64) -> Self {
+    pub(crate) fn with_rotation(path: PathBuf, rotate_bytes: u64) -> Self {
         let file = open(&path);
         EventLog {
             path,
@@ -76,7 +76,10 @@ impl EventLog {
     /// The newest `tail` events of the log (as many as its last 256 KiB
     /// hold), and a receiver of every event emitted after them: taken under
     /// the log's lock, so no event is missed or seen twice between the two.
-    pub fn subscribe(&self, tail: usize) -> (Vec<Event>, tokio::sync::broadcast::Receiver<Event>) {
+    pub(crate) fn subscribe(
+        &self,
+        tail: usize,
+    ) -> (Vec<Event>, tokio::sync::broadcast::Receiver<Event>) {
         let _guard = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let past = if tail == 0 {
             Vec::new()
@@ -94,14 +97,14 @@ impl EventLog {
     /// How many subscriptions are open now (`binky events -f`, `status
     /// --watch`, the dashboard, log followers): each holds one receiver
     /// from [`Self::subscribe`] until its connection ends.
-    pub fn followers(&self) -> usize {
+    pub(crate) fn followers(&self) -> usize {
         self.bus.receiver_count()
     }
 
     /// Appends one event and hands it to subscribers. Failures to write are
     /// logged, never fatal: the event log is for people, not for
     /// correctness.
-    pub fn emit(&self, mut ev: Event) {
+    pub(crate) fn emit(&self, mut ev: Event) {
         ev.ts = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
         // A detail may quote a command's or an adapter's words.
         if let Some(d) = ev.detail.as_mut() {

@@ -57,8 +57,7 @@ async fn dispatch(
             status_report(d, project.as_deref(), usage).map(Response::Status)
         }
         Request::Config => d
-            .registry()
-            .settings()
+            .read_registry(|r| r.settings())
             .map(Response::Settings)
             .map_err(ApiError::from),
         Request::SetReserve {
@@ -114,7 +113,7 @@ async fn dispatch(
             service,
             lines,
             cursor,
-        } => world::logs(d, w, service, lines, cursor).map(Response::Logs),
+        } => super::blocking(|| world::logs(d, w, service, lines, cursor)).map(Response::Logs),
         Request::Locate { world: w, service } => {
             world::locate_service(d, w, &service).map(Response::Located)
         }
@@ -167,7 +166,7 @@ pub(crate) fn status_report(
     project: Option<&str>,
     usage: bool,
 ) -> Result<crate::protocol::StatusReport, ApiError> {
-    let mut r = d.registry().status(project)?;
+    let mut r = d.read_registry(|r| r.status(project))?;
     world::fill_urls(d, &mut r);
     world::fill_stale_clones(d, &mut r);
     world::fill_log_floods(d, &mut r);
@@ -201,21 +200,23 @@ fn proxy_status(d: &Daemon) -> Option<crate::protocol::ProxyStatus> {
 }
 
 fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
-    let (worlds, (services_running, restarts, port_reservations), registry_bytes) = {
-        let reg = d.registry();
-        (reg.world_counts()?, reg.counters()?, reg.size_bytes())
-    };
+    let (worlds, (services_running, restarts, port_reservations), registry_bytes) = d
+        .read_registry(|reg| {
+            Ok::<_, crate::registry::RegistryError>((
+                reg.world_counts()?,
+                reg.counters()?,
+                reg.size_bytes(),
+            ))
+        })?;
     let suspended = worlds
         .get(crate::protocol::WorldState::Suspended.as_str())
         .copied()
         .unwrap_or(0);
-    // Each registry read in its own statement: a guard held in the struct
-    // literal below would lock the registry twice.
-    let footprints = d.registry().footprints()?.into_iter().collect();
-    let queue_length = d.registry().queue()?.len() as u64;
+    let footprints = d.read_registry(|r| r.footprints())?.into_iter().collect();
+    let queue_length = d.read_registry(|r| r.queue())?.len() as u64;
     let (rss_bytes, cpu_time_ms) = self_usage();
     let memory = crate::platform::memory();
-    let settings = d.registry().settings()?;
+    let settings = d.read_registry(|r| r.settings())?;
     let reserve_of = super::admission::disk_reserve(d, &settings)?;
     let disk =
         crate::platform::disk_space(d.paths.home()).map(|(free, size)| (free, reserve_of(size)));

@@ -1,6 +1,6 @@
 //! The machine-global daemon: one per `BINKY_HOME`.
 //!
-//! [`run`] takes the daemon lock, opens the registry, binds the socket and
+//! [`run`](server::run) takes the daemon lock, opens the registry, binds the socket and
 //! serves requests until `shutdown` or SIGTERM/SIGINT. It sleeps until a
 //! socket, child, timer or signal wakes it: there is no polling loop. Stopping
 //! the daemon never stops the service processes it supervises.
@@ -23,7 +23,7 @@
 
 mod admission;
 mod errors;
-pub mod events;
+pub(crate) mod events;
 mod handlers;
 mod server;
 mod settings;
@@ -31,8 +31,8 @@ mod state;
 mod subscribe;
 mod world;
 
-pub use server::{RunOptions, log_writer, run, run_blocking};
-pub use state::Daemon;
-pub(crate) use state::{ProgressTx, WorldKey, wait_proxy_bound};
+pub(crate) use server::{log_writer, run_blocking};
+pub(crate) use state::Daemon;
+pub(crate) use state::{ProgressTx, WorldKey, blocking, wait_proxy_bound};
 #[cfg(test)]
 mod tests;

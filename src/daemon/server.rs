@@ -23,7 +23,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Options for [`run`].
 #[derive(Debug, Clone)]
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     /// Install SIGTERM/SIGINT handlers (off for in-process tests).
     pub handle_signals: bool,
 }
@@ -43,7 +43,7 @@ impl Default for RunOptions {
 /// rename, with stdout and stderr kept on the current file so a panic lands
 /// there too. A daemon run in a terminal (`binky daemon run`) logs to its
 /// stderr.
-pub fn log_writer() -> tracing_subscriber::fmt::writer::BoxMakeWriter {
+pub(crate) fn log_writer() -> tracing_subscriber::fmt::writer::BoxMakeWriter {
     use crate::supervisor::logs::LogFile;
     use crate::supervisor::{LOG_GENERATIONS, LOG_ROLL_BYTES};
     let opened = Paths::from_env().ok().and_then(|p| {
@@ -65,7 +65,7 @@ pub fn log_writer() -> tracing_subscriber::fmt::writer::BoxMakeWriter {
 }
 
 /// Builds a runtime and runs the daemon to completion (`binky daemon run`).
-pub fn run_blocking(paths: Paths) -> Result<()> {
+pub(crate) fn run_blocking(paths: Paths) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         // Two workers: the daemon mostly waits; more threads only cost memory.
         .worker_threads(2)
@@ -80,12 +80,12 @@ pub fn run_blocking(paths: Paths) -> Result<()> {
 /// # Errors
 /// Another daemon holds the lock; the registry is corrupt, locked or too new;
 /// the socket cannot be bound.
-pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
+pub(crate) async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     paths.ensure()?;
     // Room for many proxied connections; the proxy caps them below this.
     let open_files = platform::raise_open_files_limit();
     tracing::debug!(open_files, "open-file limit");
-    let lock = take_lock(&paths)?;
+    let lock = super::blocking(|| take_lock(&paths))?;
     let registry = Registry::open(&paths.registry())?;
     crate::faults::point("daemon:start");
     let socket = paths.socket();
@@ -106,9 +106,7 @@ pub async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     restore_routes(&daemon)?;
     // Every process this daemon starts shares its session: recorded before
     // the first one, so a later daemon can find them all, listed or not.
-    daemon
-        .registry()
-        .record_session(platform::session_id(), platform::pid())?;
+    daemon.registry(|r| r.record_session(platform::session_id(), platform::pid()))?;
     // Reconcile before serving: re-adopt what is still running.
     world::reconcile(&daemon).await;
     // Carry on with the queue a previous daemon left, in its order.
@@ -165,7 +163,7 @@ fn take_lock(paths: &Paths) -> Result<platform::FileLock> {
 
 /// Rebuilds the proxy's routing table from the registry.
 fn restore_routes(daemon: &Daemon) -> Result<()> {
-    for (host, project, world, service, port, state) in daemon.registry().routes()? {
+    for (host, project, world, service, port, state) in daemon.registry(|r| r.routes())? {
         daemon.routes.set(
             &host,
             crate::proxy::Route {
@@ -206,7 +204,7 @@ impl crate::proxy::Board for Board {
 /// changes it) and returns once it listens or failed to: a CLI that sees
 /// the daemon ready may use a printed URL at once.
 async fn start_proxy(daemon: &Arc<Daemon>, port_rx: watch::Receiver<u16>) -> Result<()> {
-    let port = daemon.registry().settings()?.proxy_port;
+    let port = daemon.registry(|r| r.settings())?.proxy_port;
     let _ = daemon.proxy_port.send(port);
     let proxy = crate::proxy::Proxy::with_board(
         daemon.routes.clone(),

@@ -6,19 +6,19 @@ use crate::registry::Setting;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 
 /// The proxy's port when port 80 cannot be bound (not root, or taken).
-pub const FALLBACK_PROXY_PORT: u16 = 18080;
+pub(super) const FALLBACK_PROXY_PORT: u16 = 18080;
 /// The HTTPS port when 443 cannot be bound.
-pub const FALLBACK_HTTPS_PORT: u16 = 18443;
+pub(super) const FALLBACK_HTTPS_PORT: u16 = 18443;
 
 /// Environment overrides for the default ports (CI and tests run several
 /// daemons on one machine).
-pub const PROXY_PORT_ENV: &str = "BINKY_PROXY_PORT";
+pub(super) const PROXY_PORT_ENV: &str = "BINKY_PROXY_PORT";
 /// See [`PROXY_PORT_ENV`].
-pub const HTTPS_PORT_ENV: &str = "BINKY_HTTPS_PORT";
+pub(super) const HTTPS_PORT_ENV: &str = "BINKY_HTTPS_PORT";
 
 /// Whether `port` can be bound on loopback right now (IPv4, and IPv6 where
 /// the machine has it).
-pub fn port_is_free(port: u16) -> bool {
+pub(super) fn port_is_free(port: u16) -> bool {
     let v4 = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).is_ok();
     let v6 = match TcpListener::bind(SocketAddr::from((Ipv6Addr::LOCALHOST, port))) {
         Ok(_) => true,
@@ -35,7 +35,10 @@ fn env_port(name: &str) -> Option<u16> {
 /// Fills in unset proxy ports: 80/443 when bindable, else the documented
 /// fallbacks. Run once at start-up so `binky config` shows real values.
 pub(super) fn init_defaults(d: &Daemon) -> anyhow::Result<()> {
-    let mut reg = d.registry();
+    d.registry(init_defaults_in)
+}
+
+fn init_defaults_in(reg: &mut crate::registry::Registry) -> anyhow::Result<()> {
     let s = reg.settings()?;
     let mut pairs = Vec::new();
     if s.proxy_port == 0 {
@@ -65,11 +68,11 @@ pub(super) fn init_defaults(d: &Daemon) -> anyhow::Result<()> {
 }
 
 /// The largest disk reserve `binky reserve --disk` takes, GB.
-pub const MAX_DISK_RESERVE_GB: f64 = 1_000_000.0;
+pub(super) const MAX_DISK_RESERVE_GB: f64 = 1_000_000.0;
 
 /// The largest queue cap `binky reserve --queue-max` takes: past it the
 /// queue itself is the problem (benchmarks/admission.py measures 5,000).
-pub const MAX_QUEUE_CAP: u32 = 10_000;
+pub(super) const MAX_QUEUE_CAP: u32 = 10_000;
 
 /// What `binky reserve` changes; `None` leaves a value as it is.
 #[derive(Debug, Default, Clone, Copy)]
@@ -96,7 +99,7 @@ pub(super) fn set_reserve(d: &Daemon, c: ReserveChange) -> Result<Settings, ApiE
     } = c;
     let mut pairs = Vec::new();
     if queue_max.is_some() || queue_per_group.is_some() {
-        let now = d.registry().settings()?;
+        let now = d.registry(|r| r.settings())?;
         let max = queue_max.unwrap_or(now.queue_max);
         let per = queue_per_group.unwrap_or(now.queue_per_group);
         if !(2..=MAX_QUEUE_CAP).contains(&max) {
@@ -147,7 +150,7 @@ pub(super) fn set_ports(
     proxy: Option<u32>,
     https: Option<u32>,
 ) -> Result<Settings, ApiError> {
-    let current = d.registry().settings()?;
+    let current = d.registry(|r| r.settings())?;
     let mut pairs = Vec::new();
     let check = |flag: &str, p: u32, now: u16| -> Result<u16, ApiError> {
         let port = u16::try_from(p).ok().filter(|p| *p != 0).ok_or_else(|| {
@@ -184,9 +187,10 @@ pub(super) fn set_ports(
 }
 
 fn store(d: &Daemon, pairs: &[Setting]) -> Result<Settings, ApiError> {
-    let mut reg = d.registry();
-    if !pairs.is_empty() {
-        reg.set_settings(pairs)?;
-    }
-    Ok(reg.settings()?)
+    d.registry(|reg| {
+        if !pairs.is_empty() {
+            reg.set_settings(pairs)?;
+        }
+        Ok(reg.settings()?)
+    })
 }

@@ -13,9 +13,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Shared daemon state.
-pub struct Daemon {
+pub(crate) struct Daemon {
     pub(crate) paths: Paths,
-    pub(crate) registry: Mutex<Registry>,
+    /// The registry's connection for writes (and reads that must see
+    /// them); reached through [`Daemon::registry`] only.
+    registry: Mutex<Registry>,
+    /// A second connection for reports (`status`, the proxy's pages):
+    /// SQLite's WAL lets it read while a write is held, so a slow disk
+    /// under one write stalls no report. Opened on first use.
+    reader: Mutex<Option<Registry>>,
     pub(crate) events: EventLog,
     pub(crate) started: Instant,
     pub(crate) shutdown: watch::Sender<bool>,
@@ -94,6 +100,19 @@ impl ProgressTx {
     }
 }
 
+/// Runs `f`, which may block its thread (SQLite, the file system), without
+/// taking a worker from the async runtime: on the daemon's multi-thread
+/// runtime through [`tokio::task::block_in_place`], which hands the worker's
+/// other tasks to another thread first; directly anywhere else (a
+/// current-thread runtime in tests, a blocking thread, no runtime).
+pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 /// Waits (at most 2 s) until the proxy has tried to bind `port`.
 pub(crate) async fn wait_proxy_bound(d: &Daemon, port: u16) {
     let mut rx = d.proxy_bound.subscribe();
@@ -107,7 +126,7 @@ pub(crate) async fn wait_proxy_bound(d: &Daemon, port: u16) {
 impl Daemon {
     /// A daemon over `registry` with the state of a fresh start: no routes,
     /// no worlds in memory, an empty admission queue, the proxy not yet
-    /// bound. [`super::run`] builds it after taking the lock; tests build
+    /// bound. [`super::server::run`] builds it after taking the lock; tests build
     /// one over a temporary home.
     pub(crate) fn new(paths: Paths, registry: Registry) -> Daemon {
         let (shutdown, _) = watch::channel(false);
@@ -117,6 +136,7 @@ impl Daemon {
             events: EventLog::new(paths.events_log()),
             paths,
             registry: Mutex::new(registry),
+            reader: Mutex::new(None),
             started: Instant::now(),
             shutdown,
             proxy: Arc::new(ProxyCounters::default()),
@@ -140,10 +160,40 @@ impl Daemon {
         self
     }
 
-    /// Locks the registry. A poisoned lock is recovered: the registry's own
-    /// transactions keep it consistent.
-    pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
-        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    /// Runs `f` with the registry, as a [`blocking`] section: a write that
+    /// waits on the disk (or on another write) holds up neither the
+    /// runtime's workers nor, through them, the proxy and other requests.
+    /// A poisoned lock is recovered: the registry's own transactions keep
+    /// it consistent. Calls do not nest (the lock is not re-entrant).
+    pub(crate) fn registry<T>(&self, f: impl FnOnce(&mut Registry) -> T) -> T {
+        blocking(|| f(&mut self.registry.lock().unwrap_or_else(|p| p.into_inner())))
+    }
+
+    /// Runs `f` with the registry's reading connection ([`Daemon::registry`]'s
+    /// when a second one cannot be opened): what it sees is the last
+    /// committed state, never a write in progress, and it never waits for
+    /// one. For reports only; whatever then writes uses
+    /// [`Daemon::registry`].
+    pub(crate) fn read_registry<T>(&self, f: impl FnOnce(&Registry) -> T) -> T {
+        blocking(|| {
+            let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+            if reader.is_none() {
+                let path = self.paths.registry();
+                match Registry::open_reader(&path) {
+                    Ok(r) => *reader = Some(r),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "no second registry connection; reports share the writer's")
+                    }
+                }
+            }
+            match reader.as_ref() {
+                Some(r) => f(r),
+                None => {
+                    drop(reader);
+                    f(&self.registry.lock().unwrap_or_else(|p| p.into_inner()))
+                }
+            }
+        })
     }
 
     /// Appends to the event log.

@@ -111,7 +111,7 @@ pub(super) async fn follow_logs(
     let project = world::project_of(daemon, &wref).unwrap_or_default();
     let (_, mut events) = daemon.events.subscribe(0);
     let read = |cursor: Option<String>, lines: usize| {
-        world::logs(daemon, wref.clone(), logs.service.clone(), lines, cursor)
+        super::blocking(|| world::logs(daemon, wref.clone(), logs.service.clone(), lines, cursor))
     };
     let mut cursor = match first_lines(&read, &logs) {
         Ok(r) => {

@@ -139,8 +139,7 @@ impl Fixture {
         let memory = Arc::new(memory);
         let d = Arc::new(Daemon::new(paths, registry).with_adapter(memory.clone()));
         settings::init_defaults(&d).unwrap();
-        d.registry()
-            .record_session(crate::platform::session_id(), crate::platform::pid())
+        d.registry(|r| r.record_session(crate::platform::session_id(), crate::platform::pid()))
             .unwrap();
         Fixture {
             d,
@@ -202,7 +201,7 @@ impl Fixture {
 
     /// The world's state as `status` reports it.
     fn state(&self, name: &str) -> Option<WorldState> {
-        let report = self.d.registry().status(None).unwrap();
+        let report = self.d.registry(|r| r.status(None)).unwrap();
         report
             .projects
             .iter()
@@ -335,11 +334,13 @@ async fn a_refused_provision_fails_up_and_leaves_no_slice_and_no_process() {
         "{err:?}"
     );
     assert_eq!(f.state("broken"), Some(WorldState::Failed));
-    let owner = f.d.registry().slice_owner("memory", "unit_broken").unwrap();
+    let owner =
+        f.d.registry(|r| r.slice_owner("memory", "unit_broken"))
+            .unwrap();
     assert_eq!(owner, None, "a slice that was never made is recorded");
     // The process that needs the slice never started.
     assert!(
-        f.d.registry().status(None).unwrap().projects[0].worlds[0]
+        f.d.registry(|r| r.status(None)).unwrap().projects[0].worlds[0]
             .services
             .iter()
             .all(|s| s.pid.is_none())
@@ -380,7 +381,7 @@ async fn with_max_parallel_one_a_second_up_queues_until_the_first_is_down() {
         .await;
     assert_eq!(third.world.queue.as_ref().map(|q| q.position), Some(2));
     let queued = || -> Vec<String> {
-        let q = f.d.registry().queue().unwrap();
+        let q = f.d.registry(|r| r.queue()).unwrap();
         q.into_iter().map(|r| r.world).collect()
     };
     assert_eq!(queued(), ["second", "third"]);
@@ -523,9 +524,10 @@ async fn gc_sweeps_a_slice_a_crash_left_half_made_and_never_a_live_one() {
     f.up("crashed").await;
     f.down("crashed").await;
     let world_id = {
-        let reg = f.d.registry();
-        let project = reg.project_id("unit").unwrap().unwrap();
-        reg.find_world(project, "crashed").unwrap().unwrap().id
+        f.d.registry(|reg| {
+            let project = reg.project_id("unit").unwrap().unwrap();
+            reg.find_world(project, "crashed").unwrap().unwrap().id
+        })
     };
     let key = crate::registry::SliceKey {
         world_id: Some(world_id),
@@ -534,8 +536,7 @@ async fn gc_sweeps_a_slice_a_crash_left_half_made_and_never_a_live_one() {
         adapter: "memory",
         slice: "unit_crashed",
     };
-    f.d.registry()
-        .set_slice(&key, crate::protocol::SliceState::Provisioning, None)
+    f.d.registry(|r| r.set_slice(&key, crate::protocol::SliceState::Provisioning, None))
         .unwrap();
     let listed = swept(f.call(gc(true)).await);
     assert_eq!(listed.len(), 1, "{listed:?}");
@@ -544,4 +545,73 @@ async fn gc_sweeps_a_slice_a_crash_left_half_made_and_never_a_live_one() {
     assert_eq!(done.len(), 1, "{done:?}");
     assert_eq!(f.memory.slices(), ["unit_live"]);
     f.remove("live").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_and_status_answer_with_the_world_and_name_what_is_wrong_by_kind() {
+    let f = Fixture::new(Memory::default());
+    f.up("l").await;
+    let logs = |cursor: Option<String>| Request::Logs {
+        world: f.world("l"),
+        service: Some("app".into()),
+        lines: 10,
+        cursor,
+    };
+    // The log as the supervisor began it, then only what was written
+    // after the cursor (here by hand: the fixture's log writer is not the
+    // binary's, so the service's own output is not captured).
+    let first = match f.call(logs(None)).await {
+        Ok(Response::Logs(r)) => r,
+        other => panic!("expected logs, got {other:?}"),
+    };
+    assert!(
+        first.lines.iter().any(|l| l.text.contains("app starting")),
+        "{first:?}"
+    );
+    let log = f.d.paths.world_logs("unit", "l").join("app.log");
+    let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut file, b"later line\n").unwrap();
+    let since = match f.call(logs(Some(first.cursor.clone()))).await {
+        Ok(Response::Logs(r)) => r,
+        other => panic!("expected logs, got {other:?}"),
+    };
+    let texts: Vec<&str> = since.lines.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(texts, ["later line"], "{since:?}");
+    let bad = f
+        .call(logs(Some("not-a-cursor".into())))
+        .await
+        .expect_err("a cursor this daemon did not give");
+    assert_eq!(
+        bad.kind,
+        crate::protocol::ErrorKind::InvalidInput,
+        "{bad:?}"
+    );
+    // status reads through the second connection and sees the world.
+    let status = match f
+        .call(Request::Status {
+            project: Some("unit".into()),
+            usage: false,
+        })
+        .await
+    {
+        Ok(Response::Status(s)) => s,
+        other => panic!("expected status, got {other:?}"),
+    };
+    let world = status.projects[0]
+        .worlds
+        .iter()
+        .find(|w| w.name == "l")
+        .unwrap_or_else(|| panic!("{status:?}"));
+    assert_eq!(world.state, WorldState::Running);
+    // A world that is not there is `not_found`, whatever the words say.
+    let missing = f
+        .call(Request::Down(f.world("nowhere")))
+        .await
+        .expect_err("down of no such world");
+    assert_eq!(
+        missing.kind,
+        crate::protocol::ErrorKind::NotFound,
+        "{missing:?}"
+    );
+    f.remove("l").await;
 }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 /// How often the figures that change on their own (RSS, CPU, age) are read
 /// again while a world runs. The only timer: an idle machine with no world
 /// running costs the dashboard nothing.
-pub const USAGE_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const USAGE_EVERY: Duration = Duration::from_secs(5);
 
 /// A burst of events is read once: the status is read again this long
 /// after the first event of a burst at the soonest.
@@ -52,7 +52,7 @@ enum Msg {
 }
 
 /// Runs `binky dashboard`.
-pub fn run() -> ExitCode {
+pub(crate) fn run() -> ExitCode {
     let paths = match crate::commands::paths_or_exit() {
         Ok(p) => p,
         Err(c) => return c,

@@ -72,11 +72,11 @@ pub struct Url {
 }
 
 /// Whether this build speaks `https` (the `tls` feature).
-pub const TLS: bool = cfg!(feature = "tls");
+pub(crate) const TLS: bool = cfg!(feature = "tls");
 
 /// The URL schemes this build's client speaks: what an adapter's HTTP
 /// `admin_url` may start with.
-pub const SCHEMES: &[&str] = if TLS { &["http", "https"] } else { &["http"] };
+pub(crate) const SCHEMES: &[&str] = if TLS { &["http", "https"] } else { &["http"] };
 
 /// Parses an `http://host[:port][/path][?query]` URL, or an `https://` one
 /// when built with `tls` (user info refused: credentials go in a header,
@@ -85,7 +85,7 @@ pub const SCHEMES: &[&str] = if TLS { &["http", "https"] } else { &["http"] };
 /// # Errors
 /// Not `http`/`https`, `https` without the `tls` feature, no host, a bad
 /// port, or user info.
-pub fn parse_url(url: &str) -> Result<Url, HttpError> {
+pub(crate) fn parse_url(url: &str) -> Result<Url, HttpError> {
     // The reason alone, never the URL: it may hold a password.
     let bad = |why: &str| HttpError::new(HttpErrorKind::BadUrl, why.to_owned());
     let uri: hyper::Uri = url
@@ -140,7 +140,7 @@ pub fn parse_url(url: &str) -> Result<Url, HttpError> {
 }
 
 /// The `Host` header for `host:port`: IPv6 literals in brackets.
-pub fn host_header(host: &str, port: u16) -> String {
+pub(crate) fn host_header(host: &str, port: u16) -> String {
     if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
@@ -154,7 +154,7 @@ pub fn host_header(host: &str, port: u16) -> String {
 ///
 /// # Errors
 /// The last address's error, or `TimedOut`.
-pub async fn dial(host: &str, port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
+pub(crate) async fn dial(host: &str, port: u16, timeout: Duration) -> std::io::Result<TcpStream> {
     let addrs: Vec<SocketAddr> = match host {
         "localhost" | "" => vec![
             (Ipv4Addr::LOCALHOST, port).into(),
@@ -415,7 +415,7 @@ mod tls {
 ///
 /// # Errors
 /// The method is not one, or a header does not fit.
-pub fn request(
+pub(crate) fn request(
     method: &str,
     url: &Url,
     headers: &[(&str, &str)],

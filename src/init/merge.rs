@@ -130,7 +130,7 @@ const KEYED: &[&str] = &[
 /// key, listed keys appended, `environment` and friends by variable
 /// (list or map), scalars and other lists replaced; `!reset` removes and
 /// `!override` replaces whole.
-pub fn merge_service(base: &Node, over: &Node) -> Node {
+pub(super) fn merge_service(base: &Node, over: &Node) -> Node {
     let (Some(b), Some(o)) = (base.as_map(), over.as_map()) else {
         return if over.value == Value::Null {
             base.clone()
@@ -172,7 +172,7 @@ pub fn merge_service(base: &Node, over: &Node) -> Node {
 }
 
 /// A `KEY=value` list or a mapping as `(key, value)` pairs.
-pub fn keyed_entries(n: &Node) -> Vec<(String, Node)> {
+pub(super) fn keyed_entries(n: &Node) -> Vec<(String, Node)> {
     match &n.value {
         Value::Map(m) => m.clone(),
         Value::Seq(items) => items

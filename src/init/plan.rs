@@ -102,7 +102,7 @@ impl Planned {
 /// An image or port that needs a variable compose requires (`${TAG:?…}`)
 /// and neither `.env` nor the shell sets, or whose `$` compose cannot
 /// read; a port compose would refuse.
-pub fn plan(
+pub(super) fn plan(
     project: &Project,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<Planned>, ComposeError> {

@@ -9,7 +9,7 @@
 /// # Errors
 /// What compose would refuse: a port that is no number from 1 to 65535,
 /// a range that runs backwards, a protocol other than tcp, udp or sctp.
-pub fn parse_port(text: &str, long_protocol: Option<&str>) -> Result<(u16, String), String> {
+pub(super) fn parse_port(text: &str, long_protocol: Option<&str>) -> Result<(u16, String), String> {
     let (spec, protocol) = match (long_protocol, text.rsplit_once('/')) {
         (Some(p), _) => (text, p),
         (None, Some((s, p))) => (s, p),

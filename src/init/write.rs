@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 const WIDTH: usize = 100;
 
 /// The whole file.
-pub fn write(project: &Project, planned: &[Planned], out_dir: &Path) -> String {
+pub(super) fn write(project: &Project, planned: &[Planned], out_dir: &Path) -> String {
     let mut w = String::new();
     header(&mut w, project, planned, out_dir);
     let _ = writeln!(

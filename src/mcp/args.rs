@@ -11,7 +11,7 @@ use serde::Deserialize;
 /// Arguments naming a world.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct WorldArgs {
+pub(crate) struct WorldArgs {
     /// The world's name: a git branch. Default: the world this server is bound to.
     #[serde(default)]
     pub name: Option<String>,
@@ -24,7 +24,7 @@ pub struct WorldArgs {
 /// Arguments of `up`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpArgs {
+pub(crate) struct UpArgs {
     /// The world's name: a git branch (created from HEAD if it does not exist). Default: the
     /// world this server is bound to.
     #[serde(default)]
@@ -46,7 +46,7 @@ pub struct UpArgs {
 /// it is never discarded, and an unknown argument is refused, not ignored.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RemoveArgs {
+pub(crate) struct RemoveArgs {
     /// The world's name. Default: the world this server is bound to.
     #[serde(default)]
     pub name: Option<String>,
@@ -59,7 +59,7 @@ pub struct RemoveArgs {
 /// Arguments of `reset`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ResetArgs {
+pub(crate) struct ResetArgs {
     /// The world's name. Default: the world this server is bound to.
     #[serde(default)]
     pub name: Option<String>,
@@ -79,7 +79,7 @@ pub struct ResetArgs {
 /// Arguments of `status`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Only this project (a path inside it, or its name). Default: every project.
     #[serde(default)]
     pub project: Option<String>,
@@ -88,7 +88,7 @@ pub struct StatusArgs {
 /// Arguments of `verify`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// The world's name. Default: the world this server is bound to.
     #[serde(default)]
     pub name: Option<String>,
@@ -107,7 +107,7 @@ pub struct VerifyArgs {
 /// Arguments of `logs`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LogsArgs {
+pub(crate) struct LogsArgs {
     /// The world's name. Default: the world this server is bound to.
     #[serde(default)]
     pub name: Option<String>,

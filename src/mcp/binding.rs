@@ -7,7 +7,7 @@ use crate::protocol::{ApiError, Request, Response, WorldRef};
 
 /// What a server reaches.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Binding {
+pub(crate) enum Binding {
     /// `--machine`: every world on the machine, as the CLI.
     Machine,
     /// One world: the one whose worktree the server started in, or
@@ -63,7 +63,7 @@ impl Binding {
 /// # Errors
 /// `--world` names a world no branch could be, or its project cannot be
 /// read; without `--world` or `--machine`, the daemon cannot be reached.
-pub fn binding(
+pub(crate) fn binding(
     paths: &Paths,
     cwd: &std::path::Path,
     project: Option<&str>,

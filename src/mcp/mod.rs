@@ -31,13 +31,13 @@ use std::path::PathBuf;
 mod args;
 mod binding;
 mod stdio;
-pub use args::{LogsArgs, RemoveArgs, ResetArgs, StatusArgs, UpArgs, VerifyArgs, WorldArgs};
-pub use binding::{Binding, binding};
+pub(crate) use args::{LogsArgs, RemoveArgs, ResetArgs, StatusArgs, UpArgs, VerifyArgs, WorldArgs};
+pub(crate) use binding::{Binding, binding};
 use stdio::checked_stdio;
 
 /// The server.
 #[derive(Clone)]
-pub struct BinkyMcp {
+pub(crate) struct BinkyMcp {
     /// The tools, each description led by the binding; `#[tool_handler]`
     /// lists and calls through this one, not a fresh `Self::tool_router()`.
     tool_router: ToolRouter<Self>,
@@ -57,6 +57,7 @@ fn tool_error(e: &ApiError) -> CallToolResult {
     let mut r = CallToolResult::structured_error(serde_json::json!({
         "error": e.message,
         "hint": e.hint,
+        "kind": e.kind,
     }));
     r.content = vec![rmcp::model::ContentBlock::text(text)];
     r
@@ -204,7 +205,7 @@ impl BinkyMcp {
     /// A server for the daemon under `paths`, resolving relative projects
     /// against `cwd`, reaching what `binding` allows; each tool's
     /// description says so.
-    pub fn new(
+    pub(crate) fn new(
         paths: Paths,
         cwd: PathBuf,
         default_project: Option<String>,
@@ -479,7 +480,7 @@ impl ServerHandler for BinkyMcp {
 /// Runs the server on stdin/stdout until the client disconnects.
 /// `default_project` (`binky -p X mcp`) is the project a tool call without
 /// `project` means; else the folder the server runs in.
-pub fn run(
+pub(crate) fn run(
     paths: Paths,
     default_project: Option<&str>,
     args: &crate::cli::McpArgs,

@@ -17,7 +17,7 @@ compile_error!(
 /// the very start of `main`, before any thread exists: the environment is
 /// not synchronised, and another thread reading it while it changes is
 /// undefined behaviour (why `remove_var` is `unsafe`).
-pub fn remove_env_before_threads(names: &[&str]) {
+pub(crate) fn remove_env_before_threads(names: &[&str]) {
     for name in names {
         // SAFETY: the caller runs before any other thread starts.
         unsafe { std::env::remove_var(name) };

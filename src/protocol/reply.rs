@@ -86,6 +86,24 @@ pub enum ErrorKind {
     /// Binky did not make); the CLI's `--force` would override it, which an
     /// agent must not reach for on the user's behalf.
     NeedsForce,
+    /// The caller cancelled the request (Ctrl-C, MCP `cancel`); what was
+    /// made is kept, what was started is stopped.
+    Cancelled,
+    /// The request or the project's config is wrong (a name git refuses, an
+    /// invalid `binky.toml`, a cursor this daemon did not give): the same
+    /// request fails again until it is changed.
+    InvalidInput,
+    /// What the request names does not exist (a world, a project).
+    NotFound,
+    /// A server a slice lives on answered, and said no.
+    Refused,
+    /// The surroundings failed, not the request: a server that cannot be
+    /// reached, a missing client program or grant, the registry's disk.
+    /// The same request may succeed once they are fixed.
+    Environmental,
+    /// A bug in Binky (a task that panicked, a reply of the wrong kind);
+    /// `daemon.log` has the trace.
+    Bug,
 }
 
 impl ErrorKind {

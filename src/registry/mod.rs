@@ -9,16 +9,15 @@ mod ports;
 
 /// One port a world needs: `(service, name)`, name `""` for the primary
 /// port. The key of the port table; [`crate::ports`] allocates by it.
-pub type PortKey = (String, String);
+pub(crate) type PortKey = (String, String);
 mod queue;
 mod schema;
 mod slices;
 mod worlds;
 
-pub use ports::PortBook;
-pub use queue::{ActiveRow, NewTicket, QueueCounts, QueueRow, now_ms};
-pub use slices::{OrphanSlice, SliceKey, SliceRow};
-pub use worlds::{NewWorld, RecordedProcess, RouteRow, VerifyRun, WorldBrief, WorldRow};
+pub(crate) use queue::{ActiveRow, NewTicket, QueueRow, now_ms};
+pub(crate) use slices::{OrphanSlice, SliceKey, SliceRow};
+pub(crate) use worlds::{NewWorld, RecordedProcess, VerifyRun, WorldBrief, WorldRow};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::{Path, PathBuf};
@@ -26,7 +25,9 @@ use std::time::Duration;
 
 mod settings;
 mod status;
-pub use settings::{Setting, default_settings};
+pub(crate) use settings::Setting;
+#[cfg(test)]
+pub(crate) use settings::default_settings;
 
 /// The state enums are stored as their words (`as_str`), so the registry's
 /// text, the wire and the output agree.
@@ -105,7 +106,7 @@ pub enum RegistryError {
 }
 
 /// An open registry.
-pub struct Registry {
+pub(crate) struct Registry {
     conn: Connection,
     path: PathBuf,
 }
@@ -135,7 +136,7 @@ impl Registry {
     ///
     /// # Errors
     /// [`RegistryError`]: corrupt, locked, too new, or another SQLite error.
-    pub fn open(path: &Path) -> Result<Self, RegistryError> {
+    pub(crate) fn open(path: &Path) -> Result<Self, RegistryError> {
         let mut conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -186,6 +187,40 @@ impl Registry {
         })
     }
 
+    /// A second connection to the registry at `path`, which another one
+    /// already opened and migrated, for reads only (`PRAGMA query_only`):
+    /// in WAL mode it reads the last committed state while a write is in
+    /// progress.
+    ///
+    /// # Errors
+    /// [`RegistryError`]: the file cannot be opened, or a newer binky wrote
+    /// it.
+    pub(crate) fn open_reader(path: &Path) -> Result<Self, RegistryError> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| classify(path, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| classify(path, e))?;
+        conn.execute_batch("PRAGMA query_only=ON; PRAGMA foreign_keys=ON;")
+            .map_err(|e| classify(path, e))?;
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| classify(path, e))?;
+        if version > schema::LATEST {
+            return Err(RegistryError::TooNew {
+                path: path.to_path_buf(),
+                found: version,
+                known: schema::LATEST,
+            });
+        }
+        Ok(Registry {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
     fn err(&self, e: rusqlite::Error) -> RegistryError {
         classify(&self.path, e)
     }
@@ -203,13 +238,9 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// The schema version in the file.
-    pub fn schema_version(&self) -> Result<i64, RegistryError> {
+    #[cfg(test)]
+    pub(crate) fn schema_version(&self) -> Result<i64, RegistryError> {
         self.conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(|e| self.err(e))
@@ -217,7 +248,7 @@ impl Registry {
 
     /// Records the session of a daemon that is about to start processes
     /// (`sid`, its own pid).
-    pub fn record_session(&self, sid: u32, pid: u32) -> Result<(), RegistryError> {
+    pub(crate) fn record_session(&self, sid: u32, pid: u32) -> Result<(), RegistryError> {
         self.conn
             .execute(
                 "INSERT OR REPLACE INTO daemon_sessions(sid, pid) VALUES (?1, ?2)",
@@ -228,7 +259,7 @@ impl Registry {
     }
 
     /// Session ids of daemons (this one included) that started processes.
-    pub fn sessions(&self) -> Result<Vec<u32>, RegistryError> {
+    pub(crate) fn sessions(&self) -> Result<Vec<u32>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare("SELECT sid FROM daemon_sessions")
@@ -239,7 +270,7 @@ impl Registry {
     }
 
     /// Forgets a session no process lives in any more.
-    pub fn forget_session(&self, sid: u32) -> Result<(), RegistryError> {
+    pub(crate) fn forget_session(&self, sid: u32) -> Result<(), RegistryError> {
         self.conn
             .execute("DELETE FROM daemon_sessions WHERE sid = ?1", [sid])
             .map(|_| ())
@@ -248,7 +279,7 @@ impl Registry {
 
     /// `(pid, start time)` of every process the registry records: services
     /// and `verify` commands in flight.
-    pub fn recorded_processes(&self) -> Result<Vec<(u32, u64)>, RegistryError> {
+    pub(crate) fn recorded_processes(&self) -> Result<Vec<(u32, u64)>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -263,7 +294,7 @@ impl Registry {
     }
 
     /// Registers a project (or updates its root), returning its id.
-    pub fn upsert_project(&mut self, name: &str, root: &str) -> Result<i64, RegistryError> {
+    pub(crate) fn upsert_project(&mut self, name: &str, root: &str) -> Result<i64, RegistryError> {
         self.conn
             .query_row(
                 "INSERT INTO projects(name, root, created_at) VALUES (?1, ?2, unixepoch())
@@ -276,7 +307,7 @@ impl Registry {
     }
 
     /// A project's id by name.
-    pub fn project_id(&self, name: &str) -> Result<Option<i64>, RegistryError> {
+    pub(crate) fn project_id(&self, name: &str) -> Result<Option<i64>, RegistryError> {
         self.one("SELECT id FROM projects WHERE name = ?1", [name])
     }
 }

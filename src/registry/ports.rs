@@ -10,7 +10,7 @@ use std::path::Path;
 /// One allocation's transaction over the reservations: nothing it does is
 /// seen by another connection until [`PortBook::commit`], and dropping it
 /// unfinished rolls everything back.
-pub struct PortBook<'a> {
+pub(crate) struct PortBook<'a> {
     tx: Transaction<'a>,
     path: &'a Path,
 }
@@ -38,7 +38,7 @@ impl Registry {
     ///
     /// # Errors
     /// The registry is locked or unusable.
-    pub fn world_ports(&self, world_id: i64) -> Result<Vec<(PortKey, u16)>, RegistryError> {
+    pub(crate) fn world_ports(&self, world_id: i64) -> Result<Vec<(PortKey, u16)>, RegistryError> {
         reservations(&self.conn, &self.path, world_id)
     }
 
@@ -46,7 +46,7 @@ impl Registry {
     ///
     /// # Errors
     /// The registry is locked or unusable.
-    pub fn port_book(&mut self) -> Result<PortBook<'_>, RegistryError> {
+    pub(crate) fn port_book(&mut self) -> Result<PortBook<'_>, RegistryError> {
         let tx = self
             .conn
             .transaction()
@@ -61,7 +61,7 @@ impl Registry {
     ///
     /// # Errors
     /// The registry is locked or unusable.
-    pub fn release_ports(&self, world_id: i64) -> Result<usize, RegistryError> {
+    pub(crate) fn release_ports(&self, world_id: i64) -> Result<usize, RegistryError> {
         self.conn
             .execute(
                 "DELETE FROM port_reservations WHERE world_id = ?1",
@@ -74,7 +74,11 @@ impl Registry {
     ///
     /// # Errors
     /// The registry is locked or unusable.
-    pub fn service_port(&self, world_id: i64, service: &str) -> Result<Option<u16>, RegistryError> {
+    pub(crate) fn service_port(
+        &self,
+        world_id: i64,
+        service: &str,
+    ) -> Result<Option<u16>, RegistryError> {
         self.one(
             "SELECT port FROM port_reservations WHERE world_id = ?1 AND service = ?2 AND name = ''",
             params![world_id, service],
@@ -91,7 +95,10 @@ impl PortBook<'_> {
     ///
     /// # Errors
     /// The registry is unusable.
-    pub fn reservations(&self, world_id: i64) -> Result<IndexMap<PortKey, u16>, RegistryError> {
+    pub(crate) fn reservations(
+        &self,
+        world_id: i64,
+    ) -> Result<IndexMap<PortKey, u16>, RegistryError> {
         Ok(reservations(&self.tx, self.path, world_id)?
             .into_iter()
             .collect())
@@ -101,7 +108,7 @@ impl PortBook<'_> {
     ///
     /// # Errors
     /// The registry is unusable.
-    pub fn taken(&self) -> Result<HashSet<u16>, RegistryError> {
+    pub(crate) fn taken(&self) -> Result<HashSet<u16>, RegistryError> {
         let mut stmt = self
             .tx
             .prepare_cached("SELECT port FROM port_reservations")
@@ -116,7 +123,7 @@ impl PortBook<'_> {
     ///
     /// # Errors
     /// The registry is unusable.
-    pub fn release(&self, port: u16) -> Result<(), RegistryError> {
+    pub(crate) fn release(&self, port: u16) -> Result<(), RegistryError> {
         self.tx
             .execute("DELETE FROM port_reservations WHERE port = ?1", [port])
             .map(|_| ())
@@ -128,7 +135,12 @@ impl PortBook<'_> {
     /// # Errors
     /// The port is reserved already (a constraint), or the registry is
     /// unusable.
-    pub fn reserve(&self, port: u16, world_id: i64, key: &PortKey) -> Result<(), RegistryError> {
+    pub(crate) fn reserve(
+        &self,
+        port: u16,
+        world_id: i64,
+        key: &PortKey,
+    ) -> Result<(), RegistryError> {
         self.tx
             .execute(
                 "INSERT INTO port_reservations(port, world_id, service, name) VALUES (?1, ?2, ?3, ?4)",
@@ -142,7 +154,7 @@ impl PortBook<'_> {
     ///
     /// # Errors
     /// The registry is unusable.
-    pub fn commit(self) -> Result<(), RegistryError> {
+    pub(crate) fn commit(self) -> Result<(), RegistryError> {
         let path = self.path;
         self.tx.commit().map_err(|e| classify(path, e))
     }

@@ -7,7 +7,7 @@ use rusqlite::{OptionalExtension, params};
 
 /// One queued `up`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueRow {
+pub(crate) struct QueueRow {
     /// Arrival order; never reused.
     pub ticket: i64,
     /// Project name.
@@ -33,7 +33,7 @@ pub struct QueueRow {
 
 /// A world that takes room: running, starting, or suspended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActiveRow {
+pub(crate) struct ActiveRow {
     /// World id.
     pub id: i64,
     /// Project name.
@@ -53,7 +53,7 @@ pub struct ActiveRow {
 }
 
 /// Now, in unix milliseconds.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -62,7 +62,7 @@ pub fn now_ms() -> i64 {
 
 /// A ticket to take: who asks for which world.
 #[derive(Debug, Clone, Copy)]
-pub struct NewTicket<'a> {
+pub(crate) struct NewTicket<'a> {
     /// Project name.
     pub project: &'a str,
     /// World name.
@@ -79,7 +79,7 @@ pub struct NewTicket<'a> {
 
 /// How full the queue is for one caller's group.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueueCounts {
+pub(crate) struct QueueCounts {
     /// Tickets waiting (not yet admitted), in all.
     pub total: u32,
     /// Of those, the caller's.
@@ -95,13 +95,17 @@ impl Registry {
     /// Also whether this call made the ticket (`false`: the world was
     /// queued already, by another `up` or as a resume, and keeps that
     /// place).
-    pub fn enqueue(&mut self, t: &NewTicket<'_>) -> Result<(i64, bool), RegistryError> {
+    pub(crate) fn enqueue(&mut self, t: &NewTicket<'_>) -> Result<(i64, bool), RegistryError> {
         self.enqueue_at(t, None)
     }
 
     /// Queues the resume of a suspended world, in the place its admission
     /// at `since` (unix ms) gives it.
-    pub fn enqueue_resume(&mut self, t: &NewTicket<'_>, since: i64) -> Result<i64, RegistryError> {
+    pub(crate) fn enqueue_resume(
+        &mut self,
+        t: &NewTicket<'_>,
+        since: i64,
+    ) -> Result<i64, RegistryError> {
         self.enqueue_at(t, Some(since)).map(|(t, _)| t)
     }
 
@@ -142,7 +146,11 @@ impl Registry {
     }
 
     /// The ticket of `project`/`world`, if it is queued (admitted or not).
-    pub fn ticket_of(&self, project: &str, world: &str) -> Result<Option<i64>, RegistryError> {
+    pub(crate) fn ticket_of(
+        &self,
+        project: &str,
+        world: &str,
+    ) -> Result<Option<i64>, RegistryError> {
         self.one(
             "SELECT ticket FROM admission_queue WHERE project = ?1 AND world = ?2",
             params![project, world],
@@ -150,7 +158,7 @@ impl Registry {
     }
 
     /// Whether `ticket` waits in the queue, not yet admitted.
-    pub fn queued(&self, ticket: i64) -> Result<bool, RegistryError> {
+    pub(crate) fn queued(&self, ticket: i64) -> Result<bool, RegistryError> {
         self.one::<i64>(
             "SELECT 1 FROM admission_queue WHERE ticket = ?1 AND admitted = 0",
             params![ticket],
@@ -160,7 +168,11 @@ impl Registry {
 
     /// How many tickets wait, in all, for `caller` and for its `group`: what
     /// the queue's caps are checked against (one indexed count).
-    pub fn queue_counts(&self, caller: &str, group: &str) -> Result<QueueCounts, RegistryError> {
+    pub(crate) fn queue_counts(
+        &self,
+        caller: &str,
+        group: &str,
+    ) -> Result<QueueCounts, RegistryError> {
         self.conn
             .query_row(
                 "SELECT COUNT(*), COALESCE(SUM(caller = ?1), 0), COALESCE(SUM(caller = ?1 AND grp = ?2), 0)
@@ -179,7 +191,7 @@ impl Registry {
 
     /// Records who brought world `project`/`world` up, for fairness while
     /// it runs.
-    pub fn set_world_caller(
+    pub(crate) fn set_world_caller(
         &mut self,
         project: &str,
         world: &str,
@@ -196,7 +208,7 @@ impl Registry {
     }
 
     /// Takes `ticket` out of the queue; whether it was there.
-    pub fn dequeue(&mut self, ticket: i64) -> Result<bool, RegistryError> {
+    pub(crate) fn dequeue(&mut self, ticket: i64) -> Result<bool, RegistryError> {
         self.conn
             .execute(
                 "DELETE FROM admission_queue WHERE ticket = ?1",
@@ -207,7 +219,7 @@ impl Registry {
     }
 
     /// Takes `project`/`world` out of the queue; its ticket, if it was there.
-    pub fn dequeue_world(
+    pub(crate) fn dequeue_world(
         &mut self,
         project: &str,
         world: &str,
@@ -221,7 +233,7 @@ impl Registry {
     /// Marks `ticket` admitted: it leaves the queue's order but keeps its
     /// row until its `up` settles ([`Registry::dequeue`]), so a daemon that
     /// dies in between loses no request.
-    pub fn mark_admitted(&mut self, ticket: i64) -> Result<(), RegistryError> {
+    pub(crate) fn mark_admitted(&mut self, ticket: i64) -> Result<(), RegistryError> {
         self.conn
             .execute(
                 "UPDATE admission_queue SET admitted = 1 WHERE ticket = ?1",
@@ -233,7 +245,7 @@ impl Registry {
 
     /// Puts every admitted ticket back in the queue, in its place: at start,
     /// no `up` is under way, so one marked admitted was cut short by a crash.
-    pub fn readmit_all(&mut self) -> Result<usize, RegistryError> {
+    pub(crate) fn readmit_all(&mut self) -> Result<usize, RegistryError> {
         self.conn
             .execute(
                 "UPDATE admission_queue SET admitted = 0 WHERE admitted = 1",
@@ -243,7 +255,7 @@ impl Registry {
     }
 
     /// The queue (tickets not yet admitted), oldest first.
-    pub fn queue(&self) -> Result<Vec<QueueRow>, RegistryError> {
+    pub(crate) fn queue(&self) -> Result<Vec<QueueRow>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -271,7 +283,7 @@ impl Registry {
     }
 
     /// Worlds running, starting or suspended, oldest admission first.
-    pub fn active_worlds(&self) -> Result<Vec<ActiveRow>, RegistryError> {
+    pub(crate) fn active_worlds(&self) -> Result<Vec<ActiveRow>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -306,7 +318,7 @@ impl Registry {
     }
 
     /// Records that world `id` was admitted (or resumed) now.
-    pub fn set_admitted(&mut self, id: i64) -> Result<(), RegistryError> {
+    pub(crate) fn set_admitted(&mut self, id: i64) -> Result<(), RegistryError> {
         self.conn
             .execute(
                 "UPDATE worlds SET admitted_at = ?2, suspended_at = NULL WHERE id = ?1",
@@ -317,7 +329,7 @@ impl Registry {
     }
 
     /// Records world `id` as suspended since now, for `why`.
-    pub fn set_suspended(&mut self, id: i64, why: &str) -> Result<(), RegistryError> {
+    pub(crate) fn set_suspended(&mut self, id: i64, why: &str) -> Result<(), RegistryError> {
         self.conn
             .execute(
                 "UPDATE worlds SET state = ?2, intent = NULL, error = ?3, suspended_at = ?4,
@@ -330,7 +342,7 @@ impl Registry {
 
     /// The project's learned footprint (peak RSS of its last running
     /// world), bytes.
-    pub fn footprint(&self, project: &str) -> Result<Option<u64>, RegistryError> {
+    pub(crate) fn footprint(&self, project: &str) -> Result<Option<u64>, RegistryError> {
         self.conn
             .query_row(
                 "SELECT footprint_bytes FROM projects WHERE name = ?1",
@@ -344,7 +356,7 @@ impl Registry {
 
     /// Every project's learned footprint, bytes, by project name (those
     /// never measured are left out).
-    pub fn footprints(&self) -> Result<Vec<(String, u64)>, RegistryError> {
+    pub(crate) fn footprints(&self) -> Result<Vec<(String, u64)>, RegistryError> {
         let mut st = self
             .conn
             .prepare_cached(
@@ -360,7 +372,7 @@ impl Registry {
     }
 
     /// Stores the project's footprint, bytes.
-    pub fn set_footprint(&mut self, project: &str, bytes: u64) -> Result<(), RegistryError> {
+    pub(crate) fn set_footprint(&mut self, project: &str, bytes: u64) -> Result<(), RegistryError> {
         self.conn
             .execute(
                 "UPDATE projects SET footprint_bytes = ?2 WHERE name = ?1",

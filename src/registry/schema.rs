@@ -4,10 +4,10 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub const LATEST: i64 = 13;
+pub(super) const LATEST: i64 = 13;
 
 /// All migrations, oldest first.
-pub fn migrations() -> Migrations<'static> {
+pub(super) fn migrations() -> Migrations<'static> {
     Migrations::new(vec![
         M::up(V1),
         M::up(V2),

@@ -7,7 +7,7 @@ use crate::protocol::Settings;
 use rusqlite::params;
 
 /// Default settings: what `binky config` shows before anything is set.
-pub fn default_settings() -> Settings {
+pub(crate) fn default_settings() -> Settings {
     Settings {
         ram_reserve_pct: 10.0,
         disk_reserve_gb: 5.0,
@@ -21,7 +21,7 @@ pub fn default_settings() -> Settings {
 
 /// One machine-global setting as stored (`settings.key`, `settings.value`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Setting {
+pub(crate) enum Setting {
     /// Percent of RAM admission keeps free.
     RamReservePct(f64),
     /// Gigabytes of disk admission keeps free.
@@ -40,7 +40,7 @@ pub enum Setting {
 
 impl Setting {
     /// Its key in the table.
-    pub fn key(self) -> &'static str {
+    pub(crate) fn key(self) -> &'static str {
         match self {
             Setting::RamReservePct(_) => "ram_reserve_pct",
             Setting::DiskReserveGb(_) => "disk_reserve_gb",
@@ -53,7 +53,7 @@ impl Setting {
     }
 
     /// Its value as stored.
-    pub fn value(self) -> String {
+    pub(crate) fn value(self) -> String {
         match self {
             Setting::RamReservePct(v) | Setting::DiskReserveGb(v) => v.to_string(),
             Setting::MaxParallel(v) | Setting::QueueMax(v) | Setting::QueuePerGroup(v) => {
@@ -67,7 +67,7 @@ impl Setting {
     ///
     /// # Errors
     /// The value does not parse as the key's type.
-    pub fn parse(key: &str, value: &str) -> Result<Option<Setting>, String> {
+    pub(crate) fn parse(key: &str, value: &str) -> Result<Option<Setting>, String> {
         fn num<T: std::str::FromStr>(v: &str) -> Result<T, String>
         where
             T::Err: std::fmt::Display,
@@ -87,7 +87,7 @@ impl Setting {
     }
 
     /// Sets its field of `s`.
-    pub fn apply(self, s: &mut Settings) {
+    pub(crate) fn apply(self, s: &mut Settings) {
         match self {
             Setting::RamReservePct(v) => s.ram_reserve_pct = v,
             Setting::DiskReserveGb(v) => s.disk_reserve_gb = v,
@@ -103,7 +103,7 @@ impl Setting {
 impl Registry {
     /// Whether setting `key` was ever stored (`binky reserve` set it), as
     /// opposed to its default applying.
-    pub fn setting_is_set(&self, key: &str) -> Result<bool, RegistryError> {
+    pub(crate) fn setting_is_set(&self, key: &str) -> Result<bool, RegistryError> {
         self.conn
             .query_row(
                 "SELECT EXISTS(SELECT 1 FROM settings WHERE key = ?1)",
@@ -116,7 +116,7 @@ impl Registry {
     /// The settings, defaults filled in for keys never set. A stored value
     /// that does not parse (a registry edited by hand, or by a newer Binky)
     /// is named in `daemon.log` as an error, and the default stands in.
-    pub fn settings(&self) -> Result<Settings, RegistryError> {
+    pub(crate) fn settings(&self) -> Result<Settings, RegistryError> {
         let mut s = default_settings();
         let mut stmt = self
             .conn
@@ -146,7 +146,7 @@ impl Registry {
     }
 
     /// Stores several settings in one transaction.
-    pub fn set_settings(&mut self, settings: &[Setting]) -> Result<(), RegistryError> {
+    pub(crate) fn set_settings(&mut self, settings: &[Setting]) -> Result<(), RegistryError> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| classify(&path, e))?;
         for s in settings {
@@ -157,6 +157,8 @@ impl Registry {
             )
             .map_err(|e| classify(&path, e))?;
         }
+        // A test's slow disk: the write held, its lock taken.
+        crate::faults::stall("registry:settings");
         tx.commit().map_err(|e| classify(&path, e))
     }
 }

@@ -9,7 +9,7 @@ use rusqlite::params;
 
 /// A slice's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SliceRow {
+pub(crate) struct SliceRow {
     /// The resource service's name.
     pub service: String,
     /// Adapter name.
@@ -32,7 +32,7 @@ pub struct SliceRow {
 /// A live slice cloned from a golden template (see
 /// [`Registry::cloned_slices`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClonedSlice {
+pub(crate) struct ClonedSlice {
     /// Its project's name.
     pub project: String,
     /// Its world's name.
@@ -47,7 +47,7 @@ pub struct ClonedSlice {
 
 /// A slice `gc` may sweep (see [`Registry::orphan_slices`]).
 #[derive(Debug, Clone)]
-pub struct OrphanSlice {
+pub(crate) struct OrphanSlice {
     /// Its project's name.
     pub project: String,
     /// The resource service's name.
@@ -67,7 +67,7 @@ pub struct OrphanSlice {
 /// Which slice a [`Registry::set_slice`] records: its world (`None` for
 /// none), project, resource service, adapter and name.
 #[derive(Debug, Clone, Copy)]
-pub struct SliceKey<'a> {
+pub(crate) struct SliceKey<'a> {
     /// The world it is made for.
     pub world_id: Option<i64>,
     /// Its project's name.
@@ -95,7 +95,7 @@ impl Registry {
     /// # Errors
     /// The registry cannot be written; the slice's name is empty (no slice
     /// has one: a slice is a world's, named by the daemon's `slice_name`).
-    pub fn set_slice(
+    pub(crate) fn set_slice(
         &self,
         at: &SliceKey<'_>,
         state: SliceState,
@@ -129,7 +129,7 @@ impl Registry {
     }
 
     /// Records the key a slice's schema is now migrated at.
-    pub fn set_slice_migrated(
+    pub(crate) fn set_slice_migrated(
         &self,
         adapter: &str,
         slice: &str,
@@ -146,7 +146,7 @@ impl Registry {
 
     /// Records the golden template a slice was cloned from, with the
     /// template's key; `None` clears it (the slice was built without one).
-    pub fn set_slice_template(
+    pub(crate) fn set_slice_template(
         &self,
         adapter: &str,
         slice: &str,
@@ -164,7 +164,7 @@ impl Registry {
     /// Every slice cloned from a golden template, in one query (`status`
     /// asks on every call): its project, world, resource service and the
     /// template's key.
-    pub fn cloned_slices(&self) -> Result<Vec<ClonedSlice>, RegistryError> {
+    pub(crate) fn cloned_slices(&self) -> Result<Vec<ClonedSlice>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -188,7 +188,11 @@ impl Registry {
     }
 
     /// The project that recorded slice `slice` of `adapter`, if any.
-    pub fn slice_owner(&self, adapter: &str, slice: &str) -> Result<Option<String>, RegistryError> {
+    pub(crate) fn slice_owner(
+        &self,
+        adapter: &str,
+        slice: &str,
+    ) -> Result<Option<String>, RegistryError> {
         self.one(
             "SELECT project FROM slices WHERE adapter = ?1 AND slice = ?2",
             params![adapter, slice],
@@ -196,7 +200,7 @@ impl Registry {
     }
 
     /// The slices of a world.
-    pub fn slices_of(&self, world_id: i64) -> Result<Vec<SliceRow>, RegistryError> {
+    pub(crate) fn slices_of(&self, world_id: i64) -> Result<Vec<SliceRow>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -224,7 +228,7 @@ impl Registry {
     /// Slices `gc` may sweep: not live, and their world gone or idle (no
     /// verb under way, not starting) — what an interrupted provision or
     /// teardown left.
-    pub fn orphan_slices(&self) -> Result<Vec<OrphanSlice>, RegistryError> {
+    pub(crate) fn orphan_slices(&self) -> Result<Vec<OrphanSlice>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -254,7 +258,7 @@ impl Registry {
 impl Registry {
     /// The random key credentials are fingerprinted under (made by schema
     /// v7, never shown).
-    pub fn fingerprint_key(&self) -> Result<String, RegistryError> {
+    pub(crate) fn fingerprint_key(&self) -> Result<String, RegistryError> {
         self.conn
             .query_row("SELECT key FROM fingerprint_key WHERE id = 1", [], |r| {
                 r.get(0)
@@ -272,7 +276,7 @@ impl Registry {
     /// database file's copy and empties the WAL of every older frame that
     /// held it (a plain checkpoint leaves old frames in the WAL file, and
     /// leaves the database file's copy until it runs at all).
-    pub fn delete_slice(&self, adapter: &str, slice: &str) -> Result<(), RegistryError> {
+    pub(crate) fn delete_slice(&self, adapter: &str, slice: &str) -> Result<(), RegistryError> {
         // One transaction: a slice is never forgotten with its password
         // kept, or the other way round.
         let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
@@ -325,7 +329,7 @@ impl Registry {
     ///
     /// # Errors
     /// The registry cannot be read.
-    pub fn slice_secret(
+    pub(crate) fn slice_secret(
         &self,
         adapter: &str,
         slice: &str,
@@ -347,7 +351,11 @@ impl Registry {
     /// # Errors
     /// The registry cannot be written or read; `slice` is empty (no slice
     /// has an empty name).
-    pub fn make_slice_secret(&self, adapter: &str, slice: &str) -> Result<String, RegistryError> {
+    pub(crate) fn make_slice_secret(
+        &self,
+        adapter: &str,
+        slice: &str,
+    ) -> Result<String, RegistryError> {
         if slice.is_empty() {
             return Err(self.err(rusqlite::Error::InvalidParameterName(
                 "a password for a slice with an empty name".into(),
@@ -372,7 +380,7 @@ impl Registry {
     ///
     /// # Errors
     /// The registry cannot be read.
-    pub fn world_secrets(&self, world_id: i64) -> Result<Vec<String>, RegistryError> {
+    pub(crate) fn world_secrets(&self, world_id: i64) -> Result<Vec<String>, RegistryError> {
         let mut st = self
             .conn
             .prepare_cached(

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 impl Registry {
     /// Every world with its services and ports, grouped by project; only
     /// `project` when given.
-    pub fn status(&self, project: Option<&str>) -> Result<StatusReport, RegistryError> {
+    pub(crate) fn status(&self, project: Option<&str>) -> Result<StatusReport, RegistryError> {
         let mut projects = self.status_projects(project)?;
         if projects.is_empty() {
             return Ok(StatusReport::default());
@@ -199,7 +199,7 @@ impl Registry {
     }
 
     /// World counts by state.
-    pub fn world_counts(&self) -> Result<IndexMap<String, u64>, RegistryError> {
+    pub(crate) fn world_counts(&self) -> Result<IndexMap<String, u64>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT state, COUNT(*) FROM worlds GROUP BY state ORDER BY state")
@@ -211,7 +211,7 @@ impl Registry {
     }
 
     /// (services running, total restarts, port reservations).
-    pub fn counters(&self) -> Result<(u64, u64, u64), RegistryError> {
+    pub(crate) fn counters(&self) -> Result<(u64, u64, u64), RegistryError> {
         self.conn
             .query_row(
                 "SELECT
@@ -225,7 +225,7 @@ impl Registry {
     }
 
     /// Size of the database and its WAL, in bytes.
-    pub fn size_bytes(&self) -> u64 {
+    pub(crate) fn size_bytes(&self) -> u64 {
         let wal = PathBuf::from(format!("{}-wal", self.path.display()));
         [&self.path, &wal]
             .iter()

@@ -6,7 +6,7 @@ use rusqlite::{OptionalExtension, params};
 
 /// A world's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorldRow {
+pub(crate) struct WorldRow {
     /// Row id.
     pub id: i64,
     /// Owning project id.
@@ -25,7 +25,7 @@ pub struct WorldRow {
 
 /// A world as `up` records it before making anything.
 #[derive(Debug, Clone, Copy)]
-pub struct NewWorld<'a> {
+pub(crate) struct NewWorld<'a> {
     /// Its project's id.
     pub project_id: i64,
     /// The branch.
@@ -40,12 +40,12 @@ pub struct NewWorld<'a> {
 
 impl Registry {
     /// A project's root folder by name.
-    pub fn project_root(&self, name: &str) -> Result<Option<String>, RegistryError> {
+    pub(crate) fn project_root(&self, name: &str) -> Result<Option<String>, RegistryError> {
         self.one("SELECT root FROM projects WHERE name = ?1", [name])
     }
 
     /// The world `name` of a project.
-    pub fn find_world(
+    pub(crate) fn find_world(
         &self,
         project_id: i64,
         name: &str,
@@ -73,7 +73,7 @@ impl Registry {
 
     /// Creates or updates world `w` as `up` begins: state `starting`, intent
     /// `up`, no error; its group kept when `w` names none. Returns its id.
-    pub fn upsert_world(&mut self, w: &NewWorld<'_>) -> Result<i64, RegistryError> {
+    pub(crate) fn upsert_world(&mut self, w: &NewWorld<'_>) -> Result<i64, RegistryError> {
         let (state, intent) = (WorldState::Starting, Intent::Up);
         self.conn
             .query_row(
@@ -92,7 +92,7 @@ impl Registry {
     }
 
     /// Sets a world's state, intent and error.
-    pub fn set_world_state(
+    pub(crate) fn set_world_state(
         &self,
         id: i64,
         state: WorldState,
@@ -112,7 +112,7 @@ impl Registry {
 
     /// Makes the world's service rows match `services` (`(name, kind)` in
     /// start order), keeping counters of services that stay. One transaction.
-    pub fn sync_services(
+    pub(crate) fn sync_services(
         &mut self,
         world_id: i64,
         services: &[(String, ServiceKind)],
@@ -152,7 +152,7 @@ impl Registry {
     }
 
     /// Records a started process.
-    pub fn service_started(
+    pub(crate) fn service_started(
         &self,
         world_id: i64,
         name: &str,
@@ -170,7 +170,7 @@ impl Registry {
     }
 
     /// Sets a service's state (and clears its pid when no process is left).
-    pub fn service_state(
+    pub(crate) fn service_state(
         &self,
         world_id: i64,
         name: &str,
@@ -196,7 +196,7 @@ impl Registry {
     }
 
     /// Counts a restart.
-    pub fn service_restarted(&self, world_id: i64, name: &str) -> Result<(), RegistryError> {
+    pub(crate) fn service_restarted(&self, world_id: i64, name: &str) -> Result<(), RegistryError> {
         self.conn
             .execute(
                 "UPDATE services SET restarts = restarts + 1 WHERE world_id = ?1 AND name = ?2",
@@ -207,7 +207,7 @@ impl Registry {
     }
 
     /// Resets restart counters at `up`.
-    pub fn reset_restarts(&self, world_id: i64) -> Result<(), RegistryError> {
+    pub(crate) fn reset_restarts(&self, world_id: i64) -> Result<(), RegistryError> {
         self.conn
             .execute(
                 "UPDATE services SET restarts = 0 WHERE world_id = ?1",
@@ -218,7 +218,7 @@ impl Registry {
     }
 
     /// Every project: (id, name, root folder).
-    pub fn projects(&self) -> Result<Vec<(i64, String, String)>, RegistryError> {
+    pub(crate) fn projects(&self) -> Result<Vec<(i64, String, String)>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT id, name, root FROM projects")
@@ -230,7 +230,7 @@ impl Registry {
     }
 
     /// The name of the world of `project_id` whose worktree is `path`.
-    pub fn world_with_path(
+    pub(crate) fn world_with_path(
         &self,
         project_id: i64,
         path: &str,
@@ -242,7 +242,7 @@ impl Registry {
     }
 
     /// The worktree paths of a project's worlds.
-    pub fn world_paths(&self, project_id: i64) -> Result<Vec<String>, RegistryError> {
+    pub(crate) fn world_paths(&self, project_id: i64) -> Result<Vec<String>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT path FROM worlds WHERE project_id = ?1")
@@ -254,7 +254,7 @@ impl Registry {
     }
 
     /// World `id`'s token (see schema v8), if it has one.
-    pub fn world_token(&self, id: i64) -> Result<Option<String>, RegistryError> {
+    pub(crate) fn world_token(&self, id: i64) -> Result<Option<String>, RegistryError> {
         self.conn
             .query_row("SELECT token FROM worlds WHERE id = ?1", [id], |r| r.get(0))
             .optional()
@@ -263,7 +263,7 @@ impl Registry {
     }
 
     /// Every world's token, with its id and state.
-    pub fn world_tokens(&self) -> Result<Vec<(i64, String, WorldState)>, RegistryError> {
+    pub(crate) fn world_tokens(&self) -> Result<Vec<(i64, String, WorldState)>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT id, token, state FROM worlds WHERE token IS NOT NULL")
@@ -278,7 +278,7 @@ impl Registry {
     /// transaction, by cascade). The freed pages are zeroed (`secure_delete`)
     /// and the WAL, which still holds their old images, is checkpointed and
     /// truncated, so nothing of the world lingers in the files.
-    pub fn delete_world(&self, id: i64) -> Result<(), RegistryError> {
+    pub(crate) fn delete_world(&self, id: i64) -> Result<(), RegistryError> {
         self.conn
             .execute("DELETE FROM worlds WHERE id = ?1", [id])
             .map_err(|e| self.err(e))?;
@@ -293,7 +293,7 @@ impl Registry {
 /// identity `down` and re-adoption check before touching a process.
 /// One `verify` run, as [`Registry::record_verify`](super::Registry::record_verify) stores it.
 #[derive(Debug, Clone, Copy)]
-pub struct VerifyRun<'a> {
+pub(crate) struct VerifyRun<'a> {
     /// How it ended.
     pub outcome: VerifyOutcome,
     /// The worktree held uncommitted changes when it ran.
@@ -309,7 +309,7 @@ pub struct VerifyRun<'a> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordedProcess {
+pub(crate) struct RecordedProcess {
     /// Service name.
     pub name: String,
     /// Its pid (which leads its own process group), while it runs.
@@ -326,7 +326,7 @@ pub struct RecordedProcess {
 impl RecordedProcess {
     /// The pid, if that very process still runs: same pid *and* start time,
     /// so a recycled pid is never taken for it (and never pid 0 or 1).
-    pub fn live_pid(&self) -> Option<u32> {
+    pub(crate) fn live_pid(&self) -> Option<u32> {
         match (self.pid, self.start_time) {
             (Some(pid), Some(start))
                 if pid > 1 && crate::platform::process_start_time(pid) == Some(start) =>
@@ -340,7 +340,7 @@ impl RecordedProcess {
 
 /// A world with its project, as `reconcile` walks them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorldBrief {
+pub(crate) struct WorldBrief {
     /// Row id.
     pub id: i64,
     /// Project name.
@@ -355,7 +355,7 @@ pub struct WorldBrief {
 
 impl Registry {
     /// Every world, with its project's name.
-    pub fn worlds(&self) -> Result<Vec<WorldBrief>, RegistryError> {
+    pub(crate) fn worlds(&self) -> Result<Vec<WorldBrief>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -377,7 +377,10 @@ impl Registry {
     }
 
     /// `(project name, world name)` of a world id.
-    pub fn world_names(&self, world_id: i64) -> Result<Option<(String, String)>, RegistryError> {
+    pub(crate) fn world_names(
+        &self,
+        world_id: i64,
+    ) -> Result<Option<(String, String)>, RegistryError> {
         self.conn
             .query_row(
                 "SELECT p.name, w.name FROM worlds w JOIN projects p ON p.id = w.project_id WHERE w.id = ?1",
@@ -389,7 +392,10 @@ impl Registry {
     }
 
     /// The processes recorded for a world's services.
-    pub fn world_processes(&self, world_id: i64) -> Result<Vec<RecordedProcess>, RegistryError> {
+    pub(crate) fn world_processes(
+        &self,
+        world_id: i64,
+    ) -> Result<Vec<RecordedProcess>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -411,7 +417,7 @@ impl Registry {
     }
 
     /// Marks every process service of a world stopped, forgetting its pid.
-    pub fn processes_stopped(&self, world_id: i64) -> Result<(), RegistryError> {
+    pub(crate) fn processes_stopped(&self, world_id: i64) -> Result<(), RegistryError> {
         self.conn
             .execute(
                 "UPDATE services SET state = ?2, pid = NULL, pgid = NULL, start_time = NULL
@@ -424,11 +430,11 @@ impl Registry {
 }
 
 /// A route as recorded: `(host, project, world, service, port, state)`.
-pub type RouteRow = (String, String, String, String, u16, ServiceState);
+pub(crate) type RouteRow = (String, String, String, String, u16, ServiceState);
 
 impl Registry {
     /// Records the proxied hostname of a url service.
-    pub fn set_service_host(
+    pub(crate) fn set_service_host(
         &self,
         world_id: i64,
         name: &str,
@@ -444,7 +450,7 @@ impl Registry {
     }
 
     /// Every recorded route, for rebuilding the proxy table at start-up.
-    pub fn routes(&self) -> Result<Vec<RouteRow>, RegistryError> {
+    pub(crate) fn routes(&self) -> Result<Vec<RouteRow>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -476,7 +482,7 @@ impl Registry {
     /// Records (or, with `None`, clears) the `verify` command running for a
     /// world: its pid, which leads its own process group, and the process
     /// start time that, with the pid, identifies it.
-    pub fn set_verify_running(
+    pub(crate) fn set_verify_running(
         &self,
         world_id: i64,
         running: Option<(u32, u64)>,
@@ -493,7 +499,7 @@ impl Registry {
 
     /// Worlds with a `verify` command recorded as running: (world id, pid,
     /// start time).
-    pub fn verifies_running(&self) -> Result<Vec<(i64, u32, u64)>, RegistryError> {
+    pub(crate) fn verifies_running(&self) -> Result<Vec<(i64, u32, u64)>, RegistryError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -510,7 +516,11 @@ impl Registry {
 
     /// Records a `verify` run of world `world_id` (its detail scrubbed of
     /// every secret Binky knows).
-    pub fn record_verify(&self, world_id: i64, run: &VerifyRun<'_>) -> Result<(), RegistryError> {
+    pub(crate) fn record_verify(
+        &self,
+        world_id: i64,
+        run: &VerifyRun<'_>,
+    ) -> Result<(), RegistryError> {
         let VerifyRun {
             outcome,
             dirty,

@@ -126,7 +126,7 @@ pub(super) async fn obey(
 /// How long, at most, a stop waits after SIGKILL for the last member of a
 /// process group to be gone. SIGKILL cannot be caught; only a process stuck
 /// in the kernel (uninterruptible I/O) or one of another user takes longer.
-pub const KILL_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// Stops one-shot command `child` (the leader of its own process group:
 /// a `verify` check, a `setup` command) and its whole group — SIGTERM, 2 s,

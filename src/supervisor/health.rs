@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// A rendered probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProbeSpec {
+pub(crate) enum ProbeSpec {
     /// `GET path` on host:port.
     Http {
         /// Host to dial (and send as Host).
@@ -39,7 +39,7 @@ pub enum ProbeSpec {
 
 impl ProbeSpec {
     /// The port this probe dials, if any.
-    pub fn port(&self) -> Option<u16> {
+    pub(crate) fn port(&self) -> Option<u16> {
         match self {
             ProbeSpec::Http { port, .. } | ProbeSpec::Tcp { port, .. } => Some(*port),
             ProbeSpec::Cmd { .. } => None,
@@ -49,7 +49,7 @@ impl ProbeSpec {
 
 /// Parses `http://host:port/path` (see [`crate::http::parse_url`]). A value
 /// starting with `/` is a path on `own_port`.
-pub fn parse_http(url: &str, own_port: Option<u16>) -> Result<ProbeSpec, String> {
+pub(crate) fn parse_http(url: &str, own_port: Option<u16>) -> Result<ProbeSpec, String> {
     if url.starts_with('/') {
         let port = own_port.ok_or("a path probe needs the service to have a port")?;
         return Ok(ProbeSpec::Http {
@@ -72,7 +72,7 @@ pub fn parse_http(url: &str, own_port: Option<u16>) -> Result<ProbeSpec, String>
 }
 
 /// Parses `host:port` for a TCP probe (`[::1]:9` for IPv6).
-pub fn parse_tcp(addr: &str) -> Result<ProbeSpec, String> {
+pub(crate) fn parse_tcp(addr: &str) -> Result<ProbeSpec, String> {
     let bad = || format!("tcp probe `{addr}` needs host:port");
     let (host, port) = match addr.strip_prefix('[') {
         Some(rest) => rest.split_once("]:").ok_or_else(bad)?,
@@ -91,7 +91,7 @@ pub fn parse_tcp(addr: &str) -> Result<ProbeSpec, String> {
 }
 
 /// One probe attempt. `Err` carries a short reason for the last failure.
-pub async fn attempt(probe: &ProbeSpec, timeout: Duration) -> Result<(), String> {
+pub(crate) async fn attempt(probe: &ProbeSpec, timeout: Duration) -> Result<(), String> {
     match probe {
         ProbeSpec::Tcp { host, port } => crate::http::dial(host, *port, timeout)
             .await

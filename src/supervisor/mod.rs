@@ -17,9 +17,9 @@
 //! | `task` | a service's task: run, obey control messages, decide after an exit; carry on with an adopted process |
 //! | here | what a service is ([`ServiceSpec`]), its [`State`] and [`Event`]s, spawn or adopt one, its [`Handle`] |
 
-pub mod health;
-pub mod logs;
-pub mod restart;
+pub(crate) mod health;
+pub(crate) mod logs;
+pub(crate) mod restart;
 
 use crate::config::Restart;
 use crate::protocol::ServiceState;
@@ -33,17 +33,15 @@ mod ready;
 mod task;
 use task::{run, run_adopted};
 mod watcher;
-pub use group::KILL_WAIT;
 use group::stop_strays;
 pub(crate) use group::{stop_child_group, stop_pgid, terminate};
-pub use watcher::WatchSet;
 use watcher::start_watcher;
 
 /// Log files roll at this size, while they are written (see
 /// [`logs::LogFile`]).
-pub const LOG_ROLL_BYTES: u64 = 5 * 1024 * 1024;
+pub(crate) const LOG_ROLL_BYTES: u64 = 5 * 1024 * 1024;
 /// Rolled generations kept.
-pub const LOG_GENERATIONS: u32 = 3;
+pub(crate) const LOG_GENERATIONS: u32 = 3;
 /// How a service that exited with status 0 is described (in
 /// [`State::Stopped`]).
 const CLEAN_EXIT: &str = "exited with code 0";
@@ -51,11 +49,11 @@ const CLEAN_EXIT: &str = "exited with code 0";
 /// ready. Long enough for a missing program, a syntax error or a bad
 /// import to show (each exits within tens of milliseconds); short enough
 /// not to slow `up` noticeably.
-pub const NO_PROBE_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
+pub(crate) const NO_PROBE_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// A fully rendered service, ready to run.
 #[derive(Clone)]
-pub struct ServiceSpec {
+pub(crate) struct ServiceSpec {
     /// Service name.
     pub name: String,
     /// Shell command line (rendered).
@@ -100,7 +98,7 @@ pub struct ServiceSpec {
 ///
 /// No `Debug`: the token is not for logs.
 #[derive(Clone)]
-pub struct Mark {
+pub(crate) struct Mark {
     /// The daemon's home: only processes a daemon of this home started.
     pub home: (String, String),
     /// The world's random token.
@@ -124,7 +122,7 @@ impl std::fmt::Debug for ServiceSpec {
 
 /// A service's state, as the supervisor sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     /// Process started; health probe pending.
     Starting {
         /// Its pid (and process group).
@@ -161,11 +159,11 @@ pub enum State {
 
 impl State {
     /// Stopped because it exited with status 0 on its own.
-    pub fn exited_cleanly(&self) -> bool {
+    pub(crate) fn exited_cleanly(&self) -> bool {
         matches!(self, State::Stopped { exit: Some(e) } if e == CLEAN_EXIT)
     }
     /// The service state `status`, the registry and the proxy record.
-    pub fn label(&self) -> ServiceState {
+    pub(crate) fn label(&self) -> ServiceState {
         match self {
             State::Starting { .. } => ServiceState::Starting,
             State::Running { .. } => ServiceState::Running,
@@ -176,7 +174,7 @@ impl State {
         }
     }
     /// The pid while a process exists.
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         match self {
             State::Starting { pid } | State::Running { pid } | State::Unhealthy { pid, .. } => {
                 Some(*pid)
@@ -185,14 +183,14 @@ impl State {
         }
     }
     /// Whether the state will not change without a request.
-    pub fn is_settled(&self) -> bool {
+    pub(crate) fn is_settled(&self) -> bool {
         !matches!(self, State::Starting { .. } | State::Backoff { .. })
     }
 }
 
 /// Something the daemon records (registry, event log).
 #[derive(Debug, Clone)]
-pub enum Event {
+pub(crate) enum Event {
     /// A process started.
     Started {
         /// Pid = process group id.
@@ -231,7 +229,7 @@ enum Control {
 }
 
 /// Controls one service task.
-pub struct Handle {
+pub(crate) struct Handle {
     /// Current state.
     pub state: watch::Receiver<State>,
     ctl: mpsc::UnboundedSender<Control>,
@@ -282,8 +280,8 @@ impl Handle {
     /// so its ports are free when this returns. The sweep runs for a
     /// service whose task already ended too (one that exited cleanly after
     /// daemonizing a server). `Some(problem)` when processes outlived
-    /// SIGKILL by [`KILL_WAIT`] (stuck in the kernel, or another user's).
-    pub async fn stop(&self) -> Option<String> {
+    /// SIGKILL by [`KILL_WAIT`](group::KILL_WAIT) (stuck in the kernel, or another user's).
+    pub(crate) async fn stop(&self) -> Option<String> {
         let (tx, rx) = oneshot::channel();
         let mut left = None;
         if self.ctl.send(Control::Stop(tx)).is_ok() {
@@ -294,29 +292,15 @@ impl Handle {
             None => left,
         }
     }
-
-    /// Waits until the first start settles: healthy, unhealthy, failed or
-    /// stopped.
-    pub async fn wait_settled(&mut self) -> State {
-        loop {
-            let s = self.state.borrow_and_update().clone();
-            if s.is_settled() {
-                return s;
-            }
-            if self.state.changed().await.is_err() {
-                return self.state.borrow().clone();
-            }
-        }
-    }
 }
 
 /// Receives everything worth recording, called inline by the service task
 /// before the state it reports becomes visible on [`Handle::state`], so a
 /// reader of the state never sees it ahead of the record.
-pub type Recorder = std::sync::Arc<dyn Fn(Event) + Send + Sync>;
+pub(crate) type Recorder = std::sync::Arc<dyn Fn(Event) + Send + Sync>;
 
 /// Starts supervising `spec`.
-pub fn spawn(spec: ServiceSpec, events: Recorder) -> Handle {
+pub(crate) fn spawn(spec: ServiceSpec, events: Recorder) -> Handle {
     let (state_tx, state_rx) = watch::channel(State::Starting { pid: 0 });
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel();
     let watcher = start_watcher(&spec, ctl_tx.clone());
@@ -338,7 +322,12 @@ pub fn spawn(spec: ServiceSpec, events: Recorder) -> Handle {
 /// included. Its exit status is not ours to read; an adopted exit counts as a
 /// failure. `unhealthy`: the process never passed its probe (the reason as
 /// recorded); it is adopted in that state, not taken for healthy.
-pub fn adopt(spec: ServiceSpec, pid: u32, unhealthy: Option<String>, events: Recorder) -> Handle {
+pub(crate) fn adopt(
+    spec: ServiceSpec,
+    pid: u32,
+    unhealthy: Option<String>,
+    events: Recorder,
+) -> Handle {
     let now = match unhealthy {
         Some(reason) => State::Unhealthy { pid, reason },
         None => State::Running { pid },

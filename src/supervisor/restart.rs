@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// What to do after a process exits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Start it again after this delay.
     Restart(Duration),
     /// Too many failures within the window: state `failed`, event `gave_up`.
@@ -19,7 +19,7 @@ pub enum Decision {
 /// Decides, recording this exit in `history` (exit instants within the
 /// window). The delay doubles from `backoff` with each exit still in the
 /// window, capped at `max_backoff`.
-pub fn decide(
+pub(crate) fn decide(
     r: &Restart,
     success: bool,
     history: &mut VecDeque<Instant>,

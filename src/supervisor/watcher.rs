@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 /// when an including glob matches it and no `!`-prefixed one does
 /// (gitignore-style exclusion, e.g. `"!**/*_test.go"`; order does not
 /// matter). globset has no negation of its own.
-pub struct WatchSet {
+pub(crate) struct WatchSet {
     pub(super) include: globset::GlobSet,
     pub(super) exclude: globset::GlobSet,
 }
@@ -19,7 +19,7 @@ impl WatchSet {
     /// `None` when no glob includes anything (every one is invalid or an
     /// exclusion): nothing to watch. Invalid globs are skipped (`binky
     /// check` reports them).
-    pub fn new(globs: &[String]) -> Option<Self> {
+    pub(crate) fn new(globs: &[String]) -> Option<Self> {
         let (mut inc, mut exc) = (
             globset::GlobSetBuilder::new(),
             globset::GlobSetBuilder::new(),
@@ -48,7 +48,7 @@ impl WatchSet {
     }
 
     /// Whether a change to `rel` (relative to the watch root) restarts.
-    pub fn is_match(&self, rel: &Path) -> bool {
+    pub(crate) fn is_match(&self, rel: &Path) -> bool {
         self.include.is_match(rel) && !self.exclude.is_match(rel)
     }
 }

@@ -20,7 +20,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// What one `copy` entry did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Copied {
+pub(crate) struct Copied {
     /// The path, relative to the project folder.
     pub path: String,
     /// Files (and links) written.
@@ -35,7 +35,7 @@ pub struct Copied {
 
 /// What became of one `copy` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Copied into the worktree.
     Copied,
     /// It was already in the worktree: left as it was.
@@ -51,7 +51,7 @@ pub enum Outcome {
 impl Copied {
     /// One line for `up`'s progress: `node_modules: 12034 files, 201 MB
     /// (reflink)`, or why nothing was copied.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match &self.outcome {
             Outcome::Present => {
                 return format!("{}: already in the worktree, left as it is", self.path);
@@ -75,12 +75,12 @@ impl Copied {
 /// Why a `copy` could not be made.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("[project] copy: {0}")]
-pub struct CopyError(pub String);
+pub(crate) struct CopyError(pub String);
 
 /// When some of `done` were not copied: an error naming each of them with
 /// why, and what was copied (or already there) all the same. `None` when
 /// nothing was refused.
-pub fn not_copied(done: &[Copied]) -> Option<CopyError> {
+pub(crate) fn not_copied(done: &[Copied]) -> Option<CopyError> {
     let refused: Vec<String> = done
         .iter()
         .filter_map(|c| match &c.outcome {
@@ -113,7 +113,7 @@ pub fn not_copied(done: &[Copied]) -> Option<CopyError> {
 
 /// Why glob `glob` (a `[project] copy` entry) is not one Binky copies:
 /// empty, absolute, with a `..` component, into `.git`, or not a glob.
-pub fn check_glob(glob: &str) -> Option<String> {
+pub(crate) fn check_glob(glob: &str) -> Option<String> {
     if glob.trim().is_empty() {
         return Some("an empty path".into());
     }
@@ -151,7 +151,7 @@ pub fn check_glob(glob: &str) -> Option<String> {
 /// # Errors
 /// Before anything is copied: a glob is not valid ([`check_glob`]), or the
 /// repository or the worktree cannot be opened.
-pub fn copy_paths(
+pub(crate) fn copy_paths(
     from: &Path,
     to: &Path,
     repo: &Path,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// The user's `git`: the executable and the environment to run it in.
 #[derive(Clone)]
-pub struct Git {
+pub(crate) struct Git {
     exe: PathBuf,
     env: Vec<(OsString, OsString)>,
 }
@@ -41,7 +41,7 @@ impl Git {
     ///
     /// # Errors
     /// [`WorktreeError::NoGit`] when there is none.
-    pub fn find(
+    pub(crate) fn find(
         search_path: Option<&std::ffi::OsStr>,
         env: &[(String, String)],
     ) -> Result<Git, WorktreeError> {

@@ -13,10 +13,10 @@
 //! (Git LFS), the `post-checkout` hook, sparse-checkout and whatever else
 //! git does. libgit2 does none of those; it is used only to read.
 
-pub mod copy;
+pub(crate) mod copy;
 mod git;
 
-pub use git::Git;
+pub(crate) use git::Git;
 
 use git2::{BranchType, Repository};
 use std::path::{Path, PathBuf};
@@ -84,7 +84,7 @@ fn git_message(e: &git2::Error) -> String {
 
 /// Where a project lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProjectLocation {
+pub(crate) struct ProjectLocation {
     /// The main worktree's folder.
     pub main_workdir: PathBuf,
     /// The project folder (holding binky.toml) relative to the repository
@@ -96,7 +96,7 @@ pub struct ProjectLocation {
 ///
 /// # Errors
 /// Not a git repository, or a bare one.
-pub fn locate(config_dir: &Path) -> Result<ProjectLocation, WorktreeError> {
+pub(crate) fn locate(config_dir: &Path) -> Result<ProjectLocation, WorktreeError> {
     let dir = config_dir
         .canonicalize()
         .map_err(|_| WorktreeError::NotARepo(config_dir.to_path_buf()))?;
@@ -137,7 +137,7 @@ fn main_workdir_of(repo: &Repository) -> Result<PathBuf, WorktreeError> {
 
 /// The result of [`ensure`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ensured {
+pub(crate) struct Ensured {
     /// The worktree's folder.
     pub path: PathBuf,
     /// A worktree was added now.
@@ -170,7 +170,7 @@ fn registered_branch(repo: &Repository, name: &str) -> Option<String> {
 /// Invalid branch name; the branch is checked out in the main worktree (or a
 /// locked worktree whose folder is missing); the target path is taken; git
 /// failed (its message).
-pub fn ensure(
+pub(crate) fn ensure(
     git: &Git,
     main_workdir: &Path,
     branch: &str,
@@ -219,7 +219,7 @@ pub fn ensure(
 ///
 /// # Errors
 /// [`WorktreeError::InvalidBranch`], naming the rule it breaks.
-pub fn check_branch(branch: &str) -> Result<(), WorktreeError> {
+pub(crate) fn check_branch(branch: &str) -> Result<(), WorktreeError> {
     // A leading `-` would read as an option to git; git rejects such branch
     // names anyway.
     let rule = match branch_rule_broken(branch) {
@@ -329,7 +329,7 @@ fn add_args<'a>(
 ///
 /// # Errors
 /// git failed (not a worktree, a corrupt index).
-pub fn changes(git: &Git, path: &Path) -> Result<Vec<String>, WorktreeError> {
+pub(crate) fn changes(git: &Git, path: &Path) -> Result<Vec<String>, WorktreeError> {
     let out = git.output(
         path,
         &[
@@ -347,7 +347,7 @@ pub fn changes(git: &Git, path: &Path) -> Result<Vec<String>, WorktreeError> {
 
 /// Whether `file` has changes git has not committed (modified, staged or
 /// untracked). False when it is not in a repository or git cannot tell.
-pub fn has_uncommitted_changes(file: &Path) -> bool {
+pub(crate) fn has_uncommitted_changes(file: &Path) -> bool {
     let Some(dir) = file.parent() else {
         return false;
     };
@@ -373,7 +373,7 @@ pub fn has_uncommitted_changes(file: &Path) -> bool {
 ///
 /// # Errors
 /// `path` is not a registered worktree of the repository; git failed.
-pub fn remove(git: &Git, main_workdir: &Path, path: &Path) -> Result<(), WorktreeError> {
+pub(crate) fn remove(git: &Git, main_workdir: &Path, path: &Path) -> Result<(), WorktreeError> {
     git.run(
         main_workdir,
         &[
@@ -386,7 +386,7 @@ pub fn remove(git: &Git, main_workdir: &Path, path: &Path) -> Result<(), Worktre
 }
 
 /// Registered worktrees whose folder is gone, unlocked: `(admin name, path)`.
-pub fn stale_registrations(main_workdir: &Path) -> Vec<(String, PathBuf)> {
+pub(crate) fn stale_registrations(main_workdir: &Path) -> Vec<(String, PathBuf)> {
     let Ok(repo) = Repository::open(main_workdir) else {
         return Vec::new();
     };
@@ -409,7 +409,7 @@ pub fn stale_registrations(main_workdir: &Path) -> Vec<(String, PathBuf)> {
 ///
 /// # Errors
 /// git failed.
-pub fn prune_registration(
+pub(crate) fn prune_registration(
     git: &Git,
     main_workdir: &Path,
     path: &Path,
@@ -422,7 +422,7 @@ pub fn prune_registration(
 
 /// Whether `path` is a registered worktree of the repository at
 /// `main_workdir` (by its folder, as git records it).
-pub fn is_registered(main_workdir: &Path, path: &Path) -> bool {
+pub(crate) fn is_registered(main_workdir: &Path, path: &Path) -> bool {
     let Ok(repo) = Repository::open(main_workdir) else {
         return false;
     };
@@ -447,7 +447,7 @@ pub fn is_registered(main_workdir: &Path, path: &Path) -> bool {
 ///
 /// # Errors
 /// `main_workdir` is not in a repository, or its HEAD names no commit.
-pub fn committed_file(
+pub(crate) fn committed_file(
     main_workdir: &Path,
     rel: &Path,
 ) -> Result<(String, Option<String>), WorktreeError> {
@@ -468,14 +468,14 @@ pub fn committed_file(
 
 /// The commit HEAD points at in the worktree holding `path` (for `verify`
 /// records and migrate keys).
-pub fn head_commit(path: &Path) -> Option<String> {
+pub(crate) fn head_commit(path: &Path) -> Option<String> {
     let repo = Repository::discover(path).ok()?;
     let oid = repo.head().ok()?.target()?;
     Some(oid.to_string())
 }
 
 /// Default worktree root: `<parent of main worktree>/<main folder name>.worktrees`.
-pub fn default_root(main_workdir: &Path) -> PathBuf {
+pub(crate) fn default_root(main_workdir: &Path) -> PathBuf {
     let name = main_workdir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -489,7 +489,7 @@ pub fn default_root(main_workdir: &Path) -> PathBuf {
 /// The rule of `git check-ref-format --branch` that `name` breaks, in the
 /// words a person can act on; `None` when it breaks none of them. A
 /// leading `-` is refused too: git would read it as an option.
-pub fn branch_rule_broken(name: &str) -> Option<&'static str> {
+pub(crate) fn branch_rule_broken(name: &str) -> Option<&'static str> {
     let components: Vec<&str> = name.split('/').collect();
     Some(if name.is_empty() {
         "it is empty"

@@ -4,6 +4,8 @@
 // A scenario test is one story read top to bottom, against real servers;
 // the 80-line limit is for the product's functions.
 #![allow(clippy::too_many_lines)]
+// The suite's helpers are `pub` for its sibling modules; it has no users.
+#![allow(unreachable_pub)]
 
 mod adapters;
 mod admission;

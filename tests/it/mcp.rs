@@ -155,6 +155,8 @@ fn the_official_python_sdk_drives_up_env_verify_down() {
     assert_eq!(v["verify"]["isError"], false, "{v}");
     assert_eq!(v["verify"]["structured"]["passed"], true);
     assert_eq!(v["missing"]["isError"], true);
+    // An agent branches on the kind, never on the words.
+    assert_eq!(v["missing"]["structured"]["kind"], "not_found", "{v}");
     assert!(
         v["missing"]["text"]
             .as_str()

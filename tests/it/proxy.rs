@@ -1126,3 +1126,90 @@ fn a_failed_up_leaves_a_page_that_says_failed_why_and_what_to_run() {
     assert!(body.contains("binky -p pxf up bad"), "{body}");
     assert!(body.contains("binky -p pxf logs bad echo"), "{body}");
 }
+
+/// Issue "The house, part three" §5: a registry write held for 3 s (a slow
+/// disk, under its SQLite write lock) delays neither `binky status` nor a
+/// proxied request by more than 50 ms past the slowest of the same call
+/// measured just before. On a daemon that reached the registry from its
+/// runtime's workers, both waited the 3 s out.
+#[test]
+fn a_registry_write_held_for_three_seconds_delays_neither_status_nor_a_proxied_request() {
+    let home = Home::new();
+    let repo = echo_repo("");
+    let stalls = || {
+        std::fs::read_to_string(home.file("daemon.log"))
+            .unwrap_or_default()
+            .matches("BINKY_TEST_PAUSE: waiting")
+            .count()
+    };
+    // Every settings write stalls; starting writes the proxy's ports once.
+    home.start_daemon_with(&[("BINKY_TEST_PAUSE", "registry:settings=3000")]);
+    repo.ok(&home, &["up", "feat"]);
+    let port = proxy_port(&home);
+    let host = format!("echo.feat.px.localhost:{port}");
+    let status = || {
+        let t = Instant::now();
+        let out = repo.run(&home, &["status", "--json"]);
+        assert_eq!(out.code(), 0, "{out}");
+        t.elapsed()
+    };
+    let proxied = || {
+        let t = Instant::now();
+        let (code, head, body) = get(port, &host, "/");
+        assert_eq!(code, 200, "{head}{body}");
+        t.elapsed()
+    };
+    // `status` in flight and proxied GETs all the while: on a daemon that
+    // reached the registry from its workers, status's handler took the
+    // second worker waiting for the held write, and the proxy stood still.
+    // The same measure before the write, under the same load, is the
+    // baseline: the slowest of three.
+    let measure = || {
+        std::thread::scope(|s| {
+            let asked = s.spawn(|| (status(), Instant::now()));
+            let mut gets = vec![proxied()];
+            while !asked.is_finished() {
+                gets.push(proxied());
+            }
+            let (status, answered) = asked.join().unwrap();
+            (status, gets.into_iter().max().unwrap(), answered)
+        })
+    };
+    let (mut status_before, mut proxied_before) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..3 {
+        let (st, px, _) = measure();
+        status_before = status_before.max(st);
+        proxied_before = proxied_before.max(px);
+    }
+    let before = stalls();
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let t = Instant::now();
+            home.ok(&["reserve", "--ram", "5"]);
+            (t.elapsed(), Instant::now())
+        });
+        assert!(
+            wait_until(Duration::from_secs(20), || stalls() > before),
+            "the settings write never reached its stall"
+        );
+        let (status_during, proxied_during, answered) = measure();
+        let (took, ended) = writer.join().unwrap();
+        let margin = Duration::from_millis(50);
+        assert!(
+            status_during <= status_before + margin,
+            "status took {status_during:?} under a held write, {status_before:?} before"
+        );
+        assert!(
+            proxied_during <= proxied_before + margin,
+            "a proxied GET took {proxied_during:?} under a held write, {proxied_before:?} before"
+        );
+        assert!(
+            took >= Duration::from_secs(3) && answered < ended,
+            "the write was held {took:?} and status answered after it ended"
+        );
+    });
+    assert_eq!(
+        home.ok(&["config", "--json"]).json()["ram_reserve_pct"],
+        5.0
+    );
+}

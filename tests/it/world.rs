@@ -1124,6 +1124,8 @@ fn json_callers_get_errors_as_json_on_stdout() {
         "{v}"
     );
     assert!(v["error"]["hint"].is_string());
+    // Scripts branch on the kind, never on the words.
+    assert_eq!(v["error"]["kind"], "invalid_input", "{v}");
     // Said once, as data: not again as text on stderr.
     assert!(!out.stderr().contains("error:"), "{out}");
     // Refused before admission: no `admitted` is left without its end.
@@ -1138,6 +1140,7 @@ fn json_callers_get_errors_as_json_on_stdout() {
         out.json()["error"]["message"],
         "`down` of nope: no world `nope` in project je"
     );
+    assert_eq!(out.json()["error"]["kind"], "not_found", "{out}");
     assert!(!out.stderr().contains("error:"), "{out}");
     // `env` prints JSON by default: its errors too.
     let out = repo.run(&home, &["env", "nope"]);
@@ -1173,6 +1176,7 @@ fn json_callers_get_errors_as_json_on_stdout() {
         out.json()["error"]["message"],
         "no project named `nosuch` is known to this daemon"
     );
+    assert_eq!(out.json()["error"]["kind"], "not_found", "{out}");
     let mut c = home.cmd(&["status", ".", "--json"]);
     c.current_dir(nowhere.path());
     let out = Out(c.output().unwrap());

@@ -36,7 +36,7 @@ impl Exchange<'_> {
     /// server is not there: a clone may fall back, a message says what to
     /// check); a late answer names the wait and `options.timeout`; anything
     /// else names the call. Never a credential: neither the call nor an
-    /// [`HttpError`] holds one.
+    /// `HttpError` holds one.
     pub fn error(&self, e: &HttpError, waited: Duration) -> AdapterError {
         match e.kind {
             HttpErrorKind::Connect => AdapterError::environmental(format!(
@@ -330,7 +330,7 @@ mod tests {
             kind: HttpErrorKind::Connect,
         };
         let e = x.error(&refused, Duration::from_secs(30));
-        assert!(e.environmental);
+        assert!(e.is_environmental());
         assert_eq!(
             e.message,
             "s3: GET h:9000/b: cannot connect (connection refused); check that the server runs"
@@ -340,7 +340,7 @@ mod tests {
             kind: HttpErrorKind::Timeout,
         };
         let e = x.error(&late, Duration::from_secs(2));
-        assert!(!e.environmental);
+        assert!(!e.is_environmental());
         assert!(e.message.contains("no answer within 2s"), "{e}");
         assert!(e.message.contains("options.timeout"), "{e}");
     }

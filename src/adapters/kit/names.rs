@@ -3,7 +3,7 @@
 //! one [`Rule`] per kind.
 //!
 //! The inputs are DNS labels (`[a-z0-9-]`: `binky check` holds a project
-//! name to that, and [`crate::slug::world_slug`] makes every slug one), and
+//! name to that, and `crate::slug::world_slug` makes every slug one), and
 //! one algorithm turns them into names for every kind:
 //!
 //! 1. `project`, the kind's separator, `slug` (then the kind's own rewrite,

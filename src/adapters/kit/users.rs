@@ -104,6 +104,6 @@ mod tests {
             e.message,
             "rabbitmq at 127.0.0.1:15672: a user named shop_a exists and Binky did not make it (no `binky-world` tag), so the world cannot have a user of its own; Binky leaves it alone: rename the project, or set options.acl = false"
         );
-        assert!(!e.environmental);
+        assert!(!e.is_environmental());
     }
 }

@@ -47,10 +47,7 @@ fn admin(slice: &Slice) -> Result<&str, AdapterError> {
 }
 
 fn environmental(message: String) -> AdapterError {
-    AdapterError {
-        message,
-        environmental: true,
-    }
+    AdapterError::environmental(message)
 }
 
 /// The connection options `url` names, as the driver reads them; `binky
@@ -296,7 +293,7 @@ impl Adapter for Mysql {
         match user::drop(&mut c, slice).await {
             // An admin that may not manage users made none (`acl = false`
             // on a shared server): nothing of the world's is left.
-            Err(e) if !user::wanted(slice) && e.environmental => {}
+            Err(e) if !user::wanted(slice) && e.is_environmental() => {}
             r => r?,
         }
         let _ = c.disconnect().await;

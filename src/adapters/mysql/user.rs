@@ -27,15 +27,15 @@ use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
 /// MySQL's limit on a user name, in characters (MariaDB allows more).
-pub const MAX_USER: usize = 32;
+pub(super) const MAX_USER: usize = 32;
 
 /// Whether the world gets its own user: `options.acl`, on by default.
-pub fn wanted(slice: &Slice) -> bool {
+pub(super) fn wanted(slice: &Slice) -> bool {
     crate::adapters::kit::users::wanted(slice, true)
 }
 
 /// The slice's user name.
-pub fn name(slice: &Slice) -> String {
+pub(super) fn name(slice: &Slice) -> String {
     user_name(&slice.name)
 }
 
@@ -88,7 +88,7 @@ fn secret(slice: &Slice) -> Result<&str, AdapterError> {
 /// # Errors
 /// The admin may not read the user's grants (`SHOW GRANTS`), or the
 /// server cannot be reached to try the password.
-pub async fn find(c: &mut Conn, slice: &Slice) -> Result<Found, AdapterError> {
+pub(super) async fn find(c: &mut Conn, slice: &Slice) -> Result<Found, AdapterError> {
     let who = account(slice);
     let grants: Vec<String> = match c.query(format!("SHOW GRANTS FOR {who}")).await {
         Ok(g) => g,
@@ -142,7 +142,7 @@ async fn logs_in(slice: &Slice) -> Result<bool, AdapterError> {
 }
 
 /// The refusal for a user of the world's name that is not Binky's.
-pub fn foreign(slice: &Slice) -> AdapterError {
+pub(super) fn foreign(slice: &Slice) -> AdapterError {
     let server = super::admin(slice)
         .map(crate::adapters::kit::address::shown)
         .unwrap_or_else(|_| "the server".to_owned());
@@ -163,7 +163,7 @@ pub fn foreign(slice: &Slice) -> AdapterError {
 /// A user of that name is there that Binky did not make (it is left
 /// alone); the admin may not create users or grant (`CREATE USER`,
 /// `GRANT OPTION`): said, with what to do; or a statement failed.
-pub async fn ensure(c: &mut Conn, slice: &Slice) -> Result<(), AdapterError> {
+pub(super) async fn ensure(c: &mut Conn, slice: &Slice) -> Result<(), AdapterError> {
     let (who, pw) = (account(slice), literal(secret(slice)?));
     let made = match c
         .query_drop(format!("CREATE USER {who} IDENTIFIED BY {pw}"))
@@ -213,7 +213,7 @@ fn refused(slice: &Slice, e: AdapterError) -> AdapterError {
     let message = e
         .message
         .replace(secret(slice).unwrap_or("\u{0}"), crate::secrets::MASK);
-    if e.environmental {
+    if e.is_environmental() {
         AdapterError::environmental(format!(
             "{message}; a world's own user needs an admin that may create users and grant (CREATE USER and ALL ... WITH GRANT OPTION), or set options.acl = false to hand worlds the admin's credentials instead"
         ))
@@ -228,7 +228,7 @@ fn refused(slice: &Slice, e: AdapterError) -> AdapterError {
 /// # Errors
 /// The admin may not read the user's grants or drop it, or the statement
 /// failed.
-pub async fn drop(c: &mut Conn, slice: &Slice) -> Result<(), AdapterError> {
+pub(super) async fn drop(c: &mut Conn, slice: &Slice) -> Result<(), AdapterError> {
     if find(c, slice).await? != Found::Binkys {
         return Ok(());
     }
@@ -242,7 +242,7 @@ pub async fn drop(c: &mut Conn, slice: &Slice) -> Result<(), AdapterError> {
 ///
 /// # Errors
 /// The privileges or the databases cannot be read.
-pub async fn orphans(c: &mut Conn) -> Result<Vec<String>, AdapterError> {
+pub(super) async fn orphans(c: &mut Conn) -> Result<Vec<String>, AdapterError> {
     let granted: Vec<(String, String)> = c
         .query("SELECT DISTINCT GRANTEE, TABLE_SCHEMA FROM information_schema.SCHEMA_PRIVILEGES")
         .await
@@ -296,7 +296,7 @@ fn holds_binkys_grant(line: &str, db: &str) -> bool {
 ///
 /// # Errors
 /// No password is kept, or the admin URL is not one the kit reads.
-pub fn world_url(admin: &str, slice: &Slice) -> Result<String, AdapterError> {
+pub(super) fn world_url(admin: &str, slice: &Slice) -> Result<String, AdapterError> {
     use crate::adapters::kit::address::{self, Address};
     let bad = |e: address::AddressError| AdapterError::new(format!("mysql: admin_url {e}"));
     let a = Address::parse(admin, &[], "mysql://root@127.0.0.1:3306/").map_err(bad)?;

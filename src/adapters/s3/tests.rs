@@ -70,7 +70,7 @@ fn teardown_refuses_a_bucket_binky_does_not_name() {
     }
     let ours = bucket_name("shop", None, "feat-a");
     let e = rt.block_on(S3.teardown(&slice(&ours))).unwrap_err();
-    assert!(e.environmental, "{e}");
+    assert!(e.is_environmental(), "{e}");
 }
 
 #[test]

@@ -82,7 +82,7 @@ impl Entry {
 /// World `key`'s row if its record says it holds a slot: running or
 /// starting (not suspended, whose slot is given up).
 fn holding(d: &Daemon, key: &WorldKey) -> Result<Option<ActiveRow>, ApiError> {
-    Ok(d.registry().active_worlds()?.into_iter().find(|w| {
+    Ok(d.registry(|r| r.active_worlds())?.into_iter().find(|w| {
         w.project == key.project
             && w.world == key.name
             && w.state != crate::protocol::WorldState::Suspended

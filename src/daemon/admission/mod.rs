@@ -33,8 +33,8 @@
 //! | `suspend` | suspending the newest world, the hold against flapping, footprints learned |
 //! | here | the shared state under one lock, and the figures every part reads |
 
-pub mod decide;
-pub mod steady;
+pub(super) mod decide;
+pub(super) mod steady;
 
 use super::WorldKey;
 use std::collections::HashMap;
@@ -52,38 +52,38 @@ pub(crate) use room::{Standing, disk_reserve, fill_queue, unmade};
 pub(crate) use sampler::ensure_sampler;
 pub(crate) use suspend::learned;
 pub(crate) use tickets::{
-    enqueue, resume_queue, run_unwatched, taken_out, try_admit, wait, withdraw,
+    after_claimer, enqueue, resume_queue, run_unwatched, taken_out, try_admit, wait, withdraw,
 };
 
 /// A project's expected footprint before one of its worlds was measured,
 /// bytes: conservative, so the first worlds of a project do not overrun.
-pub const DEFAULT_FOOTPRINT: u64 = 512 << 20;
+pub(super) const DEFAULT_FOOTPRINT: u64 = 512 << 20;
 /// How often the room is looked at again unprompted while anything is
 /// queued.
-pub const TICK: Duration = Duration::from_secs(1);
+pub(super) const TICK: Duration = Duration::from_secs(1);
 /// How often memory (and each world's RSS) is sampled while worlds run,
 /// where the kernel has no pressure-stall triggers; nothing is sampled
 /// while none runs. `BINKY_SAMPLE_INTERVAL` (a duration from 250 ms to 1 h,
 /// read when the daemon starts) overrides it and [`SAMPLE_WITH_PSI`].
-pub const SAMPLE: Duration = Duration::from_secs(2);
+pub(super) const SAMPLE: Duration = Duration::from_secs(2);
 /// The sample interval where the kernel has pressure-stall triggers: a
 /// stall wakes the sampler at once, so the plain sample runs less often.
 /// It still runs, since a reserve is a policy line the kernel knows
 /// nothing of: RAM can sink below it long before any task stalls.
-pub const SAMPLE_WITH_PSI: Duration = Duration::from_secs(5);
+pub(super) const SAMPLE_WITH_PSI: Duration = Duration::from_secs(5);
 /// The pressure-stall trigger: some task stalled on memory for this long…
-pub const PSI_STALL: Duration = Duration::from_millis(150);
+pub(super) const PSI_STALL: Duration = Duration::from_millis(150);
 /// …within a window this long (2 s: the shortest an unprivileged user may
 /// ask for).
-pub const PSI_WINDOW: Duration = Duration::from_secs(2);
+pub(super) const PSI_WINDOW: Duration = Duration::from_secs(2);
 /// At most one `memory_pressure` event per this long, however often the
 /// kernel reports stalls (each stall still samples).
-pub const PRESSURE_EVENT_EVERY: Duration = Duration::from_secs(60);
+pub(super) const PRESSURE_EVENT_EVERY: Duration = Duration::from_secs(60);
 
 /// A world admitted or resumed less than this ago is never suspended, so
 /// the daemon does not flap; `BINKY_SUSPEND_HOLD` (a duration such as
 /// `"10s"`, read when the daemon starts) overrides it.
-pub const HOLD: Duration = Duration::from_secs(30);
+pub(super) const HOLD: Duration = Duration::from_secs(30);
 
 /// [`HOLD`], or `BINKY_SUSPEND_HOLD` (at most a day).
 fn hold() -> Duration {
@@ -101,21 +101,24 @@ fn hold() -> Duration {
 /// `MemAvailable` can take seconds to show what a just-started world holds
 /// (seen on a VM that moved by a third of a 1 GiB world at first), and an
 /// admission in that gap would overrun the reserve.
-pub const SETTLE: Duration = Duration::from_secs(5);
+pub(super) const SETTLE: Duration = Duration::from_secs(5);
 /// Extra RAM a resume needs above its footprint, bytes: the hysteresis that
 /// keeps a world just suspended from being resumed by the memory its own
 /// suspension freed.
-pub const RESUME_MARGIN: u64 = 256 << 20;
+pub(super) const RESUME_MARGIN: u64 = 256 << 20;
 
 /// The default disk reserve on a filesystem is at most its size divided by
 /// this (a tenth); one the user set is not capped.
-pub const DISK_RESERVE_SHARE: u64 = 10;
+pub(super) const DISK_RESERVE_SHARE: u64 = 10;
 
 /// Admission's in-memory state; the queue itself is in the registry.
 pub(crate) struct Admission {
     state: Mutex<State>,
     /// Wakes the admitter: the room may have grown.
     changed: tokio::sync::Notify,
+    /// Wakes every verb waiting for the verb that claimed its shared
+    /// ticket to finish with it ([`tickets::after_claimer`]).
+    released: tokio::sync::Notify,
     /// Where each waiting ticket stands, as the last pass left it; every
     /// waiting `up` watches it.
     board: tokio::sync::watch::Sender<std::sync::Arc<Board>>,
@@ -142,6 +145,7 @@ impl Default for Admission {
         Admission {
             state: Mutex::default(),
             changed: tokio::sync::Notify::new(),
+            released: tokio::sync::Notify::new(),
             board: tokio::sync::watch::Sender::new(std::sync::Arc::default()),
             admissions: AtomicU64::default(),
             looks: AtomicU64::default(),
@@ -226,14 +230,14 @@ struct Backoff {
 /// How many withdrawn tickets admission remembers. A verb checks its
 /// ticket within moments of the withdrawal (it waits on the board or on its
 /// world's lock); tickets only grow, so the oldest are dropped first.
-pub const WITHDRAWN_KEPT: usize = 4096;
+pub(super) const WITHDRAWN_KEPT: usize = 4096;
 
 /// The longest a world's doubled hold grows.
-pub const MAX_HOLD: Duration = Duration::from_secs(3600);
+pub(super) const MAX_HOLD: Duration = Duration::from_secs(3600);
 /// How often the sampler reads memory while a verdict is pending (a
 /// reading below the reserve, or a resume waiting for its headroom to
 /// last), so a lasting shortfall or headroom is judged in seconds.
-pub const CONFIRM: Duration = Duration::from_secs(1);
+pub(super) const CONFIRM: Duration = Duration::from_secs(1);
 
 /// `every` moved by up to a quarter either way, at random: readings at a
 /// fixed interval alias with memory that other programs move periodically

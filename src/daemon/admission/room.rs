@@ -59,7 +59,10 @@ pub(super) fn ordinal(n: usize) -> String {
 
 /// The queue as [`decide`](super::decide) sees it, row for row.
 pub(super) fn waiting(d: &Daemon, rows: &[QueueRow]) -> Vec<Waiting> {
-    let reg = d.registry();
+    d.registry(|reg| waiting_in(reg, rows))
+}
+
+fn waiting_in(reg: &crate::registry::Registry, rows: &[QueueRow]) -> Vec<Waiting> {
     // One read per project, not per queued world: a swarm is one project.
     let mut footprints: HashMap<&str, u64> = HashMap::new();
     rows.iter()
@@ -93,17 +96,17 @@ fn disk_paths(d: &Daemon, rows: &[QueueRow]) -> Vec<String> {
 /// The room now: settings, active worlds (recorded plus admitted), RAM and
 /// the disks at `paths` ([`disk_paths`]).
 pub(super) fn room(d: &Daemon, st: &State, paths: &[String]) -> Result<Room, ApiError> {
-    let reg = d.registry();
-    let s = reg.settings()?;
+    let (s, worlds) = d.registry(|reg| {
+        Ok::<_, crate::registry::RegistryError>((reg.settings()?, reg.active_worlds()?))
+    })?;
     let mut active: std::collections::BTreeMap<super::decide::Slot, u32> = Default::default();
-    for w in reg.active_worlds()? {
+    for w in worlds {
         if w.state != crate::protocol::WorldState::Suspended
             && !st.pending.contains_key(&WorldKey::new(w.project, w.world))
         {
             *active.entry((w.caller, w.group)).or_default() += 1;
         }
     }
-    drop(reg);
     for (slot, _) in st.pending.values() {
         *active.entry(slot.clone()).or_default() += 1;
     }
@@ -156,7 +159,7 @@ pub(super) fn pass(d: &Daemon) -> Result<usize, ApiError> {
     d.admission.looks.fetch_add(1, Ordering::Relaxed);
     d.admission.passes.fetch_add(1, Ordering::Relaxed);
     let mut st = d.admission.lock();
-    let rows = d.registry().queue()?;
+    let rows = d.registry(|r| r.queue())?;
     if rows.is_empty() {
         st.glance = None;
         d.admission.board.send_if_modified(|b| {
@@ -288,7 +291,7 @@ fn admit(
     room: &Room,
     started: std::time::Instant,
 ) -> Result<(), ApiError> {
-    d.registry().mark_admitted(row.ticket)?;
+    d.registry(|r| r.mark_admitted(row.ticket))?;
     crate::faults::point("admission:admitted");
     let key = WorldKey::new(&row.project, &row.world);
     st.pending.insert(
@@ -446,7 +449,7 @@ pub(crate) fn disk_reserve(
     s: &crate::protocol::Settings,
 ) -> Result<impl Fn(u64) -> u64 + use<>, ApiError> {
     let reserve = (s.disk_reserve_gb * 1e9) as u64;
-    let chosen = d.registry().setting_is_set("disk_reserve_gb")?;
+    let chosen = d.registry(|r| r.setting_is_set("disk_reserve_gb"))?;
     Ok(move |size: u64| {
         if chosen {
             reserve

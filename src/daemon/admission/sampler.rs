@@ -124,7 +124,7 @@ pub(super) async fn stalled(
 /// as sampled now.
 pub(super) fn pressure_event(d: &Daemon, avg10: f64) {
     let mut detail = format!("tasks stalled on memory {avg10:.2} % of the last 10 s");
-    if let (Some(mem), Ok(s)) = (crate::platform::memory(), d.registry().settings()) {
+    if let (Some(mem), Ok(s)) = (crate::platform::memory(), d.registry(|r| r.settings())) {
         let reserve = (mem.total as f64 * s.ram_reserve_pct / 100.0) as u64;
         detail.push_str(&format!(
             "; available {}, reserve {}",
@@ -147,18 +147,17 @@ pub(super) fn pressure_event(d: &Daemon, avg10: f64) {
 /// Returns whether anything is running or waiting to resume (the sampler
 /// goes on), and whether a verdict is pending (sample again soon).
 pub(super) async fn sample(d: &Arc<Daemon>, stalled: Option<f64>) -> (bool, bool) {
-    let Ok(active) = d.registry().active_worlds() else {
+    let Ok(active) = d.registry(|r| r.active_worlds()) else {
         return (true, false);
     };
     let resuming = d
-        .registry()
-        .queue()
+        .registry(|r| r.queue())
         .is_ok_and(|q| q.iter().any(|r| r.resume));
     let running: Vec<_> = active
         .iter()
         .filter(|w| w.state != crate::protocol::WorldState::Suspended)
         .collect();
-    let (Some(mem), Ok(s)) = (crate::platform::memory(), d.registry().settings()) else {
+    let (Some(mem), Ok(s)) = (crate::platform::memory(), d.registry(|r| r.settings())) else {
         return (!running.is_empty() || resuming, false);
     };
     let reserve = (mem.total as f64 * s.ram_reserve_pct / 100.0) as u64;
@@ -215,7 +214,7 @@ pub(super) fn measure(d: &Daemon, worlds: &[(i64, &str)]) {
     // Every world's process groups, then one pass over /proc for all.
     let mut groups: Vec<(usize, u32)> = Vec::new();
     for (i, (id, _)) in worlds.iter().enumerate() {
-        let procs = d.registry().world_processes(*id).unwrap_or_default();
+        let procs = d.registry(|r| r.world_processes(*id)).unwrap_or_default();
         groups.extend(procs.iter().filter_map(|p| p.live_pid()).map(|g| (i, g)));
     }
     let pgids: Vec<u32> = groups.iter().map(|(_, g)| *g).collect();
@@ -227,7 +226,7 @@ pub(super) fn measure(d: &Daemon, worlds: &[(i64, &str)]) {
     // server): found by the world's token, counted once.
     let strays = crate::daemon::world::strays::by_token(d);
     for (i, (id, _)) in worlds.iter().enumerate() {
-        let Ok(Some(token)) = d.registry().world_token(*id) else {
+        let Ok(Some(token)) = d.registry(|r| r.world_token(*id)) else {
             continue;
         };
         for (_, pgrp, bytes) in strays.get(&token).into_iter().flatten() {
@@ -248,9 +247,9 @@ pub(super) fn measure(d: &Daemon, worlds: &[(i64, &str)]) {
         }
     }
     for (project, peak) in largest {
-        let known = d.registry().footprint(project).ok().flatten();
+        let known = d.registry(|r| r.footprint(project)).ok().flatten();
         if peak > 0 && known.is_none_or(|f| peak > f) {
-            let _ = d.registry().set_footprint(project, peak);
+            let _ = d.registry(|r| r.set_footprint(project, peak));
         }
     }
 }

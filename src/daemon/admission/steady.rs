@@ -32,33 +32,33 @@ use std::collections::VecDeque;
 const MIB: u64 = 1 << 20;
 
 /// Readings older than this are forgotten; the band is measured over it.
-pub const WINDOW: u64 = 30_000;
+pub(crate) const WINDOW: u64 = 30_000;
 /// How long a shortfall (or headroom) must last, ms.
-pub const SUSTAIN: u64 = 5_000;
+pub(crate) const SUSTAIN: u64 = 5_000;
 /// The fewest readings a lasting shortfall or headroom is judged on.
-pub const SUSTAIN_SAMPLES: usize = 3;
+pub(crate) const SUSTAIN_SAMPLES: usize = 3;
 /// The least noise band, bytes: readings closer to the reserve than this are
 /// never taken for a shortfall.
-pub const MIN_BAND: u64 = 128 * MIB;
+pub(crate) const MIN_BAND: u64 = 128 * MIB;
 /// A reading below the reserve by more than this (or four noise bands, if
 /// more) is acted on at once, bytes.
-pub const FAR: u64 = 1 << 30;
+pub(crate) const FAR: u64 = 1 << 30;
 /// The share of the last 10 s (the kernel's `some avg10`, percent) in
 /// which tasks stalled on memory that makes a stall take the last running
 /// world too. A trigger alone means 150 ms in 2 s somewhere on the machine;
 /// a tenth of the time stalled is a machine that thrashes.
-pub const LAST_WORLD_STALL: f64 = 10.0;
+pub(crate) const LAST_WORLD_STALL: f64 = 10.0;
 
 /// Recent `MemAvailable` readings, oldest first: `(ms, bytes)`.
 #[derive(Debug, Clone, Default)]
-pub struct Trend {
+pub(crate) struct Trend {
     readings: VecDeque<(u64, u64)>,
 }
 
 impl Trend {
     /// Adds a reading taken at `at` ms (monotonic), forgetting those older
     /// than [`WINDOW`].
-    pub fn push(&mut self, at: u64, available: u64) {
+    pub(crate) fn push(&mut self, at: u64, available: u64) {
         self.readings.push_back((at, available));
         while self
             .readings
@@ -70,18 +70,18 @@ impl Trend {
     }
 
     /// Forgets every reading (nothing runs, nothing to judge).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.readings.clear();
     }
 
     /// The newest reading, bytes.
-    pub fn latest(&self) -> Option<u64> {
+    pub(crate) fn latest(&self) -> Option<u64> {
         self.readings.back().map(|(_, b)| *b)
     }
 
     /// The noise band: half the spread of the window's readings, at least
     /// [`MIN_BAND`], bytes.
-    pub fn band(&self) -> u64 {
+    pub(crate) fn band(&self) -> u64 {
         spread_band(self.readings.iter().map(|(_, b)| *b))
     }
 
@@ -112,7 +112,7 @@ impl Trend {
 
     /// The lowest reading of the last [`SUSTAIN`]: headroom that lasted.
     /// `None` until there are enough readings.
-    pub fn steady(&self) -> Option<u64> {
+    pub(crate) fn steady(&self) -> Option<u64> {
         self.sustained()?.into_iter().min()
     }
 
@@ -120,7 +120,7 @@ impl Trend {
     /// `reserve` free, and why (see the module's rules). `stalled`: the
     /// kernel reported tasks stalled on memory since the last reading, with
     /// the share of the last 10 s they stalled (`some avg10`, percent).
-    pub fn shortfall(&self, reserve: u64, stalled: Option<f64>) -> Option<Shortfall> {
+    pub(crate) fn shortfall(&self, reserve: u64, stalled: Option<f64>) -> Option<Shortfall> {
         let latest = self.latest()?;
         let band = self.band();
         if latest >= reserve {
@@ -149,7 +149,7 @@ impl Trend {
 
 /// Why a world is suspended, with the figures that decided it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Shortfall {
+pub(crate) enum Shortfall {
     /// The kernel reported tasks stalled on memory, and available RAM was
     /// below the reserve.
     Stall {
@@ -182,7 +182,7 @@ impl Shortfall {
     /// Whether this shortfall suspends the last running world too: a far
     /// drop, or stalls of at least [`LAST_WORLD_STALL`] % of the last 10 s.
     /// A lasting shortfall never does (see the module's rules).
-    pub fn takes_the_last_world(&self) -> bool {
+    pub(crate) fn takes_the_last_world(&self) -> bool {
         match *self {
             Shortfall::Stall { share, .. } => share >= LAST_WORLD_STALL,
             Shortfall::Far { .. } => true,
@@ -192,7 +192,7 @@ impl Shortfall {
 
     /// The reason as `status` and the event show it, against `reserve`
     /// (`pct` % of RAM): every figure distinct where the values are.
-    pub fn describe(&self, reserve: u64, pct: u32) -> String {
+    pub(crate) fn describe(&self, reserve: u64, pct: u32) -> String {
         match *self {
             Shortfall::Stall { available, share } => {
                 let (a, r) = apart(available, reserve);
@@ -233,14 +233,14 @@ fn spread_band(readings: impl Iterator<Item = u64> + Clone) -> u64 {
 }
 
 /// `n` bytes as GiB to two decimals.
-pub fn gib_fine(n: u64) -> String {
+pub(crate) fn gib_fine(n: u64) -> String {
     format!("{:.2} GiB", n as f64 / (1u64 << 30) as f64)
 }
 
 /// `a` and `b` as GiB with as many decimals (one to three) as it takes for
 /// two different values to read differently; MiB, then bytes, when even
 /// three do not.
-pub fn apart(a: u64, b: u64) -> (String, String) {
+pub(crate) fn apart(a: u64, b: u64) -> (String, String) {
     let g = |n: u64, d: usize| format!("{:.*} GiB", d, n as f64 / (1u64 << 30) as f64);
     for d in 1..=3 {
         let (x, y) = (g(a, d), g(b, d));

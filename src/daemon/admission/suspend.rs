@@ -28,24 +28,25 @@ pub(super) async fn suspend(d: &Arc<Daemon>, w: &crate::registry::ActiveRow, why
     }
     learned(d, w.id, &w.project);
     let disk_path = d
-        .registry()
-        .project_root(&w.project)
+        .registry(|r| r.project_root(&w.project))
         .ok()
         .flatten()
         .unwrap_or_default();
     let json = serde_json::to_string(&request).unwrap_or_default();
     let since = w.admitted_at.unwrap_or_else(crate::registry::now_ms);
-    let ticket = match d.registry().enqueue_resume(
-        &crate::registry::NewTicket {
-            project: &w.project,
-            world: &w.world,
-            caller: &w.caller,
-            group: &w.group,
-            request: &json,
-            disk_path: &disk_path,
-        },
-        since,
-    ) {
+    let ticket = match d.registry(|r| {
+        r.enqueue_resume(
+            &crate::registry::NewTicket {
+                project: &w.project,
+                world: &w.world,
+                caller: &w.caller,
+                group: &w.group,
+                request: &json,
+                disk_path: &disk_path,
+            },
+            since,
+        )
+    }) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(world = %w.world, "could not queue the resume: {e}");
@@ -100,6 +101,6 @@ pub(super) fn back_off(d: &Daemon, project: &str, world: &str) -> Duration {
 pub(crate) fn learned(d: &Daemon, world_id: i64, project: &str) {
     let peak = d.admission.lock().peaks.remove(&world_id);
     if let Some(p) = peak.filter(|p| *p > 0) {
-        let _ = d.registry().set_footprint(project, p);
+        let _ = d.registry(|r| r.set_footprint(project, p));
     }
 }

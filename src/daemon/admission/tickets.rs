@@ -25,10 +25,11 @@ impl Drop for Admitted {
     fn drop(&mut self) {
         // The request is served (or failed, recorded as such): only now
         // does its row go, so a crash before this loses nothing.
-        let _ = self.d.registry().dequeue(self.ticket);
+        let _ = self.d.registry(|r| r.dequeue(self.ticket));
         let pending = {
             let mut st = self.d.admission.lock();
             st.claimed.remove(&self.ticket);
+            self.d.admission.released.notify_waiters();
             let p = st.pending.remove(&self.key);
             if let Some((_, f)) = &p {
                 st.settling.insert(self.key.clone(), (self.ticket, *f));
@@ -39,8 +40,7 @@ impl Drop for Admitted {
         if let Some(((caller, _), _)) = &pending {
             let _ = self
                 .d
-                .registry()
-                .set_world_caller(&self.key.project, &self.key.name, caller);
+                .registry(|r| r.set_world_caller(&self.key.project, &self.key.name, caller));
         }
         self.d.admission.wake();
         // Its footprint stops counting once MemAvailable has had time to
@@ -56,6 +56,27 @@ impl Drop for Admitted {
                 drop(st);
                 d.admission.wake();
             });
+        }
+    }
+}
+
+/// Waits until the verb that claimed `ticket`'s admission is done with it
+/// (or the caller cancels): a verb that shared the ticket
+/// ([`Entry::Shared`]) runs after the claimer, never on its room before it.
+/// Which of them reaches the world's lock first is otherwise a matter of
+/// scheduling: a sharer that ran first and failed left the claimer to start
+/// the world after all, while the next world in line kept waiting.
+pub(crate) async fn after_claimer(d: &Daemon, ticket: i64, progress: &ProgressTx) {
+    loop {
+        let released = d.admission.released.notified();
+        tokio::pin!(released);
+        released.as_mut().enable();
+        if !d.admission.lock().claimed.contains(&ticket) {
+            return;
+        }
+        tokio::select! {
+            () = &mut released => {}
+            () = progress.until_cancelled() => return,
         }
     }
 }
@@ -79,9 +100,19 @@ pub(crate) fn enqueue(
     req: &UpRequest,
     disk_path: &str,
 ) -> Result<(i64, bool), ApiError> {
+    d.registry(|reg| enqueue_in(reg, project, req, disk_path))
+}
+
+/// [`enqueue`] within one hold of the registry, so the caps read and the
+/// ticket written agree.
+fn enqueue_in(
+    reg: &mut crate::registry::Registry,
+    project: &str,
+    req: &UpRequest,
+    disk_path: &str,
+) -> Result<(i64, bool), ApiError> {
     let caller = req.caller.as_deref().unwrap_or("");
     let group = req.group.as_deref().unwrap_or("");
-    let mut reg = d.registry();
     // Already queued: this `up` shares the place, whatever the caps say.
     if let Some(t) = reg.ticket_of(project, &req.world.name)? {
         return Ok((t, false));
@@ -266,7 +297,7 @@ pub(crate) async fn wait(
                 // a ticket admitted to leaving it unclaimed: a ticket no
                 // longer queued is then either ours to claim or another's.
                 let st = d.admission.lock();
-                if d.registry().queued(ticket)? {
+                if d.registry(|r| r.queued(ticket))? {
                     drop(st);
                     d.admission.wake();
                 } else {
@@ -304,7 +335,7 @@ fn cancelled(
     }
     let gone = {
         let mut st = d.admission.lock();
-        let gone = d.registry().dequeue(ticket).unwrap_or(false);
+        let gone = d.registry(|r| r.dequeue(ticket)).unwrap_or(false);
         mark_withdrawn(&mut st, ticket);
         gone
     };
@@ -400,7 +431,7 @@ impl Withdrawal {
 pub(crate) fn withdraw(d: &Daemon, project: &str, world: &str) -> Result<Withdrawal, ApiError> {
     let found = {
         let mut st = d.admission.lock();
-        let ticket = d.registry().dequeue_world(project, world)?;
+        let ticket = d.registry(|r| r.dequeue_world(project, world))?;
         ticket.map(|t| {
             let under_way = st.claimed.contains(&t);
             mark_withdrawn(&mut st, t);
@@ -441,8 +472,7 @@ pub(crate) fn run_unwatched(d: &Arc<Daemon>, ticket: i64, req: UpRequest) {
     tokio::spawn(async move {
         let (progress, _keep) = unwatched();
         let project = d
-            .registry()
-            .queue()
+            .registry(|r| r.queue())
             .ok()
             .and_then(|q| q.into_iter().find(|r| r.ticket == ticket))
             .map(|r| r.project)
@@ -481,14 +511,14 @@ pub(crate) fn resume_queue(d: &Arc<Daemon>) {
         }
     );
     // A ticket admitted when the last daemon died never finished its `up`.
-    let _ = d.registry().readmit_all();
-    let Ok(rows) = d.registry().queue() else {
+    let _ = d.registry(|r| r.readmit_all());
+    let Ok(rows) = d.registry(|r| r.queue()) else {
         return;
     };
     for r in rows {
         let Ok(world) = serde_json::from_str::<WorldRef>(&r.request) else {
             tracing::warn!(ticket = r.ticket, "unreadable queued request dropped");
-            let _ = d.registry().dequeue(r.ticket);
+            let _ = d.registry(|reg| reg.dequeue(r.ticket));
             continue;
         };
         let req = UpRequest {
@@ -499,6 +529,12 @@ pub(crate) fn resume_queue(d: &Arc<Daemon>) {
             wait: true,
         };
         run_unwatched(d, r.ticket, req);
+    }
+    // One pass before the daemon serves: the queue's standings (which
+    // `status` shows) are known from its first answer, not from whenever
+    // the admitter first runs.
+    if let Err(e) = pass(d) {
+        tracing::warn!("admission pass failed: {}", e.message);
     }
     ensure_admitter(d);
     ensure_sampler(d);

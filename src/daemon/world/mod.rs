@@ -5,28 +5,15 @@
 //! registry before it acts. One async lock per world serialises verbs on the
 //! same world, so the same name upped twice at once yields one world.
 //!
-//! | module | holds |
-//! |---|---|
-//! | [`locate`] | the project a request names, a world's row, allowed names and paths |
-//! | [`plan`] | dependency levels, facts for tokens, every process's environment, process specs |
-//! | [`slices`] | what slices render from: names, addresses, the adapter for each |
-//! | [`provision`] | one slice made or kept: the intent row, the ownership check, build or clone |
-//! | [`data`] | migrate and seed, catching up with the branch |
-//! | [`reach`] | a recorded slice on the server it was made on; teardown that says what it found |
-//! | [`templates`] | golden templates: build once, clone per world, fall back |
-//! | [`bootstrap`] | a new worktree made ready: `[project] copy`, then `setup`, once |
-//! | [`start`] | starting processes by dependency level behind their probes |
-//! | [`processes`] | stopping a world's processes, recording the supervisor's reports |
-//! | [`routes`] | URLs, the HTTPS front (Caddy) |
-//! | [`reconcile`](mod@reconcile) | after a daemon restart: adopt, stop what no world owns |
-//! | [`strays`] | a world's processes that left its process groups (daemonized), by the token in their environment |
-//! | [`admit`] | `up` through admission: ticket, wait, `--no-wait`, resumes |
-//! | [`up`](mod@up), [`down`](mod@down) (and `reload`), [`remove`](mod@remove), [`reset`](mod@reset), [`env`](mod@env), [`verify`](mod@verify), [`gc`](mod@gc) | one verb each |
+//! [`verbs`] holds one file per verb (`up`, `down`, `reload`, `remove`,
+//! `reset`, `env`, `verify`, `gc`, `logs`), each the whole story of one
+//! request; [`stages`] the steps they compose, which know no verb. Arrows
+//! run verbs → stages → this module, never back.
 //!
 //! Here: the daemon's live [`Worlds`], and what every verb's reply is made
 //! of (a world's status and ports).
 
-use self::locate::Located;
+use self::stages::locate::Located;
 use super::events::{Event as LogEvent, EventKind};
 use super::{Daemon, WorldKey, admission};
 use crate::config::{self, Config};
@@ -38,45 +25,24 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-mod admit;
-mod bootstrap;
-mod data;
-mod down;
-mod env;
-mod flood;
-mod gc;
-mod locate;
-mod logs;
-mod plan;
-mod processes;
-mod provision;
-mod reach;
-mod reconcile;
-mod remove;
-mod reset;
-mod routes;
-mod slices;
-mod start;
-pub(crate) mod strays;
-mod templates;
-mod trusted;
-mod up;
-mod verify;
+mod stages;
+mod verbs;
 
-pub(crate) use admit::up_admitted;
-pub(crate) use data::fill_stale_clones;
-pub(crate) use down::{down, reload, suspend};
-pub(crate) use env::{env, locate_service};
-pub(crate) use flood::fill_log_floods;
-pub(crate) use gc::gc;
-pub(crate) use logs::{log_dir, logs};
-pub(crate) use processes::fill_usage;
-pub(crate) use reconcile::reconcile;
-pub(crate) use remove::remove;
-pub(crate) use reset::reset;
-pub(crate) use routes::fill_urls;
-pub(crate) use up::up;
-pub(crate) use verify::verify;
+pub(crate) use stages::data::fill_stale_clones;
+pub(crate) use stages::flood::fill_log_floods;
+pub(crate) use stages::processes::fill_usage;
+pub(crate) use stages::reconcile::reconcile;
+pub(crate) use stages::routes::fill_urls;
+pub(crate) use stages::strays;
+pub(crate) use verbs::down::{down, suspend};
+pub(crate) use verbs::env::{env, locate_service};
+pub(crate) use verbs::gc::gc;
+pub(crate) use verbs::logs::{log_dir, logs};
+pub(crate) use verbs::reload::reload;
+pub(crate) use verbs::remove::remove;
+pub(crate) use verbs::reset::reset;
+pub(crate) use verbs::up::{up, up_admitted};
+pub(crate) use verbs::verify::verify;
 
 /// Whom a stage of a verb works for: the daemon, the world's config (as on
 /// its branch), its names and registry id, and the environment it renders
@@ -162,7 +128,7 @@ impl Worlds {
     }
     /// The environment a verb on world `id` renders with: the caller's
     /// variables, then those the world's last `up` was given (the daemon's
-    /// own come last, in [`lookup_env`](plan::lookup_env)).
+    /// own come last, in [`lookup_env`](stages::plan::lookup_env)).
     pub(crate) fn env_for(&self, id: i64, caller: &ClientEnv) -> ClientEnv {
         let last = self.last_env.lock().unwrap_or_else(|p| p.into_inner());
         let mut merged = caller.clone();
@@ -202,11 +168,12 @@ fn first_line(s: &str) -> String {
 
 /// Whether `name` has a world row in `loc`'s project.
 fn world_exists(d: &Daemon, loc: &Located, name: &str) -> Result<bool, ApiError> {
-    let reg = d.registry();
-    let Some(pid) = reg.project_id(&loc.name)? else {
-        return Ok(false);
-    };
-    Ok(reg.find_world(pid, name)?.is_some())
+    d.registry(|reg| {
+        let Some(pid) = reg.project_id(&loc.name)? else {
+            return Ok(false);
+        };
+        Ok(reg.find_world(pid, name)?.is_some())
+    })
 }
 
 /// What `down`/`remove` of a queued world that was never made answers.
@@ -230,7 +197,7 @@ fn withdrawn(loc: &Located, name: &str, state: WorldState) -> WorldOutcome {
 /// # Errors
 /// No such project, or its binky.toml is invalid (as for every verb).
 pub(crate) fn project_of(d: &Daemon, wref: &crate::protocol::WorldRef) -> Result<String, ApiError> {
-    Ok(locate::locate(d, wref)?.name)
+    Ok(stages::locate::locate(d, wref)?.name)
 }
 
 pub(crate) fn world_event(ev: EventKind, project: &str, world: &str) -> LogEvent {
@@ -261,12 +228,12 @@ fn outcome(
 }
 
 fn world_status(d: &Daemon, project: &str, world_id: i64) -> Result<WorldStatus, ApiError> {
-    let reg = d.registry();
-    let (_, row_name) = reg
-        .world_names(world_id)?
-        .ok_or_else(|| ApiError::new("world vanished from the registry"))?;
-    let mut report = reg.status(Some(project))?;
-    drop(reg);
+    let (row_name, mut report) = d.registry(|reg| {
+        let (_, row_name) = reg
+            .world_names(world_id)?
+            .ok_or_else(|| ApiError::new("world vanished from the registry"))?;
+        Ok::<_, ApiError>((row_name, reg.status(Some(project))?))
+    })?;
     fill_urls(d, &mut report);
     report
         .projects
@@ -278,6 +245,17 @@ fn world_status(d: &Daemon, project: &str, world_id: i64) -> Result<WorldStatus,
 
 /// A world's reserved ports by `(service, name)`.
 fn world_ports(d: &Daemon, world_id: i64) -> Result<IndexMap<ports::PortKey, u16>, ApiError> {
-    let ports = d.registry().world_ports(world_id)?;
+    let ports = d.registry(|r| r.world_ports(world_id))?;
     Ok(ports.into_iter().collect())
+}
+
+/// What a cancelled `up` answers.
+fn cancelled_error(name: &str) -> ApiError {
+    ApiError::new(format!(
+        "`up` of {name} was cancelled: what it had started is stopped; its worktree, ports and finished slices are kept"
+    ))
+    .hint(format!(
+        "`binky up {name}` brings it up, `binky remove {name}` removes it"
+    ))
+    .with_kind(crate::protocol::ErrorKind::Cancelled)
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// How a file was copied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileCopy {
+pub(crate) enum FileCopy {
     /// A copy-on-write clone: shares the source's blocks until either side
     /// writes.
     Reflink,
@@ -19,7 +19,7 @@ pub enum FileCopy {
 
 impl FileCopy {
     /// How it reads in progress output: `reflink` or `copy`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FileCopy::Reflink => "reflink",
             FileCopy::Bytes => "copy",
@@ -34,7 +34,7 @@ impl FileCopy {
 ///
 /// # Errors
 /// `src` cannot be read, or `dst` cannot be created or written.
-pub fn clone_file(src: &Path, dst: &Path) -> io::Result<FileCopy> {
+pub(crate) fn clone_file(src: &Path, dst: &Path) -> io::Result<FileCopy> {
     let mode = std::fs::metadata(src)?.permissions().mode();
     let to = OpenOptions::new()
         .write(true)
@@ -55,7 +55,7 @@ pub fn clone_file(src: &Path, dst: &Path) -> io::Result<FileCopy> {
 ///
 /// # Errors
 /// `src` cannot be read, or `to` cannot be written.
-pub fn clone_into(src: &Path, mut to: &File) -> io::Result<FileCopy> {
+pub(crate) fn clone_into(src: &Path, mut to: &File) -> io::Result<FileCopy> {
     let mut from = File::open(src)?;
     if reflink(&from, to) {
         return Ok(FileCopy::Reflink);

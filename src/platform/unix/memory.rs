@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 /// Memory as the kernel reports it, bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Memory {
+pub(crate) struct Memory {
     /// `MemTotal`, or the daemon's cgroup limit when lower.
     pub total: u64,
     /// `MemAvailable`, or what the cgroup limit leaves when lower.
@@ -21,7 +21,7 @@ pub struct Memory {
 /// memory limit of this process's cgroup (v2 `memory.max` less
 /// `memory.current`) when there is one: a daemon in a container must not
 /// count the host's RAM. `None` where the kernel gives no `MemAvailable`.
-pub fn memory() -> Option<Memory> {
+pub(crate) fn memory() -> Option<Memory> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let mut m = Memory {
         total: kib_field(&info, "MemTotal:")?,
@@ -107,7 +107,7 @@ pub(super) fn cgroup_files(proc_cgroup: &str) -> Option<(PathBuf, PathBuf, PathB
 /// Linux 5.2 and later): readable with priority whenever tasks stalled on
 /// memory for at least the threshold within one window. The descriptor is
 /// close-on-exec, so no service inherits it.
-pub struct PressureTrigger {
+pub(crate) struct PressureTrigger {
     pub(super) fd: tokio::io::unix::AsyncFd<File>,
 }
 
@@ -119,7 +119,10 @@ impl PressureTrigger {
     /// # Errors
     /// When the kernel has no PSI (`ENOENT`, or `EOPNOTSUPP` with `psi=0`),
     /// refuses the trigger, or no Tokio reactor runs.
-    pub fn memory(stall: std::time::Duration, window: std::time::Duration) -> io::Result<Self> {
+    pub(crate) fn memory(
+        stall: std::time::Duration,
+        window: std::time::Duration,
+    ) -> io::Result<Self> {
         use std::io::Write;
         let mut f = OpenOptions::new()
             .read(true)
@@ -141,7 +144,7 @@ impl PressureTrigger {
     ///
     /// # Errors
     /// When the descriptor can no longer be polled.
-    pub async fn stalled(&self) -> io::Result<()> {
+    pub(crate) async fn stalled(&self) -> io::Result<()> {
         let mut guard = self.fd.ready(tokio::io::Interest::PRIORITY).await?;
         guard.clear_ready();
         Ok(())
@@ -150,7 +153,7 @@ impl PressureTrigger {
 
 /// The `some avg10` figure of `/proc/pressure/memory`: the share of the
 /// last 10 s in which some task stalled on memory, percent.
-pub fn memory_pressure_avg10() -> Option<f64> {
+pub(crate) fn memory_pressure_avg10() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/pressure/memory").ok()?;
     let some = text.lines().find(|l| l.starts_with("some "))?;
     some.split_whitespace()
@@ -159,15 +162,9 @@ pub fn memory_pressure_avg10() -> Option<f64> {
         .ok()
 }
 
-/// Bytes free for an unprivileged user on the filesystem holding `path`
-/// (its nearest existing ancestor), `None` when it cannot be read.
-pub fn disk_free(path: &Path) -> Option<u64> {
-    disk_space(path).map(|(free, _)| free)
-}
-
 /// Bytes free for an unprivileged user, and the size, of the filesystem
 /// holding `path` (its nearest existing ancestor).
-pub fn disk_space(path: &Path) -> Option<(u64, u64)> {
+pub(crate) fn disk_space(path: &Path) -> Option<(u64, u64)> {
     let mut p = path;
     while !p.exists() {
         p = p.parent()?;
@@ -181,7 +178,7 @@ pub fn disk_space(path: &Path) -> Option<(u64, u64)> {
 /// live members, bytes, in the order given: what a world's services really
 /// hold. One pass over `/proc` for all of them (a pass per group cost the
 /// sampler 15 ms a sample with six worlds).
-pub fn groups_rss(pgids: &[u32]) -> Vec<u64> {
+pub(crate) fn groups_rss(pgids: &[u32]) -> Vec<u64> {
     groups_usage(pgids)
         .into_iter()
         .map(|u| u.rss_bytes)
@@ -190,7 +187,7 @@ pub fn groups_rss(pgids: &[u32]) -> Vec<u64> {
 
 /// [`groups_rss`] with each group's CPU time besides (user plus system of
 /// its live members, milliseconds), in one pass.
-pub fn groups_usage(pgids: &[u32]) -> Vec<crate::protocol::Usage> {
+pub(crate) fn groups_usage(pgids: &[u32]) -> Vec<crate::protocol::Usage> {
     let page = page_size();
     let tick_ms = 1000 / clock_ticks_per_second();
     let mut sums = vec![crate::protocol::Usage::default(); pgids.len()];

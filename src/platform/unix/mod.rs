@@ -19,38 +19,39 @@ mod memory;
 mod nofollow;
 mod procs;
 mod sockets;
-pub use files::{FileCopy, clone_file, clone_into};
-pub use memory::{
-    Memory, PressureTrigger, disk_free, disk_space, groups_rss, groups_usage, memory,
-    memory_pressure_avg10,
+pub(crate) use files::{FileCopy, clone_file, clone_into};
+pub(crate) use memory::{
+    PressureTrigger, disk_space, groups_rss, groups_usage, memory, memory_pressure_avg10,
 };
-pub use nofollow::{
-    DirHandle, create_new_nofollow, is_link_refusal, open_append_nofollow, open_read_nofollow,
-    replacing_writer, write_replacing,
+pub(crate) use nofollow::{
+    DirHandle, is_link_refusal, open_append_nofollow, open_read_nofollow, replacing_writer,
+    write_replacing,
 };
-pub use procs::{
-    Marked, ProcStat, all_processes, command_line, group_alive, group_members, marked_processes,
+pub(crate) use procs::{
+    Marked, all_processes, command_line, group_alive, group_members, marked_processes,
     marked_processes_settled, page_size, proc_stat, process_env, process_env_settled,
     process_start_time, process_tree, session_id, signal_by_name, signal_group, signal_process,
 };
-pub use sockets::{
-    listeners_of, listening_ports, port_has_listener, tcp_client_alive, tcp_peer_uid,
-    tcp_socket_owners,
+pub(crate) use sockets::{
+    listeners_of, listening_ports, port_has_listener, tcp_peer_uid, tcp_socket_owners,
 };
+// Built where it is used: the PostgreSQL adapter's clone lock.
+#[cfg(feature = "postgres")]
+pub(crate) use sockets::tcp_client_alive;
 
 /// The local stream type the CLI uses (blocking).
-pub type ClientStream = std::os::unix::net::UnixStream;
+pub(crate) type ClientStream = std::os::unix::net::UnixStream;
 /// The daemon's listener type (async).
-pub type Listener = tokio::net::UnixListener;
+pub(crate) type Listener = tokio::net::UnixListener;
 /// The daemon's accepted stream type (async).
-pub type ServerStream = tokio::net::UnixStream;
+pub(crate) type ServerStream = tokio::net::UnixStream;
 /// The read half of a [`ServerStream`] (`into_split`).
-pub type ServerReadHalf = tokio::net::unix::OwnedReadHalf;
+pub(crate) type ServerReadHalf = tokio::net::unix::OwnedReadHalf;
 /// The write half of a [`ServerStream`].
-pub type ServerWriteHalf = tokio::net::unix::OwnedWriteHalf;
+pub(crate) type ServerWriteHalf = tokio::net::unix::OwnedWriteHalf;
 
 /// Creates `dir` (and parents) with mode 0700; tightens an existing one.
-pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -63,13 +64,13 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Sets an existing file's mode to 0600.
-pub fn make_private_file(path: &Path) -> io::Result<()> {
+pub(crate) fn make_private_file(path: &Path) -> io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
 }
 
 /// An exclusive advisory lock on a file, released when dropped (or when the
 /// process dies, which is why a dead daemon's lock never needs cleaning).
-pub struct FileLock {
+pub(crate) struct FileLock {
     lock: nix::fcntl::Flock<File>,
 }
 
@@ -81,7 +82,7 @@ impl FileLock {
     ///
     /// # Errors
     /// The file cannot be truncated or written.
-    pub fn set_note(&self, text: &str) -> io::Result<()> {
+    pub(crate) fn set_note(&self, text: &str) -> io::Result<()> {
         use std::io::Write;
         let mut f: &File = &self.lock;
         f.set_len(0)?;
@@ -93,7 +94,7 @@ impl FileLock {
 /// `wait = false`, returns `Ok(None)` when another process holds it. A
 /// symbolic link at `path` is refused, not followed (see
 /// [`is_link_refusal`]).
-pub fn lock_file(path: &Path, wait: bool) -> io::Result<Option<FileLock>> {
+pub(crate) fn lock_file(path: &Path, wait: bool) -> io::Result<Option<FileLock>> {
     let f = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -117,7 +118,7 @@ pub fn lock_file(path: &Path, wait: bool) -> io::Result<Option<FileLock>> {
 /// Binds the daemon's socket at `path` with mode 0600. A leftover socket file
 /// must have been removed by the caller (it holds the daemon lock, so no live
 /// daemon can own it).
-pub fn bind_listener(path: &Path) -> io::Result<Listener> {
+pub(crate) fn bind_listener(path: &Path) -> io::Result<Listener> {
     // Bind under a tight umask so there is no window where the socket is
     // reachable with looser permissions.
     let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
@@ -129,7 +130,7 @@ pub fn bind_listener(path: &Path) -> io::Result<Listener> {
 }
 
 /// Whether the peer of `stream` runs as the same user as this process.
-pub fn peer_is_same_user(stream: &ServerStream) -> io::Result<bool> {
+pub(crate) fn peer_is_same_user(stream: &ServerStream) -> io::Result<bool> {
     let cred = stream.peer_cred()?;
     Ok(cred.uid() == nix::unistd::geteuid().as_raw())
 }
@@ -138,20 +139,20 @@ pub fn peer_is_same_user(stream: &ServerStream) -> io::Result<bool> {
 /// shell and everything it starts share one — wrappers such as `sh -c`,
 /// `timeout`, `xargs` included — so it names who asks without trusting the
 /// peer to say. `None` when the kernel does not tell.
-pub fn peer_session(stream: &ServerStream) -> Option<u32> {
+pub(crate) fn peer_session(stream: &ServerStream) -> Option<u32> {
     let pid = stream.peer_cred().ok()?.pid()?;
     let sid = nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(pid))).ok()?;
     u32::try_from(sid.as_raw()).ok()
 }
 
 /// Connects to the daemon's socket.
-pub fn connect(path: &Path) -> io::Result<ClientStream> {
+pub(crate) fn connect(path: &Path) -> io::Result<ClientStream> {
     ClientStream::connect(path)
 }
 
 /// Whether a connect error means "no daemon there" (as opposed to, say, a
 /// permission problem the user must fix).
-pub fn is_no_daemon(e: &io::Error) -> bool {
+pub(crate) fn is_no_daemon(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
@@ -162,7 +163,11 @@ pub fn is_no_daemon(e: &io::Error) -> bool {
 /// not hang it up), stdin from /dev/null, stdout and stderr to `log` (a
 /// file the caller opened for appending). The child handle lets the caller
 /// notice an early exit; it is never killed on drop.
-pub fn spawn_detached(exe: &Path, args: &[&str], log: File) -> io::Result<std::process::Child> {
+pub(crate) fn spawn_detached(
+    exe: &Path,
+    args: &[&str],
+    log: File,
+) -> io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     let out = log;
     let err = out.try_clone()?;
@@ -186,7 +191,7 @@ pub fn spawn_detached(exe: &Path, args: &[&str], log: File) -> io::Result<std::p
 /// gone (`send` with `MSG_NOSIGNAL`): the CLI restores SIGPIPE's default so
 /// a closed stdout ends it quietly, and a dead daemon must still be an
 /// error it can report, not a silent death.
-pub struct NoSigpipe<'a>(pub &'a ClientStream);
+pub(crate) struct NoSigpipe<'a>(pub &'a ClientStream);
 
 impl io::Write for NoSigpipe<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -206,7 +211,7 @@ impl io::Write for NoSigpipe<'_> {
 /// Restores SIGPIPE's default action (end the process), which Rust's
 /// runtime sets to "ignore": a command whose reader went away then ends
 /// quietly, as `cat` does, instead of panicking in `println!`.
-pub fn default_sigpipe() {
+pub(crate) fn default_sigpipe() {
     use nix::sys::signal::{SigHandler, Signal, signal};
     // SAFETY: installing SIG_DFL runs no code in a signal context.
     unsafe {
@@ -221,7 +226,7 @@ pub fn default_sigpipe() {
 /// this catches the ones a parent leaked to us (a `make` jobserver pipe, a
 /// `7>&1` in a shell), which would otherwise keep a pipe open for as long
 /// as the daemon or a service lives.
-pub fn cloexec_above_stdio() -> io::Result<()> {
+pub(crate) fn cloexec_above_stdio() -> io::Result<()> {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: close_range takes three integers and touches no memory.
@@ -246,7 +251,7 @@ pub fn cloexec_above_stdio() -> io::Result<()> {
 /// open (see [`cloexec_above_stdio`]): the one way Binky starts a process
 /// (services, their log writers, migrate/seed/verify, probes, Caddy,
 /// adapters' clients).
-pub fn command(program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
+pub(crate) fn command(program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
     let mut c = tokio::process::Command::new(program);
     // SAFETY: the hook makes one async-signal-safe system call.
     unsafe {
@@ -256,7 +261,7 @@ pub fn command(program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command 
 }
 
 /// [`command`] for a blocking `std::process::Command`.
-pub fn std_command(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+pub(crate) fn std_command(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
     use std::os::unix::process::CommandExt;
     let mut c = std::process::Command::new(program);
     // SAFETY: the hook makes one async-signal-safe system call.
@@ -270,7 +275,7 @@ pub fn std_command(program: impl AsRef<std::ffi::OsStr>) -> std::process::Comman
 /// daemon calls it first thing, before it opens anything, so whatever its
 /// starter had open (a pipe a shell or `make` passed down) is not held for
 /// the daemon's whole life.
-pub fn close_inherited_fds() {
+pub(crate) fn close_inherited_fds() {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: close_range takes three integers and touches no memory.
@@ -296,7 +301,7 @@ pub fn close_inherited_fds() {
 
 /// Whether this process's stderr is the file at `path` (the daemon started
 /// by the CLI writes there; one run in a terminal does not).
-pub fn stderr_is(path: &Path) -> bool {
+pub(crate) fn stderr_is(path: &Path) -> bool {
     use std::os::fd::AsFd;
     use std::os::unix::fs::MetadataExt;
     let err = std::io::stderr()
@@ -312,7 +317,7 @@ pub fn stderr_is(path: &Path) -> bool {
 
 /// Points stdout and stderr at `file` (the daemon's current `daemon.log`),
 /// so a panic or a stray print lands where the log is read.
-pub fn redirect_stdio_to(file: &File) {
+pub(crate) fn redirect_stdio_to(file: &File) {
     use std::os::fd::AsRawFd;
     // SAFETY: dup2 takes two integers; both descriptors are valid.
     unsafe {
@@ -346,7 +351,7 @@ pub fn find_executable(
 /// thread (and so in threads it starts later) and taken with `sigwait` by
 /// the new one, so the handler may do anything (write to a socket, print).
 /// For a CLI that must tell its daemon before it goes.
-pub fn on_interrupt(mut on_interrupt: impl FnMut(u32, i32) + Send + 'static) {
+pub(crate) fn on_interrupt(mut on_interrupt: impl FnMut(u32, i32) + Send + 'static) {
     let set = interrupts();
     if set.thread_block().is_err() {
         return;
@@ -375,7 +380,7 @@ fn interrupts() -> nix::sys::signal::SigSet {
 /// calls it; the kernel hands a process's signal to any thread that does
 /// not block it, so a helper started earlier (the reaper of a daemon the
 /// CLI started) would take a Ctrl-C and die of it, silently.
-pub fn spawn_helper(f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+pub(crate) fn spawn_helper(f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
     use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
     let mut old = SigSet::empty();
     // The new thread inherits the caller's mask: block, spawn, restore.
@@ -391,7 +396,7 @@ pub fn spawn_helper(f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandl
 /// Raises this process's soft limit on open files to its hard limit (a
 /// daemon holding many connections needs them; 1,024 is a common soft
 /// default), and returns the limit now in force.
-pub fn raise_open_files_limit() -> u64 {
+pub(crate) fn raise_open_files_limit() -> u64 {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
         return 1024;
@@ -403,16 +408,18 @@ pub fn raise_open_files_limit() -> u64 {
 }
 
 /// This process's effective user id.
-pub fn uid() -> u32 {
+pub(crate) fn uid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }
 
 /// `n` random bytes from the kernel (`/dev/urandom`), as lowercase hex:
-/// for passwords Binky makes (a Redis ACL user per world).
+/// for passwords Binky makes (a Redis ACL user per world; built where it is
+/// used).
 ///
 /// # Errors
 /// The device cannot be read.
-pub fn random_hex(n: usize) -> io::Result<String> {
+#[cfg(feature = "redis")]
+pub(crate) fn random_hex(n: usize) -> io::Result<String> {
     use std::io::Read;
     let mut buf = vec![0u8; n];
     File::open("/dev/urandom")?.read_exact(&mut buf)?;
@@ -420,13 +427,13 @@ pub fn random_hex(n: usize) -> io::Result<String> {
 }
 
 /// This process's id.
-pub fn pid() -> u32 {
+pub(crate) fn pid() -> u32 {
     std::process::id()
 }
 
 /// Ignores SIGHUP and SIGINT, so closing or interrupting the terminal that
 /// started a helper process does not end it.
-pub fn ignore_terminal_signals() {
+pub(crate) fn ignore_terminal_signals() {
     use nix::sys::signal::{SigHandler, Signal, signal};
     // SAFETY: installing SIG_IGN runs no code in a signal context.
     unsafe {
@@ -438,7 +445,7 @@ pub fn ignore_terminal_signals() {
 /// Resolves when process `pid` (not necessarily our child) exits. On Linux a
 /// pidfd becomes readable at exit, so this waits without polling; where
 /// `pidfd_open` is unavailable it falls back to checking every 500 ms.
-pub async fn wait_exit(pid: u32) {
+pub(crate) async fn wait_exit(pid: u32) {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::{FromRawFd, OwnedFd};
@@ -472,7 +479,7 @@ pub async fn wait_exit(pid: u32) {
 /// the file on disk was replaced or deleted (a reinstall or `cargo build`
 /// while the daemon runs), where the path [`std::env::current_exe`] gives
 /// ends in ` (deleted)` and cannot be run.
-pub fn self_exe() -> std::io::Result<PathBuf> {
+pub(crate) fn self_exe() -> std::io::Result<PathBuf> {
     let proc_self = PathBuf::from("/proc/self/exe");
     if proc_self.exists() {
         Ok(proc_self)
@@ -484,7 +491,7 @@ pub fn self_exe() -> std::io::Result<PathBuf> {
 /// Whether process `pid` runs a binary whose file was replaced or deleted
 /// since it started (`/proc/<pid>/exe` reads `… (deleted)`): a daemon from
 /// before a reinstall.
-pub fn runs_replaced_binary(pid: u32) -> bool {
+pub(crate) fn runs_replaced_binary(pid: u32) -> bool {
     std::fs::read_link(format!("/proc/{pid}/exe"))
         .is_ok_and(|p| p.to_string_lossy().ends_with(" (deleted)"))
 }

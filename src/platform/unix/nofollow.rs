@@ -24,7 +24,7 @@ use nix::sys::stat::Mode;
 /// Whether `e` is the error an `O_NOFOLLOW` open gives on a symbolic link
 /// (`ELOOP` on Linux and macOS; `EMLINK` on FreeBSD). [`DirHandle::descend`]
 /// reports a link on the way the same way.
-pub fn is_link_refusal(e: &io::Error) -> bool {
+pub(crate) fn is_link_refusal(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error().map(nix::errno::Errno::from_raw),
         Some(nix::errno::Errno::ELOOP | nix::errno::Errno::EMLINK)
@@ -39,7 +39,7 @@ pub fn is_link_refusal(e: &io::Error) -> bool {
 ///
 /// # Errors
 /// As `open(2)`; a link at `path` in particular.
-pub fn open_append_nofollow(path: &Path, read: bool) -> io::Result<File> {
+pub(crate) fn open_append_nofollow(path: &Path, read: bool) -> io::Result<File> {
     OpenOptions::new()
         .create(true)
         .append(true)
@@ -54,7 +54,7 @@ pub fn open_append_nofollow(path: &Path, read: bool) -> io::Result<File> {
 ///
 /// # Errors
 /// As `open(2)`; a link at `path` in particular.
-pub fn open_read_nofollow(path: &Path) -> io::Result<File> {
+pub(crate) fn open_read_nofollow(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW)
@@ -66,7 +66,7 @@ pub fn open_read_nofollow(path: &Path) -> io::Result<File> {
 ///
 /// # Errors
 /// `AlreadyExists` when something has the name; as `open(2)` otherwise.
-pub fn create_new_nofollow(path: &Path, mode: u32) -> io::Result<File> {
+pub(crate) fn create_new_nofollow(path: &Path, mode: u32) -> io::Result<File> {
     OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -83,7 +83,7 @@ pub fn create_new_nofollow(path: &Path, mode: u32) -> io::Result<File> {
 /// # Errors
 /// The temporary file cannot be made or written, or the rename fails (the
 /// temporary file is then removed).
-pub fn write_replacing(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_replacing(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write;
     let name = path
         .file_name()
@@ -113,7 +113,7 @@ fn replacing_name(name: &str, pid: u32) -> String {
 /// the process that was writing it. A folder lister (`gc`) skips such a
 /// file while that process lives, and may remove it once it is gone (a
 /// crash between the write and the rename left it).
-pub fn replacing_writer(file_name: &str) -> Option<u32> {
+pub(crate) fn replacing_writer(file_name: &str) -> Option<u32> {
     let inner = file_name.strip_prefix('.')?.strip_suffix(".tmp")?;
     let (name, pid) = inner.rsplit_once('.')?;
     let pid: u32 = pid.parse().ok()?;
@@ -123,7 +123,7 @@ pub fn replacing_writer(file_name: &str) -> Option<u32> {
 /// A folder opened as a handle, so names are resolved against it and not
 /// against a path a link could redirect later: what Binky makes inside a
 /// worktree is made through one.
-pub struct DirHandle(OwnedFd);
+pub(crate) struct DirHandle(OwnedFd);
 
 /// Flags of a folder opened to resolve names against.
 fn dir_flags() -> OFlag {
@@ -136,7 +136,7 @@ impl DirHandle {
     ///
     /// # Errors
     /// As `open(2)`: missing, not a folder, not readable.
-    pub fn open(path: &Path) -> io::Result<DirHandle> {
+    pub(crate) fn open(path: &Path) -> io::Result<DirHandle> {
         nix::fcntl::open(path, dir_flags(), Mode::empty())
             .map(DirHandle)
             .map_err(io::Error::from)
@@ -152,7 +152,7 @@ impl DirHandle {
     /// folder (`NotADirectory`), or cannot be made or opened. The error
     /// says nothing of where: the caller knows `rel`, and
     /// [`DirHandle::first_link`] finds the link to name.
-    pub fn descend(&self, rel: &Path, create: Option<u32>) -> io::Result<DirHandle> {
+    pub(crate) fn descend(&self, rel: &Path, create: Option<u32>) -> io::Result<DirHandle> {
         let mut at = DirHandle(self.0.try_clone()?);
         for c in rel.components() {
             let name = match c {
@@ -211,7 +211,10 @@ impl DirHandle {
     /// The first component of `rel` beneath this folder that is a symbolic
     /// link, with where it points (for a message); `None` when there is none
     /// up to the first missing one.
-    pub fn first_link(&self, rel: &Path) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    pub(crate) fn first_link(
+        &self,
+        rel: &Path,
+    ) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
         let mut at = DirHandle(self.0.try_clone().ok()?);
         let mut walked = std::path::PathBuf::new();
         for c in rel.components() {
@@ -232,7 +235,7 @@ impl DirHandle {
     ///
     /// # Errors
     /// `AlreadyExists`, or as `mkdirat(2)` and `openat(2)`.
-    pub fn create_dir(&self, name: &OsStr, mode: u32) -> io::Result<DirHandle> {
+    pub(crate) fn create_dir(&self, name: &OsStr, mode: u32) -> io::Result<DirHandle> {
         nix::sys::stat::mkdirat(self.0.as_fd(), name, Mode::from_bits_truncate(mode as _))?;
         self.child(name)
     }
@@ -242,7 +245,7 @@ impl DirHandle {
     ///
     /// # Errors
     /// `AlreadyExists`, or as `openat(2)`.
-    pub fn create_file(&self, name: &OsStr, mode: u32) -> io::Result<File> {
+    pub(crate) fn create_file(&self, name: &OsStr, mode: u32) -> io::Result<File> {
         let fd = openat(
             self.0.as_fd(),
             name,
@@ -257,7 +260,7 @@ impl DirHandle {
     ///
     /// # Errors
     /// `AlreadyExists`, or as `symlinkat(2)`.
-    pub fn symlink(&self, target: &Path, name: &OsStr) -> io::Result<()> {
+    pub(crate) fn symlink(&self, target: &Path, name: &OsStr) -> io::Result<()> {
         nix::unistd::symlinkat(target, self.0.as_fd(), name).map_err(io::Error::from)
     }
 
@@ -265,7 +268,7 @@ impl DirHandle {
     ///
     /// # Errors
     /// As `renameat(2)`.
-    pub fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+    pub(crate) fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
         nix::fcntl::renameat(self.0.as_fd(), from, self.0.as_fd(), to).map_err(io::Error::from)
     }
 
@@ -273,13 +276,13 @@ impl DirHandle {
     ///
     /// # Errors
     /// As `fchmod(2)`.
-    pub fn set_mode(&self, mode: u32) -> io::Result<()> {
+    pub(crate) fn set_mode(&self, mode: u32) -> io::Result<()> {
         nix::sys::stat::fchmod(self.0.as_fd(), Mode::from_bits_truncate(mode as _))
             .map_err(io::Error::from)
     }
 
     /// Whether `name` here exists (a link counts, and is not followed).
-    pub fn has(&self, name: &OsStr) -> bool {
+    pub(crate) fn has(&self, name: &OsStr) -> bool {
         nix::sys::stat::fstatat(
             self.0.as_fd(),
             name,

@@ -5,13 +5,13 @@
 use std::io;
 
 /// Maps a portable signal name (`SIGTERM`…) to the native signal.
-pub fn signal_by_name(name: &str) -> Option<nix::sys::signal::Signal> {
+pub(crate) fn signal_by_name(name: &str) -> Option<nix::sys::signal::Signal> {
     name.parse().ok()
 }
 
 /// Sends `sig` to every process in group `pgid`. `Ok(false)` when the group
 /// no longer exists.
-pub fn signal_group(pgid: u32, sig: Option<nix::sys::signal::Signal>) -> io::Result<bool> {
+pub(crate) fn signal_group(pgid: u32, sig: Option<nix::sys::signal::Signal>) -> io::Result<bool> {
     send_signal(pgid, sig, true)
 }
 
@@ -43,7 +43,7 @@ pub(super) fn send_signal(
 
 /// The fields of `/proc/<pid>/stat` Binky reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
+pub(crate) struct ProcStat {
     /// The process id.
     pub pid: u32,
     /// One-letter state (`R`, `S`, `Z`…).
@@ -68,13 +68,13 @@ pub struct ProcStat {
 
 impl ProcStat {
     /// Whether it has exited and only waits to be reaped (holds nothing).
-    pub fn is_zombie(&self) -> bool {
+    pub(crate) fn is_zombie(&self) -> bool {
         matches!(self.state, 'Z' | 'X')
     }
 }
 
 /// Parses `/proc/<pid>/stat`; `None` when the process is gone.
-pub fn proc_stat(pid: u32) -> Option<ProcStat> {
+pub(crate) fn proc_stat(pid: u32) -> Option<ProcStat> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name, which is parenthesised and may hold
     // spaces or parentheses itself.
@@ -95,7 +95,7 @@ pub fn proc_stat(pid: u32) -> Option<ProcStat> {
 }
 
 /// Every process on the machine, as `/proc` lists it now.
-pub fn all_processes() -> Vec<ProcStat> {
+pub(crate) fn all_processes() -> Vec<ProcStat> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -106,7 +106,7 @@ pub fn all_processes() -> Vec<ProcStat> {
 }
 
 /// Live (non-zombie) members of process group `pgid`.
-pub fn group_members(pgid: u32) -> Vec<u32> {
+pub(crate) fn group_members(pgid: u32) -> Vec<u32> {
     all_processes()
         .into_iter()
         .filter(|p| p.pgrp == pgid && !p.is_zombie())
@@ -117,14 +117,14 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
 /// Whether any process of group `pgid` is still alive. Zombies do not count:
 /// a member whose parent died waits for init to reap it, which can take
 /// seconds, and it holds nothing (no port, no file) meanwhile.
-pub fn group_alive(pgid: u32) -> bool {
+pub(crate) fn group_alive(pgid: u32) -> bool {
     signal_group(pgid, None).unwrap_or(false) && !group_members(pgid).is_empty()
 }
 
 /// A process's start time in clock ticks since boot (field 22 of
 /// `/proc/<pid>/stat`). With the pid it identifies a process across pid
 /// reuse. `None` for a zombie: it has exited and only waits to be reaped.
-pub fn process_start_time(pid: u32) -> Option<u64> {
+pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
     proc_stat(pid)
         .filter(|p| !p.is_zombie())
         .map(|p| p.start_time)
@@ -132,7 +132,7 @@ pub fn process_start_time(pid: u32) -> Option<u64> {
 
 /// The environment a process was started with (`/proc/<pid>/environ`);
 /// `None` when it is gone or not ours to read.
-pub fn process_env(pid: u32) -> Option<Vec<(String, String)>> {
+pub(crate) fn process_env(pid: u32) -> Option<Vec<(String, String)>> {
     std::fs::read(format!("/proc/{pid}/environ"))
         .ok()
         .map(|raw| parse_environ(&raw))
@@ -142,7 +142,7 @@ pub fn process_env(pid: u32) -> Option<Vec<(String, String)>> {
 /// process caught inside `execve` (its environment reads empty until the
 /// kernel has laid out its new stack) is read again every 5 ms, for up to
 /// `EXEC_SETTLE` (2 s), instead of being taken for one with no environment.
-pub async fn process_env_settled(pid: u32) -> Option<Vec<(String, String)>> {
+pub(crate) async fn process_env_settled(pid: u32) -> Option<Vec<(String, String)>> {
     let was = proc_stat(pid)?;
     let deadline = std::time::Instant::now() + EXEC_SETTLE;
     loop {
@@ -209,7 +209,7 @@ impl EnvRead {
 /// A process that carries a mark in its environment: the value of a
 /// variable it was started with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Marked {
+pub(crate) struct Marked {
     /// What `/proc/<pid>/stat` says of it now.
     pub stat: ProcStat,
     /// The value of the marking variable.
@@ -229,7 +229,7 @@ pub struct Marked {
 /// `EXEC_REREADS` ms, before this returns, so one look never misses it.
 /// That is the only time this blocks; one still empty after that has no
 /// environment, and is remembered so.
-pub fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marked> {
+pub(crate) fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marked> {
     look(home_var, home, mark_var).0
 }
 
@@ -238,7 +238,11 @@ pub fn marked_processes(home_var: &str, home: &str, mark_var: &str) -> Vec<Marke
 /// hold one there for longer; its `env_start` reads 0 until the kernel has
 /// laid out its new stack) is waited for, looking again every 5 ms for up
 /// to `EXEC_SETTLE` (2 s), so a sweep never leaves one running unseen.
-pub async fn marked_processes_settled(home_var: &str, home: &str, mark_var: &str) -> Vec<Marked> {
+pub(crate) async fn marked_processes_settled(
+    home_var: &str,
+    home: &str,
+    mark_var: &str,
+) -> Vec<Marked> {
     let deadline = std::time::Instant::now() + EXEC_SETTLE;
     loop {
         let (found, in_exec) = look(home_var, home, mark_var);
@@ -251,7 +255,7 @@ pub async fn marked_processes_settled(home_var: &str, home: &str, mark_var: &str
 
 /// How long, at most, [`marked_processes_settled`] waits for processes
 /// inside `execve` to come out of it.
-pub const EXEC_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+pub(super) const EXEC_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One look: the marked processes, and whether one was still inside
 /// `execve` when the look ended (its marks unknown).
@@ -373,10 +377,10 @@ fn inside_exec(was: &ProcStat, now: Option<&ProcStat>) -> bool {
 
 /// How many times, a millisecond apart, [`marked_processes`] reads again
 /// a process whose environment read empty (one inside `execve`).
-pub const EXEC_REREADS: u32 = 20;
+pub(super) const EXEC_REREADS: u32 = 20;
 
 /// The size of a memory page, bytes.
-pub fn page_size() -> u64 {
+pub(crate) fn page_size() -> u64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
         .ok()
         .flatten()
@@ -384,17 +388,17 @@ pub fn page_size() -> u64 {
 }
 
 /// This process's session id.
-pub fn session_id() -> u32 {
+pub(crate) fn session_id() -> u32 {
     nix::unistd::getsid(None).map_or(0, |p| p.as_raw() as u32)
 }
 
 /// Sends `sig` to one process. `Ok(false)` when it no longer exists.
-pub fn signal_process(pid: u32, sig: Option<nix::sys::signal::Signal>) -> io::Result<bool> {
+pub(crate) fn signal_process(pid: u32, sig: Option<nix::sys::signal::Signal>) -> io::Result<bool> {
     send_signal(pid, sig, false)
 }
 
 /// Pids of `pid` and all its descendants (from `/proc/*/stat` parent links).
-pub fn process_tree(pid: u32) -> Vec<u32> {
+pub(crate) fn process_tree(pid: u32) -> Vec<u32> {
     let parent_of: Vec<(u32, u32)> = all_processes().iter().map(|p| (p.pid, p.ppid)).collect();
     let mut tree = vec![pid];
     let mut i = 0;
@@ -412,7 +416,7 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
 }
 
 /// The command line of `pid`, its arguments joined by spaces (for messages).
-pub fn command_line(pid: u32) -> Option<String> {
+pub(crate) fn command_line(pid: u32) -> Option<String> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let text = raw
         .split(|b| *b == 0)

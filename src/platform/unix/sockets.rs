@@ -8,7 +8,7 @@ use super::procs::all_processes;
 /// port, remote port)`, from `/proc/net/tcp{,6}` (which list each socket
 /// with its owner). The client end of a loopback connection to our `local`
 /// port from `peer` is the entry `(peer.port(), local.port())`.
-pub fn tcp_socket_owners() -> std::collections::HashMap<(u16, u16), u32> {
+pub(crate) fn tcp_socket_owners() -> std::collections::HashMap<(u16, u16), u32> {
     let port_of = |a: &str| {
         a.rsplit_once(':')
             .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
@@ -37,7 +37,8 @@ pub fn tcp_socket_owners() -> std::collections::HashMap<(u16, u16), u32> {
 /// closed it, is listed with inode 0 while it winds down, or not at all).
 /// `None` when `/proc/net` cannot be read. Loopback only: a connection
 /// from 127.0.0.1 comes from this network namespace.
-pub fn tcp_client_alive(client_port: u16, server_port: u16) -> Option<bool> {
+#[cfg(feature = "postgres")]
+pub(crate) fn tcp_client_alive(client_port: u16, server_port: u16) -> Option<bool> {
     let port_of = |a: &str| {
         a.rsplit_once(':')
             .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
@@ -67,7 +68,7 @@ pub fn tcp_client_alive(client_port: u16, server_port: u16) -> Option<bool> {
 /// to our `local` address, asked of the kernel directly (a `sock_diag`
 /// netlink query for that one socket: microseconds, however many sockets
 /// the machine has). `None` when the kernel will not say.
-pub fn tcp_peer_uid(peer: std::net::SocketAddr, local: std::net::SocketAddr) -> Option<u32> {
+pub(crate) fn tcp_peer_uid(peer: std::net::SocketAddr, local: std::net::SocketAddr) -> Option<u32> {
     use std::net::IpAddr;
     use std::os::fd::AsRawFd;
     const SOCK_DIAG_BY_FAMILY: u16 = 20;
@@ -181,7 +182,7 @@ pub(super) fn listening_sockets() -> Vec<(u16, String)> {
 /// Who listens on TCP `port`: the pids (among the processes this user may
 /// inspect) holding a listening socket on it. Empty when nothing listens,
 /// or only processes of another user do.
-pub fn listeners_of(port: u16) -> Vec<u32> {
+pub(crate) fn listeners_of(port: u16) -> Vec<u32> {
     let inodes: std::collections::HashSet<String> = listening_sockets()
         .into_iter()
         .filter(|(p, _)| *p == port)
@@ -198,13 +199,13 @@ pub fn listeners_of(port: u16) -> Vec<u32> {
 }
 
 /// Whether TCP `port` has a listener at all (whoever owns it).
-pub fn port_has_listener(port: u16) -> bool {
+pub(crate) fn port_has_listener(port: u16) -> bool {
     listening_sockets().iter().any(|(p, _)| *p == port)
 }
 
 /// TCP ports the processes in `pids` listen on (their socket inodes matched
 /// against `/proc/net/tcp{,6}` LISTEN entries).
-pub fn listening_ports(pids: &[u32]) -> Vec<u16> {
+pub(crate) fn listening_ports(pids: &[u32]) -> Vec<u16> {
     let inodes = socket_inodes(pids);
     let mut ports: Vec<u16> = listening_sockets()
         .into_iter()

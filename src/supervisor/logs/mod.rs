@@ -9,8 +9,10 @@
 mod read;
 mod stamp;
 
-pub use read::{RUN_MARK, current_run, mark_run, quote_head_tail, tail, tail_text};
-pub use stamp::{STAMP_LEN, split_stamp, stamp};
+#[cfg(test)]
+pub(crate) use read::RUN_MARK;
+pub(crate) use read::{current_run, mark_run, quote_head_tail, tail};
+pub(crate) use stamp::{split_stamp, stamp};
 
 use crate::platform;
 use std::fs::File;
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 /// # Errors
 /// The folder or file cannot be made or opened; a link is planted again
 /// each time it is replaced (three times).
-pub fn open_append(path: &Path) -> std::io::Result<File> {
+pub(crate) fn open_append(path: &Path) -> std::io::Result<File> {
     open_log(path, false, true)
 }
 
@@ -42,7 +44,7 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
 ///
 /// # Errors
 /// As [`open_append`].
-pub fn open_log(path: &Path, read: bool, note: bool) -> std::io::Result<File> {
+pub(crate) fn open_log(path: &Path, read: bool, note: bool) -> std::io::Result<File> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -91,7 +93,7 @@ fn generation(path: &Path, n: u32) -> PathBuf {
 
 /// Rolls `path` to `path.1` (shifting older ones, keeping `keep`) when it is
 /// at least `max_bytes`.
-pub fn roll(path: &Path, max_bytes: u64, keep: u32) {
+pub(crate) fn roll(path: &Path, max_bytes: u64, keep: u32) {
     // The name's own size: a link is not followed to a big file.
     let size = std::fs::symlink_metadata(path)
         .map(|m| m.len())
@@ -124,7 +126,7 @@ fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
 /// and reopens `path`, so `binky logs` and `logs -f` keep finding the
 /// output where they look. The service log writer and the daemon's own
 /// `daemon.log` both write through it.
-pub struct LogFile {
+pub(crate) struct LogFile {
     path: PathBuf,
     file: File,
     id: (u64, u64),
@@ -141,7 +143,7 @@ impl LogFile {
     ///
     /// # Errors
     /// The folder or file cannot be created or opened.
-    pub fn open(path: &Path, max_bytes: u64, keep: u32) -> std::io::Result<Self> {
+    pub(crate) fn open(path: &Path, max_bytes: u64, keep: u32) -> std::io::Result<Self> {
         roll(path, max_bytes, keep);
         let file = open_append(path)?;
         let meta = file.metadata()?;
@@ -159,7 +161,7 @@ impl LogFile {
 
     /// Calls `f` with the file now and after every reopen (the daemon points
     /// its stdout and stderr at the current `daemon.log` this way).
-    pub fn on_open(mut self, f: fn(&File)) -> Self {
+    pub(crate) fn on_open(mut self, f: fn(&File)) -> Self {
         f(&self.file);
         self.on_open = Some(f);
         self
@@ -212,7 +214,7 @@ impl Write for LogFile {
 /// when the file is renamed away (rotation), what was still written to it
 /// is read to its end, then the new file at the same name from its start;
 /// a truncated file is read again from its start.
-pub struct Follower {
+pub(crate) struct Follower {
     path: PathBuf,
     file: Option<File>,
     id: Option<(u64, u64)>,
@@ -221,7 +223,7 @@ pub struct Follower {
 
 impl Follower {
     /// Follows `path` from its current end.
-    pub fn from_end(path: &Path) -> Self {
+    pub(crate) fn from_end(path: &Path) -> Self {
         let mut f = Follower {
             path: path.to_path_buf(),
             file: None,
@@ -265,7 +267,7 @@ impl Follower {
     /// Where this follower is: the file it reads and how far. With
     /// [`Follower::resume`], a caller that keeps no follower (an agent
     /// asking again later) carries on from here.
-    pub fn mark(&self) -> Mark {
+    pub(crate) fn mark(&self) -> Mark {
         let (dev, ino) = self.id.unwrap_or((0, 0));
         Mark {
             dev,
@@ -279,7 +281,7 @@ impl Follower {
     /// renamed there (its rest first, then the new file); else from the
     /// start of the file at the name, and `lost` is true (it rotated twice
     /// since, or was replaced).
-    pub fn resume(path: &Path, mark: Mark) -> (Self, bool) {
+    pub(crate) fn resume(path: &Path, mark: Mark) -> (Self, bool) {
         let same = |p: &Path| {
             std::fs::symlink_metadata(p).is_ok_and(|m| file_id(&m) == (mark.dev, mark.ino))
         };
@@ -313,12 +315,12 @@ impl Follower {
 
     /// Takes back the last `n` bytes read: a line still being written is
     /// read again, whole, next time.
-    pub fn unread(&mut self, n: usize) {
+    pub(crate) fn unread(&mut self, n: usize) {
         self.offset = self.offset.saturating_sub(n as u64);
     }
 
     /// Bytes appended since the last call (across a rotation).
-    pub fn poll(&mut self) -> Vec<u8> {
+    pub(crate) fn poll(&mut self) -> Vec<u8> {
         let mut out = Vec::new();
         self.read_rest(&mut out);
         let now = std::fs::symlink_metadata(&self.path)
@@ -336,7 +338,7 @@ impl Follower {
 /// A place in a log, as [`Follower::mark`] gives it: the file (device and
 /// inode, so a rotation by rename is followed) and the offset in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mark {
+pub(crate) struct Mark {
     /// The file's device.
     pub dev: u64,
     /// The file's inode.
@@ -354,7 +356,7 @@ pub struct Mark {
 ///
 /// # Errors
 /// The log's folder cannot be made, or the pipe or the writer cannot start.
-pub fn spawn_writer(
+pub(crate) fn spawn_writer(
     exe: &Path,
     log: &Path,
 ) -> std::io::Result<(std::io::PipeWriter, tokio::process::Child)> {

@@ -7,7 +7,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 /// The last `n` lines of `path` (reads at most the final 256 KiB).
-pub fn tail(path: &Path, n: usize) -> Vec<String> {
+pub(crate) fn tail(path: &Path, n: usize) -> Vec<String> {
     let Ok(mut f) = platform::open_read_nofollow(path) else {
         return Vec::new();
     };
@@ -24,13 +24,13 @@ pub fn tail(path: &Path, n: usize) -> Vec<String> {
 
 /// What starts the separator line [`mark_run`] writes before each
 /// (re)start of a process: a line of text no program prints by chance.
-pub const RUN_MARK: &str = "=== binky: ";
+pub(crate) const RUN_MARK: &str = "=== binky: ";
 
 /// Appends a stamped separator line — `<time> === binky: <what> ===` — so a
 /// log that holds several runs shows where each began, and
 /// [`current_run`] can quote only the last. Best effort: a log that cannot
 /// be written is reported where its process's output fails.
-pub fn mark_run(path: &Path, what: &str) {
+pub(crate) fn mark_run(path: &Path, what: &str) {
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
@@ -44,7 +44,7 @@ pub fn mark_run(path: &Path, what: &str) {
 /// The lines of the last run in `path` (after its last [`mark_run`] line,
 /// timestamps removed), from at most the final 256 KiB: what the process
 /// started last printed, never an earlier run's words.
-pub fn current_run(path: &Path) -> Vec<String> {
+pub(crate) fn current_run(path: &Path) -> Vec<String> {
     let lines = tail_text(path, usize::MAX);
     let start = lines
         .iter()
@@ -57,7 +57,7 @@ pub fn current_run(path: &Path) -> Vec<String> {
 /// they are few), with a line saying how many were left out between, each
 /// prefixed `  | ` for quoting under an error. Starting lines often say the
 /// cause (a missing variable), the last ones where it stopped.
-pub fn quote_head_tail(lines: &[String], head: usize, tail: usize) -> String {
+pub(crate) fn quote_head_tail(lines: &[String], head: usize, tail: usize) -> String {
     let mut out = Vec::new();
     if lines.len() <= head + tail + 1 {
         out.extend(lines.iter().map(|l| format!("  | {l}")));
@@ -77,7 +77,7 @@ pub fn quote_head_tail(lines: &[String], head: usize, tail: usize) -> String {
 }
 
 /// [`tail`] with timestamps removed: what the service printed.
-pub fn tail_text(path: &Path, n: usize) -> Vec<String> {
+pub(crate) fn tail_text(path: &Path, n: usize) -> Vec<String> {
     tail(path, n)
         .into_iter()
         .map(|l| split_stamp(&l).1.to_owned())

@@ -4,11 +4,11 @@
 use std::io::Read;
 
 /// Length of the timestamp prefix [`stamp`] writes (`2026-11-30T04:50:00.123Z `).
-pub const STAMP_LEN: usize = 25;
+pub(crate) const STAMP_LEN: usize = 25;
 
 /// Splits a stamped line into its timestamp and text. Lines without a stamp
 /// (written by something else) give `None` and the whole line.
-pub fn split_stamp(line: &str) -> (Option<&str>, &str) {
+pub(crate) fn split_stamp(line: &str) -> (Option<&str>, &str) {
     let b = line.as_bytes();
     if b.len() >= STAMP_LEN
         && b[4] == b'-'
@@ -29,7 +29,7 @@ pub fn split_stamp(line: &str) -> (Option<&str>, &str) {
 /// between a service and its log file: not the daemon, so a restarting daemon
 /// loses no output. Returns at end of input (the service and all its
 /// descendants closed their output).
-pub fn stamp(mut input: impl Read, out: &mut impl std::io::Write) -> std::io::Result<()> {
+pub(crate) fn stamp(mut input: impl Read, out: &mut impl std::io::Write) -> std::io::Result<()> {
     /// A line longer than this is split, so memory stays bounded.
     const MAX_LINE: usize = 64 * 1024;
     let mut buf = vec![0u8; 16 * 1024];

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 /// One request waiting for admission (a queued `up`, or a suspended world
 /// waiting to resume).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Waiting {
+pub(crate) struct Waiting {
     /// Unique; breaks ties of `since`.
     pub ticket: i64,
     /// When it first asked (any monotonic unit): lower is older. A resume
@@ -44,7 +44,7 @@ pub struct Waiting {
 
 /// What the machine has now, as the daemon measured it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Room {
+pub(crate) struct Room {
     /// Most worlds active at once; 0 is unlimited.
     pub max_parallel: u32,
     /// Active worlds (running, starting, admitted) per caller and group.
@@ -58,11 +58,11 @@ pub struct Room {
 }
 
 /// Whom an active world counts for: (caller, group).
-pub type Slot = (String, String);
+pub(crate) type Slot = (String, String);
 
 /// Available RAM against the reserve.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Ram {
+pub(crate) struct Ram {
     /// Available now, bytes (bounded by the daemon's cgroup limit).
     pub available: u64,
     /// Kept free, bytes.
@@ -81,7 +81,7 @@ pub struct Ram {
 
 /// One filesystem's free space against the disk reserve.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Disk {
+pub(crate) struct Disk {
     /// A path on it (`BINKY_HOME`, the worktree root), for messages.
     pub path: String,
     /// Free bytes for an unprivileged user.
@@ -92,7 +92,7 @@ pub struct Disk {
 
 /// Why the next request waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Blocker {
+pub(crate) enum Blocker {
     /// `max_parallel` worlds are active.
     MaxParallel {
         /// The limit.
@@ -144,13 +144,13 @@ impl std::fmt::Display for Blocker {
 }
 
 /// `n` bytes as GiB with one decimal.
-pub fn gib(n: u64) -> String {
+pub(crate) fn gib(n: u64) -> String {
     format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64)
 }
 
 /// What to do now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Admit the request at this index of the queue.
     Admit(usize),
     /// Admit nobody yet, for this reason.
@@ -167,7 +167,7 @@ pub enum Decision {
 /// O(n log n): each caller's groups, and the callers, sit in ordered sets
 /// keyed by (active, oldest waiting), so a pick is a first element, not a
 /// scan (with thousands queued this runs on every look at the room).
-pub fn order(queue: &[Waiting], room: &Room) -> Vec<usize> {
+pub(crate) fn order(queue: &[Waiting], room: &Room) -> Vec<usize> {
     // Per (caller, group): its requests oldest first.
     let mut slots: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
     let mut sorted: Vec<usize> = (0..queue.len()).collect();
@@ -223,7 +223,7 @@ pub fn order(queue: &[Waiting], room: &Room) -> Vec<usize> {
 /// Whether one more world of `needs` bytes fits now; `Err` names what is
 /// short. A `resume` is judged on the headroom that lasted
 /// ([`Ram::steady`]), a new world on the reading now.
-pub fn fits(room: &Room, needs: u64, resume: bool) -> Result<(), Blocker> {
+pub(crate) fn fits(room: &Room, needs: u64, resume: bool) -> Result<(), Blocker> {
     let active: u32 = room.active.values().sum();
     if room.max_parallel > 0 && active >= room.max_parallel {
         return Err(Blocker::MaxParallel {
@@ -249,14 +249,14 @@ pub fn fits(room: &Room, needs: u64, resume: bool) -> Result<(), Blocker> {
 
 /// The next admission: the first request in [`order`] if it [`fits`].
 #[cfg(test)]
-pub fn decide(queue: &[Waiting], room: &Room) -> Decision {
+pub(crate) fn decide(queue: &[Waiting], room: &Room) -> Decision {
     decide_in(queue, room, &order(queue, room))
 }
 
 /// The next admission from an order already computed (what is left of it
 /// after earlier admissions of the same pass): its first request if it
 /// [`fits`].
-pub fn decide_in(queue: &[Waiting], room: &Room, order: &[usize]) -> Decision {
+pub(crate) fn decide_in(queue: &[Waiting], room: &Room, order: &[usize]) -> Decision {
     let Some(&next) = order.first() else {
         return Decision::Idle;
     };
@@ -273,7 +273,7 @@ pub fn decide_in(queue: &[Waiting], room: &Room, order: &[usize]) -> Decision {
 /// for its own shortfall when it would not fit even at the head (its own
 /// footprint), else for its turn, since nobody overtakes.
 #[cfg(test)]
-pub fn reasons(queue: &[Waiting], room: &Room) -> Vec<(usize, String)> {
+pub(crate) fn reasons(queue: &[Waiting], room: &Room) -> Vec<(usize, String)> {
     reasons_in(queue, room, &order(queue, room))
 }
 
@@ -283,7 +283,7 @@ pub fn reasons(queue: &[Waiting], room: &Room) -> Vec<(usize, String)> {
 /// even at the head, else for its turn, since nobody overtakes. Whether a
 /// request fits depends only on its footprint and kind, so that is judged
 /// once per distinct pair, not once per queued request.
-pub fn reasons_in(queue: &[Waiting], room: &Room, order: &[usize]) -> Vec<(usize, String)> {
+pub(crate) fn reasons_in(queue: &[Waiting], room: &Room, order: &[usize]) -> Vec<(usize, String)> {
     let mut judged: HashMap<(u64, bool), Option<String>> = HashMap::new();
     order
         .iter()
@@ -308,7 +308,7 @@ pub fn reasons_in(queue: &[Waiting], room: &Room, order: &[usize]) -> Vec<(usize
 
 /// One world that runs, for choosing whom to suspend.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Active {
+pub(crate) struct Active {
     /// The world's id.
     pub world: i64,
     /// When it was last admitted or resumed (any monotonic unit): newer is
@@ -321,7 +321,7 @@ pub struct Active {
 /// The newest world of `running` that may be suspended now (past its
 /// hold): suspending the last admitted undoes the admission that most
 /// likely overran the reserve, and spares the worlds that ran longest.
-pub fn newest_suspendable(running: &[Active]) -> Option<i64> {
+pub(crate) fn newest_suspendable(running: &[Active]) -> Option<i64> {
     running
         .iter()
         .filter(|a| a.suspendable)

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The variable that marks a process as a world's.
-pub const TOKEN_VAR: &str = "BINKY_WORLD_TOKEN";
+pub(crate) const TOKEN_VAR: &str = "BINKY_WORLD_TOKEN";
 
 /// Every live process this daemon's worlds started, by world token, with
 /// its pid, process group and resident memory (bytes).
@@ -63,8 +63,8 @@ fn grouped(marked: Vec<crate::platform::Marked>) -> HashMap<String, Vec<(u32, u3
 /// Stops world `w`'s processes that its groups' stop did not reach: SIGTERM,
 /// then SIGKILL after the default stop timeout. Returns what outlived that,
 /// for the verb to report.
-pub(super) async fn stop(d: &Daemon, w: &WorldRow) -> Vec<String> {
-    let Ok(Some(token)) = d.registry().world_token(w.id) else {
+pub(in crate::daemon::world) async fn stop(d: &Daemon, w: &WorldRow) -> Vec<String> {
+    let Ok(Some(token)) = d.registry(|r| r.world_token(w.id)) else {
         return Vec::new();
     };
     let pids: Vec<u32> = by_token_settled(d)
@@ -95,8 +95,8 @@ pub(super) async fn stop(d: &Daemon, w: &WorldRow) -> Vec<String> {
 /// failed world's processes are left up for inspection), and a token no
 /// world of this registry has is never acted on: it is not known to be
 /// Binky's.
-pub(super) async fn stop_orphans(d: &Arc<Daemon>) {
-    let Ok(known) = d.registry().world_tokens() else {
+pub(in crate::daemon::world) async fn stop_orphans(d: &Arc<Daemon>) {
+    let Ok(known) = d.registry(|r| r.world_tokens()) else {
         return;
     };
     let mut set = tokio::task::JoinSet::new();
@@ -123,7 +123,7 @@ pub(super) async fn stop_orphans(d: &Arc<Daemon>) {
 
 /// Stops one process that is in no group Binky signals: SIGTERM, SIGKILL
 /// after the default stop timeout. `Some` says it outlived both.
-pub(super) async fn terminate(pid: u32) -> Option<String> {
+pub(in crate::daemon::world) async fn terminate(pid: u32) -> Option<String> {
     supervisor::terminate(
         pid,
         Some(nix::sys::signal::Signal::SIGTERM),

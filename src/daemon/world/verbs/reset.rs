@@ -2,16 +2,16 @@
 //! provision + migrate + seed where there is none), its worktree and ports
 //! kept — for an agent or a person whose data went wrong.
 
-use super::down::reload_with;
-use super::locate::{Located, find_world, join_subdir, locate};
-use super::plan::facts_of;
-use super::processes::stop_services;
+use super::reload::reload_with;
 use super::remove::Removal;
-use super::start::start_processes;
 use super::up::{fully_running, plan_with, provision_slices, settle_up};
-use super::{WorldCtx, world_event, world_ports};
 use crate::config;
 use crate::daemon::events::EventKind;
+use crate::daemon::world::stages::locate::{Located, find_world, join_subdir, locate};
+use crate::daemon::world::stages::plan::facts_of;
+use crate::daemon::world::stages::processes::stop_services;
+use crate::daemon::world::stages::start::start_processes;
+use crate::daemon::world::{WorldCtx, world_event, world_ports};
 use crate::daemon::{Daemon, ProgressTx, WorldKey};
 use crate::protocol::{ApiError, Intent, ResetRequest, UpRequest, WorldOutcome};
 use crate::registry::WorldRow;
@@ -63,9 +63,9 @@ pub(crate) async fn reset(
 /// The slices a reset drops, and whether sessions Binky did not open on
 /// them are ended (`--force`) or waited for.
 #[derive(Clone, Copy)]
-pub(super) struct SliceDrop<'a> {
-    pub(super) services: &'a [String],
-    pub(super) end_sessions: bool,
+pub(in crate::daemon::world) struct SliceDrop<'a> {
+    pub(in crate::daemon::world) services: &'a [String],
+    pub(in crate::daemon::world) end_sessions: bool,
 }
 
 /// The reset of a running world, in place, under its lock: the users of
@@ -97,8 +97,7 @@ async fn reset_running(
     }
     let users = config::users_of(cfg, chosen);
     // Intent first, so a crash mid-reset is reported as such.
-    d.registry()
-        .set_world_state(w.id, w.state, Some(Intent::Reload), None)?;
+    d.registry(|r| r.set_world_state(w.id, w.state, Some(Intent::Reload), None))?;
     if !users.is_empty() {
         let listed: Vec<&str> = users.iter().map(String::as_str).collect();
         progress.say(
@@ -203,7 +202,7 @@ fn choose(
 /// # Errors
 /// A slice cannot be rendered or reached, or its teardown failed (the
 /// world is then `failed`, its other slices kept).
-pub(super) async fn drop_slices(
+pub(in crate::daemon::world) async fn drop_slices(
     d: &Arc<Daemon>,
     loc: &Located,
     w: &WorldRow,

@@ -4,8 +4,8 @@
 use super::{item, rendered, swept};
 use crate::config;
 use crate::daemon::Daemon;
-use crate::daemon::world::reach::tear_down;
-use crate::daemon::world::slices::adapter_for;
+use crate::daemon::world::stages::reach::tear_down;
+use crate::daemon::world::stages::slices::adapter_for;
 use crate::protocol::{ClientEnv, SweepItem, SweepKind};
 use std::collections::HashSet;
 use std::path::Path;
@@ -21,7 +21,7 @@ pub(super) async fn sweep_users(
     client_env: &ClientEnv,
     out: &mut Vec<SweepItem>,
 ) {
-    let projects = d.registry().projects().unwrap_or_default();
+    let projects = d.registry(|r| r.projects()).unwrap_or_default();
     let mut seen = HashSet::new();
     for (_, project, root) in projects {
         let Ok(cfg) = config::load(&Path::new(&root).join(config::FILE_NAME)) else {
@@ -57,8 +57,7 @@ pub(super) async fn sweep_users(
             };
             for name in names {
                 let recorded = d
-                    .registry()
-                    .slice_owner(adapter.name(), &name)
+                    .registry(|r| r.slice_owner(adapter.name(), &name))
                     .ok()
                     .flatten()
                     .is_some();
@@ -77,7 +76,7 @@ pub(super) async fn sweep_users(
                         .map(|_| ())
                         .map_err(|e| e.redacted(&slice).message);
                     if r.is_ok() {
-                        let _ = d.registry().delete_slice(adapter.name(), &name);
+                        let _ = d.registry(|r| r.delete_slice(adapter.name(), &name));
                     }
                     swept(false, r)
                 };

@@ -2,8 +2,8 @@
 //! captured service output, the newest lines or those written since a
 //! cursor the previous call returned, read by name across a rotation.
 
-use super::locate::{find_world, locate};
 use crate::daemon::Daemon;
+use crate::daemon::world::stages::locate::{find_world, locate};
 use crate::protocol::{ApiError, LogLine, LogsReport, WorldRef};
 use crate::supervisor::logs::{Follower, Mark, split_stamp, tail};
 use std::path::{Path, PathBuf};
@@ -150,6 +150,7 @@ fn parse_cursor(text: &str) -> Result<Vec<(String, Mark)>, ApiError> {
     let bad = || {
         ApiError::new("`cursor` is not one this daemon returned")
             .hint("pass the `cursor` of the previous answer as it was, or leave it out for the newest lines")
+            .with_kind(crate::protocol::ErrorKind::InvalidInput)
     };
     text.split(',')
         .filter(|p| !p.is_empty())

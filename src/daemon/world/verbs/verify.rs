@@ -1,10 +1,10 @@
 //! `verify`: the project's `[agents] verify` checks, run in the world.
 
 use super::env::{WorldFacts, exposed_of, world_facts, world_vars};
-use super::locate::{Located, find_world, locate, user_git};
-use super::plan::{EnvBase, facts_for, lookup_env, render_strict};
-use super::world_event;
 use crate::daemon::events::EventKind;
+use crate::daemon::world::stages::locate::{Located, find_world, locate, user_git};
+use crate::daemon::world::stages::plan::{EnvBase, facts_for, lookup_env, render_strict};
+use crate::daemon::world::world_event;
 use crate::daemon::{Daemon, ProgressTx};
 use crate::faults::point as fault_point;
 use crate::protocol::{ApiError, ClientEnv, VerifyOutcome, WorldRef};
@@ -21,7 +21,7 @@ use std::sync::Arc;
 /// caller; the result is recorded against the world and its commit.
 ///
 /// The checks are those of the project's `binky.toml` as committed on the
-/// main checkout's branch ([`super::trusted`]): the world's own file is
+/// main checkout's branch ([`crate::daemon::world::stages::trusted`]): the world's own file is
 /// the agent's to edit, and a gate it could rewrite would grade nothing.
 /// The report says which file the checks came from and whether the
 /// world's own list differs. With `from_branch`, the world's own checks
@@ -68,7 +68,7 @@ pub(crate) async fn verify(
         let t0 = std::time::Instant::now();
         let (code, ok, stopped) = run_check(d, w.id, rendered, world_root, &env, progress).await?;
         cancelled |= stopped;
-        d.registry().set_verify_running(w.id, None)?;
+        d.registry(|r| r.set_verify_running(w.id, None))?;
         all_ok &= ok;
         checks.push(crate::protocol::VerifyCheck {
             command: cmd.clone(),
@@ -163,17 +163,19 @@ fn record(
     } else {
         (VerifyOutcome::Failed, EventKind::VerifyFailed)
     };
-    d.registry().record_verify(
-        w.id,
-        &crate::registry::VerifyRun {
-            outcome,
-            dirty,
-            duration_ms: report.duration_ms,
-            commit: report.commit.as_deref(),
-            detail: &detail,
-            from_branch: report.from_branch,
-        },
-    )?;
+    d.registry(|r| {
+        r.record_verify(
+            w.id,
+            &crate::registry::VerifyRun {
+                outcome,
+                dirty,
+                duration_ms: report.duration_ms,
+                commit: report.commit.as_deref(),
+                detail: &detail,
+                from_branch: report.from_branch,
+            },
+        )
+    })?;
     d.event(world_event(kind, project, &w.name).detail(detail));
     Ok(())
 }
@@ -199,7 +201,7 @@ async fn uncommitted(client_env: &ClientEnv, path: &str) -> Result<Vec<String>, 
 /// That file is not committed on the main checkout's branch, or does not
 /// parse.
 fn main_checks(loc: &Located, world: &str) -> Result<(Vec<String>, String), ApiError> {
-    let c = super::trusted::committed(loc)?;
+    let c = crate::daemon::world::stages::trusted::committed(loc)?;
     let shown = loc.subdir.join(crate::config::FILE_NAME);
     let from = format!(
         "the main checkout's {} (as committed on {})",
@@ -319,8 +321,7 @@ async fn run_check(
     };
     if let Some(pid) = child.id() {
         let start = crate::platform::process_start_time(pid).unwrap_or(0);
-        d.registry()
-            .set_verify_running(world_id, Some((pid, start)))?;
+        d.registry(|r| r.set_verify_running(world_id, Some((pid, start))))?;
         fault_point("verify:running");
     }
     let stdout = child.stdout.take();

@@ -1,80 +1,14 @@
-//! `down` and `reload`.
+//! `reload`: stop, then up on the same ports and data (and `reset`'s way
+//! through it).
 
-use super::admit::{admit, locked_with_room};
-use super::locate::{check_group, find_world, locate};
-use super::processes::stop_processes;
 use super::up::up_locked;
-use super::{outcome, withdrawn, world_event, world_exists};
-use crate::daemon::events::EventKind;
+use crate::daemon::world::stages::admit::{admit, locked_with_room};
+use crate::daemon::world::stages::locate::{check_group, find_world, locate};
+use crate::daemon::world::stages::processes::stop_processes;
 use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
 use crate::faults::point as fault_point;
-use crate::protocol::{ApiError, Intent, UpRequest, WorldOutcome, WorldRef, WorldState};
+use crate::protocol::{ApiError, Intent, UpRequest, WorldOutcome, WorldState};
 use std::sync::Arc;
-
-/// `binky down`.
-pub(crate) async fn down(d: &Arc<Daemon>, wref: WorldRef) -> Result<WorldOutcome, ApiError> {
-    let loc = locate(d, &wref)?;
-    // A queued `up` leaves the queue; a world never made has nothing more
-    // to stop.
-    let was_queued = admission::withdraw(d, &loc.name, &wref.name)?.was_queued();
-    let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, &wref.name));
-    // After the lock: a verb admitted a moment ago holds it while it
-    // makes the world, and is stopped here once it has.
-    let _guard = lock.lock().await;
-    if was_queued && !world_exists(d, &loc, &wref.name)? {
-        return Ok(withdrawn(&loc, &wref.name, WorldState::Stopped));
-    }
-    let w = find_world(d, &loc, &wref.name)?;
-    let noop = w.state == WorldState::Stopped;
-    d.registry()
-        .set_world_state(w.id, w.state, Some(Intent::Down), None)?;
-    fault_point("down:intent");
-    let left = stop_processes(d, &w).await;
-    d.registry()
-        .set_world_state(w.id, WorldState::Stopped, None, None)?;
-    admission::learned(d, w.id, &loc.name);
-    d.event(world_event(EventKind::Down, &loc.name, &w.name));
-    // After the event: the log then reads down, then the admission it let
-    // in. The sampler looks again too, and stops if nothing else runs.
-    d.admission.wake();
-    d.admission.resample();
-    let mut out = outcome(d, &loc.name, w.id, noop && !was_queued, left)?;
-    out.left_queue = was_queued;
-    Ok(out)
-}
-
-/// Suspends running world `name` of `project` for admission: its
-/// processes stopped as `down` stops them (so their memory is freed), its
-/// state `suspended` with `why`; its ports, slices and files are kept and
-/// `up` brings it back on them.
-///
-/// # Errors
-/// The world is gone or no longer running.
-pub(crate) async fn suspend(
-    d: &Arc<Daemon>,
-    project: &str,
-    name: &str,
-    why: &str,
-) -> Result<(), ApiError> {
-    let lock = d.worlds.lock_for(&WorldKey::new(project, name));
-    let _guard = lock.lock().await;
-    let w = {
-        let reg = d.registry();
-        let pid = reg
-            .project_id(project)?
-            .ok_or_else(|| ApiError::new(format!("project {project} is gone")))?;
-        reg.find_world(pid, name)?
-            .ok_or_else(|| ApiError::new(format!("world {name} is gone")))?
-    };
-    if w.state != WorldState::Running {
-        return Err(ApiError::new(format!("{name} is {}, not running", w.state)));
-    }
-    d.registry()
-        .set_world_state(w.id, w.state, Some(Intent::Suspend), None)?;
-    stop_processes(d, &w).await;
-    d.registry().set_suspended(w.id, why)?;
-    Ok(())
-}
 
 /// `binky reload`: stop, then up on the same ports and data. A world that
 /// is not running goes through admission first, as `up` does: a reload
@@ -90,7 +24,7 @@ pub(crate) async fn reload(
 
 /// [`reload`], with the slices of the services in `reset` dropped while
 /// the world is stopped, so that `up` makes them afresh (`binky reset`).
-pub(super) async fn reload_with(
+pub(in crate::daemon::world) async fn reload_with(
     d: &Arc<Daemon>,
     req: UpRequest,
     progress: &ProgressTx,
@@ -136,8 +70,7 @@ pub(super) async fn reload_with(
     // while the world still runs: a failure stops nothing.
     super::env::preflight(d, &loc, &w, &req.env).await?;
     // Intent first, so a crash mid-reload is reported as such.
-    d.registry()
-        .set_world_state(w.id, w.state, Some(Intent::Reload), None)?;
+    d.registry(|r| r.set_world_state(w.id, w.state, Some(Intent::Reload), None))?;
     progress.say(
         crate::protocol::ProgressStep::Stop,
         None,
@@ -145,21 +78,12 @@ pub(super) async fn reload_with(
     );
     stop_processes(d, &w).await;
     fault_point("reload:stopped");
-    d.registry()
-        .set_world_state(w.id, WorldState::Stopped, None, None)?;
+    d.registry(|r| r.set_world_state(w.id, WorldState::Stopped, None, None))?;
     let dropped = match reset {
         Some(dropping) => super::reset::drop_slices(d, &loc, &w, dropping, &req, progress).await?,
         None => Vec::new(),
     };
-    let out = up_locked(
-        d,
-        &loc,
-        &req.world.name,
-        req.group.as_deref(),
-        &req.env,
-        progress,
-    )
-    .await;
+    let out = up_locked(d, &loc, &req, progress).await;
     // The room before the lock: a verb that gets the lock next must find
     // this one's count gone, not lean on it (see `Entry::confirm`).
     drop(entry);

@@ -7,10 +7,10 @@ use super::processes::recorder;
 use super::reach::pinned;
 use super::routes::ensure_https;
 use super::slices::{Resolved, SliceAt, adapter_for, slice_for, slice_name};
-use super::{Runtime, WorldCtx, first_line, world_event, world_ports};
 use crate::config::ServiceKind;
 use crate::daemon::Daemon;
 use crate::daemon::events::{Event as LogEvent, EventKind};
+use crate::daemon::world::{Runtime, WorldCtx, first_line, world_event, world_ports};
 use crate::protocol::{ApiError, ClientEnv, ServiceState, WorldRef, WorldState};
 use crate::registry::RecordedProcess;
 use crate::supervisor::Handle;
@@ -29,7 +29,7 @@ use std::sync::Arc;
 /// again per their restart policy. An `up` the crash interrupted is marked
 /// failed with the reason.
 pub(crate) async fn reconcile(d: &Arc<Daemon>) {
-    let worlds = match d.registry().worlds() {
+    let worlds = match d.registry(|r| r.worlds()) {
         Ok(w) => w,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the worlds to re-adopt");
@@ -52,9 +52,7 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
                 "`{op}` was interrupted by a daemon restart; run `{}` again",
                 op.retry(&name)
             );
-            let _ = d
-                .registry()
-                .set_world_state(id, WorldState::Failed, None, Some(&reason));
+            let _ = d.registry(|r| r.set_world_state(id, WorldState::Failed, None, Some(&reason)));
             d.event(
                 world_event(EventKind::Interrupted, &project, &name)
                     .detail(format!("{op} interrupted")),
@@ -90,12 +88,11 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
 /// starts shares its session) and carries this `BINKY_HOME` with
 /// `BINKY_WORLD` (or `BINKY_CADDY`) in its environment. Processes of
 /// recorded groups are left to adoption; nothing else is ever signalled.
-pub(super) async fn stop_unknown(d: &Arc<Daemon>) {
+pub(in crate::daemon::world) async fn stop_unknown(d: &Arc<Daemon>) {
     use crate::platform;
     let ours = platform::session_id();
     let sessions: Vec<u32> = d
-        .registry()
-        .sessions()
+        .registry(|r| r.sessions())
         .unwrap_or_default()
         .into_iter()
         .filter(|s| *s != ours)
@@ -104,8 +101,7 @@ pub(super) async fn stop_unknown(d: &Arc<Daemon>) {
         return;
     }
     let listed: std::collections::HashSet<u32> = d
-        .registry()
-        .recorded_processes()
+        .registry(|r| r.recorded_processes())
         .unwrap_or_default()
         .into_iter()
         .filter(|(pid, start)| platform::process_start_time(*pid) == Some(*start))
@@ -115,7 +111,7 @@ pub(super) async fn stop_unknown(d: &Arc<Daemon>) {
     let procs = platform::all_processes();
     for sid in &sessions {
         if !procs.iter().any(|p| p.session == *sid && !p.is_zombie()) {
-            let _ = d.registry().forget_session(*sid);
+            let _ = d.registry(|r| r.forget_session(*sid));
         }
     }
     let mut set = tokio::task::JoinSet::new();
@@ -173,8 +169,8 @@ pub(super) async fn stop_unknown(d: &Arc<Daemon>) {
 /// Stops the process groups of `verify` commands a dead daemon left running
 /// (identified by pid and start time, so a recycled pid is left alone) and
 /// records those runs as interrupted.
-pub(super) async fn reap_interrupted_verifies(d: &Arc<Daemon>) {
-    let running = d.registry().verifies_running().unwrap_or_default();
+pub(in crate::daemon::world) async fn reap_interrupted_verifies(d: &Arc<Daemon>) {
+    let running = d.registry(|r| r.verifies_running()).unwrap_or_default();
     for (world_id, pid, start) in running {
         if crate::platform::process_start_time(pid) == Some(start) {
             supervisor::stop_pgid(
@@ -185,28 +181,28 @@ pub(super) async fn reap_interrupted_verifies(d: &Arc<Daemon>) {
             )
             .await;
         }
-        let reg = d.registry();
-        let _ = reg.set_verify_running(world_id, None);
-        let _ = reg.record_verify(
-            world_id,
-            &crate::registry::VerifyRun {
-                outcome: crate::protocol::VerifyOutcome::Interrupted,
-                dirty: false,
-                duration_ms: 0,
-                commit: None,
-                detail: "interrupted by a daemon restart; run `binky verify` again",
-                from_branch: false,
-            },
-        );
-        let names = reg.world_names(world_id).ok().flatten();
-        drop(reg);
+        let names = d.registry(|reg| {
+            let _ = reg.set_verify_running(world_id, None);
+            let _ = reg.record_verify(
+                world_id,
+                &crate::registry::VerifyRun {
+                    outcome: crate::protocol::VerifyOutcome::Interrupted,
+                    dirty: false,
+                    duration_ms: 0,
+                    commit: None,
+                    detail: "interrupted by a daemon restart; run `binky verify` again",
+                    from_branch: false,
+                },
+            );
+            reg.world_names(world_id).ok().flatten()
+        });
         if let Some((project, world)) = names {
             d.event(world_event(EventKind::VerifyInterrupted, &project, &world));
         }
     }
 }
 
-pub(super) async fn adopt_world(
+pub(in crate::daemon::world) async fn adopt_world(
     d: &Arc<Daemon>,
     world_id: i64,
     project: &str,
@@ -239,8 +235,7 @@ pub(super) async fn adopt_world(
     };
     let mut plan = adoption_plan(&cx, &loc, world_root).await?;
     let recorded: HashMap<String, RecordedProcess> = d
-        .registry()
-        .world_processes(world_id)?
+        .registry(|r| r.world_processes(world_id))?
         .into_iter()
         .map(|p| (p.name.clone(), p))
         .collect();
@@ -287,7 +282,7 @@ async fn adoption_plan(
         client_env: no_env,
     } = *cx;
     let allocated = world_ports(d, world_id)?;
-    let facts = build_facts(d, cfg, project, name, slug, world_id, &allocated)?;
+    let facts = build_facts(cx, &allocated)?;
     let project_env = project_env(cfg, &world_root, &loc.main_root()).unwrap_or_default();
     let mut plan = Plan {
         facts,
@@ -297,7 +292,7 @@ async fn adoption_plan(
         strict: true,
         slices_ready: false,
         config_note: None,
-        token: d.registry().world_token(world_id)?,
+        token: d.registry(|r| r.world_token(world_id))?,
     };
     let env_fn = lookup_env(&plan.project_env, no_env);
     for (n, s) in &cfg.services {
@@ -422,9 +417,7 @@ fn adopt_service(
         d.event(e);
     };
     let gone = |state: ServiceState, why: &str| {
-        let _ = d
-            .registry()
-            .service_state(world_id, sname, state, Some(why), false);
+        let _ = d.registry(|r| r.service_state(world_id, sname, state, Some(why), false));
         d.routes
             .set_state(project, name, sname, ServiceState::Stopped);
     };
@@ -454,7 +447,7 @@ fn adopt_service(
                 EventKind::Restarting,
                 "its process died while the daemon was away".into(),
             );
-            let _ = d.registry().service_restarted(world_id, sname);
+            let _ = d.registry(|r| r.service_restarted(world_id, sname));
             Some(supervisor::spawn(spec, rec))
         }
         None => {

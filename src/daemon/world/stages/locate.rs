@@ -4,29 +4,29 @@
 use super::slices::search_path;
 use crate::config::Config;
 use crate::daemon::{Daemon, admission};
-use crate::protocol::{ApiError, ClientEnv, WorldRef};
+use crate::protocol::{ApiError, ClientEnv, ErrorKind, WorldRef};
 use crate::registry::WorldRow;
 use crate::{config, worktree};
 use std::path::{Path, PathBuf};
 
 /// A project found from a [`WorldRef`].
-pub(super) struct Located {
-    pub(super) name: String,
-    pub(super) main: PathBuf,
-    pub(super) subdir: PathBuf,
+pub(in crate::daemon::world) struct Located {
+    pub(in crate::daemon::world) name: String,
+    pub(in crate::daemon::world) main: PathBuf,
+    pub(in crate::daemon::world) subdir: PathBuf,
     /// The config as read from where the project was found (names, roots).
-    pub(super) config: Config,
+    pub(in crate::daemon::world) config: Config,
 }
 
 impl Located {
     /// The project folder in the main worktree: the base for `worktree_root`.
-    pub(super) fn main_root(&self) -> PathBuf {
+    pub(in crate::daemon::world) fn main_root(&self) -> PathBuf {
         join_subdir(&self.main, &self.subdir)
     }
 }
 
 /// `base/subdir`, without the trailing slash `join("")` would add.
-pub(super) fn join_subdir(base: &Path, subdir: &Path) -> PathBuf {
+pub(in crate::daemon::world) fn join_subdir(base: &Path, subdir: &Path) -> PathBuf {
     if subdir.as_os_str().is_empty() {
         base.to_path_buf()
     } else {
@@ -34,12 +34,13 @@ pub(super) fn join_subdir(base: &Path, subdir: &Path) -> PathBuf {
     }
 }
 
-pub(super) fn locate(d: &Daemon, w: &WorldRef) -> Result<Located, ApiError> {
+pub(in crate::daemon::world) fn locate(d: &Daemon, w: &WorldRef) -> Result<Located, ApiError> {
     let dir = match (&w.project_dir, &w.project) {
         (_, Some(name)) => {
-            let root = d.registry().project_root(name)?.ok_or_else(|| {
+            let root = d.registry(|r| r.project_root(name))?.ok_or_else(|| {
                 ApiError::new(format!("no project named `{name}` is known to this daemon"))
                     .hint("run the command inside the project, or pass --project PATH")
+                    .with_kind(ErrorKind::NotFound)
             })?;
             PathBuf::from(root)
         }
@@ -70,7 +71,7 @@ pub(super) fn locate(d: &Daemon, w: &WorldRef) -> Result<Located, ApiError> {
 
 /// Whether `path` lies inside `root`, compared as real paths (symlinks and
 /// `..` resolved), so a path that merely starts like the root never counts.
-pub(super) fn inside(path: &Path, root: &Path) -> bool {
+pub(in crate::daemon::world) fn inside(path: &Path, root: &Path) -> bool {
     match (path.canonicalize(), root.canonicalize()) {
         (Ok(p), Ok(r)) => p.starts_with(&r) && p != r,
         _ => false,
@@ -79,7 +80,9 @@ pub(super) fn inside(path: &Path, root: &Path) -> bool {
 
 /// The caller's `git` (on its `PATH`, run with its environment): worktrees
 /// are made and removed by the user's own git.
-pub(super) fn user_git(client_env: &ClientEnv) -> Result<worktree::Git, ApiError> {
+pub(in crate::daemon::world) fn user_git(
+    client_env: &ClientEnv,
+) -> Result<worktree::Git, ApiError> {
     worktree::Git::find(search_path(client_env).as_deref(), &client_env.0).map_err(|e| {
         ApiError::new(e.to_string())
             .hint("install git (Debian: apt-get install git) or put it on the PATH of the shell running binky")
@@ -88,19 +91,21 @@ pub(super) fn user_git(client_env: &ClientEnv) -> Result<worktree::Git, ApiError
 
 /// A world name that could change the shape of a command is refused before
 /// anything is made (see [`crate::slug::check_world_name`]).
-pub(super) fn check_name(name: &str) -> Result<(), ApiError> {
+pub(in crate::daemon::world) fn check_name(name: &str) -> Result<(), ApiError> {
     crate::slug::check_world_name(name).map_err(|e| {
-        ApiError::new(e).hint("pick another branch name (`binky up feat-login`), or rename the branch with `git branch -m`")
+        ApiError::new(e).hint("pick another branch name (`binky up feat-login`), or rename the branch with `git branch -m`").with_kind(ErrorKind::InvalidInput)
     })
 }
 
 /// An admission group that is empty, too long or holds a character a world
 /// name may not is refused before anything is queued (see
 /// [`crate::slug::check_group`]).
-pub(super) fn check_group(group: Option<&str>) -> Result<(), ApiError> {
+pub(in crate::daemon::world) fn check_group(group: Option<&str>) -> Result<(), ApiError> {
     match group {
         Some(g) => crate::slug::check_group(g).map_err(|e| {
-            ApiError::new(e).hint("name the group as a world is named, e.g. `--group agents-run-7`")
+            ApiError::new(e)
+                .hint("name the group as a world is named, e.g. `--group agents-run-7`")
+                .with_kind(ErrorKind::InvalidInput)
         }),
         None => Ok(()),
     }
@@ -109,12 +114,12 @@ pub(super) fn check_group(group: Option<&str>) -> Result<(), ApiError> {
 /// Characters a path rendered into a command (`${worktree.path}`) must not
 /// hold: each would let the path change the command's shape. Spaces are
 /// allowed (quote `"${worktree.path}"` in commands).
-pub(super) const SHELL_SPECIAL: &[char] = &[
+pub(in crate::daemon::world) const SHELL_SPECIAL: &[char] = &[
     ';', '|', '&', '$', '`', '\'', '"', '(', ')', '<', '>', '\\', '\n', '\r',
 ];
 
 /// Refuses a worktree path that could change the shape of a command.
-pub(super) fn check_path(path: &Path) -> Result<(), ApiError> {
+pub(in crate::daemon::world) fn check_path(path: &Path) -> Result<(), ApiError> {
     let text = path.display().to_string();
     match text.chars().find(|c| SHELL_SPECIAL.contains(c) || c.is_control()) {
         None => Ok(()),
@@ -125,13 +130,16 @@ pub(super) fn check_path(path: &Path) -> Result<(), ApiError> {
     }
 }
 
-pub(super) fn find_world(d: &Daemon, loc: &Located, name: &str) -> Result<WorldRow, ApiError> {
-    let found = {
-        let reg = d.registry();
+pub(in crate::daemon::world) fn find_world(
+    d: &Daemon,
+    loc: &Located,
+    name: &str,
+) -> Result<WorldRow, ApiError> {
+    let found = d.registry(|reg| {
         let pid = reg.project_id(&loc.name)?;
         pid.and_then(|pid| reg.find_world(pid, name).transpose())
-            .transpose()?
-    };
+            .transpose()
+    })?;
     found.ok_or_else(|| match queued_unmade(d, &loc.name, name) {
         Some(place) => ApiError::new(format!(
             "`{name}` is queued and not made yet ({place}): it has no worktree, services or addresses"
@@ -140,7 +148,8 @@ pub(super) fn find_world(d: &Daemon, loc: &Located, name: &str) -> Result<WorldR
             "`binky up {name}` waits for its turn and shows it; `binky down {name}` takes it out of the queue"
         )),
         None => ApiError::new(format!("no world `{name}` in project {}", loc.name))
-            .hint("`binky status` lists the worlds"),
+            .hint("`binky status` lists the worlds")
+            .with_kind(ErrorKind::NotFound),
     })
 }
 

@@ -11,19 +11,19 @@ use crate::protocol::ApiError;
 /// A slice as it will be acted on: rendered so that it reaches the server
 /// it was made on, with a note when that is not the server `admin_url`
 /// names today.
-pub(super) struct Reached {
-    pub(super) slice: Slice,
-    pub(super) note: Option<String>,
+pub(in crate::daemon::world) struct Reached {
+    pub(in crate::daemon::world) slice: Slice,
+    pub(in crate::daemon::world) note: Option<String>,
 }
 
 /// The server `slice` would be made on by `adapter` (see
 /// [`adapters::server_of`]).
-pub(super) fn server_now(
+pub(in crate::daemon::world) fn server_now(
     d: &Daemon,
     adapter: &dyn adapters::Adapter,
     slice: &Slice,
 ) -> Result<Option<Server>, ApiError> {
-    let key = d.registry().fingerprint_key()?;
+    let key = d.registry(|r| r.fingerprint_key())?;
     Ok(adapters::server_of(adapter, slice, &key))
 }
 
@@ -40,7 +40,7 @@ pub(super) fn server_now(
 /// # Errors
 /// No candidate reaches the recorded server: the error names both servers
 /// and says how to get the credentials back; the caller keeps the record.
-pub(super) fn reach(
+pub(in crate::daemon::world) fn reach(
     d: &Daemon,
     adapter: &dyn adapters::Adapter,
     service: &str,
@@ -54,7 +54,7 @@ pub(super) fn reach(
             note: None,
         });
     };
-    let key = d.registry().fingerprint_key()?;
+    let key = d.registry(|r| r.fingerprint_key())?;
     let now = adapters::server_of(adapter, &candidates[0], &key);
     let named = now
         .as_ref()
@@ -116,7 +116,7 @@ pub(super) fn reach(
 /// # Errors
 /// That server cannot be reached with the credentials at hand (see
 /// [`reach`]).
-pub(super) fn pinned(
+pub(in crate::daemon::world) fn pinned(
     d: &Daemon,
     adapter: &dyn adapters::Adapter,
     service: &str,
@@ -124,8 +124,7 @@ pub(super) fn pinned(
     slice: Slice,
 ) -> Result<Slice, ApiError> {
     let recorded = d
-        .registry()
-        .slices_of(world_id)?
+        .registry(|r| r.slices_of(world_id))?
         .into_iter()
         .find(|r| r.service == service && r.slice == slice.name)
         .and_then(|r| r.server);
@@ -134,7 +133,7 @@ pub(super) fn pinned(
 
 /// What a teardown found and did on the server it reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum TornDown {
+pub(in crate::daemon::world) enum TornDown {
     /// The slice was there and is gone now.
     Deleted,
     /// The slice (or its marker) was not on the server: nothing was
@@ -148,7 +147,7 @@ pub(super) enum TornDown {
 ///
 /// # Errors
 /// The adapter's, from looking for the slice or from the teardown.
-pub(super) async fn tear_down(
+pub(in crate::daemon::world) async fn tear_down(
     adapter: &dyn adapters::Adapter,
     slice: &Slice,
 ) -> Result<TornDown, adapters::AdapterError> {
@@ -161,7 +160,7 @@ pub(super) async fn tear_down(
 /// # Errors
 /// The adapter's; with [`adapters::OtherSessions::Wait`], sessions still
 /// open after the wait.
-pub(super) async fn tear_down_with(
+pub(in crate::daemon::world) async fn tear_down_with(
     adapter: &dyn adapters::Adapter,
     slice: &Slice,
     others: adapters::OtherSessions,
@@ -199,7 +198,7 @@ async fn found_then(
 ///
 /// # Errors
 /// The adapter's; a template in use is an error, and is left.
-pub(super) async fn drop_template(
+pub(in crate::daemon::world) async fn drop_template(
     adapter: &dyn adapters::Adapter,
     template: &Slice,
 ) -> Result<TornDown, adapters::AdapterError> {
@@ -207,7 +206,11 @@ pub(super) async fn drop_template(
 }
 
 /// The note for a slice that was not where it was made.
-pub(super) fn not_found_note(d: &Daemon, adapter: &dyn adapters::Adapter, slice: &Slice) -> String {
+pub(in crate::daemon::world) fn not_found_note(
+    d: &Daemon,
+    adapter: &dyn adapters::Adapter,
+    slice: &Slice,
+) -> String {
     let on = server_now(d, adapter, slice)
         .ok()
         .flatten()

@@ -3,12 +3,12 @@
 mod templates;
 mod users;
 
-use super::locate::user_git;
-use super::plan::{lookup_env, project_env};
-use super::reach::{TornDown, reach, tear_down};
-use super::slices::{SliceAt, adapter_for, slice_for};
 use crate::daemon::Daemon;
 use crate::daemon::events::{Event as LogEvent, EventKind};
+use crate::daemon::world::stages::locate::user_git;
+use crate::daemon::world::stages::plan::{lookup_env, project_env};
+use crate::daemon::world::stages::reach::{TornDown, reach, tear_down};
+use crate::daemon::world::stages::slices::{SliceAt, adapter_for, slice_for};
 use crate::protocol::{ApiError, ClientEnv, ServiceState, SweepItem, SweepKind, SweepResult};
 use crate::registry::OrphanSlice;
 use crate::{config, worktree};
@@ -35,7 +35,10 @@ pub(crate) async fn gc(d: &Arc<Daemon>, dry_run: bool, client_env: ClientEnv) ->
 }
 
 /// What a sweep reports: `would sweep` (dry run), `swept`, or why not.
-pub(super) fn swept(dry_run: bool, r: Result<(), String>) -> (SweepResult, String) {
+pub(in crate::daemon::world) fn swept(
+    dry_run: bool,
+    r: Result<(), String>,
+) -> (SweepResult, String) {
     match (dry_run, r) {
         (true, _) => (SweepResult::WouldSweep, "would sweep".to_owned()),
         (false, Ok(())) => (SweepResult::Swept, "swept".to_owned()),
@@ -44,7 +47,7 @@ pub(super) fn swept(dry_run: bool, r: Result<(), String>) -> (SweepResult, Strin
 }
 
 /// One item of the report.
-pub(super) fn item(
+pub(in crate::daemon::world) fn item(
     kind: SweepKind,
     what: String,
     why: String,
@@ -67,7 +70,7 @@ async fn sweep_slices(
     client_env: &ClientEnv,
     out: &mut Vec<SweepItem>,
 ) {
-    let orphans = d.registry().orphan_slices().unwrap_or_default();
+    let orphans = d.registry(|r| r.orphan_slices()).unwrap_or_default();
     // The window between reading the list and sweeping it.
     crate::faults::pause("gc:listed").await;
     for o in orphans {
@@ -76,7 +79,7 @@ async fn sweep_slices(
         // on by a new daemon) has claimed the slice again, and is left to it.
         let world = o
             .world_id
-            .and_then(|id| d.registry().world_names(id).ok().flatten());
+            .and_then(|id| d.registry(|r| r.world_names(id)).ok().flatten());
         let lock = world
             .as_ref()
             .map(|(p, w)| d.worlds.lock_for(&crate::daemon::WorldKey::new(p, w)));
@@ -118,7 +121,7 @@ async fn sweep_slices(
 
 /// Whether `o` is still one of the slices `gc` may sweep, read again now.
 fn still_orphan(d: &Daemon, o: &OrphanSlice) -> bool {
-    d.registry().orphan_slices().is_ok_and(|now| {
+    d.registry(|r| r.orphan_slices()).is_ok_and(|now| {
         now.iter()
             .any(|n| n.adapter == o.adapter && n.slice == o.slice && n.world_id == o.world_id)
     })
@@ -159,14 +162,15 @@ async fn teardown_orphan(
     let found = tear_down(adapter.as_ref(), &reached.slice)
         .await
         .map_err(|e| e.redacted(&reached.slice).message)?;
-    let reg = d.registry();
-    // A world still recorded no longer has this slice: its service must
-    // not go on saying `provisioned` (`up` makes it again).
-    if let Some(wid) = o.world_id {
-        let _ = reg.service_state(wid, &o.service, ServiceState::Stopped, None, false);
-    }
-    reg.delete_slice(&o.adapter, &o.slice)
-        .map_err(|e| e.to_string())?;
+    d.registry(|reg| {
+        // A world still recorded no longer has this slice: its service
+        // must not go on saying `provisioned` (`up` makes it again).
+        if let Some(wid) = o.world_id {
+            let _ = reg.service_state(wid, &o.service, ServiceState::Stopped, None, false);
+        }
+        reg.delete_slice(&o.adapter, &o.slice)
+    })
+    .map_err(|e| e.to_string())?;
     Ok(found)
 }
 
@@ -178,7 +182,7 @@ async fn teardown_orphan(
 /// # Errors
 /// The first rendering fails (an unset `${env.NAME}`), as text with its
 /// hint.
-pub(super) fn rendered(
+pub(in crate::daemon::world) fn rendered(
     d: &Arc<Daemon>,
     (project, service): (&str, &str),
     adapter: &dyn crate::adapters::Adapter,
@@ -186,7 +190,7 @@ pub(super) fn rendered(
     client_env: &ClientEnv,
     built: Option<&ClientEnv>,
 ) -> Result<Vec<crate::adapters::Slice>, String> {
-    let root = d.registry().project_root(project).ok().flatten();
+    let root = d.registry(|r| r.project_root(project)).ok().flatten();
     let cfg = root.and_then(|r| config::load(&Path::new(&r).join(config::FILE_NAME)).ok());
     let Some(c) = &cfg else {
         return Ok(vec![slice_for(
@@ -222,7 +226,7 @@ pub(super) fn rendered(
 }
 
 /// An error as one line of text, with its hint.
-pub(super) fn with_hint(e: ApiError) -> String {
+pub(in crate::daemon::world) fn with_hint(e: ApiError) -> String {
     match e.hint {
         Some(h) => format!("{}; {h}", e.message),
         None => e.message,
@@ -238,7 +242,7 @@ fn sweep_worktrees(
     client_env: &ClientEnv,
     out: &mut Vec<SweepItem>,
 ) {
-    let projects = d.registry().projects().unwrap_or_default();
+    let projects = d.registry(|r| r.projects()).unwrap_or_default();
     for (pid, name, root) in projects {
         let Ok(cfg) = config::load(&Path::new(&root).join(config::FILE_NAME)) else {
             continue;
@@ -250,7 +254,7 @@ fn sweep_worktrees(
             Some(r) => config::resolve_against(Path::new(&root), r),
             None => worktree::default_root(&loc.main_workdir),
         };
-        let Ok(owned) = d.registry().world_paths(pid) else {
+        let Ok(owned) = d.registry(|r| r.world_paths(pid)) else {
             continue;
         };
         let owned: Vec<PathBuf> = owned.into_iter().map(PathBuf::from).collect();

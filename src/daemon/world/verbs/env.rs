@@ -1,13 +1,15 @@
 //! `env` and what later verbs render with: a world's facts after `up`.
 
-use super::locate::{Located, find_world, join_subdir, locate};
-use super::plan::{facts_for, facts_of, lookup_env, project_env, project_vars};
-use super::slices::{SliceAt, adapter_for};
-use super::world_ports;
 use crate::config;
 use crate::config::Config;
 use crate::config::render::ServiceFacts;
 use crate::daemon::Daemon;
+use crate::daemon::world::stages::locate::{Located, find_world, join_subdir, locate};
+use crate::daemon::world::stages::plan::{
+    facts_for, facts_of, lookup_env, project_env, project_vars,
+};
+use crate::daemon::world::stages::slices::{SliceAt, adapter_for};
+use crate::daemon::world::world_ports;
 use crate::protocol::{ApiError, ClientEnv, WorldEnv, WorldRef};
 use crate::registry::WorldRow;
 use indexmap::IndexMap;
@@ -59,7 +61,7 @@ pub(crate) async fn env(
         vars,
     };
     if agent {
-        let own = d.registry().world_secrets(w.id)?;
+        let own = d.registry(|r| r.world_secrets(w.id))?;
         let mask = |v: &mut String| *v = crate::secrets::scrub_keeping(v, &own);
         out.services.values_mut().for_each(mask);
         out.fields
@@ -76,14 +78,17 @@ pub(crate) async fn env(
 ///
 /// # Errors
 /// A value uses an unset `${env.NAME}` or a token that cannot be rendered.
-pub(super) fn world_vars(wf: &WorldFacts, world: &str) -> Result<Vec<(String, String)>, ApiError> {
+pub(in crate::daemon::world) fn world_vars(
+    wf: &WorldFacts,
+    world: &str,
+) -> Result<Vec<(String, String)>, ApiError> {
     let env_fn = lookup_env(&wf.project_env, &wf.env);
     let fx = facts_for(&wf.cfg, world, &wf.world_root, &wf.facts, &env_fn);
     project_vars(&wf.cfg, &fx, true, true, &|_| false)
 }
 
 /// What `binky env` hands out: each exposed service's address.
-pub(super) fn exposed_of(wf: &WorldFacts) -> IndexMap<String, String> {
+pub(in crate::daemon::world) fn exposed_of(wf: &WorldFacts) -> IndexMap<String, String> {
     let exposed: Vec<String> = match &wf.cfg.agents.expose {
         Some(list) => list.clone(),
         None => wf
@@ -123,22 +128,22 @@ fn fields_of(
 /// What a verb after `up` needs to render a world's strings: its config (as
 /// on its branch), its facts — ports, URLs, and the addresses of its slices —
 /// and the environment it was built with.
-pub(super) struct WorldFacts {
-    pub(super) cfg: Config,
-    pub(super) world_root: PathBuf,
-    pub(super) facts: IndexMap<String, ServiceFacts>,
-    pub(super) project_env: Vec<(String, String)>,
-    pub(super) env: ClientEnv,
+pub(in crate::daemon::world) struct WorldFacts {
+    pub(in crate::daemon::world) cfg: Config,
+    pub(in crate::daemon::world) world_root: PathBuf,
+    pub(in crate::daemon::world) facts: IndexMap<String, ServiceFacts>,
+    pub(in crate::daemon::world) project_env: Vec<(String, String)>,
+    pub(in crate::daemon::world) env: ClientEnv,
 }
 
 /// Gathers [`WorldFacts`] for world `w`, resolving every resource's address
 /// with the environment the world was built with (see
-/// [`Worlds::env_for`](super::Worlds::env_for)).
+/// [`Worlds::env_for`](crate::daemon::world::Worlds::env_for)).
 ///
 /// # Errors
 /// Its config is invalid, an `admin_url` uses an unset `${env.NAME}`, or an
 /// adapter fails to resolve a slice.
-pub(super) async fn world_facts(
+pub(in crate::daemon::world) async fn world_facts(
     d: &Arc<Daemon>,
     loc: &Located,
     w: &WorldRow,
@@ -158,15 +163,14 @@ pub(super) async fn world_facts(
 ///
 /// # Errors
 /// As [`world_facts`], for the first slice that cannot be resolved.
-pub(super) async fn preflight(
+pub(in crate::daemon::world) async fn preflight(
     d: &Arc<Daemon>,
     loc: &Located,
     w: &WorldRow,
     caller: &ClientEnv,
 ) -> Result<(), ApiError> {
     let live: Vec<String> = d
-        .registry()
-        .slices_of(w.id)?
+        .registry(|r| r.slices_of(w.id))?
         .into_iter()
         .filter(|s| s.state == crate::protocol::SliceState::Live)
         .map(|s| s.service)
@@ -258,14 +262,14 @@ pub(crate) fn locate_service(
         ))
     })?;
     if let Some(label) = svc.process().and_then(|p| p.url.as_deref()) {
-        let port = d.registry().settings()?.proxy_port;
+        let port = d.registry(|r| r.settings())?.proxy_port;
         return Ok(crate::protocol::ServiceTarget {
             port,
             host: format!("{label}.{}.{}", w.slug, cfg.project.domain),
             via_proxy: true,
         });
     }
-    let port = d.registry().service_port(w.id, service)?;
+    let port = d.registry(|r| r.service_port(w.id, service))?;
     match port {
         Some(port) => Ok(crate::protocol::ServiceTarget {
             port,

@@ -1,18 +1,24 @@
 //! `up`: locate → worktree → ports → slices → processes by dependency level →
 //! routes, recording intent before each act.
 
-use super::admit::{admit, up_with};
-use super::data::moved_migrations;
-use super::locate::{Located, check_group, check_name, check_path, join_subdir, locate, user_git};
-use super::plan::{Plan, build_facts, config_differs, preflight_env, project_env};
-use super::processes::stop_processes;
-use super::provision::provision;
-use super::routes::ensure_https;
-use super::slices::{adapter_for, no_adapter};
-use super::start::start_processes;
-use super::{WorldCtx, first_line, outcome, world_event};
 use crate::config::{Config, ServiceKind};
+use crate::daemon::admission;
 use crate::daemon::events::EventKind;
+use crate::daemon::world::cancelled_error;
+use crate::daemon::world::stages::admit::{admit, locked_with_room};
+use crate::daemon::world::stages::data::moved_migrations;
+use crate::daemon::world::stages::locate::{
+    Located, check_group, check_name, check_path, join_subdir, locate, user_git,
+};
+use crate::daemon::world::stages::plan::{
+    Plan, build_facts, config_differs, preflight_env, project_env,
+};
+use crate::daemon::world::stages::processes::stop_processes;
+use crate::daemon::world::stages::provision::provision;
+use crate::daemon::world::stages::routes::ensure_https;
+use crate::daemon::world::stages::slices::{adapter_for, no_adapter};
+use crate::daemon::world::stages::start::start_processes;
+use crate::daemon::world::{WorldCtx, first_line, outcome, world_event};
 use crate::daemon::{Daemon, ProgressTx};
 use crate::faults::point as fault_point;
 use crate::ports::PortNote;
@@ -44,18 +50,55 @@ pub(crate) async fn up(
     }
 }
 
-pub(super) async fn up_locked(
+/// The `up` of a ticket admitted from the queue with nobody waiting on it
+/// (`--no-wait`, or a queue carried over a daemon restart).
+pub(crate) async fn up_admitted(
     d: &Arc<Daemon>,
-    loc: &Located,
-    name: &str,
-    group: Option<&str>,
-    client_env: &ClientEnv,
+    req: UpRequest,
+    entry: admission::Entry,
     progress: &ProgressTx,
 ) -> Result<WorldOutcome, ApiError> {
+    let loc = locate(d, &req.world)?;
+    up_with(d, &loc, &req, entry, progress).await
+}
+
+/// `up` under the world's lock; `entry` counts against the room until
+/// this returns. A ticket withdrawn before the lock was had makes nothing.
+pub(in crate::daemon::world) async fn up_with(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    req: &UpRequest,
+    entry: admission::Entry,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
+    if !matches!(entry, admission::Entry::Held { .. }) {
+        admission::ensure_sampler(d);
+    }
+    // The window between an admission and the world's lock, where a
+    // `down` or `remove` may withdraw the ticket.
+    crate::faults::pause("up:admitted").await;
+    let (_guard, entry) = match locked_with_room(d, loc, req, "up", entry, progress).await? {
+        Ok(had) => had,
+        Err(queued) => return Ok(queued),
+    };
+    let out = up_locked(d, loc, req, progress).await;
+    drop(entry);
+    out
+}
+
+/// `req`'s world made or brought up, under its lock and with its room:
+/// the worktree, the intent recorded, then [`bring_up`].
+pub(in crate::daemon::world) async fn up_locked(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    req: &UpRequest,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
+    let (name, group, client_env) = (req.world.name.as_str(), req.group.as_deref(), &req.env);
     let project = loc.name.as_str();
     let slug = world_slug(name);
     let project_id = register_project(d, loc)?;
-    let existing = d.registry().find_world(project_id, name)?;
+    let existing = d.registry(|r| r.find_world(project_id, name))?;
     if let Some(w) = &existing
         && fully_running(d, w, &loc.config)
     {
@@ -98,9 +141,17 @@ pub(super) async fn up_locked(
     let cfg = world_config(loc, &world_root, name, &mut notes)?;
 
     // Record the intent before acting, so a crash can be reconciled.
-    let world_id = record_world(d, project_id, name, &slug, &ensured.path, group, &cfg)?;
+    let path = ensured.path.display().to_string();
+    let new = NewWorld {
+        project_id,
+        name,
+        slug: &slug,
+        path: &path,
+        group,
+    };
+    let world_id = record_world(d, &new, &cfg)?;
     if ensured.created || ensured.recreated {
-        super::bootstrap::forget(d, project, &slug);
+        crate::daemon::world::stages::bootstrap::forget(d, project, &slug);
     }
     d.worlds.remember_env(world_id, client_env);
     d.event(world_event(EventKind::UpStarted, project, name));
@@ -126,7 +177,7 @@ pub(super) async fn up_locked(
 fn register_project(d: &Daemon, loc: &Located) -> Result<i64, ApiError> {
     let project = loc.name.as_str();
     let root = loc.main_root().display().to_string();
-    if let Some(known) = d.registry().project_root(project)?
+    if let Some(known) = d.registry(|r| r.project_root(project))?
         && known != root
         && Path::new(&known).join(config::FILE_NAME).is_file()
     {
@@ -137,8 +188,7 @@ fn register_project(d: &Daemon, loc: &Located) -> Result<i64, ApiError> {
             "give this project its own [project] name, or remove the other project's worlds first",
         ));
     }
-    d.registry()
-        .upsert_project(project, &root)
+    d.registry(|r| r.upsert_project(project, &root))
         .map_err(ApiError::from)
 }
 
@@ -148,7 +198,11 @@ fn register_project(d: &Daemon, loc: &Located) -> Result<i64, ApiError> {
 /// script) counts as done: starting the world again for it would restart
 /// every healthy service. One with a port is meant to serve, so `up`
 /// starts it again.
-pub(super) fn fully_running(d: &Daemon, w: &WorldRow, cfg: &config::Config) -> bool {
+pub(in crate::daemon::world) fn fully_running(
+    d: &Daemon,
+    w: &WorldRow,
+    cfg: &config::Config,
+) -> bool {
     w.state == WorldState::Running
         && d.worlds.runtime(w.id).is_some_and(|rt| {
             rt.handles.iter().all(|(name, h)| {
@@ -197,8 +251,7 @@ async fn make_worktree(
 fn worktree_error(d: &Daemon, project_id: i64, name: &str, e: worktree::WorktreeError) -> ApiError {
     if let worktree::WorktreeError::PathTaken(p) = &e
         && let Some(other) = d
-            .registry()
-            .world_with_path(project_id, &p.display().to_string())
+            .registry(|r| r.world_with_path(project_id, &p.display().to_string()))
             .ok()
             .flatten()
     {
@@ -219,13 +272,13 @@ fn worktree_error(d: &Daemon, project_id: i64, name: &str, e: worktree::Worktree
 ///
 /// One line on what world `name`'s own `binky.toml` (at `cfg_path`, its
 /// branch's) changes against the one committed on the main checkout's
-/// branch ([`super::trusted`]): what the branch will run that main would
+/// branch ([`crate::daemon::world::stages::trusted`]): what the branch will run that main would
 /// not, for a person to see before trusting it. `None` when they agree or
 /// there is nothing committed to compare with.
 fn branch_changes(loc: &Located, cfg_path: &Path, name: &str) -> Option<String> {
-    let main = super::trusted::committed(loc).ok()?;
+    let main = crate::daemon::world::stages::trusted::committed(loc).ok()?;
     let (main_text, own) = (main.text?, std::fs::read_to_string(cfg_path).ok()?);
-    let changed = super::trusted::changes(&main_text, &own);
+    let changed = crate::daemon::world::stages::trusted::changes(&main_text, &own);
     (!changed.is_empty()).then(|| {
         format!(
             "branch `{name}`'s {} differs from {}'s: {}",
@@ -276,24 +329,8 @@ fn world_config(
 
 /// Records the world as `starting` with `up` in flight, and its services as
 /// the config lists them (counters reset), returning its id.
-fn record_world(
-    d: &Daemon,
-    project_id: i64,
-    name: &str,
-    slug: &str,
-    path: &Path,
-    group: Option<&str>,
-    cfg: &Config,
-) -> Result<i64, ApiError> {
+fn record_world(d: &Daemon, world: &NewWorld<'_>, cfg: &Config) -> Result<i64, ApiError> {
     use crate::protocol::ServiceKind as Kind;
-    let mut reg = d.registry();
-    let id = reg.upsert_world(&NewWorld {
-        project_id,
-        name,
-        slug,
-        path: &path.display().to_string(),
-        group,
-    })?;
     let services: Vec<(String, Kind)> = cfg
         .services
         .iter()
@@ -306,17 +343,20 @@ fn record_world(
             (n.clone(), kind)
         })
         .collect();
-    reg.sync_services(id, &services)?;
-    reg.reset_restarts(id)?;
-    // Admitted now: the newest world is the first suspended.
-    reg.set_admitted(id)?;
-    Ok(id)
+    Ok(d.registry(|reg| {
+        let id = reg.upsert_world(world)?;
+        reg.sync_services(id, &services)?;
+        reg.reset_restarts(id)?;
+        // Admitted now: the newest world is the first suspended.
+        reg.set_admitted(id)?;
+        Ok::<_, crate::registry::RegistryError>(id)
+    })?)
 }
 
 /// Records how `bring_up` ended: `running`; `stopped` when the caller
 /// cancelled (what it started is stopped, what it made is kept, as `down`
 /// would: nothing is left half-made); else `failed` with the reason.
-pub(super) async fn settle_up(
+pub(in crate::daemon::world) async fn settle_up(
     cx: &WorldCtx<'_>,
     project_id: i64,
     result: Result<(), ApiError>,
@@ -332,29 +372,30 @@ pub(super) async fn settle_up(
     } = *cx;
     match result {
         Ok(()) => {
-            d.registry()
-                .set_world_state(world_id, WorldState::Running, None, None)?;
+            d.registry(|r| r.set_world_state(world_id, WorldState::Running, None, None))?;
             d.event(world_event(EventKind::Up, project, name));
             outcome(d, project, world_id, false, notes)
         }
         Err(_) if progress.cancelled() => {
-            let row = d.registry().find_world(project_id, name)?;
+            let row = d.registry(|r| r.find_world(project_id, name))?;
             if let Some(w) = row {
                 stop_processes(d, &w).await;
             }
-            let _ = d.registry().set_world_state(
-                world_id,
-                WorldState::Stopped,
-                None,
-                Some("`up` was cancelled by its caller"),
-            );
+            let _ = d.registry(|r| {
+                r.set_world_state(
+                    world_id,
+                    WorldState::Stopped,
+                    None,
+                    Some("`up` was cancelled by its caller"),
+                )
+            });
             d.event(world_event(EventKind::UpCancelled, project, name));
             Err(cancelled_error(name))
         }
         Err(e) => {
-            let _ =
-                d.registry()
-                    .set_world_state(world_id, WorldState::Failed, None, Some(&e.message));
+            let _ = d.registry(|r| {
+                r.set_world_state(world_id, WorldState::Failed, None, Some(&e.message))
+            });
             d.routes.fail_world(project, name, &first_line(&e.message));
             d.event(world_event(EventKind::UpFailed, project, name).detail(first_line(&e.message)));
             Err(e)
@@ -362,19 +403,12 @@ pub(super) async fn settle_up(
     }
 }
 
-/// What a cancelled `up` answers.
-pub(super) fn cancelled_error(name: &str) -> ApiError {
-    ApiError::new(format!(
-        "`up` of {name} was cancelled: what it had started is stopped; its worktree, ports and finished slices are kept"
-    ))
-    .hint(format!(
-        "`binky up {name}` brings it up, `binky remove {name}` removes it"
-    ))
-}
-
 /// Fails with [`cancelled_error`] once the caller has cancelled: checked
 /// between the stages of `up`, where stopping leaves nothing half-made.
-pub(super) fn check_cancelled(progress: &ProgressTx, name: &str) -> Result<(), ApiError> {
+pub(in crate::daemon::world) fn check_cancelled(
+    progress: &ProgressTx,
+    name: &str,
+) -> Result<(), ApiError> {
     if progress.cancelled() {
         return Err(cancelled_error(name));
     }
@@ -384,7 +418,7 @@ pub(super) fn check_cancelled(progress: &ProgressTx, name: &str) -> Result<(), A
 /// The stages of `up` after its worktree exists: ports, the plan, slices,
 /// processes by level. Each stage leaves what it made recorded, so a failure
 /// or a crash between them leaves nothing `gc` cannot find.
-pub(super) async fn bring_up(
+pub(in crate::daemon::world) async fn bring_up(
     cx: &WorldCtx<'_>,
     loc: &Located,
     world_root: PathBuf,
@@ -395,7 +429,7 @@ pub(super) async fn bring_up(
     fault_point("up:ports");
     check_cancelled(progress, cx.world)?;
     let mut plan = make_plan(cx, loc, world_root, &allocated, notes).await?;
-    super::bootstrap::prepare(cx, loc, &plan, progress).await?;
+    crate::daemon::world::stages::bootstrap::prepare(cx, loc, &plan, progress).await?;
     check_cancelled(progress, cx.world)?;
     provision_slices(cx, &mut plan, progress, None).await?;
     fault_point("up:provisioned");
@@ -428,19 +462,18 @@ fn reserve_ports(
         }
     }
     let mut port_notes = Vec::new();
-    let allocated = {
-        let mut reg = d.registry();
-        // Nothing of this world runs now (`up` stopped what was left).
+    // Nothing of this world runs now (`up` stopped what was left).
+    let allocated = d.registry(|reg| {
         ports::allocate(
-            &mut reg,
+            reg,
             project,
             world_id,
             cfg.project.port_range,
             &needs,
             &|_| false,
             &mut port_notes,
-        )?
-    };
+        )
+    })?;
     for n in port_notes {
         let mut ev = world_event(EventKind::PortSkipped, project, name);
         match n {
@@ -479,21 +512,12 @@ async fn make_plan(
     allocated: &IndexMap<ports::PortKey, u16>,
     notes: &mut Vec<String>,
 ) -> Result<Plan, ApiError> {
-    let WorldCtx {
-        d,
-        cfg,
-        project,
-        world: name,
-        slug,
-        world_id,
-        ..
-    } = *cx;
-    if cfg.project.https
-        && let Some(note) = ensure_https(d, project, name).await
+    if cx.cfg.project.https
+        && let Some(note) = ensure_https(cx.d, cx.project, cx.world).await
     {
         notes.push(note);
     }
-    let facts = build_facts(d, cfg, project, name, slug, world_id, allocated)?;
+    let facts = build_facts(cx, allocated)?;
     plan_with(cx, loc, world_root, facts)
 }
 
@@ -502,7 +526,7 @@ async fn make_plan(
 ///
 /// # Errors
 /// The `env_file` cannot be read; a registry error.
-pub(super) fn plan_with(
+pub(in crate::daemon::world) fn plan_with(
     cx: &WorldCtx<'_>,
     loc: &Located,
     world_root: PathBuf,
@@ -517,7 +541,7 @@ pub(super) fn plan_with(
         home: cx.d.paths.home().to_path_buf(),
         strict: true,
         slices_ready: false,
-        token: cx.d.registry().world_token(cx.world_id)?,
+        token: cx.d.registry(|r| r.world_token(cx.world_id))?,
     })
 }
 
@@ -525,21 +549,24 @@ pub(super) fn plan_with(
 /// plan's facts as it is made. `only`: make just these (a reset's, dropped
 /// just before) and take the others' addresses as they are, untouched;
 /// `None` makes (or keeps and catches up) every one.
-pub(super) async fn provision_slices(
+pub(in crate::daemon::world) async fn provision_slices(
     cx: &WorldCtx<'_>,
     plan: &mut Plan,
     progress: &ProgressTx,
     only: Option<&[String]>,
 ) -> Result<(), ApiError> {
-    super::provision::refuse_reordered_slices(cx)?;
+    crate::daemon::world::stages::provision::refuse_reordered_slices(cx)?;
     for (n, s) in &cx.cfg.services {
         if let ServiceKind::Resource(r) = &s.kind {
             check_cancelled(progress, cx.world)?;
             if only.is_some_and(|o| !o.contains(n)) {
                 let adapter = adapter_for(cx.d, &r.adapter, cx.client_env)
                     .ok_or_else(|| no_adapter(n, &r.adapter))?;
-                let env_fn = super::plan::lookup_env(&plan.project_env, cx.client_env);
-                let resolved = super::slices::SliceAt {
+                let env_fn = crate::daemon::world::stages::plan::lookup_env(
+                    &plan.project_env,
+                    cx.client_env,
+                );
+                let resolved = crate::daemon::world::stages::slices::SliceAt {
                     cfg: cx.cfg,
                     project: cx.project,
                     world: cx.world,
@@ -560,13 +587,9 @@ pub(super) async fn provision_slices(
             );
             let resolved = provision(cx, n, r, plan, progress).await?;
             resolved.apply(plan.facts.get_mut(n).expect("fact per service"));
-            cx.d.registry().service_state(
-                cx.world_id,
-                n,
-                ServiceState::Provisioned,
-                None,
-                false,
-            )?;
+            cx.d.registry(|r| {
+                r.service_state(cx.world_id, n, ServiceState::Provisioned, None, false)
+            })?;
         }
     }
     plan.slices_ready = true;

@@ -1,17 +1,23 @@
 //! A world's URLs and the HTTPS front (Caddy) for projects that ask for it.
 
-use super::world_event;
 use crate::config;
 use crate::daemon::Daemon;
 use crate::daemon::events::EventKind;
+use crate::daemon::world::world_event;
 use std::path::Path;
 
 /// The URL Binky prints for a url service: https through Caddy when the
 /// project asks for it and Caddy runs, else http through the proxy. It
 /// carries the port whenever it is not the scheme's default, so a printed URL
 /// always works.
-pub(super) fn proxy_url(d: &Daemon, label: &str, slug: &str, domain: &str, https: bool) -> String {
-    let s = d.registry().settings().ok();
+pub(in crate::daemon::world) fn proxy_url(
+    d: &Daemon,
+    label: &str,
+    slug: &str,
+    domain: &str,
+    https: bool,
+) -> String {
+    let s = d.read_registry(|r| r.settings()).ok();
     url_of(
         s.as_ref(),
         https_live(d),
@@ -29,7 +35,7 @@ fn https_live(d: &Daemon) -> bool {
 /// when the project asks for `https` and Caddy runs, else the proxy's
 /// port; the port is left out when it is the scheme's default (or unknown,
 /// 0). Without settings the defaults (80, 443) are assumed.
-pub(super) fn url_of(
+pub(in crate::daemon::world) fn url_of(
     s: Option<&crate::protocol::Settings>,
     https_live: bool,
     host: &str,
@@ -51,7 +57,7 @@ pub(super) fn url_of(
 /// A project's config is read only when Caddy runs, to learn whether it
 /// asks for HTTPS.
 pub(crate) fn fill_urls(d: &Daemon, report: &mut crate::protocol::StatusReport) {
-    let s = d.registry().settings().ok();
+    let s = d.read_registry(|r| r.settings()).ok();
     let caddy = d.https_live.load(std::sync::atomic::Ordering::Relaxed);
     for p in &mut report.projects {
         if !p
@@ -74,8 +80,12 @@ pub(crate) fn fill_urls(d: &Daemon, report: &mut crate::protocol::StatusReport) 
 
 /// Starts Caddy for a project with `https = true`; logs and degrades to
 /// http when it cannot.
-pub(super) async fn ensure_https(d: &Daemon, project: &str, world: &str) -> Option<String> {
-    let s = d.registry().settings().ok()?;
+pub(in crate::daemon::world) async fn ensure_https(
+    d: &Daemon,
+    project: &str,
+    world: &str,
+) -> Option<String> {
+    let s = d.read_registry(|r| r.settings()).ok()?;
     // Caddy insists on an HTTP port too; give it a free one nobody uses.
     let http_port = std::net::TcpListener::bind(("127.0.0.1", 0))
         .and_then(|l| l.local_addr())
@@ -106,7 +116,7 @@ pub(super) async fn ensure_https(d: &Daemon, project: &str, world: &str) -> Opti
 
 /// The host of a URL-shaped address (`scheme://[user@]host[:port]/…`), IPv6
 /// brackets removed, as the adapter kit reads it; `None` when there is none.
-pub(super) fn host_of(address: &str) -> Option<String> {
+pub(in crate::daemon::world) fn host_of(address: &str) -> Option<String> {
     let host = crate::address::Address::parse(address, &[], "")
         .ok()?
         .host();

@@ -17,16 +17,16 @@ use std::sync::Arc;
 /// whose `admin_url`s name the servers, and the facts and environment their
 /// tokens resolve against. One place, so `up`, `env`, re-adoption, `remove`
 /// and `gc` name a slice and reach its server the same way.
-pub(super) struct SliceAt<'a> {
-    pub(super) cfg: &'a Config,
-    pub(super) project: &'a str,
-    pub(super) world: &'a str,
-    pub(super) world_root: &'a Path,
+pub(in crate::daemon::world) struct SliceAt<'a> {
+    pub(in crate::daemon::world) cfg: &'a Config,
+    pub(in crate::daemon::world) project: &'a str,
+    pub(in crate::daemon::world) world: &'a str,
+    pub(in crate::daemon::world) world_root: &'a Path,
     /// Other services' facts (`${db.port}` in an `admin_url`); empty where
     /// no ports are known (teardown).
-    pub(super) facts: &'a IndexMap<String, ServiceFacts>,
-    pub(super) env: &'a (dyn Fn(&str) -> Option<String> + Sync),
-    pub(super) client_env: &'a ClientEnv,
+    pub(in crate::daemon::world) facts: &'a IndexMap<String, ServiceFacts>,
+    pub(in crate::daemon::world) env: &'a (dyn Fn(&str) -> Option<String> + Sync),
+    pub(in crate::daemon::world) client_env: &'a ClientEnv,
 }
 
 impl SliceAt<'_> {
@@ -36,7 +36,7 @@ impl SliceAt<'_> {
     /// # Errors
     /// As [`slice`](Self::slice), [`pinned`](super::reach::pinned), or the
     /// adapter failing to resolve it.
-    pub(super) async fn resolved(
+    pub(in crate::daemon::world) async fn resolved(
         &self,
         d: &Daemon,
         service: &str,
@@ -89,7 +89,7 @@ impl SliceAt<'_> {
     /// As [`resolved`](Self::resolved), or the adapter cannot complete the
     /// slice (the admin may not create users, a user of that name is not
     /// Binky's).
-    pub(super) async fn completed(
+    pub(in crate::daemon::world) async fn completed(
         &self,
         d: &Daemon,
         service: &str,
@@ -112,7 +112,7 @@ impl SliceAt<'_> {
     /// # Errors
     /// The `admin_url` or an option uses a `${env.NAME}` that is not set, or
     /// an option's rendered value is not what the adapter takes.
-    pub(super) fn slice(
+    pub(in crate::daemon::world) fn slice(
         &self,
         d: &Daemon,
         service: &str,
@@ -147,14 +147,18 @@ impl SliceAt<'_> {
 /// What tokens read of a made slice: its address (`${SVC.url}`, and its
 /// host) and the adapter's own fields (`${SVC.prefix}`).
 #[derive(Clone)]
-pub(super) struct Resolved {
-    pub(super) address: String,
-    pub(super) fields: Vec<(&'static str, String)>,
+pub(in crate::daemon::world) struct Resolved {
+    pub(in crate::daemon::world) address: String,
+    pub(in crate::daemon::world) fields: Vec<(&'static str, String)>,
 }
 
 impl Resolved {
     /// `slice`'s address as `adapter` resolved it, with its fields.
-    pub(super) fn new(address: String, adapter: &dyn adapters::Adapter, slice: &Slice) -> Self {
+    pub(in crate::daemon::world) fn new(
+        address: String,
+        adapter: &dyn adapters::Adapter,
+        slice: &Slice,
+    ) -> Self {
         Resolved {
             address,
             fields: adapter.fields(slice),
@@ -162,7 +166,7 @@ impl Resolved {
     }
 
     /// Writes it into the service's facts.
-    pub(super) fn apply(self, f: &mut ServiceFacts) {
+    pub(in crate::daemon::world) fn apply(self, f: &mut ServiceFacts) {
         f.host = host_of(&self.address);
         f.url = Some(self.address);
         for (k, v) in self.fields {
@@ -173,7 +177,7 @@ impl Resolved {
 
 /// A slice from its parts, for a server whose config is gone (`gc`) or
 /// through [`SliceAt::slice`].
-pub(super) fn slice_for(
+pub(in crate::daemon::world) fn slice_for(
     d: &Daemon,
     adapter: &dyn adapters::Adapter,
     name: String,
@@ -202,10 +206,17 @@ impl Slice {
     /// restart's re-adoption, `remove`) writes nothing. None when none is
     /// kept or the registry cannot be read; the adapter then says so where
     /// it needs one.
-    pub(super) fn with_secret(mut self, d: &Daemon, adapter: &dyn adapters::Adapter) -> Slice {
+    pub(in crate::daemon::world) fn with_secret(
+        mut self,
+        d: &Daemon,
+        adapter: &dyn adapters::Adapter,
+    ) -> Slice {
         self.secret = adapter
             .world_users()
-            .then(|| d.registry().slice_secret(adapter.name(), &self.name).ok())
+            .then(|| {
+                d.registry(|r| r.slice_secret(adapter.name(), &self.name))
+                    .ok()
+            })
             .flatten()
             .flatten();
         if let Some(s) = &self.secret {
@@ -222,13 +233,13 @@ impl Slice {
     ///
     /// # Errors
     /// The registry cannot be written.
-    pub(super) fn with_new_secret(
+    pub(in crate::daemon::world) fn with_new_secret(
         mut self,
         d: &Daemon,
         adapter: &dyn adapters::Adapter,
     ) -> Result<Slice, ApiError> {
         if adapter.world_users() {
-            let s = d.registry().make_slice_secret(adapter.name(), &self.name)?;
+            let s = d.registry(|r| r.make_slice_secret(adapter.name(), &self.name))?;
             crate::secrets::register(&s);
             self.secret = Some(s);
         }
@@ -245,7 +256,7 @@ impl Slice {
 /// `project` or `slug` is empty. A slice is one world's: a name made from
 /// an empty slug (`<project>_`) is no world's, and would be the start of
 /// every world's of the project.
-pub(super) fn slice_name(
+pub(in crate::daemon::world) fn slice_name(
     adapter: &dyn adapters::Adapter,
     project: &str,
     resource: Option<&str>,
@@ -271,7 +282,7 @@ pub(super) fn slice_name(
 /// The `PATH` adapters search for their client binaries and external
 /// adapters: the calling CLI's (so what works in the user's shell works
 /// here), else the daemon's.
-pub(super) fn search_path(client_env: &ClientEnv) -> Option<std::ffi::OsString> {
+pub(in crate::daemon::world) fn search_path(client_env: &ClientEnv) -> Option<std::ffi::OsString> {
     client_env
         .0
         .iter()
@@ -282,13 +293,17 @@ pub(super) fn search_path(client_env: &ClientEnv) -> Option<std::ffi::OsString> 
 
 /// An adapter's error as the user sees it: naming the service, never the
 /// slice's credentials.
-pub(super) fn adapter_error(service: &str, slice: &Slice, e: adapters::AdapterError) -> ApiError {
+pub(in crate::daemon::world) fn adapter_error(
+    service: &str,
+    slice: &Slice,
+    e: adapters::AdapterError,
+) -> ApiError {
     ApiError::new(format!("services.{service}: {}", e.redacted(slice).message))
 }
 
 /// The adapter named `name`, built in or external (`binky-adapter-<name>` on
 /// the caller's `PATH`).
-pub(super) fn adapter_for(
+pub(in crate::daemon::world) fn adapter_for(
     d: &Daemon,
     name: &str,
     client_env: &ClientEnv,
@@ -296,7 +311,7 @@ pub(super) fn adapter_for(
     d.adapters.find(name, search_path(client_env).as_deref())
 }
 
-pub(super) fn no_adapter(service: &str, name: &str) -> ApiError {
+pub(in crate::daemon::world) fn no_adapter(service: &str, name: &str) -> ApiError {
     ApiError::new(format!("services.{service}: no adapter named `{name}`")).hint(format!(
         "built-in adapters: {}; an external one is an executable {}{name} on PATH",
         adapters::catalog::names().join(", "),

@@ -17,14 +17,14 @@ use std::path::{Path, PathBuf};
 
 mod process;
 mod render;
-pub(super) use process::{EnvBase, base_env, process_spec, project_vars};
-pub(super) use render::{
+pub(in crate::daemon::world) use process::{EnvBase, base_env, process_spec, project_vars};
+pub(in crate::daemon::world) use render::{
     read_env_file, render_admin_url, render_options, render_strict, unset_env,
 };
 
 /// Start order: services grouped in levels; every service's dependencies sit
 /// in earlier levels. (The config was validated, so there is no cycle.)
-pub(super) fn levels(cfg: &Config) -> Vec<Vec<String>> {
+pub(in crate::daemon::world) fn levels(cfg: &Config) -> Vec<Vec<String>> {
     let mut placed: HashMap<&str, usize> = HashMap::new();
     let mut out: Vec<Vec<String>> = Vec::new();
     while placed.len() < cfg.services.len() {
@@ -54,7 +54,7 @@ pub(super) fn levels(cfg: &Config) -> Vec<Vec<String>> {
 
 /// The project's `env_file` pairs for a world (its checkout's copy, else the
 /// main one's); none when it has no `env_file`.
-pub(super) fn project_env(
+pub(in crate::daemon::world) fn project_env(
     cfg: &Config,
     world_root: &Path,
     main_root: &Path,
@@ -66,29 +66,33 @@ pub(super) fn project_env(
 }
 
 /// Everything `up` computed about a world before starting it.
-pub(super) struct Plan {
-    pub(super) facts: IndexMap<String, ServiceFacts>,
-    pub(super) world_root: PathBuf,
-    pub(super) project_env: Vec<(String, String)>,
+pub(in crate::daemon::world) struct Plan {
+    pub(in crate::daemon::world) facts: IndexMap<String, ServiceFacts>,
+    pub(in crate::daemon::world) world_root: PathBuf,
+    pub(in crate::daemon::world) project_env: Vec<(String, String)>,
     /// The daemon's `BINKY_HOME`, handed to every process it starts: with
     /// the daemon's session id it is how a later daemon recognises them.
-    pub(super) home: PathBuf,
+    pub(in crate::daemon::world) home: PathBuf,
     /// An unset `${env.NAME}` is an error (always, but when re-adopting a
-    /// process that already runs: see [`adopt_world`](crate::daemon::world::reconcile::adopt_world)).
-    pub(super) strict: bool,
+    /// process that already runs: see [`adopt_world`](crate::daemon::world::stages::reconcile::adopt_world)).
+    pub(in crate::daemon::world) strict: bool,
     /// Every slice's address is in `facts` (false while they are made).
-    pub(super) slices_ready: bool,
+    pub(in crate::daemon::world) slices_ready: bool,
     /// Said under a failure when the world's `binky.toml` (its branch's) is
     /// not the main checkout's: a fix made on main has not reached it.
-    pub(super) config_note: Option<String>,
+    pub(in crate::daemon::world) config_note: Option<String>,
     /// The world's token, set as `BINKY_WORLD_TOKEN` in every process it
     /// starts (see [`super::strays`]).
-    pub(super) token: Option<String>,
+    pub(in crate::daemon::world) token: Option<String>,
 }
 
 /// The note for [`Plan::config_note`]: `None` when the world is the main
 /// checkout or both files say the same.
-pub(super) fn config_differs(world_root: &Path, main_root: &Path, world: &str) -> Option<String> {
+pub(in crate::daemon::world) fn config_differs(
+    world_root: &Path,
+    main_root: &Path,
+    world: &str,
+) -> Option<String> {
     let (w, m) = (
         world_root.join(config::FILE_NAME),
         main_root.join(config::FILE_NAME),
@@ -107,14 +111,14 @@ pub(super) fn config_differs(world_root: &Path, main_root: &Path, world: &str) -
 }
 
 /// `hint`, followed by the plan's [`Plan::config_note`] when there is one.
-pub(super) fn with_config_note(hint: String, plan: &Plan) -> String {
+pub(in crate::daemon::world) fn with_config_note(hint: String, plan: &Plan) -> String {
     match &plan.config_note {
         Some(n) => format!("{hint}; {n}"),
         None => hint,
     }
 }
 
-pub(super) fn lookup_env<'a>(
+pub(in crate::daemon::world) fn lookup_env<'a>(
     project_env: &'a [(String, String)],
     client: &'a ClientEnv,
 ) -> impl Fn(&str) -> Option<String> + Sync + 'a {
@@ -136,15 +140,19 @@ pub(super) fn lookup_env<'a>(
 
 /// Ports, URLs and hosts of every service (resources' addresses are filled
 /// in later), registering each url service's route with the proxy.
-pub(super) fn build_facts(
-    d: &Daemon,
-    cfg: &Config,
-    project: &str,
-    name: &str,
-    slug: &str,
-    world_id: i64,
+pub(in crate::daemon::world) fn build_facts(
+    cx: &crate::daemon::world::WorldCtx<'_>,
     allocated: &IndexMap<ports::PortKey, u16>,
 ) -> Result<IndexMap<String, ServiceFacts>, ApiError> {
+    let crate::daemon::world::WorldCtx {
+        d,
+        cfg,
+        project,
+        world: name,
+        slug,
+        world_id,
+        ..
+    } = *cx;
     let facts = facts_of(d, cfg, slug, allocated);
     for (n, f) in &facts {
         let is_url = cfg.services[n].process().is_some_and(|p| p.url.is_some());
@@ -161,7 +169,7 @@ pub(super) fn build_facts(
                     why: None,
                 },
             );
-            d.registry().set_service_host(world_id, n, host)?;
+            d.registry(|r| r.set_service_host(world_id, n, host))?;
         }
     }
     Ok(facts)
@@ -169,7 +177,7 @@ pub(super) fn build_facts(
 
 /// Ports, URLs and hosts of every service of a world (resources' addresses
 /// are not in it), with no side effect.
-pub(super) fn facts_of(
+pub(in crate::daemon::world) fn facts_of(
     d: &Daemon,
     cfg: &Config,
     slug: &str,
@@ -210,7 +218,7 @@ pub(super) fn facts_of(
 /// made. The config read is the world's own when its worktree exists, else
 /// the one the caller's project was found by (a new world's branch starts
 /// there); rendering checks again later either way.
-pub(super) fn preflight_env(
+pub(in crate::daemon::world) fn preflight_env(
     d: &Daemon,
     loc: &Located,
     existing: Option<&WorldRow>,
@@ -267,7 +275,7 @@ pub(super) fn preflight_env(
 
 /// What rendering reads about a world: its project and names, its
 /// worktree, every service's facts and the environment `${env.NAME}` reads.
-pub(super) fn facts_for<'a>(
+pub(in crate::daemon::world) fn facts_for<'a>(
     cfg: &'a Config,
     world: &'a str,
     world_root: &'a Path,

@@ -1,8 +1,8 @@
 //! Stopping a world's processes, and recording what the supervisor reports.
 
-use super::world_event;
 use crate::daemon::Daemon;
 use crate::daemon::events::EventKind;
+use crate::daemon::world::world_event;
 use crate::protocol::{ServiceState, WorldState};
 use crate::registry::WorldRow;
 use crate::supervisor;
@@ -10,7 +10,7 @@ use crate::supervisor::State;
 use std::sync::Arc;
 
 /// Records one service's supervisor events in the registry and event log.
-pub(super) fn recorder(
+pub(in crate::daemon::world) fn recorder(
     d: Arc<Daemon>,
     world_id: i64,
     project: String,
@@ -25,9 +25,7 @@ pub(super) fn recorder(
         };
         match e {
             supervisor::Event::Started { pid, start_time } => {
-                let _ = d
-                    .registry()
-                    .service_started(world_id, &service, pid, start_time);
+                let _ = d.registry(|r| r.service_started(world_id, &service, pid, start_time));
                 d.event(ev(EventKind::Started).detail(format!("pid {pid}")));
             }
             supervisor::Event::State(s) => {
@@ -39,13 +37,15 @@ pub(super) fn recorder(
                     }
                     _ => None,
                 };
-                let _ = d.registry().service_state(
-                    world_id,
-                    &service,
-                    s.label(),
-                    exit.as_deref(),
-                    s.pid().is_some(),
-                );
+                let _ = d.registry(|r| {
+                    r.service_state(
+                        world_id,
+                        &service,
+                        s.label(),
+                        exit.as_deref(),
+                        s.pid().is_some(),
+                    )
+                });
                 match &s {
                     State::Running { pid } => {
                         d.event(ev(EventKind::Ready).detail(format!("pid {pid}")))
@@ -63,18 +63,20 @@ pub(super) fn recorder(
                 }
             }
             supervisor::Event::Restarting { exit, delay } => {
-                let _ = d.registry().service_restarted(world_id, &service);
+                let _ = d.registry(|r| r.service_restarted(world_id, &service));
                 d.event(
                     ev(EventKind::Restarting).detail(format!("{exit}; restarting in {delay:?}")),
                 );
             }
             supervisor::Event::GaveUp { reason } => {
-                let _ = d.registry().set_world_state(
-                    world_id,
-                    WorldState::Failed,
-                    None,
-                    Some(&format!("{service}: {reason}")),
-                );
+                let _ = d.registry(|r| {
+                    r.set_world_state(
+                        world_id,
+                        WorldState::Failed,
+                        None,
+                        Some(&format!("{service}: {reason}")),
+                    )
+                });
                 d.event(ev(EventKind::GaveUp).detail(reason));
             }
             supervisor::Event::WatchRestart { changed } => {
@@ -90,16 +92,16 @@ pub(super) fn recorder(
 /// Stops a world's processes in reverse dependency order, then any that
 /// left their groups ([`super::strays`]), and returns once every process of
 /// every group is gone (bounded per group by
-/// [`supervisor::KILL_WAIT`] after SIGKILL); what outlived that is returned,
+/// `KILL_WAIT` (the supervisor's) after SIGKILL); what outlived that is returned,
 /// for the verb to report.
-pub(super) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
+pub(in crate::daemon::world) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
     let mut left = Vec::new();
     match d.worlds.take_runtime(w.id) {
         Some(rt) => left = stop_handles(&rt.levels, &rt.handles, &|_| true).await,
         None => {
             // No live supervisor (the daemon restarted): stop what the
             // registry recorded, if it is still that very process.
-            let Ok(rows) = d.registry().world_processes(w.id) else {
+            let Ok(rows) = d.registry(|r| r.world_processes(w.id)) else {
                 return left;
             };
             // Not our children any more: stop each recorded group that is
@@ -127,9 +129,11 @@ pub(super) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
     }
     // What left its groups (a server that daemonized itself) goes too.
     left.extend(super::strays::stop(d, w).await);
-    let reg = d.registry();
-    let _ = reg.processes_stopped(w.id);
-    if let Ok(Some((project, _))) = reg.world_names(w.id) {
+    let names = d.registry(|reg| {
+        let _ = reg.processes_stopped(w.id);
+        reg.world_names(w.id)
+    });
+    if let Ok(Some((project, _))) = names {
         d.routes
             .set_world_state(&project, &w.name, ServiceState::Stopped);
     }
@@ -142,7 +146,7 @@ pub(super) async fn stop_processes(d: &Daemon, w: &WorldRow) -> Vec<String> {
 /// that left its group goes too: it carries the service's name beside the
 /// world's token (see [`supervisor::Mark`]), and [`supervisor::Handle::stop`]
 /// sweeps by both.
-pub(super) async fn stop_services(
+pub(in crate::daemon::world) async fn stop_services(
     d: &Daemon,
     w: &WorldRow,
     services: &std::collections::BTreeSet<String>,

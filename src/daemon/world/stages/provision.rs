@@ -7,10 +7,10 @@ use super::data::{catch_up, provision_and_seed, world_migrate_key};
 use super::plan::{Plan, lookup_env};
 use super::reach::{reach, server_now, tear_down};
 use super::slices::{Resolved, SliceAt, adapter_error, adapter_for, no_adapter, slice_name};
-use super::{SliceJob, WorldCtx, world_event};
 use crate::adapters::Slice;
 use crate::adapters::server::Server;
 use crate::daemon::events::EventKind;
+use crate::daemon::world::{SliceJob, WorldCtx, world_event};
 use crate::daemon::{Daemon, ProgressTx};
 use crate::faults::point as fault_point;
 use crate::protocol::{ApiError, SliceState};
@@ -24,7 +24,7 @@ use crate::{adapters, config};
 /// from the golden template where the adapter can, else provisioned,
 /// migrated and seeded, and recorded `live` with the key it was migrated
 /// at. A failure drops the slice and its record.
-pub(super) async fn provision(
+pub(in crate::daemon::world) async fn provision(
     cx: &WorldCtx<'_>,
     service: &str,
     r: &config::Resource,
@@ -101,7 +101,7 @@ fn check_ours(
     adapter: &dyn adapters::Adapter,
     slice: &str,
 ) -> Result<(), ApiError> {
-    let owner = d.registry().slice_owner(adapter.name(), slice)?;
+    let owner = d.registry(|r| r.slice_owner(adapter.name(), slice))?;
     match owner {
         Some(p) if p == project => Ok(()),
         Some(other) => Err(ApiError::new(format!(
@@ -119,14 +119,14 @@ fn check_ours(
 
 /// One [`provision`] under way: who it is for, the slice, and the key the
 /// world's branch is at.
-pub(super) struct Provisioning<'a> {
-    pub(super) cx: &'a WorldCtx<'a>,
-    pub(super) job: SliceJob<'a>,
-    pub(super) plan: &'a Plan,
-    pub(super) progress: &'a ProgressTx,
-    pub(super) adapter: &'a dyn adapters::Adapter,
-    pub(super) slice: &'a Slice,
-    pub(super) world_key: Option<String>,
+pub(in crate::daemon::world) struct Provisioning<'a> {
+    pub(in crate::daemon::world) cx: &'a WorldCtx<'a>,
+    pub(in crate::daemon::world) job: SliceJob<'a>,
+    pub(in crate::daemon::world) plan: &'a Plan,
+    pub(in crate::daemon::world) progress: &'a ProgressTx,
+    pub(in crate::daemon::world) adapter: &'a dyn adapters::Adapter,
+    pub(in crate::daemon::world) slice: &'a Slice,
+    pub(in crate::daemon::world) world_key: Option<String>,
 }
 
 impl Provisioning<'_> {
@@ -153,14 +153,13 @@ impl Provisioning<'_> {
             let gone = adapter.teardown(slice).await.is_ok()
                 || adapter.exists(slice).await.is_ok_and(|there| !there);
             if gone {
-                let _ = d.registry().delete_slice(adapter.name(), slice_name);
+                let _ = d.registry(|r| r.delete_slice(adapter.name(), slice_name));
             }
             return Err(e);
         }
         self.record(SliceState::Live, None)?;
         if let Some(key) = &self.world_key {
-            d.registry()
-                .set_slice_migrated(adapter.name(), slice_name, key)?;
+            d.registry(|r| r.set_slice_migrated(adapter.name(), slice_name, key))?;
         }
         let mut ev = world_event(EventKind::Provisioned, project, world);
         ev.service = Some(service.to_owned());
@@ -185,8 +184,7 @@ impl Provisioning<'_> {
             adapter: self.adapter.name(),
             slice: &self.slice.name,
         };
-        d.registry()
-            .set_slice(&key, state, server)
+        d.registry(|r| r.set_slice(&key, state, server))
             .map_err(ApiError::from)
     }
 
@@ -213,8 +211,7 @@ impl Provisioning<'_> {
         let (d, project, service) = (self.cx.d, self.cx.project, self.job.service);
         let name = &self.slice.name;
         let known = d
-            .registry()
-            .slices_of(world_id)?
+            .registry(|r| r.slices_of(world_id))?
             .into_iter()
             .find(|s| s.service == service && &s.slice == name);
         let server = server_now(d, self.adapter, self.slice)?;
@@ -269,13 +266,12 @@ impl Provisioning<'_> {
         tear_down(self.adapter, &old.slice)
             .await
             .map_err(|e| adapter_error(service, &old.slice, e))?;
-        d.registry()
-            .delete_slice(self.adapter.name(), &self.slice.name)
+        d.registry(|r| r.delete_slice(self.adapter.name(), &self.slice.name))
             .map_err(ApiError::from)
     }
 
     /// An adapter error naming the service, never the credentials.
-    pub(super) fn named(&self, e: adapters::AdapterError) -> ApiError {
+    pub(in crate::daemon::world) fn named(&self, e: adapters::AdapterError) -> ApiError {
         adapter_error(self.job.service, self.slice, e)
     }
 
@@ -314,8 +310,7 @@ impl Provisioning<'_> {
             .await?;
             self.cx
                 .d
-                .registry()
-                .set_slice_migrated(self.adapter.name(), &self.slice.name, key)?;
+                .registry(|r| r.set_slice_migrated(self.adapter.name(), &self.slice.name, key))?;
         }
         Ok(address)
     }
@@ -343,8 +338,7 @@ impl Provisioning<'_> {
             .await?;
             self.cx
                 .d
-                .registry()
-                .set_slice_template(self.adapter.name(), &self.slice.name, None)?;
+                .registry(|r| r.set_slice_template(self.adapter.name(), &self.slice.name, None))?;
         }
         fault_point("slice:ready");
         Ok(())
@@ -364,8 +358,8 @@ impl Provisioning<'_> {
 /// # Errors
 /// Names the services of each conflict and says how to go on; a registry
 /// error.
-pub(super) fn refuse_reordered_slices(cx: &WorldCtx<'_>) -> Result<(), ApiError> {
-    let recorded = cx.d.registry().slices_of(cx.world_id)?;
+pub(in crate::daemon::world) fn refuse_reordered_slices(cx: &WorldCtx<'_>) -> Result<(), ApiError> {
+    let recorded = cx.d.registry(|r| r.slices_of(cx.world_id))?;
     if recorded.is_empty() {
         return Ok(());
     }

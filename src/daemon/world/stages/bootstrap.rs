@@ -9,8 +9,8 @@
 use super::data::run_logged;
 use super::locate::Located;
 use super::plan::{EnvBase, Plan, facts_for, lookup_env, project_vars, render_strict};
-use super::{WorldCtx, world_event};
 use crate::daemon::events::EventKind;
+use crate::daemon::world::{WorldCtx, world_event};
 use crate::daemon::{Daemon, ProgressTx};
 use crate::protocol::{ApiError, ProgressStep};
 use std::path::PathBuf;
@@ -22,7 +22,7 @@ fn marker(d: &Daemon, project: &str, slug: &str) -> PathBuf {
 
 /// Forgets that world `slug`'s worktree was made ready: it was made (or
 /// re-made) now, with none of what `copy` and `setup` bring.
-pub(super) fn forget(d: &Daemon, project: &str, slug: &str) {
+pub(in crate::daemon::world) fn forget(d: &Daemon, project: &str, slug: &str) {
     let _ = std::fs::remove_file(marker(d, project, slug));
 }
 
@@ -37,7 +37,7 @@ pub(super) fn forget(d: &Daemon, project: &str, slug: &str) {
 /// command cannot be rendered or fails (its output's head and tail
 /// quoted, the whole in the world's `setup` log). The marker is then not
 /// written, so the next `up` tries again.
-pub(super) async fn prepare(
+pub(in crate::daemon::world) async fn prepare(
     cx: &WorldCtx<'_>,
     loc: &Located,
     plan: &Plan,

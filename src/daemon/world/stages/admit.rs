@@ -2,9 +2,8 @@
 //! for room (or, with `--no-wait`, is queued and answered at once); a
 //! resumed or queued-over-a-restart `up` runs when admitted.
 
-use super::locate::{Located, locate};
-use super::up::up_locked;
-use super::world_status;
+use super::locate::Located;
+use crate::daemon::world::world_status;
 use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
 use crate::protocol::{ApiError, UpRequest, WorldOutcome, WorldState};
 use std::sync::Arc;
@@ -20,7 +19,7 @@ use tokio::sync::OwnedMutexGuard;
 ///
 /// # Errors
 /// Cancelled while queued, or taken out of the queue.
-pub(super) async fn admit(
+pub(in crate::daemon::world) async fn admit(
     d: &Arc<Daemon>,
     loc: &Located,
     req: UpRequest,
@@ -51,50 +50,6 @@ pub(super) async fn admit(
     }
 }
 
-/// The `up` of a ticket admitted from the queue with nobody waiting on it
-/// (`--no-wait`, or a queue carried over a daemon restart).
-pub(crate) async fn up_admitted(
-    d: &Arc<Daemon>,
-    req: UpRequest,
-    entry: admission::Entry,
-    progress: &ProgressTx,
-) -> Result<WorldOutcome, ApiError> {
-    let loc = locate(d, &req.world)?;
-    up_with(d, &loc, &req, entry, progress).await
-}
-
-/// `up` under the world's lock; `entry` counts against the room until
-/// this returns. A ticket withdrawn before the lock was had makes nothing.
-pub(super) async fn up_with(
-    d: &Arc<Daemon>,
-    loc: &Located,
-    req: &UpRequest,
-    entry: admission::Entry,
-    progress: &ProgressTx,
-) -> Result<WorldOutcome, ApiError> {
-    if !matches!(entry, admission::Entry::Held { .. }) {
-        admission::ensure_sampler(d);
-    }
-    // The window between an admission and the world's lock, where a
-    // `down` or `remove` may withdraw the ticket.
-    crate::faults::pause("up:admitted").await;
-    let (_guard, entry) = match locked_with_room(d, loc, req, "up", entry, progress).await? {
-        Ok(had) => had,
-        Err(queued) => return Ok(queued),
-    };
-    let out = up_locked(
-        d,
-        loc,
-        &req.world.name,
-        req.group.as_deref(),
-        &req.env,
-        progress,
-    )
-    .await;
-    drop(entry);
-    out
-}
-
 /// Takes the world's lock for a verb (`up`, `reload`, `reset`) that came
 /// in on `entry`, and returns it with the room the verb may use under it
 /// ([`admission::Entry::confirm`]): where that room went while the verb
@@ -105,7 +60,7 @@ pub(super) async fn up_with(
 /// # Errors
 /// The ticket was taken out of the queue (`down`, `remove`) before the
 /// lock was had: the verb makes nothing. Or cancelled while queued anew.
-pub(super) async fn locked_with_room(
+pub(in crate::daemon::world) async fn locked_with_room(
     d: &Arc<Daemon>,
     loc: &Located,
     req: &UpRequest,
@@ -116,6 +71,9 @@ pub(super) async fn locked_with_room(
     let name = &req.world.name;
     let lock = d.worlds.lock_for(&WorldKey::new(&loc.name, name));
     loop {
+        if let admission::Entry::Shared(ticket) = &entry {
+            admission::after_claimer(d, *ticket, progress).await;
+        }
         let guard = Arc::clone(&lock).lock_owned().await;
         if let Some(ticket) = entry.withdrawn(d) {
             return Err(admission::taken_out(verb, name, ticket));
@@ -135,20 +93,19 @@ pub(super) async fn locked_with_room(
 }
 
 /// What a `--no-wait` `up` answers while queued.
-pub(super) fn queued_outcome(
+pub(in crate::daemon::world) fn queued_outcome(
     d: &Daemon,
     loc: &Located,
     req: &UpRequest,
     standing: &admission::Standing,
 ) -> WorldOutcome {
     let name = &req.world.name;
-    let row = {
-        let reg = d.registry();
+    let row = d.registry(|reg| {
         reg.project_id(&loc.name)
             .ok()
             .flatten()
             .and_then(|pid| reg.find_world(pid, name).ok().flatten())
-    };
+    });
     let known = row.and_then(|w| world_status(d, &loc.name, w.id).ok());
     let mut world = known.unwrap_or_else(|| admission::unmade(name, req.group.clone()));
     // A suspended world waits on its resume, in its own place: it stays

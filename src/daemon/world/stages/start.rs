@@ -3,9 +3,9 @@
 
 use super::plan::{Plan, levels, process_spec, with_config_note};
 use super::processes::recorder;
-use super::up::cancelled_error;
-use super::{FAILURE_HEAD_LINES, FAILURE_LOG_LINES, Runtime, WorldCtx};
 use crate::daemon::ProgressTx;
+use crate::daemon::world::cancelled_error;
+use crate::daemon::world::{FAILURE_HEAD_LINES, FAILURE_LOG_LINES, Runtime, WorldCtx};
 use crate::faults::point as fault_point;
 use crate::protocol::{ApiError, ServiceState};
 use crate::supervisor;
@@ -23,7 +23,7 @@ type Started = (String, Arc<Handle>, PathBuf);
 /// `only`: start just these (a reset's users of a slice), added to the
 /// world's runtime beside the processes that run on; `None` starts every
 /// process of a world that runs none.
-pub(super) async fn start_processes(
+pub(in crate::daemon::world) async fn start_processes(
     cx: &WorldCtx<'_>,
     plan: &Plan,
     progress: &ProgressTx,
@@ -111,8 +111,7 @@ fn start_level(
             Some(sname),
             format!("starting {sname}"),
         );
-        d.registry()
-            .service_state(world_id, sname, ServiceState::Starting, None, false)?;
+        d.registry(|r| r.service_state(world_id, sname, ServiceState::Starting, None, false))?;
         let recorder = recorder(
             d.clone(),
             world_id,

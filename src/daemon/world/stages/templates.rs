@@ -5,10 +5,10 @@ use super::data::{catch_up, provision_and_seed};
 use super::provision::Provisioning;
 use super::reach::{TornDown, drop_template, reach, server_now};
 use super::slices::{Resolved, adapter_error};
-use super::{SliceJob, WorldCtx, world_event};
 use crate::adapters::{Slice, golden};
 use crate::daemon::errors::file_error;
 use crate::daemon::events::EventKind;
+use crate::daemon::world::{SliceJob, WorldCtx, world_event};
 use crate::faults::point as fault_point;
 use crate::protocol::ApiError;
 use crate::supervisor;
@@ -18,12 +18,12 @@ use std::path::{Path, PathBuf};
 /// build, the key its schema was migrated at, and the locks that keep it
 /// from being rebuilt or dropped (by this daemon, or another on the same
 /// server) until the clone is done.
-pub(super) struct Template {
-    pub(super) name: String,
-    pub(super) key: String,
-    pub(super) slice: Slice,
-    pub(super) log: PathBuf,
-    pub(super) migrated: Option<String>,
+pub(in crate::daemon::world) struct Template {
+    pub(in crate::daemon::world) name: String,
+    pub(in crate::daemon::world) key: String,
+    pub(in crate::daemon::world) slice: Slice,
+    pub(in crate::daemon::world) log: PathBuf,
+    pub(in crate::daemon::world) migrated: Option<String>,
     _held: (
         tokio::sync::OwnedMutexGuard<()>,
         Option<crate::adapters::TemplateLock>,
@@ -38,7 +38,7 @@ impl Provisioning<'_> {
     /// whose migrations differ never rebuild each other's. The marker holds
     /// the template's key, then the key its schema was migrated at (the
     /// building world's).
-    pub(super) async fn golden(&self, from: &str) -> Result<Template, ApiError> {
+    pub(in crate::daemon::world) async fn golden(&self, from: &str) -> Result<Template, ApiError> {
         let WorldCtx { d, project, .. } = *self.cx;
         let (adapter, r) = (self.adapter, self.job.r);
         let key = golden::key(
@@ -204,7 +204,10 @@ impl Provisioning<'_> {
     ///
     /// # Errors
     /// The copy failed for any other reason (the slice is dropped).
-    pub(super) async fn clone_from(&self, template: &Template) -> Result<bool, ApiError> {
+    pub(in crate::daemon::world) async fn clone_from(
+        &self,
+        template: &Template,
+    ) -> Result<bool, ApiError> {
         let WorldCtx {
             d, project, world, ..
         } = *self.cx;
@@ -212,7 +215,7 @@ impl Provisioning<'_> {
         let started = std::time::Instant::now();
         let how = match adapter.clone_slice(&template.slice, self.slice).await {
             Ok(how) => how,
-            Err(e) if e.environmental => {
+            Err(e) if e.is_environmental() => {
                 let e = e.redacted(self.slice);
                 tracing::warn!(project, world, service, reason = %e.message, "clone_fallback");
                 self.rebuilding(
@@ -235,11 +238,13 @@ impl Provisioning<'_> {
             }
         };
         let took = started.elapsed().as_millis();
-        d.registry().set_slice_template(
-            adapter.name(),
-            &self.slice.name,
-            Some((&template.name, &template.key)),
-        )?;
+        d.registry(|r| {
+            r.set_slice_template(
+                adapter.name(),
+                &self.slice.name,
+                Some((&template.name, &template.key)),
+            )
+        })?;
         if let Ok(mut f) = supervisor::logs::open_append(log) {
             use std::io::Write;
             let _ = writeln!(
@@ -328,9 +333,7 @@ impl Provisioning<'_> {
         ev.adapter = Some(self.adapter.name().to_owned());
         d.event(ev);
         let _ = self.adapter.teardown(self.slice).await;
-        let _ = d
-            .registry()
-            .set_slice_template(self.adapter.name(), &self.slice.name, None);
+        let _ = d.registry(|r| r.set_slice_template(self.adapter.name(), &self.slice.name, None));
     }
 }
 

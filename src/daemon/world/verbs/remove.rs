@@ -1,13 +1,17 @@
 //! `remove`: stop, drop the slices, delete the worktree and logs — only what
 //! Binky made.
 
-use super::locate::{Located, find_world, inside, join_subdir, locate, user_git};
-use super::plan::{lookup_env, project_env};
-use super::processes::stop_processes;
-use super::reach::{Reached, TornDown, not_found_note, reach, tear_down_with};
-use super::slices::{SliceAt, adapter_for};
-use super::{first_line, withdrawn, world_event, world_exists, world_status};
 use crate::daemon::events::EventKind;
+use crate::daemon::world::stages::locate::{
+    Located, find_world, inside, join_subdir, locate, user_git,
+};
+use crate::daemon::world::stages::plan::{lookup_env, project_env};
+use crate::daemon::world::stages::processes::stop_processes;
+use crate::daemon::world::stages::reach::{
+    Reached, TornDown, not_found_note, reach, tear_down_with,
+};
+use crate::daemon::world::stages::slices::{SliceAt, adapter_for};
+use crate::daemon::world::{first_line, withdrawn, world_event, world_exists, world_status};
 use crate::daemon::{Daemon, WorldKey, admission};
 use crate::faults::point as fault_point;
 use crate::protocol::{
@@ -46,8 +50,7 @@ pub(crate) async fn remove(
     let teardowns = rm.teardowns(&client_env, None)?;
     let git = user_git(&client_env)?;
     let before = world_status(d, &loc.name, w.id)?;
-    d.registry()
-        .set_world_state(w.id, w.state, Some(Intent::Remove), None)?;
+    d.registry(|r| r.set_world_state(w.id, w.state, Some(Intent::Remove), None))?;
     let mut notes = stop_processes(d, &w).await;
     // The sampler looks again: with this world gone it may have nothing
     // left to watch, and stops.
@@ -56,11 +59,10 @@ pub(crate) async fn remove(
     fault_point("remove:stopped");
     let (torn_down_on, left_for_gc) = rm.tear_down(teardowns, &mut notes).await?;
     rm.delete_files(git, ours).await?;
-    {
-        let reg = d.registry();
+    d.registry(|reg| {
         let _ = reg.release_ports(w.id);
-        reg.delete_world(w.id)?;
-    }
+        reg.delete_world(w.id)
+    })?;
     d.routes.remove_world(&loc.name, &w.name);
     d.event(world_event(EventKind::Removed, &loc.name, &w.name));
     let mut world = before;
@@ -86,7 +88,7 @@ pub(crate) async fn remove(
 
 /// One `remove` under way (or the teardown half of a `reset`): the world,
 /// its worktree and the root Binky makes worktrees in.
-pub(super) struct Removal<'a> {
+pub(in crate::daemon::world) struct Removal<'a> {
     d: &'a Daemon,
     loc: &'a Located,
     w: &'a WorldRow,
@@ -99,7 +101,7 @@ pub(super) struct Removal<'a> {
 
 /// A slice to tear down: its row, its adapter and the slice as rendered to
 /// reach the server it was made on (or why it cannot be).
-pub(super) type Teardown = (
+pub(in crate::daemon::world) type Teardown = (
     crate::registry::SliceRow,
     Arc<dyn adapters::Adapter>,
     Result<Reached, ApiError>,
@@ -108,7 +110,12 @@ pub(super) type Teardown = (
 impl<'a> Removal<'a> {
     /// The removal of world `w`; `force` goes past uncommitted changes and
     /// failed teardowns (left for `gc`).
-    pub(super) fn new(d: &'a Daemon, loc: &'a Located, w: &'a WorldRow, force: bool) -> Self {
+    pub(in crate::daemon::world) fn new(
+        d: &'a Daemon,
+        loc: &'a Located,
+        w: &'a WorldRow,
+        force: bool,
+    ) -> Self {
         Removal {
             d,
             path: PathBuf::from(&w.path),
@@ -130,7 +137,7 @@ impl<'a> Removal<'a> {
 
     /// The same removal, its teardowns ending sessions Binky did not open
     /// on the slices when `end` (`reset --force`).
-    pub(super) fn ending_sessions(mut self, end: bool) -> Self {
+    pub(in crate::daemon::world) fn ending_sessions(mut self, end: bool) -> Self {
         if end {
             self.others = adapters::OtherSessions::End;
         }
@@ -207,7 +214,7 @@ impl<'a> Removal<'a> {
     /// # Errors
     /// An `admin_url` cannot be rendered (an unset variable); without
     /// `--force`, a slice's server cannot be reached (see [`reach`]).
-    pub(super) fn teardowns(
+    pub(in crate::daemon::world) fn teardowns(
         &self,
         client_env: &ClientEnv,
         only: Option<&[String]>,
@@ -221,7 +228,7 @@ impl<'a> Removal<'a> {
         let envs: Vec<&ClientEnv> = std::iter::once(client_env).chain(built.as_ref()).collect();
         let mut teardowns = Vec::new();
         // Read first: the registry's lock must not be held across the loop.
-        let rows = d.registry().slices_of(w.id)?;
+        let rows = d.registry(|r| r.slices_of(w.id))?;
         for s in rows
             .into_iter()
             .filter(|s| only.is_none_or(|o| o.contains(&s.service)))
@@ -278,7 +285,7 @@ impl<'a> Removal<'a> {
     /// A teardown failed, without `--force` (the world is then `failed`;
     /// its processes are already stopped). With `--force` the failure is a
     /// note and the slice stays recorded for `gc`.
-    pub(super) async fn tear_down(
+    pub(in crate::daemon::world) async fn tear_down(
         &self,
         teardowns: Vec<Teardown>,
         notes: &mut Vec<String>,
@@ -293,7 +300,7 @@ impl<'a> Removal<'a> {
                 adapter: &s.adapter,
                 slice: &s.slice,
             };
-            d.registry().set_slice(&key, SliceState::Teardown, None)?;
+            d.registry(|r| r.set_slice(&key, SliceState::Teardown, None))?;
             fault_point("remove:teardown");
             let (result, shown) = match reached {
                 Ok(r) => {
@@ -323,11 +330,13 @@ impl<'a> Removal<'a> {
                 } else if let Some(slice) = &shown {
                     notes.push(not_found_note(d, adapter.as_ref(), slice));
                 }
-                let reg = d.registry();
-                reg.delete_slice(&s.adapter, &s.slice)?;
-                // Gone: a later failure must not leave it shown as
-                // provisioned.
-                let _ = reg.service_state(w.id, &s.service, ServiceState::Stopped, None, false);
+                d.registry(|reg| {
+                    reg.delete_slice(&s.adapter, &s.slice)?;
+                    // Gone: a later failure must not leave it shown as
+                    // provisioned.
+                    let _ = reg.service_state(w.id, &s.service, ServiceState::Stopped, None, false);
+                    Ok::<_, crate::registry::RegistryError>(())
+                })?;
                 continue;
             }
             let message = format!(
@@ -337,9 +346,9 @@ impl<'a> Removal<'a> {
             );
             if !self.force {
                 // Its processes are stopped: say so rather than "running".
-                let _ =
-                    d.registry()
-                        .set_world_state(w.id, WorldState::Failed, None, Some(&message));
+                let _ = d.registry(|r| {
+                    r.set_world_state(w.id, WorldState::Failed, None, Some(&message))
+                });
                 return Err(ApiError::new(message)
                     .hint(
                         "fix the cause and run `binky remove` again, or `binky remove --force` to remove the world and leave the slice to `binky gc`",
@@ -388,7 +397,8 @@ impl<'a> Removal<'a> {
         // The log folder is named by Binky's own slug of the world's name,
         // never by whatever the registry row holds.
         if w.slug == crate::slug::world_slug(&w.name) {
-            let _ = std::fs::remove_dir_all(d.paths.world_logs(&loc.name, &w.slug));
+            let logs = d.paths.world_logs(&loc.name, &w.slug);
+            let _ = crate::daemon::blocking(|| std::fs::remove_dir_all(logs));
         } else {
             tracing::warn!(
                 world = w.name,

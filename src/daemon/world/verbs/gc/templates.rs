@@ -2,13 +2,13 @@
 //! templates of projects the registry does not know, and templates whose
 //! key no world's branch has now.
 
-use super::super::locate::join_subdir;
-use super::super::reach::{TornDown, drop_template, reach};
-use super::super::slices::{adapter_for, slice_for};
 use super::{item, rendered, swept, with_hint};
 use crate::adapters::golden;
 use crate::daemon::Daemon;
 use crate::daemon::events::{Event as LogEvent, EventKind};
+use crate::daemon::world::stages::locate::join_subdir;
+use crate::daemon::world::stages::reach::{TornDown, drop_template, reach};
+use crate::daemon::world::stages::slices::{adapter_for, slice_for};
 use crate::protocol::{ClientEnv, SweepItem, SweepKind, SweepResult};
 use crate::{config, worktree};
 use std::collections::{HashMap, HashSet};
@@ -34,7 +34,7 @@ pub(super) async fn sweep_markers(
         d,
         dry_run,
         client_env,
-        projects: d.registry().projects().unwrap_or_default(),
+        projects: d.registry(|r| r.projects()).unwrap_or_default(),
         in_use: HashMap::new(),
     };
     for a in adapters_dir.flatten() {
@@ -177,7 +177,10 @@ fn templates_in_use(
     let loc = worktree::locate(root).map_err(|e| format!("project {project}: {e}"))?;
     let main = config::load(&root.join(config::FILE_NAME)).ok();
     let mut names = HashSet::new();
-    for path in d.registry().world_paths(pid).map_err(|e| e.to_string())? {
+    for path in d
+        .registry(|r| r.world_paths(pid))
+        .map_err(|e| e.to_string())?
+    {
         let world_root = join_subdir(Path::new(&path), &loc.subdir);
         let file = world_root.join(config::FILE_NAME);
         let cfg = if file.exists() {
@@ -268,7 +271,7 @@ async fn drop_unused_template(
         .await
         .map_err(|e| e.redacted(&reached.slice).message)?;
     // Its role's password goes with it (a template has no slice record).
-    let _ = d.registry().delete_slice(t.adapter, t.name);
+    let _ = d.registry(|r| r.delete_slice(t.adapter, t.name));
     // The log first: the marker is what a later gc finds, so one killed
     // between the two leaves it to that gc, never a log no marker names.
     let _ = std::fs::remove_file(format!("{}.log", t.path.display()));
@@ -285,7 +288,7 @@ async fn drop_unused_template(
 /// of the project (main checkout's config) on this adapter whose
 /// `clone_from` names such a template.
 fn builder_of(d: &Daemon, t: &UnusedTemplate<'_>, client_env: &ClientEnv) -> Option<String> {
-    let root = d.registry().project_root(t.project).ok().flatten()?;
+    let root = d.registry(|r| r.project_root(t.project)).ok().flatten()?;
     let cfg = config::load(&Path::new(&root).join(config::FILE_NAME)).ok()?;
     cfg.services.iter().find_map(|(n, s)| {
         let r = s.resource()?;
@@ -311,7 +314,9 @@ async fn drop_unknown_template(
     let adapter = adapter_for(d, adapter_name, &no_env)
         .ok_or_else(|| format!("no adapter named {adapter_name} in this build"))?;
     let m = golden::Marker::parse(&std::fs::read_to_string(marker).map_err(|e| e.to_string())?);
-    let key = d.registry().fingerprint_key().map_err(|e| e.to_string())?;
+    let key = d
+        .registry(|r| r.fingerprint_key())
+        .map_err(|e| e.to_string())?;
     let admin_url = match &m.server {
         Some(s) if s.credentials == crate::adapters::server::fingerprint(&key, "", "") => {
             Some(s.address.clone())
@@ -341,7 +346,7 @@ async fn drop_unknown_template(
     let found = drop_template(adapter.as_ref(), &slice)
         .await
         .map_err(|e| e.redacted(&slice).message)?;
-    let _ = d.registry().delete_slice(adapter.name(), &slice.name);
+    let _ = d.registry(|r| r.delete_slice(adapter.name(), &slice.name));
     // The log first, as in `drop_unused_template`.
     let _ = std::fs::remove_file(format!("{}.log", marker.display()));
     remove_if_there(marker)?;

@@ -5,10 +5,12 @@
 use super::locate::{Located, join_subdir};
 use super::plan::{Plan, base_env, facts_for, lookup_env, render_strict, with_config_note};
 use super::slices::{Resolved, adapter_error};
-use super::{FAILURE_HEAD_LINES, FAILURE_LOG_LINES, SliceJob, WorldCtx, world_event};
 use crate::adapters::{Slice, golden};
 use crate::daemon::errors::file_error;
 use crate::daemon::events::EventKind;
+use crate::daemon::world::{
+    FAILURE_HEAD_LINES, FAILURE_LOG_LINES, SliceJob, WorldCtx, world_event,
+};
 use crate::daemon::{Daemon, ProgressTx};
 use crate::faults::point as fault_point;
 use crate::protocol::ApiError;
@@ -19,7 +21,10 @@ use std::path::Path;
 
 /// The key resource `r`'s schema should be migrated at in the worktree at
 /// `root` (see [`golden::migrate_key`]); `None` without a `migrate`.
-pub(super) fn world_migrate_key(r: &config::Resource, root: &Path) -> Option<String> {
+pub(in crate::daemon::world) fn world_migrate_key(
+    r: &config::Resource,
+    root: &Path,
+) -> Option<String> {
     let m = r.migrate.as_deref()?;
     Some(golden::migrate_key(
         m,
@@ -32,12 +37,16 @@ pub(super) fn world_migrate_key(r: &config::Resource, root: &Path) -> Option<Str
 /// For `up` of a world that is already running (which changes nothing): a
 /// note per slice whose branch moved since its last `migrate`, saying that
 /// `reload` runs it — a running app is not migrated under it unasked.
-pub(super) fn moved_migrations(d: &Daemon, loc: &Located, w: &WorldRow) -> Vec<String> {
+pub(in crate::daemon::world) fn moved_migrations(
+    d: &Daemon,
+    loc: &Located,
+    w: &WorldRow,
+) -> Vec<String> {
     let root = join_subdir(Path::new(&w.path), &loc.subdir);
     let Ok(cfg) = config::load(&root.join(config::FILE_NAME)) else {
         return Vec::new();
     };
-    let slices = d.registry().slices_of(w.id).unwrap_or_default();
+    let slices = d.registry(|r| r.slices_of(w.id)).unwrap_or_default();
     let mut notes = Vec::new();
     for (n, s) in &cfg.services {
         let Some(key) = s.resource().and_then(|r| world_migrate_key(r, &root)) else {
@@ -64,7 +73,7 @@ pub(super) fn moved_migrations(d: &Daemon, loc: &Located, w: &WorldRow) -> Vec<S
 /// worlds with cloned slices (one registry query finds them), and only the
 /// `clone_inputs` files of each.
 pub(crate) fn fill_stale_clones(d: &Daemon, report: &mut crate::protocol::StatusReport) {
-    let Ok(cloned) = d.registry().cloned_slices() else {
+    let Ok(cloned) = d.read_registry(|r| r.cloned_slices()) else {
         return;
     };
     for p in &mut report.projects {
@@ -124,7 +133,7 @@ pub(crate) fn fill_stale_clones(d: &Daemon, report: &mut crate::protocol::Status
 /// schema catches up with the world's branch; says so in `up`'s progress,
 /// the resource's log and the event log. `dropped`: the slice is dropped if
 /// this fails (a fresh clone), as the failure's hint says.
-pub(super) async fn catch_up(
+pub(in crate::daemon::world) async fn catch_up(
     cx: &WorldCtx<'_>,
     job: &SliceJob<'_>,
     plan: &Plan,
@@ -154,7 +163,7 @@ pub(super) async fn catch_up(
 }
 
 /// Provisions `slice`, then runs `migrate` and `seed` against it.
-pub(super) async fn provision_and_seed(
+pub(in crate::daemon::world) async fn provision_and_seed(
     adapter: &dyn adapters::Adapter,
     slice: &Slice,
     cx: &WorldCtx<'_>,
@@ -196,7 +205,7 @@ fn step_failed(label: &str, status: std::process::ExitStatus, log: &Path) -> Api
 /// Runs `migrate` (and, `with_seed`, `seed`) against the slice at
 /// `address`, output to the job's log. `dropped`: the slice is dropped if
 /// this fails, as the error's hint says.
-pub(super) async fn run_data_commands(
+pub(in crate::daemon::world) async fn run_data_commands(
     cx: &WorldCtx<'_>,
     job: &SliceJob<'_>,
     plan: &Plan,
@@ -283,8 +292,8 @@ fn needs_admin(output: &str) -> Option<&'static str> {
 /// # Errors
 /// It could not be started, or it failed: the error quotes the head and
 /// tail of this run's output ([`step_failed`]); the caller adds the hint.
-/// Cancelled: [`super::up::cancelled_error`] for `world`.
-pub(super) async fn run_logged(
+/// Cancelled: [`crate::daemon::world::cancelled_error`] for `world`.
+pub(in crate::daemon::world) async fn run_logged(
     label: &str,
     rendered: &str,
     cwd: &Path,
@@ -316,7 +325,7 @@ pub(super) async fn run_logged(
             st = child.wait() => st,
             _ = progress.until_cancelled() => {
                 supervisor::stop_child_group(&mut child).await;
-                return Err(super::up::cancelled_error(world));
+                return Err(crate::daemon::world::cancelled_error(world));
             }
         },
     };

@@ -11,11 +11,11 @@ use crate::protocol::ApiError;
 use crate::worktree;
 
 /// The main checkout's committed `binky.toml`.
-pub(super) struct Committed {
+pub(in crate::daemon::world) struct Committed {
     /// The branch the main checkout has (`HEAD` when detached).
-    pub(super) branch: String,
+    pub(in crate::daemon::world) branch: String,
     /// The file's text; `None` when that branch has no such file committed.
-    pub(super) text: Option<String>,
+    pub(in crate::daemon::world) text: Option<String>,
 }
 
 /// Reads the project's `binky.toml` as committed on the main checkout's
@@ -23,7 +23,7 @@ pub(super) struct Committed {
 ///
 /// # Errors
 /// The main checkout is not a repository with a commit.
-pub(super) fn committed(loc: &Located) -> Result<Committed, ApiError> {
+pub(in crate::daemon::world) fn committed(loc: &Located) -> Result<Committed, ApiError> {
     let rel = loc.subdir.join(config::FILE_NAME);
     let (branch, text) = worktree::committed_file(&loc.main, &rel).map_err(|e| {
         ApiError::new(format!(
@@ -40,7 +40,7 @@ pub(super) fn committed(loc: &Located) -> Result<Committed, ApiError> {
 /// services one by one. Empty when they say the same (comments, order and
 /// spacing do not count). A file that does not parse as TOML differs as a
 /// whole (`binky.toml (not valid TOML)`).
-pub(super) fn changes(main_text: &str, branch_text: &str) -> Vec<String> {
+pub(in crate::daemon::world) fn changes(main_text: &str, branch_text: &str) -> Vec<String> {
     let (Ok(main), Ok(branch)) = (
         main_text.parse::<toml::Table>(),
         branch_text.parse::<toml::Table>(),

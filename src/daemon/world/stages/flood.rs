@@ -7,7 +7,7 @@
 //! within the window, so a quiet world costs one system call a service and
 //! an idle daemon nothing.
 
-use super::Daemon;
+use crate::daemon::world::Daemon;
 use crate::protocol::{ServiceKind, ServiceState, StatusReport};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
