@@ -130,6 +130,12 @@ pub(crate) fn untrusted(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// Quotes `v` for POSIX shells: single quotes, with `'` written as `'\''`.
+/// Exact in bash, zsh and sh for any value, newlines included.
+pub(crate) fn shell_quote(v: &str) -> String {
+    format!("'{}'", v.replace('\'', r"'\''"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::untrusted;

@@ -3,8 +3,10 @@
 //! Blocking on purpose: a CLI call is one short exchange, and skipping an
 //! async runtime keeps `binky status` a few milliseconds end to end.
 
+mod exit;
 mod follow;
 
+pub(crate) use exit::{fail, paths_or_exit};
 pub(crate) use follow::follow;
 
 use crate::paths::Paths;

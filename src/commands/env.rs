@@ -4,14 +4,9 @@
 use super::world::world_ref;
 use super::{fail_json, print_json};
 use crate::cli::EnvArgs;
+use crate::output::shell_quote;
 use crate::protocol::{ClientEnv, Request, Response};
 use std::process::ExitCode;
-
-/// Quotes `v` for POSIX shells: single quotes, with `'` written as `'\''`.
-/// Exact in bash, zsh and sh for any value, newlines included.
-pub(crate) fn shell_quote(v: &str) -> String {
-    format!("'{}'", v.replace('\'', r"'\''"))
-}
 
 /// `NAME_URL` for a service name: uppercased, other characters to `_`
 /// (see [`crate::slug::env_key`]).

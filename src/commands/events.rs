@@ -1,14 +1,13 @@
-//! `binky events [-f] [-n N] [--world W] [--json]` and `binky status
-//! --watch`: both follow the daemon's subscription ([`Request::Subscribe`]),
-//! so nothing is polled while nothing happens.
+//! `binky events [-f] [-n N] [--world W] [--json]`: follows the daemon's
+//! subscription ([`Request::Subscribe`](crate::protocol::Request::Subscribe)), so nothing is polled while
+//! nothing happens (`binky status --watch` follows it too).
 
 use super::{fail, paths_or_exit};
 use crate::cli::EventsArgs;
-use crate::client::{Client, Feed, follow};
+use crate::client::{Feed, follow};
 use crate::output::{DIM, paint, untrusted};
-use crate::protocol::{ApiError, Event, Request, Subscription, WorldRef};
+use crate::protocol::{ApiError, Event, Subscription, WorldRef};
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// What a follower says when its daemon goes away.
 pub(super) const DAEMON_GONE: &str = "binky: the daemon stopped; waiting for it to come back";
@@ -105,76 +104,6 @@ fn line(e: &Event) -> String {
 /// has no business colouring the line (a "conceal" would hide the rest).
 fn plain(text: &str) -> String {
     untrusted(text).replace('\x1b', "^[")
-}
-
-/// `binky status --watch`: the table (or with `json`, one JSON document a
-/// line), drawn now and again after each burst of events. A burst is
-/// coalesced: the redraw waits until events stop arriving for a moment
-/// (at most half a second), so an `up` of ten services draws a few times,
-/// not fifty.
-pub(super) fn watch_status(project: Option<String>, json: bool) -> ExitCode {
-    let paths = match paths_or_exit() {
-        Ok(p) => p,
-        Err(c) => return c,
-    };
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let sub_paths = paths.clone();
-    std::thread::spawn(move || {
-        let _ = follow(&sub_paths, Subscription::default(), true, &mut |feed| {
-            if let Feed::Gone = feed {
-                eprintln!("{DAEMON_GONE}");
-            }
-            tx.send(()).is_ok()
-        });
-    });
-    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    loop {
-        // The first frame (the subscription is live) draws at once.
-        if rx.recv().is_err() {
-            return ExitCode::SUCCESS;
-        }
-        let burst_end = std::time::Instant::now() + Duration::from_millis(500);
-        while let Some(left) = burst_end.checked_duration_since(std::time::Instant::now()) {
-            match rx.recv_timeout(left.min(Duration::from_millis(50))) {
-                Ok(()) => continue,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return ExitCode::SUCCESS,
-            }
-        }
-        // Never started here: a daemon that stopped was stopped on purpose
-        // (the follower waits for it to come back).
-        let report = match Client::connect(&paths).and_then(|c| {
-            c.map(|mut c| {
-                c.request(&Request::Status {
-                    usage: false,
-                    project: project.clone(),
-                })
-            })
-            .transpose()
-        }) {
-            Ok(Some(crate::protocol::Response::Status(r))) => r,
-            Ok(None) => continue,
-            Ok(Some(other)) => return super::unexpected(&other),
-            Err(e) => return fail(&e),
-        };
-        if json {
-            println!(
-                "{}",
-                serde_json::to_string(&report).expect("a report serialises")
-            );
-        } else {
-            if terminal {
-                // Home and clear: redrawn in place.
-                print!("\x1b[H\x1b[2J");
-            } else {
-                println!(
-                    "--- {}",
-                    humantime::format_rfc3339_seconds(std::time::SystemTime::now())
-                );
-            }
-            super::status::print_human(&report);
-        }
-    }
 }
 
 #[cfg(test)]

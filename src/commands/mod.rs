@@ -23,6 +23,8 @@ pub(crate) mod world;
 
 use crate::cli::{Cli, Command};
 use crate::client::Client;
+// The CLI's ways to end on an error, shared with the dashboard.
+pub(crate) use crate::client::{fail, paths_or_exit};
 use crate::config;
 use crate::output;
 use crate::paths::Paths;
@@ -139,12 +141,6 @@ fn no_dashboard() -> ExitCode {
     ExitCode::from(2)
 }
 
-/// Prints an [`ApiError`] with its hint; exit code 1.
-pub(crate) fn fail(e: &ApiError) -> ExitCode {
-    output::error(&e.message, e.hint.as_deref());
-    ExitCode::from(1)
-}
-
 /// [`fail`], or with `--json` `{"error": {"message", "hint"}}` on stdout
 /// instead (exit 1): scripts and agents read the failure as data, and the
 /// text is not said twice.
@@ -163,13 +159,6 @@ pub(crate) fn unexpected(r: &Response) -> ExitCode {
         Some("this is a bug; please report it with `binky daemon status`"),
     );
     ExitCode::from(1)
-}
-
-pub(crate) fn paths_or_exit() -> Result<Paths, ExitCode> {
-    Paths::from_env().map_err(|e| {
-        output::error(format!("{e:#}"), None);
-        ExitCode::from(2)
-    })
 }
 
 /// Connects without starting a daemon.

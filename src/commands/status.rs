@@ -1,13 +1,16 @@
-//! `binky status [.]`: every world on the machine, grouped by project.
+//! `binky status [.]`: every world on the machine, grouped by project;
+//! with `--watch`, drawn again after each burst of the daemon's events.
 
-use super::{call, print_json};
+use super::{call, fail, paths_or_exit, print_json};
 use crate::cli::StatusArgs;
+use crate::client::{Client, Feed, follow};
 use crate::output::{DIM, ERROR, OK, WARN, paint};
 use crate::protocol::{
-    ApiError, ErrorKind, Request, Response, ServiceKind, ServiceState, StatusReport, WorldState,
-    WorldStatus,
+    ApiError, ErrorKind, Request, Response, ServiceKind, ServiceState, StatusReport, Subscription,
+    WorldState, WorldStatus,
 };
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Runs `binky status`.
 pub(crate) fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
@@ -44,7 +47,7 @@ pub(crate) fn run(args: &StatusArgs, project_flag: Option<&str>) -> ExitCode {
                 return super::refuse(args.json, &e, 1);
             }
             if args.watch {
-                return super::events::watch_status(wanted, args.json);
+                return watch_status(wanted, args.json);
             }
             if args.json {
                 print_json(&report);
@@ -191,6 +194,76 @@ fn print_world(w: &WorldStatus, width: usize) {
             line.push_str(&format!("  {url}"));
         }
         anstream::println!("{}", line.trim_end());
+    }
+}
+
+/// `binky status --watch`: the table (or with `json`, one JSON document a
+/// line), drawn now and again after each burst of events. A burst is
+/// coalesced: the redraw waits until events stop arriving for a moment
+/// (at most half a second), so an `up` of ten services draws a few times,
+/// not fifty.
+fn watch_status(project: Option<String>, json: bool) -> ExitCode {
+    let paths = match paths_or_exit() {
+        Ok(p) => p,
+        Err(c) => return c,
+    };
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let sub_paths = paths.clone();
+    std::thread::spawn(move || {
+        let _ = follow(&sub_paths, Subscription::default(), true, &mut |feed| {
+            if let Feed::Gone = feed {
+                eprintln!("{}", super::events::DAEMON_GONE);
+            }
+            tx.send(()).is_ok()
+        });
+    });
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    loop {
+        // The first frame (the subscription is live) draws at once.
+        if rx.recv().is_err() {
+            return ExitCode::SUCCESS;
+        }
+        let burst_end = std::time::Instant::now() + Duration::from_millis(500);
+        while let Some(left) = burst_end.checked_duration_since(std::time::Instant::now()) {
+            match rx.recv_timeout(left.min(Duration::from_millis(50))) {
+                Ok(()) => continue,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => break,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return ExitCode::SUCCESS,
+            }
+        }
+        // Never started here: a daemon that stopped was stopped on purpose
+        // (the follower waits for it to come back).
+        let report = match Client::connect(&paths).and_then(|c| {
+            c.map(|mut c| {
+                c.request(&Request::Status {
+                    usage: false,
+                    project: project.clone(),
+                })
+            })
+            .transpose()
+        }) {
+            Ok(Some(crate::protocol::Response::Status(r))) => r,
+            Ok(None) => continue,
+            Ok(Some(other)) => return super::unexpected(&other),
+            Err(e) => return fail(&e),
+        };
+        if json {
+            println!(
+                "{}",
+                serde_json::to_string(&report).expect("a report serialises")
+            );
+        } else {
+            if terminal {
+                // Home and clear: redrawn in place.
+                print!("\x1b[H\x1b[2J");
+            } else {
+                println!(
+                    "--- {}",
+                    humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+                );
+            }
+            print_human(&report);
+        }
     }
 }
 

@@ -182,7 +182,7 @@ pub(super) fn again(project: Option<&str>, verb: &str, name: &str) -> String {
         {
             w.to_owned()
         } else {
-            super::env::shell_quote(w)
+            crate::output::shell_quote(w)
         }
     };
     match project {

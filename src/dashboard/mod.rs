@@ -53,7 +53,7 @@ enum Msg {
 
 /// Runs `binky dashboard`.
 pub(crate) fn run() -> ExitCode {
-    let paths = match crate::commands::paths_or_exit() {
+    let paths = match crate::client::paths_or_exit() {
         Ok(p) => p,
         Err(c) => return c,
     };
@@ -61,10 +61,10 @@ pub(crate) fn run() -> ExitCode {
     // prints as any command's does.
     let client = match Client::connect_or_start(&paths) {
         Ok(c) => c,
-        Err(e) => return crate::commands::fail(&e),
+        Err(e) => return crate::client::fail(&e),
     };
     if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
-        return crate::commands::fail(
+        return crate::client::fail(
             &ApiError::new("binky dashboard draws on a terminal, and stdout is not one")
                 .hint("for scripts: `binky status --watch --json` or `binky events -f --json`"),
         );

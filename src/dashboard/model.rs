@@ -373,7 +373,8 @@ pub(super) fn copy_text(project: &str, w: &WorldStatus) -> String {
     )
 }
 
-/// `s` as one shell word in single quotes.
+/// `s` as one shell word: as it is when it needs no quoting, else in
+/// single quotes ([`crate::output::shell_quote`]).
 fn shell_quote(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
@@ -381,7 +382,7 @@ fn shell_quote(s: &str) -> String {
     {
         return s.to_owned();
     }
-    format!("'{}'", s.replace('\'', r"'\''"))
+    crate::output::shell_quote(s)
 }
 
 /// Untrusted text (a branch name, what a service printed) made safe to

@@ -315,6 +315,15 @@ impl Subscription {
 pub struct ClientEnv(pub Vec<(String, String)>);
 
 impl ClientEnv {
+    /// The `PATH` to search for programs on the caller's behalf (client
+    /// binaries, external adapters, git): the caller's, so what works in
+    /// the user's shell works in the daemon, else this process's.
+    pub fn search_path(&self) -> Option<std::ffi::OsString> {
+        self.get("PATH")
+            .map(Into::into)
+            .or_else(|| std::env::var_os("PATH"))
+    }
+
     /// This process's environment (UTF-8 variables only).
     pub fn current() -> Self {
         ClientEnv(std::env::vars().collect())

@@ -1,7 +1,6 @@
 //! Finding a project and a world: the project a request names, its main
 //! checkout, a world's registry row; the names and paths a world may have.
 
-use super::slices::search_path;
 use crate::config::Config;
 use crate::daemon::{Daemon, admission};
 use crate::protocol::{ApiError, ClientEnv, ErrorKind, WorldRef};
@@ -83,7 +82,7 @@ pub(in crate::daemon::world) fn inside(path: &Path, root: &Path) -> bool {
 pub(in crate::daemon::world) fn user_git(
     client_env: &ClientEnv,
 ) -> Result<worktree::Git, ApiError> {
-    worktree::Git::find(search_path(client_env).as_deref(), &client_env.0).map_err(|e| {
+    worktree::Git::find(client_env.search_path().as_deref(), &client_env.0).map_err(|e| {
         ApiError::new(e.to_string())
             .hint("install git (Debian: apt-get install git) or put it on the PATH of the shell running binky")
     })

@@ -192,7 +192,7 @@ pub(in crate::daemon::world) fn slice_for(
         admin_url,
         options: options.cloned().unwrap_or_default(),
         data_dir: d.paths.home().join("slices").join(adapter.name()),
-        search_path: search_path(client_env),
+        search_path: client_env.search_path(),
         secret: None,
     }
     .with_secret(d, adapter)
@@ -279,18 +279,6 @@ pub(in crate::daemon::world) fn slice_name(
     Ok(name)
 }
 
-/// The `PATH` adapters search for their client binaries and external
-/// adapters: the calling CLI's (so what works in the user's shell works
-/// here), else the daemon's.
-pub(in crate::daemon::world) fn search_path(client_env: &ClientEnv) -> Option<std::ffi::OsString> {
-    client_env
-        .0
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.into())
-        .or_else(|| std::env::var_os("PATH"))
-}
-
 /// An adapter's error as the user sees it: naming the service, never the
 /// slice's credentials.
 pub(in crate::daemon::world) fn adapter_error(
@@ -308,7 +296,7 @@ pub(in crate::daemon::world) fn adapter_for(
     name: &str,
     client_env: &ClientEnv,
 ) -> Option<Arc<dyn adapters::Adapter>> {
-    d.adapters.find(name, search_path(client_env).as_deref())
+    d.adapters.find(name, client_env.search_path().as_deref())
 }
 
 pub(in crate::daemon::world) fn no_adapter(service: &str, name: &str) -> ApiError {

@@ -1,13 +1,17 @@
-//! `reload`: stop, then up on the same ports and data (and `reset`'s way
-//! through it).
+//! `reload`: stop, then up on the same ports and data; and `reset`'s way
+//! through it, which drops the slices it names while the world is stopped.
 
+use super::remove::Removal;
 use super::up::up_locked;
+use crate::daemon::events::EventKind;
 use crate::daemon::world::stages::admit::{admit, locked_with_room};
-use crate::daemon::world::stages::locate::{check_group, find_world, locate};
+use crate::daemon::world::stages::locate::{Located, check_group, find_world, locate};
 use crate::daemon::world::stages::processes::stop_processes;
+use crate::daemon::world::world_event;
 use crate::daemon::{Daemon, ProgressTx, WorldKey, admission};
 use crate::faults::point as fault_point;
 use crate::protocol::{ApiError, Intent, UpRequest, WorldOutcome, WorldState};
+use crate::registry::WorldRow;
 use std::sync::Arc;
 
 /// `binky reload`: stop, then up on the same ports and data. A world that
@@ -28,7 +32,7 @@ pub(in crate::daemon::world) async fn reload_with(
     d: &Arc<Daemon>,
     req: UpRequest,
     progress: &ProgressTx,
-    reset: Option<super::reset::SliceDrop<'_>>,
+    reset: Option<SliceDrop<'_>>,
 ) -> Result<WorldOutcome, ApiError> {
     check_group(req.group.as_deref())?;
     let loc = locate(d, &req.world)?;
@@ -80,7 +84,7 @@ pub(in crate::daemon::world) async fn reload_with(
     fault_point("reload:stopped");
     d.registry(|r| r.set_world_state(w.id, WorldState::Stopped, None, None))?;
     let dropped = match reset {
-        Some(dropping) => super::reset::drop_slices(d, &loc, &w, dropping, &req, progress).await?,
+        Some(dropping) => drop_slices(d, &loc, &w, dropping, &req, progress).await?,
         None => Vec::new(),
     };
     let out = up_locked(d, &loc, &req, progress).await;
@@ -92,4 +96,58 @@ pub(in crate::daemon::world) async fn reload_with(
         o.notes.splice(0..0, dropped);
         o
     })
+}
+
+/// The slices a reset drops, and whether sessions Binky did not open on
+/// them are ended (`--force`) or waited for.
+#[derive(Clone, Copy)]
+pub(in crate::daemon::world) struct SliceDrop<'a> {
+    pub(in crate::daemon::world) services: &'a [String],
+    pub(in crate::daemon::world) end_sessions: bool,
+}
+
+/// Drops the slices of `services` of world `w` on the servers they were
+/// made on, returning what was done as notes. Called under the world's
+/// lock once the processes using them stopped (`reset`'s in place, or
+/// [`reload_with`] with the whole world stopped).
+///
+/// # Errors
+/// A slice cannot be rendered or reached, or its teardown failed (the
+/// world is then `failed`, its other slices kept).
+pub(in crate::daemon::world) async fn drop_slices(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    w: &WorldRow,
+    dropping: SliceDrop<'_>,
+    req: &UpRequest,
+    progress: &ProgressTx,
+) -> Result<Vec<String>, ApiError> {
+    let services = dropping.services;
+    let retry = || {
+        format!(
+            "fix the cause and run `binky reset {} {}` again",
+            w.name,
+            services.join(" ")
+        )
+    };
+    let env = d.worlds.env_for(w.id, &req.env);
+    let rm = Removal::new(d, loc, w, false).ending_sessions(dropping.end_sessions);
+    let teardowns = rm
+        .teardowns(&env, Some(services))
+        .map_err(|e| e.hint(retry()))?;
+    progress.say(
+        crate::protocol::ProgressStep::Stop,
+        None,
+        format!("dropping the slice(s) of {}", services.join(", ")),
+    );
+    let mut notes = Vec::new();
+    let (torn, _) = rm
+        .tear_down(teardowns, &mut notes)
+        .await
+        .map_err(|e| ApiError::new(e.message).hint(retry()))?;
+    for t in &torn {
+        notes.push(format!("dropped {}: it is made afresh below", t.describe()));
+    }
+    d.event(world_event(EventKind::Reset, &loc.name, &w.name).detail(services.join(", ")));
+    Ok(notes)
 }

@@ -2,19 +2,16 @@
 //! provision + migrate + seed where there is none), its worktree and ports
 //! kept — for an agent or a person whose data went wrong.
 
-use super::reload::reload_with;
-use super::remove::Removal;
+use super::reload::{SliceDrop, drop_slices, reload_with};
 use super::up::{fully_running, plan_with, provision_slices, settle_up};
 use crate::config;
-use crate::daemon::events::EventKind;
 use crate::daemon::world::stages::locate::{Located, find_world, join_subdir, locate};
 use crate::daemon::world::stages::plan::facts_of;
 use crate::daemon::world::stages::processes::stop_services;
 use crate::daemon::world::stages::start::start_processes;
-use crate::daemon::world::{WorldCtx, world_event, world_ports};
+use crate::daemon::world::{WorldCtx, world_ports};
 use crate::daemon::{Daemon, ProgressTx, WorldKey};
 use crate::protocol::{ApiError, Intent, ResetRequest, UpRequest, WorldOutcome};
-use crate::registry::WorldRow;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -58,14 +55,6 @@ pub(crate) async fn reset(
         return Ok(out);
     }
     reload_with(d, req.up, progress, Some(dropping)).await
-}
-
-/// The slices a reset drops, and whether sessions Binky did not open on
-/// them are ended (`--force`) or waited for.
-#[derive(Clone, Copy)]
-pub(in crate::daemon::world) struct SliceDrop<'a> {
-    pub(in crate::daemon::world) services: &'a [String],
-    pub(in crate::daemon::world) end_sessions: bool,
 }
 
 /// The reset of a running world, in place, under its lock: the users of
@@ -192,52 +181,6 @@ fn choose(
     chosen.sort();
     chosen.dedup();
     Ok(chosen)
-}
-
-/// Drops the slices of `services` of world `w` on the servers they were
-/// made on, returning what was done as notes. Called under the world's
-/// lock once the processes using them stopped ([`reset_running`], or
-/// [`reload_with`] with the whole world stopped).
-///
-/// # Errors
-/// A slice cannot be rendered or reached, or its teardown failed (the
-/// world is then `failed`, its other slices kept).
-pub(in crate::daemon::world) async fn drop_slices(
-    d: &Arc<Daemon>,
-    loc: &Located,
-    w: &WorldRow,
-    dropping: SliceDrop<'_>,
-    req: &UpRequest,
-    progress: &ProgressTx,
-) -> Result<Vec<String>, ApiError> {
-    let services = dropping.services;
-    let retry = || {
-        format!(
-            "fix the cause and run `binky reset {} {}` again",
-            w.name,
-            services.join(" ")
-        )
-    };
-    let env = d.worlds.env_for(w.id, &req.env);
-    let rm = Removal::new(d, loc, w, false).ending_sessions(dropping.end_sessions);
-    let teardowns = rm
-        .teardowns(&env, Some(services))
-        .map_err(|e| e.hint(retry()))?;
-    progress.say(
-        crate::protocol::ProgressStep::Stop,
-        None,
-        format!("dropping the slice(s) of {}", services.join(", ")),
-    );
-    let mut notes = Vec::new();
-    let (torn, _) = rm
-        .tear_down(teardowns, &mut notes)
-        .await
-        .map_err(|e| ApiError::new(e.message).hint(retry()))?;
-    for t in &torn {
-        notes.push(format!("dropped {}: it is made afresh below", t.describe()));
-    }
-    d.event(world_event(EventKind::Reset, &loc.name, &w.name).detail(services.join(", ")));
-    Ok(notes)
 }
 
 #[cfg(test)]
