@@ -29,15 +29,7 @@ pub(in crate::daemon::world) async fn start_processes(
     progress: &ProgressTx,
     only: Option<&std::collections::BTreeSet<String>>,
 ) -> Result<(), ApiError> {
-    let WorldCtx {
-        d,
-        cfg,
-        project,
-        world: name,
-        world_id,
-        ..
-    } = *cx;
-    let lv = levels(cfg);
+    let lv = levels(cx.cfg);
     let wanted = |n: &String| only.is_none_or(|o| o.contains(n));
     let mut handles: IndexMap<String, Arc<Handle>> = IndexMap::new();
     let mut failure: Option<ApiError> = None;
@@ -59,23 +51,23 @@ pub(in crate::daemon::world) async fn start_processes(
     if failure.is_some() {
         // Services a failure kept from starting are stopped, not starting:
         // their proxy page must not promise a retry that never comes.
-        for (sname, svc) in &cfg.services {
+        for (sname, svc) in &cx.cfg.services {
             if svc.process().is_some() && wanted(sname) && !handles.contains_key(sname) {
-                d.routes
-                    .set_state(project, name, sname, ServiceState::Stopped);
+                cx.d.routes
+                    .set_state(cx.project, cx.world, sname, ServiceState::Stopped);
             }
         }
     }
     // Beside what runs on when only some start (a reset); the whole
     // world starts with nothing else running (`up` stopped it first).
-    let kept = only.and_then(|_| d.worlds.take_runtime(world_id));
+    let kept = only.and_then(|_| cx.d.worlds.take_runtime(cx.world_id));
     let mut rt = kept.map(|rt| (*rt).clone()).unwrap_or_else(|| Runtime {
         handles: IndexMap::new(),
         levels: Vec::new(),
     });
     rt.handles.extend(handles);
     rt.levels = lv;
-    d.worlds.put_runtime(world_id, rt);
+    cx.d.worlds.put_runtime(cx.world_id, rt);
     match failure {
         Some(e) => Err(e),
         None => Ok(()),
@@ -90,19 +82,10 @@ fn start_level(
     plan: &Plan,
     progress: &ProgressTx,
 ) -> Result<Vec<Started>, ApiError> {
-    let WorldCtx {
-        d,
-        cfg,
-        project,
-        world: name,
-        slug,
-        world_id,
-        ..
-    } = *cx;
-    let log_dir = d.paths.world_logs(project, slug);
+    let log_dir = cx.d.paths.world_logs(cx.project, cx.slug);
     let mut started = Vec::new();
     for sname in level {
-        let Some(p) = cfg.services[sname].process() else {
+        let Some(p) = cx.cfg.services[sname].process() else {
             continue;
         };
         let spec = process_spec(cx, sname, p, plan, &log_dir)?;
@@ -111,12 +94,14 @@ fn start_level(
             Some(sname),
             format!("starting {sname}"),
         );
-        d.registry(|r| r.service_state(world_id, sname, ServiceState::Starting, None, false))?;
+        cx.d.registry(|r| {
+            r.service_state(cx.world_id, sname, ServiceState::Starting, None, false)
+        })?;
         let recorder = recorder(
-            d.clone(),
-            world_id,
-            project.to_owned(),
-            name.to_owned(),
+            cx.d.clone(),
+            cx.world_id,
+            cx.project.to_owned(),
+            cx.world.to_owned(),
             sname.clone(),
         );
         let log = spec.log.clone();

@@ -144,32 +144,25 @@ pub(in crate::daemon::world) fn build_facts(
     cx: &crate::daemon::world::WorldCtx<'_>,
     allocated: &IndexMap<ports::PortKey, u16>,
 ) -> Result<IndexMap<String, ServiceFacts>, ApiError> {
-    let crate::daemon::world::WorldCtx {
-        d,
-        cfg,
-        project,
-        world: name,
-        slug,
-        world_id,
-        ..
-    } = *cx;
-    let facts = facts_of(d, cfg, slug, allocated);
+    let facts = facts_of(cx.d, cx.cfg, cx.slug, allocated);
     for (n, f) in &facts {
-        let is_url = cfg.services[n].process().is_some_and(|p| p.url.is_some());
+        let is_url = cx.cfg.services[n]
+            .process()
+            .is_some_and(|p| p.url.is_some());
         if let (true, Some(port), Some(host)) = (is_url, f.port, &f.host) {
-            d.routes.set(
+            cx.d.routes.set(
                 host,
                 crate::proxy::Route {
-                    project: project.to_owned(),
-                    world: name.to_owned(),
+                    project: cx.project.to_owned(),
+                    world: cx.world.to_owned(),
                     service: n.clone(),
                     port,
                     state: ServiceState::Starting,
-                    https: cfg.project.https,
+                    https: cx.cfg.project.https,
                     why: None,
                 },
             );
-            d.registry(|r| r.set_service_host(world_id, n, host))?;
+            cx.d.registry(|r| r.set_service_host(cx.world_id, n, host))?;
         }
     }
     Ok(facts)
