@@ -20,8 +20,9 @@ pub(crate) struct Daemon {
     registry: Mutex<Registry>,
     /// A second connection for reports (`status`, the proxy's pages):
     /// SQLite's WAL lets it read while a write is held, so a slow disk
-    /// under one write stalls no report. Opened on first use.
-    reader: Mutex<Option<Registry>>,
+    /// under one write stalls no report. Opened once, on first use;
+    /// `None` when it could not be (reports then share the writer's).
+    reader: std::sync::OnceLock<Option<Mutex<Registry>>>,
     pub(crate) events: EventLog,
     pub(crate) started: Instant,
     pub(crate) shutdown: watch::Sender<bool>,
@@ -136,7 +137,7 @@ impl Daemon {
             events: EventLog::new(paths.events_log()),
             paths,
             registry: Mutex::new(registry),
-            reader: Mutex::new(None),
+            reader: std::sync::OnceLock::new(),
             started: Instant::now(),
             shutdown,
             proxy: Arc::new(ProxyCounters::default()),
@@ -176,23 +177,16 @@ impl Daemon {
     /// [`Daemon::registry`].
     pub(crate) fn read_registry<T>(&self, f: impl FnOnce(&Registry) -> T) -> T {
         blocking(|| {
-            let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-            if reader.is_none() {
-                let path = self.paths.registry();
-                match Registry::open_reader(&path) {
-                    Ok(r) => *reader = Some(r),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "no second registry connection; reports share the writer's")
-                    }
-                }
-            }
-            match reader.as_ref() {
-                Some(r) => f(r),
-                None => {
-                    drop(reader);
-                    f(&self.registry.lock().unwrap_or_else(|p| p.into_inner()))
-                }
-            }
+            let reader = self.reader.get_or_init(|| {
+                Registry::open_reader(&self.paths.registry())
+                    .inspect_err(|e| {
+                        tracing::warn!(error = %e, "no second registry connection; reports share the writer's");
+                    })
+                    .ok()
+                    .map(Mutex::new)
+            });
+            let conn = reader.as_ref().unwrap_or(&self.registry);
+            f(&conn.lock().unwrap_or_else(|p| p.into_inner()))
         })
     }
 

@@ -560,10 +560,11 @@ async fn logs_and_status_answer_with_the_world_and_name_what_is_wrong_by_kind() 
     // The log as the supervisor began it, then only what was written
     // after the cursor (here by hand: the fixture's log writer is not the
     // binary's, so the service's own output is not captured).
-    let first = match f.call(logs(None)).await {
+    let report = |out: Result<Response, ApiError>| match out {
         Ok(Response::Logs(r)) => r,
         other => panic!("expected logs, got {other:?}"),
     };
+    let first = report(f.call(logs(None)).await);
     assert!(
         first.lines.iter().any(|l| l.text.contains("app starting")),
         "{first:?}"
@@ -571,10 +572,7 @@ async fn logs_and_status_answer_with_the_world_and_name_what_is_wrong_by_kind() 
     let log = f.d.paths.world_logs("unit", "l").join("app.log");
     let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
     std::io::Write::write_all(&mut file, b"later line\n").unwrap();
-    let since = match f.call(logs(Some(first.cursor.clone()))).await {
-        Ok(Response::Logs(r)) => r,
-        other => panic!("expected logs, got {other:?}"),
-    };
+    let since = report(f.call(logs(Some(first.cursor.clone()))).await);
     let texts: Vec<&str> = since.lines.iter().map(|l| l.text.as_str()).collect();
     assert_eq!(texts, ["later line"], "{since:?}");
     let bad = f
