@@ -3,14 +3,13 @@
 //! `PATH`, is then usable as `adapter = "<name>"` in binky.toml.
 //!
 //! ```no_run
-//! use binky::adapter_sdk::{Adapter, AdapterError, Capabilities, Slice, async_trait};
+//! use binky::adapter_sdk::{Adapter, AdapterError, Slice, async_trait};
 //!
 //! struct Noop;
 //!
 //! #[async_trait]
 //! impl Adapter for Noop {
 //!     fn name(&self) -> &str { "noop" }
-//!     fn capabilities(&self) -> Capabilities { Capabilities::default() }
 //!     async fn provision(&self, _: &Slice) -> Result<(), AdapterError> { Ok(()) }
 //!     async fn resolve(&self, s: &Slice) -> Result<String, AdapterError> {
 //!         Ok(format!("noop://{}", s.name))
@@ -24,6 +23,7 @@
 //!
 //! The wire protocol is described in [`crate::adapters::external`].
 
+pub use crate::adapters::catalog::Facts;
 pub use crate::adapters::external::{Request, Response};
 pub use crate::adapters::{Adapter, AdapterError, Capabilities, Slice};
 pub use async_trait::async_trait;
@@ -36,7 +36,7 @@ pub fn slice_of(req: &Request, name: &str) -> Slice {
     let mut admin_url = None;
     for (k, v) in &req.config {
         if k == "admin_url" {
-            admin_url = v.as_str().map(str::to_owned);
+            admin_url = v.as_str().map(crate::address::AdminUrl::new);
         } else if let Ok(t) = serde_json::from_value::<toml::Value>(v.clone()) {
             options.insert(k.clone(), t);
         }
@@ -83,7 +83,7 @@ pub async fn handle<A: Adapter + ?Sized>(adapter: &A, verb: &str, req: &Request)
                 ..done
             }),
         "capabilities" => Response {
-            capabilities: Some(if adapter.capabilities().clone {
+            capabilities: Some(if adapter.facts().capabilities.clone {
                 vec!["clone".into()]
             } else {
                 Vec::new()

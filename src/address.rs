@@ -45,6 +45,12 @@ pub enum AddressError {
     /// A port that is not a number from 1 to 65535.
     #[error("has a bad port (a number from 1 to 65535)")]
     Port,
+    /// A user or password with a raw `/`, `?` or `#`, which ends the host
+    /// part early (AWS secrets hold `/` and `+`).
+    #[error(
+        "is not a URL: its user or password holds `/`, `?` or `#`; percent-encode them (`/` is %2F, `?` %3F, `#` %23, and `+` %2B)"
+    )]
+    Unencoded,
     /// Anything else the `url` crate refused.
     #[error("is not a URL ({0})")]
     Invalid(String),
@@ -97,6 +103,7 @@ impl Address {
             });
         }
         let url = url::Url::parse(text).map_err(|e| match e {
+            _ if raw_delimiter_in_userinfo(text) => AddressError::Unencoded,
             url::ParseError::EmptyHost => AddressError::NoHost {
                 example: example.to_owned(),
             },
@@ -169,6 +176,14 @@ impl Address {
     /// number or name, a vhost.
     pub fn database(&self) -> String {
         decode(self.url.path().trim_start_matches('/'))
+    }
+
+    /// The first value of query parameter `key`, percent-decoded.
+    pub fn query_value(&self, key: &str) -> Option<String> {
+        self.url
+            .query_pairs()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.into_owned())
     }
 
     /// The URL as written, credentials included: only for a driver.
@@ -247,6 +262,128 @@ impl fmt::Debug for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Address({})", self.server(true))
     }
+}
+
+/// A resource's `admin_url` as rendered: read once, where it is rendered
+/// (or where `binky check` reads a literal one), and carried in
+/// [`Slice`](crate::adapters::Slice) to the adapter that reaches the server
+/// with it.
+///
+/// It keeps the text whole, since that is what a driver is given
+/// (credentials included), and beside it the text read as one server URL
+/// by [`Address::parse`]. Not every `admin_url` is one: a Kafka server list
+/// (`kafka://h1:9092,h2:9092`) and libpq's multi-host and socket-only forms
+/// are not, and there the lenient readers ([`userinfo`]) apply.
+///
+/// Its `Display` (as [`shown`]) and `Debug` show the server, never a
+/// credential.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminUrl {
+    text: String,
+    address: Option<Address>,
+}
+
+impl AdminUrl {
+    /// Reads `text` (a rendered or literal `admin_url`); never fails, since
+    /// what a URL must be is each adapter's to say ([`AdminUrl::read`]).
+    pub fn new(text: impl Into<String>) -> AdminUrl {
+        let text = text.into();
+        let address = Address::parse(&text, &[], "").ok();
+        AdminUrl { text, address }
+    }
+
+    /// The text as written, credentials included: only for a driver, or
+    /// for an external adapter's request.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The text read as one server URL of any scheme; `None` when it is
+    /// not one (a server list, a URL with no host).
+    pub fn address(&self) -> Option<&Address> {
+        self.address.as_ref()
+    }
+
+    /// The text as a server URL whose scheme is one of `schemes` (any when
+    /// empty): what an adapter that takes one URL reads.
+    ///
+    /// # Errors
+    /// As [`Address::parse`] would say for the text, `example` shown where
+    /// the error needs one; never quoting a credential.
+    pub fn read(&self, schemes: &[&str], example: &str) -> Result<&Address, AddressError> {
+        match &self.address {
+            Some(a) if schemes.is_empty() || schemes.contains(&a.scheme()) => Ok(a),
+            // The error path only: the one parser names what is wrong.
+            _ => match Address::parse(&self.text, schemes, example) {
+                Err(e) => Err(e),
+                Ok(_) => Err(AddressError::Invalid("an unreadable URL".into())),
+            },
+        }
+    }
+
+    /// The user and password, percent-decoded; empty when absent. Read
+    /// leniently where the text is no single URL (a server list).
+    pub fn credentials(&self) -> (String, String) {
+        match &self.address {
+            Some(a) => (a.user(), a.password().unwrap_or_default()),
+            None => match userinfo(&self.text) {
+                Some((u, p)) => (decode(u), p.map(decode).unwrap_or_default()),
+                None => Default::default(),
+            },
+        }
+    }
+
+    /// The server with no credentials, query or fragment:
+    /// [`Address::server`], or for a text that is no single URL (a Kafka
+    /// server list) the text without its user info, query and fragment.
+    pub fn server(&self, keep_path: bool) -> String {
+        if let Some(a) = &self.address {
+            return a.server(keep_path);
+        }
+        let base = self.text.split(['?', '#']).next().unwrap_or(&self.text);
+        let base = match base.split_once("://") {
+            Some((scheme, rest)) => {
+                let rest = match rest.rsplit_once('@') {
+                    Some((_, host)) if userinfo(base).is_some() => host,
+                    _ => rest,
+                };
+                format!("{scheme}://{rest}")
+            }
+            None => base.to_owned(),
+        };
+        base.trim_end_matches('/').to_owned()
+    }
+
+    /// This URL moved to the server `to` (from [`AdminUrl::server`]), as
+    /// [`Address::rebased`]; `None` when either is no URL with a host.
+    pub fn rebased(&self, to: &str) -> Option<AdminUrl> {
+        self.address.as_ref()?.rebased(to).map(AdminUrl::new)
+    }
+}
+
+impl fmt::Display for AdminUrl {
+    /// Where it points, for a message: [`Address::host_port`], or `the
+    /// server` when it is no single URL. Never a credential.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.address {
+            Some(a) => f.write_str(&a.host_port()),
+            None => f.write_str("the server"),
+        }
+    }
+}
+
+impl fmt::Debug for AdminUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AdminUrl({})", self.server(true))
+    }
+}
+
+/// Whether an `@` follows a `/`, `?` or `#` after `scheme://`: a user
+/// or password holding one raw, which no parser can read as meant.
+fn raw_delimiter_in_userinfo(text: &str) -> bool {
+    let rest = text.split_once("://").map_or(text, |(_, r)| r);
+    rest.rfind('@')
+        .is_some_and(|at| rest[..at].contains(['/', '?', '#']))
 }
 
 /// Whether `scheme` names a Unix socket (`unix`, `redis+unix`): its URL

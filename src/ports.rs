@@ -149,8 +149,7 @@ mod tests {
         let pid = reg.upsert_project("p", "/x").unwrap();
         reg.upsert_world(&crate::registry::NewWorld {
             project_id: pid,
-            name,
-            slug: name,
+            name: &crate::slug::WorldName::recorded(name, name),
             path: "/x",
             group: None,
         })

@@ -37,6 +37,67 @@ pub(crate) fn check_world_name(name: &str) -> Result<(), String> {
     check_name("world name", name)
 }
 
+/// A world's name (its branch) with its slug: checked once where it
+/// enters the daemon ([`WorldName::parse`]: an `up`'s request), or read
+/// back from the registry, which only ever recorded checked ones
+/// ([`WorldName::recorded`]). The slug is made with the name, so the two
+/// never travel apart and never disagree.
+///
+/// It reads as the name (`Deref<Target = str>`, `Display`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct WorldName {
+    name: String,
+    slug: String,
+}
+
+impl WorldName {
+    /// `name` checked by [`check_world_name`], with its [`world_slug`].
+    ///
+    /// # Errors
+    /// The first character a world name may not hold, as
+    /// [`check_world_name`] says it.
+    pub(crate) fn parse(name: &str) -> Result<WorldName, String> {
+        check_world_name(name)?;
+        Ok(WorldName {
+            name: name.to_owned(),
+            slug: world_slug(name),
+        })
+    }
+
+    /// A name and slug as the registry recorded them: checked when
+    /// recorded, and the slug kept as it was (paths and slices are named
+    /// by it).
+    pub(crate) fn recorded(name: &str, slug: &str) -> WorldName {
+        WorldName {
+            name: name.to_owned(),
+            slug: slug.to_owned(),
+        }
+    }
+
+    /// The name.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.name
+    }
+
+    /// The DNS-label-safe slug: hostnames, slice names, folders.
+    pub(crate) fn slug(&self) -> &str {
+        &self.slug
+    }
+}
+
+impl std::ops::Deref for WorldName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.name
+    }
+}
+
+impl std::fmt::Display for WorldName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
 /// [`check_world_name`]'s rules, the name called `what` in its errors.
 fn check_name(what: &str, name: &str) -> Result<(), String> {
     if name.is_empty() {

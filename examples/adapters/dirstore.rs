@@ -6,7 +6,7 @@
 //! put `target/release/examples/binky-adapter-dirstore` on PATH and write
 //! `adapter = "dirstore"` in binky.toml.
 
-use binky::adapter_sdk::{Adapter, AdapterError, Capabilities, Slice, async_trait};
+use binky::adapter_sdk::{Adapter, AdapterError, Capabilities, Facts, Slice, async_trait};
 use std::path::{Path, PathBuf};
 
 struct DirStore;
@@ -45,8 +45,11 @@ impl Adapter for DirStore {
         "dirstore"
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: true }
+    fn facts(&self) -> Facts {
+        Facts {
+            capabilities: Capabilities { clone: true },
+            ..Facts::SERVER
+        }
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

@@ -1,11 +1,14 @@
 //! The one list of built-in adapters: each name and alias, how to make it,
 //! the options `binky check` knows for it, and the extra token fields
-//! (`${cache.prefix}`) it fills. `by_name`, `check` and the
+//! (`${cache.prefix}`) it fills, and its [`Facts`]: what it is whatever it
+//! is asked (default server, capabilities, naming rule). `by_name`, `check` and the
 //! daemon's "no adapter" hint all read this table, so they cannot disagree
 //! about which names exist (they did: `postgresql` was served but not
 //! listed). Features select the drivers compiled in.
 
-use super::Adapter;
+use super::kit::address::AdminUrl;
+use super::kit::names;
+use super::{Adapter, Capabilities};
 use std::sync::Arc;
 
 /// One built-in adapter.
@@ -22,8 +25,8 @@ pub struct Entry {
     /// Token fields beyond `url` and `host` its slices have (`prefix`,
     /// `bucket`), as [`super::Adapter::fields`] fills them.
     pub fields: &'static [&'static str],
-    /// It cannot work without `admin_url` (there is no default server).
-    pub needs_admin_url: bool,
+    /// What it is and can do, whatever it is asked.
+    pub facts: Facts,
     /// The URL schemes a literal `admin_url` may have (empty: not checked).
     pub schemes: &'static [&'static str],
     /// The adapter's own check of a literal `admin_url`, past its scheme
@@ -36,6 +39,72 @@ pub struct Entry {
     /// rewrites a compose value to `${SVC.url}` only when it is such a URL.
     pub client: ClientUrl,
 }
+
+/// What a built-in adapter is and can do, whatever it is asked: written
+/// once, in its [`Entry`], and read through [`Adapter::facts`].
+#[derive(Debug, Clone, Copy)]
+pub struct Facts {
+    /// What it can do beyond the four verbs.
+    pub capabilities: Capabilities,
+    /// The `admin_url` used when a resource gives none; `None` when the
+    /// adapter needs one, or needs no server (sqlite).
+    pub default_url: Option<&'static str>,
+    /// Its slices live on no server at all (sqlite's files under
+    /// [`super::Slice::data_dir`]), so no `admin_url` is needed to reach one.
+    pub serverless: bool,
+    /// `admin_url`'s path selects where slices live (Redis's database
+    /// number, an S3 endpoint's base path), so two URLs that differ only
+    /// there name two servers ([`super::server`]). `false` where the path is
+    /// only a way in (an admin database, a vhost).
+    pub path_names_server: bool,
+    /// Each world's slice gets a login user of its own (isolation by
+    /// permission, not only by name), whose password the daemon makes,
+    /// keeps and hands over as [`super::Slice::secret`]. Redis keeps its ACL
+    /// user's password on the server instead, so says `false`.
+    pub world_users: bool,
+    /// The name of world `world_slug`'s slice of `project` within the
+    /// backend's limits: `<project>_<world-slug>`, or with `resource` (a
+    /// project with several resources on this adapter names all but the
+    /// first: [`crate::config::Config::slice_resource`])
+    /// `<project>__<resource>_<world-slug>`.
+    pub slice_name: SliceName,
+}
+
+/// How an adapter names a world's slice: `(project, resource, world_slug)`.
+pub type SliceName = fn(&str, Option<&str>, &str) -> String;
+
+impl Facts {
+    /// A server's adapter that clones nothing, reads its path as part of
+    /// the server, makes no users and names slices
+    /// [`default_slice_name`]: what an external adapter is unless it says
+    /// more.
+    pub const SERVER: Facts = Facts {
+        capabilities: Capabilities { clone: false },
+        default_url: None,
+        serverless: false,
+        path_names_server: true,
+        world_users: false,
+        slice_name: default_slice_name,
+    };
+
+    /// It cannot work without `admin_url`: no default server, and a server
+    /// is needed.
+    pub fn needs_admin_url(&self) -> bool {
+        self.default_url.is_none() && !self.serverless
+    }
+}
+
+/// `<project>_<world-slug>`, or `<project>__<resource>_<world-slug>`, with
+/// no limit of a backend's applied.
+pub fn default_slice_name(project: &str, resource: Option<&str>, world_slug: &str) -> String {
+    match resource {
+        None => format!("{project}_{world_slug}"),
+        Some(r) => format!("{project}__{}_{world_slug}", r.replace('_', "-")),
+    }
+}
+
+/// Clones server-side.
+const CLONES: Capabilities = Capabilities { clone: true };
 
 /// The URLs an app's client uses for a server: their schemes (the part
 /// before any `+driver`), and the server's own port.
@@ -60,7 +129,7 @@ const HTTP: &[&str] = &["http", "https"];
 
 /// An adapter's own check of a literal `admin_url`: `Err` says what is
 /// wrong.
-pub type UrlCheck = fn(&str) -> Result<(), String>;
+pub type UrlCheck = fn(&AdminUrl) -> Result<(), String>;
 
 /// One key of a resource's `options` table.
 #[derive(Debug, Clone, Copy)]
@@ -97,13 +166,11 @@ pub enum OptionKind {
 
 impl OptionKind {
     /// Whether `v` is a value of this kind; `Err` says what is expected.
-    /// A value holding a token (`"${env.RMQ_MGMT}"`) is not known until it
-    /// is rendered: `check` lets it pass, and `up` checks the rendered value
-    /// with [`Entry::check_options`].
+    /// `v` is a value as the adapter will see it: a value still holding a
+    /// token (`"${env.RMQ_MGMT}"`) is the caller's to pass over until it is
+    /// rendered (`binky check` does; `up` checks the rendered value with
+    /// [`Entry::check_options`]).
     pub fn check(self, v: &toml::Value) -> Result<(), String> {
-        if crate::config::render::value_has_binky_token(v) {
-            return Ok(());
-        }
         let ok = match self {
             OptionKind::Bool => v.is_bool(),
             OptionKind::Text => v.as_str().is_some_and(|s| !s.trim().is_empty()),
@@ -214,15 +281,15 @@ impl Entry {
     ///
     /// # Errors
     /// What is wrong, never quoting a credential.
-    pub fn check_admin_url(&self, url: &str) -> Result<(), String> {
+    pub fn check_admin_url(&self, url: &AdminUrl) -> Result<(), String> {
         if !self.schemes.is_empty()
             && !self
                 .schemes
                 .iter()
-                .any(|s| url.starts_with(&format!("{s}://")))
+                .any(|s| url.as_str().starts_with(&format!("{s}://")))
         {
             let schemes = self.schemes.join("://, ");
-            return Err(if url.contains("://") {
+            return Err(if url.as_str().contains("://") {
                 format!(
                     "admin_url must start with {schemes}:// (this build speaks no other scheme)"
                 )
@@ -250,7 +317,11 @@ pub const ENTRIES: &[Entry] = &[
         make: || Arc::new(super::sqlite::Sqlite),
         options: &[],
         fields: &[],
-        needs_admin_url: false,
+        facts: Facts {
+            capabilities: CLONES,
+            serverless: true,
+            ..Facts::SERVER
+        },
         schemes: &[],
         check_url: None,
         example_url: "",
@@ -276,10 +347,18 @@ pub const ENTRIES: &[Entry] = &[
             },
         ],
         fields: &[],
-        needs_admin_url: true,
+        facts: Facts {
+            capabilities: CLONES,
+            // The path is the database the admin connects to; the slices
+            // are the server's.
+            path_names_server: false,
+            world_users: true,
+            slice_name: |p, r, w| names::POSTGRES_DATABASE.name(p, r, w),
+            ..Facts::SERVER
+        },
         // The driver also takes `host=… user=…` connection strings.
         schemes: &[],
-        check_url: Some(|u| super::postgres::parse_admin_url(u).map(|_| ())),
+        check_url: Some(|u| u.postgres_config().map(|_| ())),
         example_url: "postgresql://USER@127.0.0.1:5432/postgres",
         client: client(&["postgres", "postgresql"], 5432),
     },
@@ -290,9 +369,16 @@ pub const ENTRIES: &[Entry] = &[
         make: || Arc::new(super::mysql::Mysql),
         options: &[clone_strategy(&["copy", "dump"]), WORLD_USER],
         fields: &[],
-        needs_admin_url: true,
+        facts: Facts {
+            capabilities: CLONES,
+            // As for postgres: the path is only the admin's way in.
+            path_names_server: false,
+            world_users: true,
+            slice_name: |p, r, w| names::MYSQL_DATABASE.name(p, r, w),
+            ..Facts::SERVER
+        },
         schemes: &["mysql"],
-        check_url: Some(|u| super::mysql::parse_admin_url(u).map(|_| ())),
+        check_url: Some(|u| u.mysql_opts().map(|_| ())),
         example_url: "mysql://root@127.0.0.1:3306/",
         client: client(&["mysql", "mariadb"], 3306),
     },
@@ -314,9 +400,13 @@ pub const ENTRIES: &[Entry] = &[
             },
         ],
         fields: &["prefix"],
-        needs_admin_url: false,
+        facts: Facts {
+            default_url: Some(super::redis::DEFAULT_URL),
+            slice_name: |p, r, w| names::KEY_PREFIX.name(p, r, w),
+            ..Facts::SERVER
+        },
         schemes: &["redis", "redis+unix", "unix"],
-        check_url: Some(|u| super::redis::open(u).map(|_| ())),
+        check_url: Some(|u| u.redis_client().map(|_| ())),
         example_url: "redis://127.0.0.1:6379/0",
         client: client(&["redis", "rediss", "valkey"], 6379),
     },
@@ -338,9 +428,12 @@ pub const ENTRIES: &[Entry] = &[
             },
         ],
         fields: &["bucket"],
-        needs_admin_url: true,
+        facts: Facts {
+            slice_name: super::s3::bucket_name,
+            ..Facts::SERVER
+        },
         schemes: crate::http::SCHEMES,
-        check_url: Some(|u| super::s3::parse_admin_url(u).map(|_| ())),
+        check_url: Some(|u| u.s3_account().map(|_| ())),
         example_url: "http://ACCESS_KEY:SECRET_KEY@127.0.0.1:9000",
         client: client(HTTP, 9000),
     },
@@ -372,9 +465,13 @@ pub const ENTRIES: &[Entry] = &[
             },
         ],
         fields: &["prefix"],
-        needs_admin_url: false,
+        facts: Facts {
+            default_url: Some(super::kafka::DEFAULT_URL),
+            slice_name: |p, r, w| names::TOPIC_PREFIX.name(p, r, w),
+            ..Facts::SERVER
+        },
         schemes: &["kafka"],
-        check_url: Some(|u| super::kafka::bootstrap(u).map(|_| ())),
+        check_url: Some(|u| u.bootstrap().map(|_| ())),
         example_url: "kafka://127.0.0.1:9092",
         client: client(&["kafka"], 9092),
     },
@@ -396,9 +493,16 @@ pub const ENTRIES: &[Entry] = &[
             },
         ],
         fields: &[],
-        needs_admin_url: false,
+        facts: Facts {
+            default_url: Some(super::rabbitmq::DEFAULT_URL),
+            // The path is the admin's vhost; vhosts are the cluster's.
+            path_names_server: false,
+            world_users: true,
+            slice_name: |p, r, w| names::VHOST.name(p, r, w),
+            ..Facts::SERVER
+        },
         schemes: &["amqp"],
-        check_url: Some(|u| super::rabbitmq::parse_amqp(u).map(|_| ())),
+        check_url: Some(|u| u.amqp().map(|_| ())),
         example_url: "amqp://USER:PASSWORD@127.0.0.1:5672/",
         client: client(&["amqp", "amqps"], 5672),
     },
@@ -409,11 +513,18 @@ pub const ENTRIES: &[Entry] = &[
         make: || Arc::new(super::mongodb::MongoDb),
         options: &[TIMEOUT],
         fields: &["database"],
-        needs_admin_url: false,
+        facts: Facts {
+            capabilities: CLONES,
+            default_url: Some(super::mongodb::DEFAULT_URL),
+            // The path is the admin's authentication database.
+            path_names_server: false,
+            slice_name: |p, r, w| names::DATABASE.name(p, r, w),
+            ..Facts::SERVER
+        },
         // Checked by its own reader, which says why `mongodb+srv` is not
         // taken.
         schemes: &[],
-        check_url: Some(super::mongodb::check_url),
+        check_url: Some(|u| u.mongodb().map(drop)),
         example_url: "mongodb://127.0.0.1:27017",
         client: client(&["mongodb"], 27017),
     },
@@ -423,7 +534,16 @@ pub const ENTRIES: &[Entry] = &[
         make: || Arc::new(super::clickhouse::ClickHouse),
         options: &[TIMEOUT],
         fields: &["database"],
-        needs_admin_url: false,
+        facts: Facts {
+            // Copies where the server can (24.10+) and refuses as
+            // environmental elsewhere, so the world falls back.
+            capabilities: CLONES,
+            default_url: Some(super::clickhouse::DEFAULT_URL),
+            // A path on the HTTP interface selects nothing.
+            path_names_server: false,
+            slice_name: |p, r, w| names::DATABASE.name(p, r, w),
+            ..Facts::SERVER
+        },
         schemes: crate::http::SCHEMES,
         check_url: Some(super::clickhouse::check_url),
         example_url: "http://127.0.0.1:8123",
@@ -442,7 +562,13 @@ pub const ENTRIES: &[Entry] = &[
             TIMEOUT,
         ],
         fields: &["prefix"],
-        needs_admin_url: false,
+        facts: Facts {
+            default_url: Some(super::qdrant::DEFAULT_URL),
+            // A path is where a proxy serves the API.
+            path_names_server: false,
+            slice_name: |p, r, w| names::COLLECTION_PREFIX.name(p, r, w),
+            ..Facts::SERVER
+        },
         schemes: crate::http::SCHEMES,
         check_url: Some(super::qdrant::check_url),
         example_url: "http://127.0.0.1:6333",
@@ -454,7 +580,13 @@ pub const ENTRIES: &[Entry] = &[
         make: || Arc::new(super::elasticsearch::Elasticsearch),
         options: &[TIMEOUT],
         fields: &["prefix"],
-        needs_admin_url: false,
+        facts: Facts {
+            default_url: Some(super::elasticsearch::DEFAULT_URL),
+            // A path is where a proxy serves the API, not where indices live.
+            path_names_server: false,
+            slice_name: |p, r, w| names::INDEX_PREFIX.name(p, r, w),
+            ..Facts::SERVER
+        },
         schemes: crate::http::SCHEMES,
         check_url: Some(super::elasticsearch::check_url),
         example_url: "http://127.0.0.1:9200",

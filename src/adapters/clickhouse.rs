@@ -19,9 +19,10 @@
 //! environmental and the world is built by provision + migrate + seed
 //! (`clone_fallback` says which path ran and why).
 
+use super::kit::address::AdminUrl;
 use super::kit::api::{self, Auth, Endpoint};
 use super::kit::{names, owner};
-use super::{Adapter, AdapterError, Capabilities, Slice};
+use super::{Adapter, AdapterError, Slice};
 use async_trait::async_trait;
 use std::time::Duration;
 
@@ -117,25 +118,6 @@ pub fn clone_statements(
 impl Adapter for ClickHouse {
     fn name(&self) -> &str {
         "clickhouse"
-    }
-
-    /// `true`: [`Adapter::clone_slice`] copies where the server can (24.10+)
-    /// and refuses as environmental elsewhere, so the world falls back.
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: true }
-    }
-
-    fn default_admin_url(&self) -> Option<&'static str> {
-        Some(DEFAULT_URL)
-    }
-
-    /// A path on the HTTP interface selects nothing.
-    fn path_names_server(&self) -> bool {
-        false
-    }
-
-    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
-        names::DATABASE.name(project, resource, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -249,12 +231,11 @@ impl Adapter for ClickHouse {
 /// `binky check`'s reading of a literal `admin_url`: ClickHouse also takes
 /// credentials as `?user=…&password=…`, which Binky would not send (and a
 /// password there is a literal in the file): refused, saying where they go.
-pub(crate) fn check_url(url: &str) -> Result<(), String> {
-    api::check_url(url, "http://user:password@127.0.0.1:8123")?;
-    if let Ok(u) = url::Url::parse(url)
-        && let Some((k, _)) = u
-            .query_pairs()
-            .find(|(k, _)| matches!(&**k, "user" | "password"))
+pub(crate) fn check_url(url: &AdminUrl) -> Result<(), String> {
+    let a = url.http("http://user:password@127.0.0.1:8123")?;
+    if let Some(k) = ["user", "password"]
+        .into_iter()
+        .find(|k| a.query_value(k).is_some())
     {
         return Err(format!(
             "admin_url gives `{k}` in its query: write the account as user info, http://user:password@host:8123, with the password from ${{env.NAME}}"
@@ -269,10 +250,13 @@ mod tests {
 
     #[test]
     fn credentials_in_the_query_are_refused_saying_where_they_go() {
-        let e = check_url("http://127.0.0.1:8123/?user=u&password=QuerySecret").unwrap_err();
+        let e = check_url(&AdminUrl::new(
+            "http://127.0.0.1:8123/?user=u&password=QuerySecret",
+        ))
+        .unwrap_err();
         assert!(e.contains("user info"), "{e}");
         assert!(!e.contains("QuerySecret"), "{e}");
-        assert!(check_url("http://u:p@127.0.0.1:8123/?max_threads=2").is_ok());
+        assert!(check_url(&AdminUrl::new("http://u:p@127.0.0.1:8123/?max_threads=2")).is_ok());
     }
 
     #[test]

@@ -20,8 +20,11 @@
 
 use super::kit::api::{self, Auth, Endpoint};
 use super::kit::batch::{Listing, Page};
-use super::kit::{address::encode, names, owner};
-use super::{Adapter, AdapterError, Capabilities, Slice};
+use super::kit::{
+    address::{AdminUrl, encode},
+    names, owner,
+};
+use super::{Adapter, AdapterError, Slice};
 use async_trait::async_trait;
 use std::time::Duration;
 
@@ -191,23 +194,6 @@ impl Adapter for Elasticsearch {
         "elasticsearch"
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: false }
-    }
-
-    fn default_admin_url(&self) -> Option<&'static str> {
-        Some(DEFAULT_URL)
-    }
-
-    /// A path is where a proxy serves the API, not where indices live.
-    fn path_names_server(&self) -> bool {
-        false
-    }
-
-    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
-        names::INDEX_PREFIX.name(project, resource, world_slug)
-    }
-
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
         let ep = endpoint(slice)?;
         check_ours(&ep, slice)?;
@@ -253,8 +239,8 @@ impl Adapter for Elasticsearch {
 }
 
 /// `binky check`'s reading of a literal `admin_url`.
-pub(crate) fn check_url(url: &str) -> Result<(), String> {
-    api::check_url(url, "http://user:password@127.0.0.1:9200")
+pub(crate) fn check_url(url: &AdminUrl) -> Result<(), String> {
+    url.http("http://user:password@127.0.0.1:9200").map(drop)
 }
 
 #[cfg(test)]

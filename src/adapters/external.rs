@@ -18,6 +18,7 @@
 //!   exit, a timeout or output that is not that JSON is an error quoting the
 //!   tail of the adapter's stderr.
 
+use super::catalog::Facts;
 use super::{Adapter, AdapterError, Capabilities, Slice, find_executable, stderr_tail};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -115,7 +116,7 @@ impl External {
             }
         }
         if let Some(a) = &slice.admin_url {
-            config.insert("admin_url".into(), a.clone().into());
+            config.insert("admin_url".into(), a.as_str().into());
         }
         let timeout = slice.timeout(DEFAULT_TIMEOUT);
         let req = Request {
@@ -195,8 +196,11 @@ impl Adapter for External {
     /// verb; the synchronous answer here is "clone", and a `clone` an
     /// adapter does not support fails environmentally, falling back to
     /// provision + migrate + seed.
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: true }
+    fn facts(&self) -> Facts {
+        Facts {
+            capabilities: Capabilities { clone: true },
+            ..Facts::SERVER
+        }
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

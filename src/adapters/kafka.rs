@@ -31,8 +31,9 @@
 //! is false.
 
 use super::kit::address;
+use super::kit::address::AdminUrl;
 use super::kit::owner::{self, Found};
-use super::{Adapter, AdapterError, Capabilities, Slice};
+use super::{Adapter, AdapterError, Slice};
 use async_trait::async_trait;
 use rskafka::client::error::{Error as KafkaError, ProtocolError};
 use rskafka::client::{Client, ClientBuilder};
@@ -63,17 +64,22 @@ const RELIST: Duration = Duration::from_millis(200);
 /// The Kafka adapter.
 pub struct Kafka;
 
-/// The bootstrap servers `admin_url` names: `kafka://h1:9092,h2:9092`.
-///
-/// # Errors
-/// Another scheme, credentials (SASL is not supported), a path, or a
-/// server without a host or with a bad port.
-pub(crate) fn bootstrap(url: &str) -> Result<Vec<String>, String> {
-    // Credentials first: the kit's reader would take them as a host's.
-    if address::userinfo(url).is_some() {
-        return Err("admin_url holds credentials, but the kafka adapter does not support SASL yet: use a listener without authentication".into());
+impl AdminUrl {
+    /// The bootstrap servers this URL names (`kafka://h1:9092,h2:9092`, a
+    /// list no URL parser takes whole) as `host:port`; `binky check`
+    /// refuses a literal `admin_url` by this same reader.
+    ///
+    /// # Errors
+    /// Another scheme, credentials (SASL is not supported), a path, or a
+    /// server without a host or with a bad port.
+    pub(crate) fn bootstrap(&self) -> Result<Vec<String>, String> {
+        // Credentials first: the list reader would take them as a host's.
+        if address::userinfo(self.as_str()).is_some() {
+            return Err("admin_url holds credentials, but the kafka adapter does not support SASL yet: use a listener without authentication".into());
+        }
+        address::parse_list(self.as_str(), "kafka", DEFAULT_URL)
+            .map_err(|e| format!("admin_url {e}"))
     }
-    address::parse_list(url, "kafka", DEFAULT_URL).map_err(|e| format!("admin_url {e}"))
 }
 
 /// The one spelling Kafka sees for a topic name: `.` and `_` are one
@@ -173,9 +179,10 @@ struct Admin {
 
 impl Admin {
     async fn connect(slice: &Slice) -> Result<Admin, AdapterError> {
-        let url = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
-        let servers =
-            bootstrap(url).map_err(|e| AdapterError::new(format!("kafka: {e}")).redacted(slice))?;
+        let servers = slice
+            .admin_url_or(DEFAULT_URL)
+            .bootstrap()
+            .map_err(|e| AdapterError::new(format!("kafka: {e}")).redacted(slice))?;
         let shown = servers.join(",");
         let timeout = slice.timeout(DEFAULT_TIMEOUT);
         // rskafka retries a lost connection forever by default.
@@ -340,18 +347,6 @@ impl Adapter for Kafka {
         "kafka"
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: false }
-    }
-
-    fn default_admin_url(&self) -> Option<&'static str> {
-        Some(DEFAULT_URL)
-    }
-
-    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
-        super::kit::names::TOPIC_PREFIX.name(project, resource, world_slug)
-    }
-
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
         let admin = Admin::connect(slice).await?;
         let existing = admin.list().await?;
@@ -409,15 +404,18 @@ impl Adapter for Kafka {
     }
 
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
-        let url = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
-        bootstrap(url)
+        slice
+            .admin_url_or(DEFAULT_URL)
+            .bootstrap()
             .map(|s| s.join(","))
             .map_err(|e| AdapterError::new(format!("kafka: {e}")).redacted(slice))
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
-        let url = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
-        let server = bootstrap(url).map_or_else(|_| "the broker".to_owned(), |s| s.join(","));
+        let server = slice
+            .admin_url_or(DEFAULT_URL)
+            .bootstrap()
+            .map_or_else(|_| "the broker".to_owned(), |s| s.join(","));
         owner::check_name(
             "kafka",
             &server,
@@ -461,11 +459,11 @@ mod tests {
     #[test]
     fn admin_urls_list_bootstrap_servers() {
         assert_eq!(
-            bootstrap("kafka://127.0.0.1:9092").unwrap(),
+            AdminUrl::new("kafka://127.0.0.1:9092").bootstrap().unwrap(),
             ["127.0.0.1:9092"]
         );
         assert_eq!(
-            bootstrap("kafka://a:1,b,[::1]:3/").unwrap(),
+            AdminUrl::new("kafka://a:1,b,[::1]:3/").bootstrap().unwrap(),
             ["a:1", "b:9092", "[::1]:3"]
         );
         for bad in [
@@ -478,11 +476,15 @@ mod tests {
             "kafka://:1",
             "kafka://h:1,,",
         ] {
-            assert!(bootstrap(bad).is_err(), "{bad}");
+            assert!(AdminUrl::new(bad).bootstrap().is_err(), "{bad}");
         }
-        let e = bootstrap("kafka://admin:Hunter2@h:1").unwrap_err();
+        let e = AdminUrl::new("kafka://admin:Hunter2@h:1")
+            .bootstrap()
+            .unwrap_err();
         assert!(!e.contains("Hunter2"), "{e}");
-        let e = bootstrap("kafka://admin:Hunter2").unwrap_err();
+        let e = AdminUrl::new("kafka://admin:Hunter2")
+            .bootstrap()
+            .unwrap_err();
         assert!(!e.contains("Hunter2"), "{e}");
     }
 

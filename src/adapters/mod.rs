@@ -2,8 +2,8 @@
 //! a server the user already runs — or, for `sqlite`, out of nothing at all.
 //!
 //! Every adapter implements [`Adapter`]: `provision`, `resolve` (the address
-//! `${db.url}` renders to), `teardown`, `capabilities`, and `clone` where the
-//! capability says so. Adapters are found by name with [`by_name`];
+//! `${db.url}` renders to), `teardown`, and `clone` where its
+//! [`catalog::Facts`] say so. Adapters are found by name with [`by_name`];
 //! protocol-compatible names share one implementation.
 
 pub mod catalog;
@@ -31,6 +31,8 @@ pub mod server;
 pub mod sqlite;
 
 use async_trait::async_trait;
+use kit::address::AdminUrl;
+use std::borrow::Cow;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -66,8 +68,10 @@ pub struct Slice {
     pub name: String,
     /// The project it belongs to.
     pub project: String,
-    /// Rendered `admin_url` (may hold a credential: never logged).
-    pub admin_url: Option<String>,
+    /// The rendered `admin_url`, read once where it was rendered (it may
+    /// hold a credential; its `Display` never shows one). `None` when the
+    /// resource gives none: see [`Slice::admin_url_or`].
+    pub admin_url: Option<AdminUrl>,
     /// Adapter options from the config.
     pub options: toml::Table,
     /// A folder the adapter may keep files in (`$BINKY_HOME/slices/<adapter>`).
@@ -76,7 +80,7 @@ pub struct Slice {
     /// adapters): the calling CLI's, else the daemon's.
     pub search_path: Option<OsString>,
     /// The password of the slice's own login user, for an adapter that
-    /// makes one ([`Adapter::world_users`]): random per slice, kept in the
+    /// makes one ([`catalog::Facts::world_users`]): random per slice, kept in the
     /// registry, registered as a secret before any adapter sees it (never
     /// logged or shown). `None` for the others.
     pub secret: Option<String>,
@@ -92,15 +96,24 @@ impl Slice {
             .and_then(|s| humantime::parse_duration(s.trim()).ok())
             .unwrap_or(default)
     }
+
+    /// Its `admin_url`, else `default` (the adapter's
+    /// [`catalog::Facts::default_url`]).
+    pub fn admin_url_or(&self, default: &str) -> Cow<'_, AdminUrl> {
+        match &self.admin_url {
+            Some(u) => Cow::Borrowed(u),
+            None => Cow::Owned(AdminUrl::new(default)),
+        }
+    }
 }
 
-// Hand-written: `admin_url` may carry a password.
+// Hand-written: `secret` is a password (`admin_url`'s `Debug` shows none).
 impl std::fmt::Debug for Slice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Slice")
             .field("name", &self.name)
             .field("project", &self.project)
-            .field("admin_url", &self.admin_url.as_ref().map(|_| "<redacted>"))
+            .field("admin_url", &self.admin_url)
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
             .finish_non_exhaustive()
     }
@@ -171,7 +184,10 @@ impl AdapterError {
     /// adapter (above all an external one, which is sent the URL) may quote
     /// them in an error, and errors reach the terminal, status and logs.
     pub fn redacted(mut self, slice: &Slice) -> Self {
-        self.message = crate::secrets::redact_url(&self.message, slice.admin_url.as_deref());
+        self.message = crate::secrets::redact_url(
+            &self.message,
+            slice.admin_url.as_ref().map(AdminUrl::as_str),
+        );
         crate::secrets::scrub_in_place(&mut self.message);
         self
     }
@@ -183,43 +199,18 @@ pub trait Adapter: Send + Sync {
     /// The registered name (for an alias such as `mariadb`, the name of the
     /// implementation: `mysql`).
     fn name(&self) -> &str;
-    /// What it supports.
-    fn capabilities(&self) -> Capabilities;
+    /// What it is and can do, whatever it is asked: a built-in adapter's
+    /// are its [`catalog::Entry::facts`], the one place they are written,
+    /// and this default reads them there. Any other adapter is a server's
+    /// with the defaults ([`catalog::Facts::SERVER`]) unless it says more.
+    fn facts(&self) -> catalog::Facts {
+        catalog::find(self.name()).map_or(catalog::Facts::SERVER, |e| e.facts)
+    }
     /// The name of world `world_slug`'s slice of `project`, within the
-    /// backend's limits: `<project>_<world-slug>`, or with `resource` (a
-    /// project with several resources on this adapter names all but the
-    /// first: [`crate::config::Config::slice_resource`])
-    /// `<project>__<resource>_<world-slug>`. Built-in adapters follow one
-    /// [`kit::names::Rule`] each.
+    /// backend's limits, by [`catalog::Facts::slice_name`]: a convenience
+    /// over [`facts`](Adapter::facts), not a second place to say it.
     fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
-        match resource {
-            None => format!("{project}_{world_slug}"),
-            Some(r) => format!("{project}__{}_{world_slug}", r.replace('_', "-")),
-        }
-    }
-    /// The `admin_url` used when a resource gives none; `None` when the
-    /// adapter needs one, or needs no server (sqlite).
-    fn default_admin_url(&self) -> Option<&'static str> {
-        None
-    }
-    /// Whether its slices live on no server at all (sqlite's files under
-    /// [`Slice::data_dir`]), so no `admin_url` is needed to reach one.
-    fn serverless(&self) -> bool {
-        false
-    }
-    /// Whether `admin_url`'s path selects where slices live (Redis's
-    /// database number, an S3 endpoint's base path), so that two URLs that
-    /// differ only there name two servers ([`server`]). An adapter whose
-    /// path is only a way in (an admin database, a vhost) says `false`.
-    fn path_names_server(&self) -> bool {
-        true
-    }
-    /// Whether the adapter gives each world's slice a login user of its own
-    /// (isolation by permission, not only by name), whose password the
-    /// daemon makes and keeps and hands it as [`Slice::secret`]. False by
-    /// default: Redis keeps its ACL user's password on the server instead.
-    fn world_users(&self) -> bool {
-        false
+        (self.facts().slice_name)(project, resource, world_slug)
     }
     /// The start every slice name of `project` has (`<project>_`): `gc`
     /// looks for users Binky left only among names that start so. No
@@ -292,7 +283,7 @@ pub trait Adapter: Send + Sync {
     }
     /// Whether the slice exists.
     async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError>;
-    /// Copies `template` into a new `slice` (only with `capabilities().clone`),
+    /// Copies `template` into a new `slice` (only with `facts().capabilities.clone`),
     /// returning how it was copied (`TEMPLATE STRATEGY FILE_COPY`,
     /// `reflink`, …) for the `cloned` event.
     ///
@@ -344,17 +335,17 @@ pub trait Adapter: Send + Sync {
 
 /// The URL that reaches `slice`'s server: its `admin_url`, else the
 /// adapter's default; `None` for a slice of no server.
-pub fn server_url(adapter: &dyn Adapter, slice: &Slice) -> Option<String> {
+pub fn server_url(adapter: &dyn Adapter, slice: &Slice) -> Option<AdminUrl> {
     slice
         .admin_url
         .clone()
-        .or_else(|| adapter.default_admin_url().map(str::to_owned))
+        .or_else(|| adapter.facts().default_url.map(AdminUrl::new))
 }
 
 /// The server `slice` lives on, its credentials fingerprinted under `key`
 /// (see [`server`]); `None` for a slice of no server.
 pub fn server_of(adapter: &dyn Adapter, slice: &Slice, key: &str) -> Option<server::Server> {
-    server_url(adapter, slice).map(|u| server::of(&u, adapter.path_names_server(), key))
+    server_url(adapter, slice).map(|u| server::of(&u, adapter.facts().path_names_server, key))
 }
 
 /// A server-side lock on a golden template, released when dropped (for

@@ -20,9 +20,9 @@
 //! through the driver in batches instead; the error of the server-side path
 //! is kept in the log line that says which path ran.
 
-use super::kit::address::{self, Address};
+use super::kit::address::{self, Address, AdminUrl};
 use super::kit::{names, owner};
-use super::{Adapter, AdapterError, Capabilities, Slice};
+use super::{Adapter, AdapterError, Slice};
 use async_trait::async_trait;
 use mongodb::bson::{Document, RawDocumentBuf, doc};
 use mongodb::options::ClientOptions;
@@ -38,10 +38,24 @@ const BATCH: usize = 1000;
 /// The MongoDB adapter.
 pub struct MongoDb;
 
-/// `admin_url` read by the kit's reader (what `binky check` runs too).
-fn parse(url: &str) -> Result<Address, String> {
+impl AdminUrl {
+    /// This URL as a `mongodb://` server URL; `binky check` refuses a
+    /// literal `admin_url` by this same reader.
+    ///
+    /// # Errors
+    /// `mongodb+srv://`, a user or password with a character the driver
+    /// wants percent-encoded, or what [`AdminUrl::read`] refuses.
+    pub(crate) fn mongodb(&self) -> Result<&Address, String> {
+        mongodb_problem(self.as_str()).map_or(Ok(()), Err)?;
+        self.read(&["mongodb"], DEFAULT_URL)
+            .map_err(|e| format!("admin_url {e}"))
+    }
+}
+
+/// What the driver would refuse in `url` that the URL reader takes.
+fn mongodb_problem(url: &str) -> Option<String> {
     if url.starts_with("mongodb+srv://") {
-        return Err(
+        return Some(
             "admin_url is mongodb+srv://, which needs a DNS SRV lookup this build does not make: write the hosts out as mongodb://host:port"
                 .to_owned(),
         );
@@ -57,18 +71,13 @@ fn parse(url: &str) -> Result<Address, String> {
                 })
         };
         if bad(user) || password.is_some_and(bad) {
-            return Err(
+            return Some(
                 "admin_url's user or password holds a character it must percent-encode (`@` is %40, `:` %3A, `/` %2F, `?` %3F, `#` %23, `[` %5B, `]` %5D, `%` %25)"
                     .to_owned(),
             );
         }
     }
-    Address::parse(url, &["mongodb"], DEFAULT_URL).map_err(|e| format!("admin_url {e}"))
-}
-
-/// `binky check`'s reading of a literal `admin_url`.
-pub(crate) fn check_url(url: &str) -> Result<(), String> {
-    parse(url).map(drop)
+    None
 }
 
 /// A connected client and where it points, for messages.
@@ -83,12 +92,13 @@ struct Server {
 
 impl Server {
     async fn of(slice: &Slice) -> Result<Server, AdapterError> {
-        let url = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
-        let address =
-            parse(url).map_err(|e| AdapterError::new(format!("mongodb: {e}")).redacted(slice))?;
+        let url = slice.admin_url_or(DEFAULT_URL);
+        let address = url
+            .mongodb()
+            .map_err(|e| AdapterError::new(format!("mongodb: {e}")).redacted(slice))?;
         let shown = address.host_port();
         let wait = slice.timeout(DEFAULT_TIMEOUT);
-        let mut opts = ClientOptions::parse(url).await.map_err(|e| {
+        let mut opts = ClientOptions::parse(url.as_str()).await.map_err(|e| {
             AdapterError::new(format!("mongodb at {shown}: admin_url: {e}")).redacted(slice)
         })?;
         opts.server_selection_timeout = Some(wait);
@@ -96,10 +106,9 @@ impl Server {
         opts.app_name = Some("binky".to_owned());
         let client = mongodb::Client::with_options(opts)
             .map_err(|e| AdapterError::new(format!("mongodb at {shown}: {e}")).redacted(slice))?;
-        let tls = url::Url::parse(url).is_ok_and(|u| {
-            u.query_pairs()
-                .any(|(k, v)| matches!(&*k, "tls" | "ssl") && v == "true")
-        });
+        let tls = ["tls", "ssl"]
+            .iter()
+            .any(|k| address.query_value(k).as_deref() == Some("true"));
         Ok(Server {
             client,
             shown,
@@ -295,24 +304,6 @@ impl Adapter for MongoDb {
         "mongodb"
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: true }
-    }
-
-    fn default_admin_url(&self) -> Option<&'static str> {
-        Some(DEFAULT_URL)
-    }
-
-    /// The path is the admin's authentication database, not where slices
-    /// live.
-    fn path_names_server(&self) -> bool {
-        false
-    }
-
-    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
-        names::DATABASE.name(project, resource, world_slug)
-    }
-
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
         let s = Server::of(slice).await?;
         check_ours(&s.shown, slice)?;
@@ -332,9 +323,10 @@ impl Adapter for MongoDb {
     }
 
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
-        let url = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
-        let a =
-            parse(url).map_err(|e| AdapterError::new(format!("mongodb: {e}")).redacted(slice))?;
+        let url = slice.admin_url_or(DEFAULT_URL);
+        let a = url
+            .mongodb()
+            .map_err(|e| AdapterError::new(format!("mongodb: {e}")).redacted(slice))?;
         // The admin's own database (`/admin`) was where it authenticates:
         // keep that as `authSource` so the world's URL still logs in.
         let mut u = url::Url::parse(&a.with_database(&slice.name))
@@ -430,21 +422,31 @@ mod tests {
 
     #[test]
     fn admin_urls_are_checked_as_up_reads_them() {
-        assert!(check_url("mongodb://u:p@127.0.0.1:27017/admin").is_ok());
-        let e = check_url("mongodb+srv://u:secret@cluster.example").unwrap_err();
+        assert!(
+            AdminUrl::new("mongodb://u:p@127.0.0.1:27017/admin")
+                .mongodb()
+                .is_ok()
+        );
+        let e = AdminUrl::new("mongodb+srv://u:secret@cluster.example")
+            .mongodb()
+            .unwrap_err();
         assert!(e.contains("DNS SRV"), "{e}");
         assert!(!e.contains("secret"));
-        assert!(check_url("postgres://h").is_err());
+        assert!(AdminUrl::new("postgres://h").mongodb().is_err());
         for bad in [
             "mongodb://user:p@ss@127.0.0.1:27017/",
             "mongodb://us:er:p@127.0.0.1/",
             "mongodb://u:100%@127.0.0.1/",
         ] {
-            let e = check_url(bad).unwrap_err();
+            let e = AdminUrl::new(bad).mongodb().unwrap_err();
             assert!(e.contains("percent-encode"), "{bad}: {e}");
             assert!(!e.contains("ss@") && !e.contains("100%@"), "{e}");
         }
-        assert!(check_url("mongodb://u:p%40ss%25@127.0.0.1/").is_ok());
+        assert!(
+            AdminUrl::new("mongodb://u:p%40ss%25@127.0.0.1/")
+                .mongodb()
+                .is_ok()
+        );
         assert_eq!(address::shown("mongodb://u:p@h:27018/x"), "h:27018");
     }
 }

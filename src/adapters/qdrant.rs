@@ -22,8 +22,11 @@
 
 use super::kit::api::{self, Auth, Endpoint};
 use super::kit::batch::{Listing, Page};
-use super::kit::{address::encode, names, owner};
-use super::{Adapter, AdapterError, Capabilities, Slice};
+use super::kit::{
+    address::{AdminUrl, encode},
+    names, owner,
+};
+use super::{Adapter, AdapterError, Slice};
 use async_trait::async_trait;
 use std::time::Duration;
 
@@ -196,22 +199,6 @@ impl Adapter for Qdrant {
         "qdrant"
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: false }
-    }
-
-    fn default_admin_url(&self) -> Option<&'static str> {
-        Some(DEFAULT_URL)
-    }
-
-    fn path_names_server(&self) -> bool {
-        false
-    }
-
-    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
-        names::COLLECTION_PREFIX.name(project, resource, world_slug)
-    }
-
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
         let ep = endpoint(slice)?;
         check_ours(&ep, slice)?;
@@ -288,8 +275,8 @@ impl Adapter for Qdrant {
 }
 
 /// `binky check`'s reading of a literal `admin_url`.
-pub(crate) fn check_url(url: &str) -> Result<(), String> {
-    api::check_url(url, "http://:API_KEY@127.0.0.1:6333")
+pub(crate) fn check_url(url: &AdminUrl) -> Result<(), String> {
+    url.http("http://:API_KEY@127.0.0.1:6333").map(drop)
 }
 
 #[cfg(test)]

@@ -22,10 +22,10 @@
 //! The user carries the tag [`USER_TAG`], which grants nothing and marks it
 //! as Binky's: only such users are reset or deleted.
 
-use super::kit::address::{self, Address, encode};
+use super::kit::address::{self, Address, AdminUrl, encode};
 use super::kit::users::Found;
 use super::kit::{api, names, owner};
-use super::{Adapter, AdapterError, Capabilities, Slice};
+use super::{Adapter, AdapterError, Slice};
 use crate::http::{Client, Fetched};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -81,22 +81,35 @@ pub(crate) struct Amqp {
     port: u16,
 }
 
-/// Reads `amqp[s]://user:password@host[:port][/vhost]` by the kit's
-/// reader; no user info means RabbitMQ's own `guest:guest`.
-pub(crate) fn parse_amqp(url: &str) -> Result<Amqp, String> {
-    let a = Address::parse(url, &["amqp", "amqps"], DEFAULT_URL)
-        .map_err(|e| format!("admin_url {e}"))?;
-    let (user, password) = match address::userinfo(url) {
-        Some(_) => (a.user(), a.password().unwrap_or_default()),
-        None => ("guest".to_owned(), "guest".to_owned()),
-    };
-    Ok(Amqp {
-        scheme: a.scheme().to_owned(),
-        user,
-        password,
-        host: a.host(),
-        port: a.port_or(5672),
-    })
+impl AdminUrl {
+    /// This URL as `amqp[s]://user:password@host[:port][/vhost]`; no user
+    /// info means RabbitMQ's own `guest:guest`. `binky check` refuses a
+    /// literal `admin_url` by this same reader.
+    ///
+    /// # Errors
+    /// Another scheme, no host, a bad port; never quoting a credential.
+    pub(crate) fn amqp(&self) -> Result<Amqp, String> {
+        let a = self
+            .read(&["amqp", "amqps"], DEFAULT_URL)
+            .map_err(|e| format!("admin_url {e}"))?;
+        Ok(Amqp::of(a))
+    }
+}
+
+impl Amqp {
+    fn of(a: &Address) -> Amqp {
+        let (user, password) = match (a.user(), a.password()) {
+            (u, None) if u.is_empty() => ("guest".to_owned(), "guest".to_owned()),
+            (u, p) => (u, p.unwrap_or_default()),
+        };
+        Amqp {
+            scheme: a.scheme().to_owned(),
+            user,
+            password,
+            host: a.host(),
+            port: a.port_or(5672),
+        }
+    }
 }
 
 /// One management call's parts: the server and the account.
@@ -111,8 +124,9 @@ struct Api {
 
 impl Api {
     fn of(slice: &Slice) -> Result<Api, AdapterError> {
-        let url = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
-        let amqp = parse_amqp(url)
+        let amqp = slice
+            .admin_url_or(DEFAULT_URL)
+            .amqp()
             .map_err(|e| AdapterError::new(format!("rabbitmq: {e}")).redacted(slice))?;
         let (host, port, tls) = match slice.options.get("management_url").and_then(|v| v.as_str()) {
             Some(m) => {
@@ -323,10 +337,9 @@ impl Api {
 /// Refuses a vhost name no world has (`/`, `production`): Binky acts
 /// only on its own.
 fn check_ours(slice: &Slice) -> Result<(), AdapterError> {
-    let server = slice.admin_url.as_deref().unwrap_or(DEFAULT_URL);
     owner::check_name(
         "rabbitmq",
-        &address::shown(server),
+        &slice.admin_url_or(DEFAULT_URL).to_string(),
         &names::VHOST,
         &slice.name,
     )
@@ -336,27 +349,6 @@ fn check_ours(slice: &Slice) -> Result<(), AdapterError> {
 impl Adapter for RabbitMq {
     fn name(&self) -> &str {
         "rabbitmq"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: false }
-    }
-
-    fn default_admin_url(&self) -> Option<&'static str> {
-        Some(DEFAULT_URL)
-    }
-
-    fn world_users(&self) -> bool {
-        true
-    }
-
-    /// The path is the admin's vhost; vhosts are the cluster's.
-    fn path_names_server(&self) -> bool {
-        false
-    }
-
-    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
-        super::kit::names::VHOST.name(project, resource, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
@@ -506,7 +498,9 @@ mod tests {
 
     #[test]
     fn amqp_urls_parse_with_defaults() {
-        let a = parse_amqp("amqp://admin:p%40ss@rmq.local/").unwrap();
+        let a = AdminUrl::new("amqp://admin:p%40ss@rmq.local/")
+            .amqp()
+            .unwrap();
         assert_eq!(
             (
                 a.user.as_str(),
@@ -516,15 +510,15 @@ mod tests {
             ),
             ("admin", "p@ss", "rmq.local", 5672)
         );
-        let a = parse_amqp("amqps://u:p@[::1]:5999/%2F").unwrap();
+        let a = AdminUrl::new("amqps://u:p@[::1]:5999/%2F").amqp().unwrap();
         assert_eq!(
             (a.host.as_str(), a.port, a.scheme.as_str()),
             ("::1", 5999, "amqps")
         );
-        let a = parse_amqp("amqp://127.0.0.1").unwrap();
+        let a = AdminUrl::new("amqp://127.0.0.1").amqp().unwrap();
         assert_eq!((a.user.as_str(), a.password.as_str()), ("guest", "guest"));
-        assert!(parse_amqp("http://x").is_err());
-        assert!(parse_amqp("amqp://u:p@h:notaport/").is_err());
+        assert!(AdminUrl::new("http://x").amqp().is_err());
+        assert!(AdminUrl::new("amqp://u:p@h:notaport/").amqp().is_err());
     }
 
     #[test]

@@ -10,59 +10,18 @@
 //! names another; it is an HMAC-style SHA-256 under a random key kept in the
 //! registry, so it cannot be looked up in a table of common passwords.
 
-use super::kit::address::{self, Address, decode};
+use super::kit::address::AdminUrl;
 use sha2::{Digest, Sha256};
 
 /// The server a slice lives on, as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Server {
     /// `scheme://host:port[/path]` with no user, password, query or
-    /// fragment; the path only where it selects where slices live (see
-    /// [`super::Adapter::path_names_server`]).
+    /// fragment ([`AdminUrl::server`]); the path only where it selects
+    /// where slices live (see [`super::catalog::Facts::path_names_server`]).
     pub address: String,
     /// [`fingerprint`] of the user and password of the URL that reached it.
     pub credentials: String,
-}
-
-/// The user and password of `url`, percent-decoded; empty when absent.
-pub fn credentials(url: &str) -> (String, String) {
-    match Address::parse(url, &[], "") {
-        Ok(a) => (a.user(), a.password().unwrap_or_default()),
-        // Not a URL the parser takes (`kafka://h1:9092,h2:9092`).
-        Err(_) => match address::userinfo(url) {
-            Some((u, p)) => (decode(u), p.map(decode).unwrap_or_default()),
-            None => Default::default(),
-        },
-    }
-}
-
-/// The address of `url` with no credentials, query or fragment:
-/// [`Address::server`], or for a text the parser does not take (a Kafka
-/// server list) the text without its user info, query and fragment.
-pub fn address(url: &str, keep_path: bool) -> String {
-    match Address::parse(url, &[], "") {
-        Ok(a) => a.server(keep_path),
-        Err(_) => {
-            let base = url.split(['?', '#']).next().unwrap_or(url);
-            let base = match base.split_once("://") {
-                Some((scheme, rest)) => {
-                    let rest = match rest.rsplit_once('@') {
-                        Some((_, host)) if address::userinfo(base).is_some() => host,
-                        _ => rest,
-                    };
-                    format!("{scheme}://{rest}")
-                }
-                None => base.to_owned(),
-            };
-            base.trim_end_matches('/').to_owned()
-        }
-    }
-}
-
-/// `url` moved to the server at `address` (from [`address()`]): see
-/// [`Address::rebased`]. `None` when either is not a URL with a host.
-pub fn rebase(url: &str, address: &str) -> Option<String> {
-    Address::parse(url, &[], "").ok()?.rebased(address)
 }
 
 /// The fingerprint of `(user, password)` under `key`: `fp1:` and 16 hex
@@ -81,10 +40,10 @@ pub fn fingerprint(key: &str, user: &str, password: &str) -> String {
 }
 
 /// The [`Server`] `url` names, its credentials fingerprinted under `key`.
-pub fn of(url: &str, keep_path: bool, key: &str) -> Server {
-    let (user, password) = credentials(url);
+pub fn of(url: &AdminUrl, keep_path: bool, key: &str) -> Server {
+    let (user, password) = url.credentials();
     Server {
-        address: address(url, keep_path),
+        address: url.server(keep_path),
         credentials: fingerprint(key, &user, &password),
     }
 }
@@ -92,6 +51,20 @@ pub fn of(url: &str, keep_path: bool, key: &str) -> Server {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn address(url: &str, keep_path: bool) -> String {
+        AdminUrl::new(url).server(keep_path)
+    }
+
+    fn credentials(url: &str) -> (String, String) {
+        AdminUrl::new(url).credentials()
+    }
+
+    fn rebase(url: &str, to: &str) -> Option<String> {
+        AdminUrl::new(url)
+            .rebased(to)
+            .map(|u| u.as_str().to_owned())
+    }
 
     #[test]
     fn an_address_has_no_credentials_and_names_the_port() {

@@ -3,7 +3,7 @@
 //! which on Linux uses `copy_file_range` and so reflinks on filesystems that
 //! support it (btrfs, XFS) and copies elsewhere.
 
-use super::{Adapter, AdapterError, Capabilities, Slice};
+use super::{Adapter, AdapterError, Slice};
 use async_trait::async_trait;
 use std::path::PathBuf;
 
@@ -22,14 +22,6 @@ fn io(e: std::io::Error, what: &str, p: &std::path::Path) -> AdapterError {
 impl Adapter for Sqlite {
     fn name(&self) -> &str {
         "sqlite"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: true }
-    }
-
-    fn serverless(&self) -> bool {
-        true
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

@@ -6,7 +6,8 @@
 //! end to end against real servers.
 
 use super::{Daemon, ProgressTx, handlers, settings};
-use crate::adapters::{Adapter, AdapterError, Capabilities, Slice};
+use crate::adapters::catalog::Facts;
+use crate::adapters::{Adapter, AdapterError, Slice};
 use crate::paths::Paths;
 use crate::protocol::{
     ApiError, ClientEnv, Request, Response, ServiceKind, UpRequest, WorldOutcome, WorldRef,
@@ -53,12 +54,11 @@ impl Adapter for Memory {
         "memory"
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-    }
-
-    fn serverless(&self) -> bool {
-        true
+    fn facts(&self) -> Facts {
+        Facts {
+            serverless: true,
+            ..Facts::SERVER
+        }
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

@@ -28,14 +28,19 @@ pub(crate) struct WorldRow {
 pub(crate) struct NewWorld<'a> {
     /// Its project's id.
     pub project_id: i64,
-    /// The branch.
-    pub name: &'a str,
-    /// DNS-safe slug.
-    pub slug: &'a str,
+    /// The branch, and its DNS-safe slug.
+    pub name: &'a crate::slug::WorldName,
     /// Worktree path.
     pub path: &'a str,
     /// The `--group` it was brought up in, if any.
     pub group: Option<&'a str>,
+}
+
+impl WorldRow {
+    /// Its name and slug as recorded.
+    pub(crate) fn world_name(&self) -> crate::slug::WorldName {
+        crate::slug::WorldName::recorded(&self.name, &self.slug)
+    }
 }
 
 impl Registry {
@@ -85,7 +90,7 @@ impl Registry {
                    error = NULL, updated_at = unixepoch(),
                    token = COALESCE(worlds.token, excluded.token)
                  RETURNING id",
-                params![w.project_id, w.name, w.slug, w.path, state, intent, w.group],
+                params![w.project_id, w.name.as_str(), w.name.slug(), w.path, state, intent, w.group],
                 |r| r.get(0),
             )
             .map_err(|e| self.err(e))

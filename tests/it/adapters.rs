@@ -200,7 +200,7 @@ fn a_teardown_after_a_cut_short_clone_leaves_no_database_behind() {
     let slice = |name: &str| Slice {
         name: format!("{project}_{name}"),
         project: project.clone(),
-        admin_url: Some(PG_ADMIN.to_owned()),
+        admin_url: Some(binky::address::AdminUrl::new(PG_ADMIN)),
         options: toml::toml! { acl = false },
         data_dir: std::env::temp_dir(),
         search_path: None,

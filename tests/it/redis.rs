@@ -624,7 +624,7 @@ fn teardown_deletes_only_a_marked_prefix_and_takes_a_gone_one_as_done() {
     let slice = |world: &str| Slice {
         name: Redis.slice_name(&p, None, world),
         project: p.clone(),
-        admin_url: Some(SERVER.to_owned()),
+        admin_url: Some(binky::address::AdminUrl::new(SERVER)),
         options: toml::Table::new(),
         data_dir: std::env::temp_dir(),
         search_path: None,

@@ -5,7 +5,7 @@
 //! `admin_url` is an `http[s]://` URL carrying its credentials.
 
 use super::super::{AdapterError, Slice};
-use super::address::Address;
+use super::address::{Address, AdminUrl};
 use crate::http::{Client, Fetched, HttpError, HttpErrorKind};
 use bytes::Bytes;
 use std::time::Duration;
@@ -120,11 +120,13 @@ impl Endpoint {
     ///
     /// # Errors
     /// `admin_url` is not an `http[s]://` URL this build speaks (see
-    /// [`check_url`]); the message quotes no credential.
+    /// [`AdminUrl::http`]); the message quotes no credential.
     pub fn of(server: Server, slice: &Slice, max_body: usize) -> Result<Endpoint, AdapterError> {
-        let url = slice.admin_url.as_deref().unwrap_or(server.default_url);
-        let address = parse(url, server.default_url)
-            .map_err(|e| AdapterError::new(format!("{}: {e}", server.adapter)).redacted(slice))?;
+        let address = slice
+            .admin_url_or(server.default_url)
+            .http(server.default_url)
+            .map_err(|e| AdapterError::new(format!("{}: {e}", server.adapter)).redacted(slice))?
+            .clone();
         let credential = match server.auth {
             Auth::Basic if !address.user().is_empty() || address.password().is_some() => {
                 use base64::Engine as _;
@@ -286,24 +288,24 @@ impl Endpoint {
     }
 }
 
-/// Reads an HTTP adapter's `admin_url` as [`Endpoint::of`] does: `binky
-/// check` refuses a literal one by this same reader.
-///
-/// # Errors
-/// What is wrong, never quoting a credential.
-pub fn check_url(url: &str, example: &str) -> Result<(), String> {
-    parse(url, example).map(|_| ())
-}
-
-fn parse(url: &str, example: &str) -> Result<Address, String> {
-    Address::parse(url, crate::http::SCHEMES, example).map_err(|e| {
-        let tls = if url.starts_with("https://") && !crate::http::TLS {
-            " (https needs binky built with `--features tls`)"
-        } else {
-            ""
-        };
-        format!("admin_url {e}{tls}")
-    })
+impl AdminUrl {
+    /// This URL as an HTTP adapter's endpoint, as [`Endpoint::of`] reads
+    /// it: `binky check` refuses a literal one by this same reader.
+    /// `example` is shown where the error needs one.
+    ///
+    /// # Errors
+    /// Not an `http[s]://` URL this build speaks; never quoting a
+    /// credential.
+    pub fn http(&self, example: &str) -> Result<&Address, String> {
+        self.read(crate::http::SCHEMES, example).map_err(|e| {
+            let tls = if self.as_str().starts_with("https://") && !crate::http::TLS {
+                " (https needs binky built with `--features tls`)"
+            } else {
+                ""
+            };
+            format!("admin_url {e}{tls}")
+        })
+    }
 }
 
 #[cfg(test)]

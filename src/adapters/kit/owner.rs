@@ -80,6 +80,7 @@ pub fn guard(adapter: &str, server: &str, slice: &str, found: Found) -> Result<b
 
 #[cfg(test)]
 mod tests {
+    use super::super::address::AdminUrl;
     use super::super::names::{BUCKET, KEY_PREFIX};
     use super::*;
 
@@ -149,7 +150,7 @@ mod tests {
             let slice = Slice {
                 name: theirs.to_owned(),
                 project: "shop".into(),
-                admin_url: Some(format!("{scheme}://root@127.0.0.1:{port}/")),
+                admin_url: Some(AdminUrl::new(format!("{scheme}://root@127.0.0.1:{port}/"))),
                 options: toml::Table::new(),
                 data_dir: std::env::temp_dir(),
                 search_path: None,

@@ -18,10 +18,9 @@
 mod copy;
 mod user;
 
+use super::kit::address::AdminUrl;
 use super::kit::users::Found;
-use super::{
-    Adapter, AdapterError, Capabilities, Slice, TemplateLock, find_executable, stderr_tail,
-};
+use super::{Adapter, AdapterError, Slice, TemplateLock, find_executable, stderr_tail};
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
@@ -38,8 +37,8 @@ fn quote(ident: &str) -> String {
     format!("`{}`", ident.replace('`', "``"))
 }
 
-fn admin(slice: &Slice) -> Result<&str, AdapterError> {
-    slice.admin_url.as_deref().ok_or_else(|| {
+fn admin(slice: &Slice) -> Result<&AdminUrl, AdapterError> {
+    slice.admin_url.as_ref().ok_or_else(|| {
         AdapterError::new(
             "the mysql adapter needs admin_url, e.g. admin_url = \"${env.MYSQL_ADMIN_URL}\" with MYSQL_ADMIN_URL=mysql://root@127.0.0.1:3306/",
         )
@@ -50,27 +49,39 @@ fn environmental(message: String) -> AdapterError {
     AdapterError::environmental(message)
 }
 
-/// The connection options `url` names, as the driver reads them; `binky
-/// check` refuses a literal `admin_url` by this same reader.
+impl AdminUrl {
+    /// The connection options this URL names, as the mysql driver reads
+    /// them; `binky check` refuses a literal `admin_url` by this same
+    /// reader.
+    ///
+    /// # Errors
+    /// What is wrong with the URL, never quoting it.
+    pub(crate) fn mysql_opts(&self) -> Result<Opts, String> {
+        Opts::from_url(self.as_str()).map_err(|e| {
+            crate::secrets::redact_url(
+                &format!(
+                    "admin_url is not a valid mysql:// URL ({e}); e.g. mysql://root@127.0.0.1:3306/"
+                ),
+                Some(self.as_str()),
+            )
+        })
+    }
+}
+
+/// `slice`'s admin URL as the driver's options.
 ///
 /// # Errors
-/// What is wrong with the URL, never quoting it.
-pub(crate) fn parse_admin_url(url: &str) -> Result<Opts, String> {
-    Opts::from_url(url).map_err(|e| {
-        crate::secrets::redact_url(
-            &format!(
-                "admin_url is not a valid mysql:// URL ({e}); e.g. mysql://root@127.0.0.1:3306/"
-            ),
-            Some(url),
-        )
-    })
+/// It has none, or none the driver reads; never quoting it.
+fn admin_opts(slice: &Slice) -> Result<Opts, AdapterError> {
+    admin(slice)?
+        .mysql_opts()
+        .map_err(|e| AdapterError::new(format!("mysql: {e}")).redacted(slice))
 }
 
 /// Connects with the admin URL; the error never quotes the URL (it may hold
 /// a password).
 async fn connect(slice: &Slice) -> Result<Conn, AdapterError> {
-    let opts = parse_admin_url(admin(slice)?)
-        .map_err(|e| AdapterError::new(format!("mysql: {e}")).redacted(slice))?;
+    let opts = admin_opts(slice)?;
     // Where, and as whom, but never the password.
     let target = format!(
         "{}:{} as {}",
@@ -121,8 +132,7 @@ async fn exec(c: &mut Conn, sql: &str) -> Result<(), AdapterError> {
 /// The dump route (`clone_strategy = "dump"`): `mysqldump | mysql`, with the
 /// password passed in `MYSQL_PWD` so it never shows in a process listing.
 async fn copy_with_dump(slice: &Slice, src: &str, dst: &str) -> Result<(), AdapterError> {
-    let opts = parse_admin_url(admin(slice)?)
-        .map_err(|e| AdapterError::new(format!("mysql: {e}")).redacted(slice))?;
+    let opts = admin_opts(slice)?;
     let path = slice.search_path.as_deref();
     let dump = find_executable(&["mysqldump", "mariadb-dump"], path).ok_or_else(|| {
         environmental(
@@ -203,24 +213,6 @@ impl Adapter for Mysql {
         "mysql"
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: true }
-    }
-
-    /// The path is the database the admin connects to; the slices are the
-    /// server's.
-    fn path_names_server(&self) -> bool {
-        false
-    }
-
-    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
-        super::kit::names::MYSQL_DATABASE.name(project, resource, world_slug)
-    }
-
-    fn world_users(&self) -> bool {
-        true
-    }
-
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
         let mut c = connect(slice).await?;
         exec(&mut c, &format!("CREATE DATABASE {}", quote(&slice.name))).await?;
@@ -234,7 +226,7 @@ impl Adapter for Mysql {
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
         let url = admin(slice)?;
         let admins = || {
-            super::kit::address::with_database(url, &slice.name)
+            super::kit::address::with_database(url.as_str(), &slice.name)
                 .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name())))
         };
         if !user::wanted(slice) {
@@ -278,7 +270,7 @@ impl Adapter for Mysql {
         // database) is refused before the server is reached.
         super::kit::owner::check_name(
             "mysql",
-            &super::kit::address::shown(admin(slice)?),
+            &admin(slice)?.to_string(),
             &super::kit::names::MYSQL_DATABASE,
             &slice.name,
         )?;

@@ -22,6 +22,7 @@
 //! refused and left alone.
 
 use super::{AdapterError, Slice, exec, quote};
+use crate::adapters::kit::address::AdminUrl;
 use crate::adapters::kit::users::Found;
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
@@ -117,8 +118,7 @@ async fn logs_in(slice: &Slice) -> Result<bool, AdapterError> {
     let Some(password) = slice.secret.as_deref() else {
         return Ok(false);
     };
-    let opts = super::parse_admin_url(super::admin(slice)?)
-        .map_err(|e| AdapterError::new(format!("mysql: {e}")).redacted(slice))?;
+    let opts = super::admin_opts(slice)?;
     let opts = mysql_async::OptsBuilder::from_opts(opts)
         .user(Some(name(slice)))
         .pass(Some(password))
@@ -144,7 +144,7 @@ async fn logs_in(slice: &Slice) -> Result<bool, AdapterError> {
 /// The refusal for a user of the world's name that is not Binky's.
 pub(super) fn foreign(slice: &Slice) -> AdapterError {
     let server = super::admin(slice)
-        .map(crate::adapters::kit::address::shown)
+        .map(ToString::to_string)
         .unwrap_or_else(|_| "the server".to_owned());
     crate::adapters::kit::users::foreign(
         "mysql",
@@ -296,10 +296,12 @@ fn holds_binkys_grant(line: &str, db: &str) -> bool {
 ///
 /// # Errors
 /// No password is kept, or the admin URL is not one the kit reads.
-pub(super) fn world_url(admin: &str, slice: &Slice) -> Result<String, AdapterError> {
-    use crate::adapters::kit::address::{self, Address};
+pub(super) fn world_url(admin: &AdminUrl, slice: &Slice) -> Result<String, AdapterError> {
+    use crate::adapters::kit::address;
     let bad = |e: address::AddressError| AdapterError::new(format!("mysql: admin_url {e}"));
-    let a = Address::parse(admin, &[], "mysql://root@127.0.0.1:3306/").map_err(bad)?;
+    let a = admin
+        .read(&[], "mysql://root@127.0.0.1:3306/")
+        .map_err(bad)?;
     address::with_database(
         &a.with_credentials(&name(slice), Some(secret(slice)?)),
         &slice.name,
@@ -361,7 +363,11 @@ mod tests {
         assert_eq!(long.len(), MAX_USER);
         assert_ne!(long, name(&s(&format!("{}y", "x".repeat(63)))));
         assert_eq!(
-            world_url("mysql://root:adm@127.0.0.1:3306/", &s("shop_a")).unwrap(),
+            world_url(
+                &AdminUrl::new("mysql://root:adm@127.0.0.1:3306/"),
+                &s("shop_a")
+            )
+            .unwrap(),
             "mysql://shop_a:pw0@127.0.0.1:3306/shop_a"
         );
     }

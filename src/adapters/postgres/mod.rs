@@ -16,9 +16,8 @@ pub use sessions::SLICE_LOCK_WAIT;
 pub(crate) use sessions::drop_database;
 use sessions::{lock_slice, sessions_on};
 
-use super::{
-    Adapter, AdapterError, Capabilities, OTHER_SESSIONS_WAIT, OtherSessions, Slice, TemplateLock,
-};
+use super::kit::address::AdminUrl;
+use super::{Adapter, AdapterError, OTHER_SESSIONS_WAIT, OtherSessions, Slice, TemplateLock};
 use async_trait::async_trait;
 
 /// PostgreSQL's identifier limit (NAMEDATALEN - 1), in bytes.
@@ -32,41 +31,44 @@ fn quote(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
-fn admin(slice: &Slice) -> Result<&str, AdapterError> {
-    slice.admin_url.as_deref().ok_or_else(|| {
+fn admin(slice: &Slice) -> Result<&AdminUrl, AdapterError> {
+    slice.admin_url.as_ref().ok_or_else(|| {
         AdapterError::new(
             "the postgres adapter needs admin_url, e.g. admin_url = \"${env.PG_ADMIN_URL}\" with PG_ADMIN_URL=postgresql://user@localhost:5432/postgres",
         )
     })
 }
 
-/// The connection settings `url` names, as the driver reads them; `binky
-/// check` refuses a literal `admin_url` by this same reader.
-///
-/// # Errors
-/// What is wrong with the URL, never quoting it.
-pub(crate) fn parse_admin_url(url: &str) -> Result<tokio_postgres::Config, String> {
-    url.parse::<tokio_postgres::Config>().map_err(|e| {
-        crate::secrets::redact_url(
-            &format!("admin_url is not a postgresql:// URL the driver takes ({e}); e.g. postgresql://user@localhost:5432/postgres"),
-            Some(url),
-        )
-    })
+impl AdminUrl {
+    /// The connection settings this URL names, as the postgres driver reads
+    /// them (a URL, or libpq's `host=… user=…` form); `binky check` refuses
+    /// a literal `admin_url` by this same reader.
+    ///
+    /// # Errors
+    /// What is wrong with the URL, never quoting it.
+    pub(crate) fn postgres_config(&self) -> Result<tokio_postgres::Config, String> {
+        self.as_str().parse::<tokio_postgres::Config>().map_err(|e| {
+            crate::secrets::redact_url(
+                &format!("admin_url is not a postgresql:// URL the driver takes ({e}); e.g. postgresql://user@localhost:5432/postgres"),
+                Some(self.as_str()),
+            )
+        })
+    }
 }
 
 /// Connects with the admin URL. The error never quotes the URL (it may hold
 /// a password).
 async fn connect(slice: &Slice) -> Result<tokio_postgres::Client, AdapterError> {
-    let url = admin(slice)?;
-    let config = parse_admin_url(url)
+    let config = admin(slice)?
+        .postgres_config()
         .map_err(|e| AdapterError::new(format!("postgres: {e}")).redacted(slice))?;
     open(slice, config).await
 }
 
 /// Connects as the admin to database `db` (not the admin URL's own).
 async fn connect_to(slice: &Slice, db: &str) -> Result<tokio_postgres::Client, AdapterError> {
-    let url = admin(slice)?;
-    let mut config = parse_admin_url(url)
+    let mut config = admin(slice)?
+        .postgres_config()
         .map_err(|e| AdapterError::new(format!("postgres: {e}")).redacted(slice))?;
     config.dbname(db);
     open(slice, config).await
@@ -96,8 +98,8 @@ async fn open(
 
 /// `host:port as user` of an admin URL, for errors: where, and as whom, but
 /// never the password.
-fn target(url: &str) -> String {
-    let Ok(c) = url.parse::<tokio_postgres::Config>() else {
+fn target(url: &AdminUrl) -> String {
+    let Ok(c) = url.postgres_config() else {
         return "the server".into();
     };
     let host = match c.get_hosts().first() {
@@ -198,24 +200,6 @@ impl Adapter for Postgres {
         "postgres"
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: true }
-    }
-
-    /// The path is the database the admin connects to; the slices are the
-    /// server's.
-    fn path_names_server(&self) -> bool {
-        false
-    }
-
-    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
-        super::kit::names::POSTGRES_DATABASE.name(project, resource, world_slug)
-    }
-
-    fn world_users(&self) -> bool {
-        true
-    }
-
     async fn orphan_users(&self, server: &Slice) -> Result<Vec<String>, AdapterError> {
         role::orphans(&connect(server).await?).await
     }
@@ -236,7 +220,7 @@ impl Adapter for Postgres {
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
         let url = admin(slice)?;
         if !role::wanted(slice) {
-            return super::kit::address::with_database(url, &slice.name)
+            return super::kit::address::with_database(url.as_str(), &slice.name)
                 .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name())));
         }
         // Looked up, never made: a world made before it had a role (or
@@ -245,7 +229,7 @@ impl Adapter for Postgres {
         let c = connect(slice).await?;
         match role::find(&c, &slice.name).await? {
             role::Found::Binkys => world_url(url, &slice.name, role::secret(slice)?),
-            role::Found::Missing => super::kit::address::with_database(url, &slice.name)
+            role::Found::Missing => super::kit::address::with_database(url.as_str(), &slice.name)
                 .map_err(|e| AdapterError::new(format!("{}: admin_url {e}", self.name()))),
             role::Found::Foreign => Err(role::foreign(slice)),
         }
@@ -280,7 +264,7 @@ impl Adapter for Postgres {
         // database) is refused before the server is reached.
         super::kit::owner::check_name(
             "postgres",
-            &super::kit::address::shown(admin(slice)?),
+            &admin(slice)?.to_string(),
             &super::kit::names::POSTGRES_DATABASE,
             &slice.name,
         )?;
@@ -473,12 +457,13 @@ async fn create_extensions(slice: &Slice) -> Result<(), AdapterError> {
 ///
 /// # Errors
 /// The admin URL is not a URL the address kit reads.
-fn world_url(admin: &str, db: &str, password: &str) -> Result<String, AdapterError> {
-    use super::kit::address::Address;
+fn world_url(admin: &AdminUrl, db: &str, password: &str) -> Result<String, AdapterError> {
     let bad = |e: super::kit::address::AddressError| {
         AdapterError::new(format!("postgres: admin_url {e}"))
     };
-    let a = Address::parse(admin, &[], "postgresql://user@localhost:5432/postgres").map_err(bad)?;
+    let a = admin
+        .read(&[], "postgresql://user@localhost:5432/postgres")
+        .map_err(bad)?;
     super::kit::address::with_database(&a.with_credentials(db, Some(password)), db).map_err(bad)
 }
 
@@ -490,7 +475,7 @@ mod tests {
     fn world_urls_carry_the_worlds_role() {
         assert_eq!(
             world_url(
-                "postgresql://root:adm@127.0.0.1:5432/postgres?sslmode=disable",
+                &AdminUrl::new("postgresql://root:adm@127.0.0.1:5432/postgres?sslmode=disable"),
                 "shop_a",
                 "pw"
             )
@@ -522,8 +507,11 @@ mod tests {
 
     #[test]
     fn errors_name_ipv6_hosts_in_brackets() {
-        assert_eq!(target("postgresql://u@[::1]:5433/x"), "[::1]:5433 as u");
-        assert_eq!(target("postgresql://h/x"), "h:5432");
+        assert_eq!(
+            target(&AdminUrl::new("postgresql://u@[::1]:5433/x")),
+            "[::1]:5433 as u"
+        );
+        assert_eq!(target(&AdminUrl::new("postgresql://h/x")), "h:5432");
     }
 
     #[test]

@@ -61,7 +61,7 @@ fn comment(db: &str) -> String {
 /// The refusal for a role of the world's name that Binky did not make.
 pub fn foreign(slice: &Slice) -> AdapterError {
     let server = super::admin(slice)
-        .map(crate::adapters::kit::address::shown)
+        .map(ToString::to_string)
         .unwrap_or_else(|_| "the server".to_owned());
     crate::adapters::kit::users::foreign(
         "postgres",

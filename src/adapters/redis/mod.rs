@@ -28,12 +28,13 @@
 //! `capabilities().clone` is false: `clone_from` builds each world by
 //! provision + migrate + seed.
 
-use super::kit::address::{self, Address};
+use super::kit::address::{Address, AdminUrl};
 use super::kit::batch;
 use super::kit::owner::{self, Found};
-use super::{Adapter, AdapterError, Capabilities, Slice};
+use super::{Adapter, AdapterError, Slice};
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// The server when a resource has no `admin_url`.
@@ -47,14 +48,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The Redis adapter.
 pub struct Redis;
 
-fn server_url(slice: &Slice) -> &str {
-    slice.admin_url.as_deref().unwrap_or(DEFAULT_URL)
+fn server_url(slice: &Slice) -> Cow<'_, AdminUrl> {
+    slice.admin_url_or(DEFAULT_URL)
 }
 
 /// Where `url` points, for errors: `host:port` (or a socket's path), never
 /// a password.
-fn server_of(url: &str) -> String {
-    address::shown(url)
+fn server_of(url: &AdminUrl) -> String {
+    url.to_string()
 }
 
 /// The slice's marker key (the kit's spelling, outside every world's
@@ -125,30 +126,33 @@ fn glob_escape(s: &str) -> String {
 fn err(slice: &Slice, what: &str, e: impl std::fmt::Display) -> AdapterError {
     AdapterError::new(format!(
         "redis at {}: {what}: {e}",
-        server_of(server_url(slice))
+        server_of(&server_url(slice))
     ))
     .redacted(slice)
 }
 
-/// The client `url` names, as the redis crate reads it (a database number
-/// that is not one, a port past 65535, a scheme it does not speak); `binky
-/// check` refuses a literal `admin_url` by this same reader.
-///
-/// # Errors
-/// What is wrong with the URL, naming the server but never a password.
-pub(crate) fn open(url: &str) -> Result<redis::Client, String> {
-    // The kit's reader first: it names a bad port or a missing scheme.
-    Address::parse(url, &[], DEFAULT_URL).map_err(|e| format!("admin_url {e}"))?;
-    redis::Client::open(url).map_err(|e| {
-        crate::secrets::redact_url(
-            &format!(
-                "admin_url for {} is not a redis URL the client takes: {}",
-                server_of(url),
-                plain(&e)
-            ),
-            Some(url),
-        )
-    })
+impl AdminUrl {
+    /// The client this URL names, as the redis crate reads it (a database
+    /// number that is not one, a port past 65535, a scheme it does not
+    /// speak); `binky check` refuses a literal `admin_url` by this same
+    /// reader.
+    ///
+    /// # Errors
+    /// What is wrong with the URL, naming the server but never a password.
+    pub(crate) fn redis_client(&self) -> Result<redis::Client, String> {
+        // The kit's reading first: it names a bad port or a missing scheme.
+        self.read(&[], DEFAULT_URL)
+            .map_err(|e| format!("admin_url {e}"))?;
+        redis::Client::open(self.as_str()).map_err(|e| {
+            crate::secrets::redact_url(
+                &format!(
+                    "admin_url for {self} is not a redis URL the client takes: {}",
+                    plain(&e)
+                ),
+                Some(self.as_str()),
+            )
+        })
+    }
 }
 
 /// A redis client error in words: the crate's text without the debug name
@@ -178,11 +182,8 @@ fn plain(e: &impl std::fmt::Display) -> String {
 /// none given to a server that requires one (`NOAUTH`).
 /// The database number `url`'s path names (`redis://h:6379/3` → `3`); ""
 /// when it names none.
-fn database_of(url: &str) -> String {
-    url::Url::parse(url)
-        .ok()
-        .map(|u| u.path().trim_start_matches('/').to_owned())
-        .unwrap_or_default()
+fn database_of(url: &AdminUrl) -> String {
+    url.address().map(Address::database).unwrap_or_default()
 }
 
 fn refused_credentials(e: &redis::RedisError) -> bool {
@@ -194,7 +195,7 @@ fn refused_credentials(e: &redis::RedisError) -> bool {
 /// running" is the wrong question.
 fn credentials_refused(slice: &Slice) -> AdapterError {
     let url = server_url(slice);
-    let (user, password) = super::server::credentials(url);
+    let (user, password) = url.credentials();
     let what = match (user.is_empty(), password.is_empty()) {
         (_, true) => "admin_url gives no password and the server requires one",
         (true, false) => "the password in admin_url is not the server's (default user)",
@@ -202,7 +203,7 @@ fn credentials_refused(slice: &Slice) -> AdapterError {
     };
     AdapterError::new(format!(
         "redis at {} refused the credentials: {what}; put the right ones in admin_url (redis://USER:PASSWORD@host:port/db)",
-        server_of(url)
+        server_of(&url)
     ))
     .redacted(slice)
 }
@@ -214,11 +215,13 @@ async fn connect(slice: &Slice) -> Result<MultiplexedConnection, AdapterError> {
     let unreachable = |e: &dyn std::fmt::Display| {
         AdapterError::environmental(format!(
             "redis: cannot connect to {} (admin_url): {e}; check that the server runs and that admin_url names it",
-            server_of(url)
+            server_of(&url)
         ))
         .redacted(slice)
     };
-    let client = open(url).map_err(|e| AdapterError::new(format!("redis: {e}")).redacted(slice))?;
+    let client = url
+        .redis_client()
+        .map_err(|e| AdapterError::new(format!("redis: {e}")).redacted(slice))?;
     match tokio::time::timeout(timeout, client.get_multiplexed_async_connection()).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) if refused_credentials(&e) => Err(credentials_refused(slice)),
@@ -228,12 +231,12 @@ async fn connect(slice: &Slice) -> Result<MultiplexedConnection, AdapterError> {
         // database other than 0.
         Ok(Err(e))
             if e.kind() == redis::ServerErrorKind::ResponseError.into()
-                && !matches!(database_of(url).as_str(), "" | "0") =>
+                && !matches!(database_of(&url).as_str(), "" | "0") =>
         {
-            let db = database_of(url);
+            let db = database_of(&url);
             Err(AdapterError::new(format!(
                 "redis at {} has no database {db} (the /{db} of admin_url): {}; name one below its `databases` setting (16 by default: 0 to 15)",
-                server_of(url),
+                server_of(&url),
                 plain(&e)
             ))
             .redacted(slice))
@@ -270,7 +273,7 @@ async fn run<T: redis::FromRedisValue>(
 async fn delete_keys(slice: &Slice, con: &mut MultiplexedConnection) -> Result<u64, AdapterError> {
     let what = format!(
         "redis at {}: deleting the keys under {}",
-        server_of(server_url(slice)),
+        server_of(&server_url(slice)),
         slice.name
     );
     let within = batch::within(slice.timeout(DEFAULT_TIMEOUT));
@@ -371,12 +374,14 @@ fn no_marker(slice: &Slice) -> AdapterError {
 /// `server` is not a URL (the adapter has connected with it, so only a URL
 /// the redis client reads and the `url` crate does not).
 fn world_url(
-    server: &str,
+    server: &AdminUrl,
     user: Option<(&str, &str)>,
     prefix: &str,
 ) -> Result<String, AdapterError> {
-    let a = Address::parse(server, &[], DEFAULT_URL)
-        .map_err(|e| AdapterError::new(format!("redis: admin_url {e}")))?;
+    let a = server
+        .read(&[], DEFAULT_URL)
+        .map_err(|e| AdapterError::new(format!("redis: admin_url {e}")))?
+        .clone();
     let a = match user {
         Some((u, p)) => Address::parse(&a.with_credentials(u, Some(p)), &[], DEFAULT_URL)
             .map_err(|e| AdapterError::new(format!("redis: admin_url {e}")))?,
@@ -391,18 +396,6 @@ impl Adapter for Redis {
         "redis"
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: false }
-    }
-
-    fn default_admin_url(&self) -> Option<&'static str> {
-        Some(DEFAULT_URL)
-    }
-
-    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
-        super::kit::names::KEY_PREFIX.name(project, resource, world_slug)
-    }
-
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
         let mut con = connect(slice).await?;
         // Keys already under the prefix are someone else's: a world that
@@ -410,7 +403,7 @@ impl Adapter for Redis {
         if any_key(slice, &mut con).await? {
             return Err(AdapterError::new(format!(
                 "redis at {}: keys already lie under the prefix {} and Binky did not make them; delete them, or name the world differently",
-                server_of(server_url(slice)),
+                server_of(&server_url(slice)),
                 slice.name
             )));
         }
@@ -443,19 +436,19 @@ impl Adapter for Redis {
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
         let server = server_url(slice);
         if !wants_acl(slice) {
-            return world_url(server, None, &slice.name);
+            return world_url(&server, None, &slice.name);
         }
         let mut con = connect(slice).await?;
         let password = read_marker(slice, &mut con).await?;
         match password {
             Some(p) if !p.is_empty() => {
                 crate::secrets::register(&p);
-                world_url(server, Some((&acl_user(slice), &p)), &slice.name)
+                world_url(&server, Some((&acl_user(slice), &p)), &slice.name)
             }
             // Made without `acl` (the option turned on since): the admin's
             // address until `up` or `reload` gives it its user
             // (`complete`). Never made here.
-            Some(_) => world_url(server, None, &slice.name),
+            Some(_) => world_url(&server, None, &slice.name),
             None => Err(no_marker(slice)),
         }
     }
@@ -490,7 +483,7 @@ impl Adapter for Redis {
         // marker: the kit's two checks.
         owner::check_name(
             "redis",
-            &server_of(server_url(slice)),
+            &server_of(&server_url(slice)),
             &super::kit::names::KEY_PREFIX,
             &slice.name,
         )?;
@@ -504,7 +497,7 @@ impl Adapter for Redis {
         } else {
             Found::Gone
         };
-        let server = server_of(server_url(slice));
+        let server = server_of(&server_url(slice));
         if !owner::guard("redis", &server, &slice.name, found)? {
             return Ok(());
         }

@@ -56,12 +56,12 @@ fn prefixes_match_only_themselves() {
 #[test]
 fn world_urls_keep_the_server_and_swap_the_credentials() {
     assert_eq!(
-        world_url("redis://127.0.0.1:6379/2", None, "shop:a:").unwrap(),
+        world_url(&AdminUrl::new("redis://127.0.0.1:6379/2"), None, "shop:a:").unwrap(),
         "redis://127.0.0.1:6379/2#shop:a:"
     );
     assert_eq!(
         world_url(
-            "redis://admin:s3cret@h:6380/0#old",
+            &AdminUrl::new("redis://admin:s3cret@h:6380/0#old"),
             Some(("binky_shop_a", "pw")),
             "shop:a:"
         )
@@ -69,10 +69,13 @@ fn world_urls_keep_the_server_and_swap_the_credentials() {
         "redis://binky_shop_a:pw@h:6380/0#shop:a:"
     );
     assert_eq!(
-        world_url("rediss://:pw@h/1", None, "p:w:").unwrap(),
+        world_url(&AdminUrl::new("rediss://:pw@h/1"), None, "p:w:").unwrap(),
         "rediss://:pw@h/1#p:w:"
     );
-    assert_eq!(server_of("redis://admin:s3cret@h:6380/0"), "h:6380");
+    assert_eq!(
+        server_of(&AdminUrl::new("redis://admin:s3cret@h:6380/0")),
+        "h:6380"
+    );
     assert_eq!(acl_user(&slice("shop:feat-a:")), "binky_shop_feat-a");
 }
 

@@ -20,9 +20,9 @@
 //! it. There is no server-side copy of a bucket, so `clone_from` builds each
 //! world by provision + migrate + seed.
 
-use super::kit::address::{self, decode};
+use super::kit::address::{self, AddressError, AdminUrl};
 use super::kit::{api, batch, names, owner};
-use super::{Adapter, AdapterError, Capabilities, Slice};
+use super::{Adapter, AdapterError, Slice};
 use crate::http::{Client, Fetched};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -82,79 +82,58 @@ pub fn bucket_name_error(name: &str) -> Option<String> {
     }
 }
 
-/// The endpoint (no credentials, path `/`), access key and secret of an
-/// `admin_url`; `binky check` refuses a literal `admin_url` by this same
-/// reader.
-///
-/// # Errors
-/// No scheme, a scheme this build cannot speak, no host, or no access key
-/// and secret; never quoting a credential.
-pub(crate) fn parse_admin_url(url: &str) -> Result<(url::Url, String, String), String> {
-    let schemes = crate::http::SCHEMES
-        .iter()
-        .map(|s| format!("{s}://"))
-        .collect::<Vec<_>>()
-        .join(" or ");
-    if !url.contains("://") {
-        return Err(format!(
-            "admin_url has no scheme: write {schemes}KEY:SECRET@host:port"
-        ));
-    }
-    let mut endpoint = url::Url::parse(url).map_err(|e| {
-        // AWS secrets hold `/` and `+`: unescaped, a `/` ends the host part
-        // and the rest reads as a port.
-        let rest = &url[url.find("://").map_or(0, |i| i + 3)..];
-        let userinfo = rest.rfind('@').map_or("", |at| &rest[..at]);
-        if userinfo.contains(['/', '?', '#']) {
-            format!(
-                "admin_url is not a URL ({e}): its key or secret holds `/`, `?` or `#`; percent-encode them (`/` is %2F, `?` %3F, `#` %23, and `+` %2B)"
-            )
-        } else {
-            format!("admin_url is not a URL: {e}")
+impl AdminUrl {
+    /// The endpoint (no credentials, path `/`), access key and secret this
+    /// URL names; `binky check` refuses a literal `admin_url` by this same
+    /// reader.
+    ///
+    /// # Errors
+    /// No scheme, a scheme this build cannot speak, no host, a bad port, no
+    /// access key and secret, or a path; never quoting a credential.
+    pub(crate) fn s3_account(&self) -> Result<(url::Url, String, String), String> {
+        let schemes = crate::http::SCHEMES
+            .iter()
+            .map(|s| format!("{s}://"))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let a = self
+            .read(&[], "http://KEY:SECRET@host:port")
+            .map_err(|e| match e {
+                AddressError::NoScheme { .. } => {
+                    format!("admin_url has no scheme: write {schemes}KEY:SECRET@host:port")
+                }
+                e => format!("admin_url {e}"),
+            })?;
+        if !crate::http::SCHEMES.contains(&a.scheme()) {
+            return Err(format!(
+                "admin_url for {} must be {schemes} (this build speaks no other scheme{})",
+                a.host_port(),
+                if crate::http::TLS {
+                    ""
+                } else {
+                    "; https needs binky built with `--features tls`"
+                }
+            ));
         }
-    })?;
-    if !crate::http::SCHEMES.contains(&endpoint.scheme()) {
-        return Err(format!(
-            "admin_url for {} must be {schemes} (this build speaks no other scheme{})",
-            server(&endpoint),
-            if crate::http::TLS {
-                ""
-            } else {
-                "; https needs binky built with `--features tls`"
-            }
-        ));
+        let (key, secret) = (a.user(), a.password().unwrap_or_default());
+        if key.is_empty() || secret.is_empty() {
+            return Err(format!(
+                "admin_url for {} has no access key and secret: write {}://KEY:SECRET@host:port",
+                a.host_port(),
+                a.scheme()
+            ));
+        }
+        if !matches!(a.path(), "" | "/") {
+            return Err(format!(
+                "admin_url for {} has a path ({}): buckets are made at the server's root, so write it without one",
+                a.host_port(),
+                a.path()
+            ));
+        }
+        let endpoint = url::Url::parse(&format!("{}/", a.server(false)))
+            .map_err(|e| format!("admin_url is not a URL: {e}"))?;
+        Ok((endpoint, key, secret))
     }
-    if endpoint.port() == Some(0) {
-        return Err(format!(
-            "admin_url for {} has port 0: write the port the server listens on",
-            endpoint.host_str().unwrap_or("?")
-        ));
-    }
-    if endpoint.host_str().is_none_or(str::is_empty) {
-        return Err("admin_url has no host: write http://KEY:SECRET@host:port".to_owned());
-    }
-    let key = decode(endpoint.username());
-    let secret = decode(endpoint.password().unwrap_or(""));
-    if key.is_empty() || secret.is_empty() {
-        return Err(format!(
-            "admin_url for {} has no access key and secret: write {}://KEY:SECRET@host:port",
-            server(&endpoint),
-            endpoint.scheme()
-        ));
-    }
-    if !matches!(endpoint.path(), "" | "/") {
-        return Err(format!(
-            "admin_url for {} has a path ({}): buckets are made at the server's root, so write it without one",
-            server(&endpoint),
-            endpoint.path()
-        ));
-    }
-    let _ = endpoint.set_username("");
-    let _ = endpoint.set_password(None);
-    endpoint.set_path("/");
-    endpoint.set_query(None);
-    endpoint.set_fragment(None);
-    Ok((endpoint, key, secret))
 }
 
 /// The endpoint and account of an `admin_url`.
@@ -167,13 +146,14 @@ struct Api {
 
 impl Api {
     fn of(slice: &Slice) -> Result<Api, AdapterError> {
-        let url = slice.admin_url.as_deref().ok_or_else(|| {
+        let url = slice.admin_url.as_ref().ok_or_else(|| {
             AdapterError::new(
                 "the s3 adapter needs admin_url: the endpoint with the access key and secret, e.g. admin_url = \"${env.S3_ADMIN_URL}\" with S3_ADMIN_URL=http://KEY:SECRET@127.0.0.1:9000",
             )
         })?;
-        let (endpoint, key, secret) =
-            parse_admin_url(url).map_err(|e| AdapterError::new(format!("s3: {e}")))?;
+        let (endpoint, key, secret) = url
+            .s3_account()
+            .map_err(|e| AdapterError::new(format!("s3: {e}")))?;
         let region = slice
             .options
             .get("region")
@@ -379,14 +359,6 @@ fn not_s3(bucket: &Bucket, e: impl std::fmt::Display) -> AdapterError {
 impl Adapter for S3 {
     fn name(&self) -> &str {
         "s3"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { clone: false }
-    }
-
-    fn slice_name(&self, project: &str, resource: Option<&str>, world_slug: &str) -> String {
-        bucket_name(project, resource, world_slug)
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {

@@ -53,7 +53,7 @@ fn teardown_refuses_a_bucket_binky_does_not_name() {
     let slice = |name: &str| Slice {
         name: name.to_owned(),
         project: "shop".into(),
-        admin_url: Some("http://KEY:SECRET@127.0.0.1:1".into()),
+        admin_url: Some(AdminUrl::new("http://KEY:SECRET@127.0.0.1:1")),
         options: toml::Table::new(),
         data_dir: std::env::temp_dir(),
         search_path: None,
@@ -82,16 +82,20 @@ fn bad_names_are_named() {
 
 #[test]
 fn admin_urls_with_a_raw_slash_in_the_secret_or_a_path_say_what_to_write() {
-    let e = parse_admin_url("http://AK:wJal/rXU+tn@127.0.0.1:9000").unwrap_err();
+    let read = |u: &str| AdminUrl::new(u).s3_account();
+    let e = read("http://AK:wJal/rXU+tn@127.0.0.1:9000").unwrap_err();
     assert!(e.contains("percent-encode") && e.contains("%2F"), "{e}");
-    let e = parse_admin_url("http://AK:SK@127.0.0.1:0").unwrap_err();
-    assert!(e.contains("port 0"), "{e}");
     assert!(!e.contains("rXU"), "{e}");
-    let (_, _, secret) = parse_admin_url("http://AK:wJal%2FrXU%2Btn@127.0.0.1:9000").unwrap();
+    let e = read("http://AK:SK@127.0.0.1:0").unwrap_err();
+    assert!(e.contains("bad port"), "{e}");
+    let (endpoint, _, secret) = read("http://AK:wJal%2FrXU%2Btn@127.0.0.1:9000").unwrap();
     assert_eq!(secret, "wJal/rXU+tn");
-    let e = parse_admin_url("http://AK:SK@127.0.0.1:9000/some/path").unwrap_err();
+    assert_eq!(endpoint.as_str(), "http://127.0.0.1:9000/");
+    let e = read("http://AK:SK@127.0.0.1:9000/some/path").unwrap_err();
     assert!(e.contains("has a path (/some/path)"), "{e}");
-    assert!(parse_admin_url("http://AK:SK@127.0.0.1:9000/").is_ok());
+    assert!(read("http://AK:SK@127.0.0.1:9000/").is_ok());
+    let e = read("ftp://AK:SK@127.0.0.1:9000/").unwrap_err();
+    assert!(e.contains("must be http://"), "{e}");
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! resources (adapter, options, data commands), and the `[agents]` table.
 
 use super::*;
+use crate::config::render::value_has_binky_token;
 
 pub(super) fn build_service(cx: &mut Cx<'_>, name: &str, rs: &RawService) -> Option<Service> {
     let base = keypath!["services", name];
@@ -322,6 +323,7 @@ pub(super) fn check_adapter_options(
     let Some(entry) = crate::adapters::catalog::find(adapter) else {
         // An external adapter reads what it likes; Binky reads `timeout`.
         if let Some(v) = options.get("timeout")
+            && !value_has_binky_token(v)
             && let Err(want) = crate::adapters::catalog::OptionKind::Duration.check(v)
         {
             cx.error(
@@ -349,6 +351,10 @@ pub(super) fn check_adapter_options(
             );
             continue;
         };
+        // A value with a token is known only once rendered: `up` checks it.
+        if value_has_binky_token(v) {
+            continue;
+        }
         if let Err(want) = spec.kind.check(v) {
             let hint = match spec.kind {
                 crate::adapters::catalog::OptionKind::Choice(c) => {
@@ -441,7 +447,7 @@ pub(super) fn build_resource(
 /// adapter takes.
 fn check_resource_admin_url(cx: &mut Cx<'_>, name: &str, adapter: &str, rs: &RawService) {
     if rs.admin_url.is_none()
-        && crate::adapters::catalog::find(adapter).is_some_and(|e| e.needs_admin_url)
+        && crate::adapters::catalog::find(adapter).is_some_and(|e| e.facts.needs_admin_url())
     {
         cx.error(
             "missing-admin-url",
@@ -466,7 +472,7 @@ fn check_resource_admin_url(cx: &mut Cx<'_>, name: &str, adapter: &str, rs: &Raw
             (Some(url.clone()), String::new())
         };
         if let Some(value) = value
-            && let Err(why) = e.check_admin_url(&value)
+            && let Err(why) = e.check_admin_url(&crate::address::AdminUrl::new(value.as_str()))
         {
             let why = crate::secrets::redact_url(&why, Some(&value));
             cx.error(

@@ -19,6 +19,7 @@ use super::{Daemon, WorldKey, admission};
 use crate::config::{self, Config};
 use crate::ports;
 use crate::protocol::{ApiError, ClientEnv, WorldOutcome, WorldState, WorldStatus};
+use crate::slug::WorldName;
 use crate::supervisor::Handle;
 use indexmap::IndexMap;
 use std::collections::HashMap;
@@ -53,9 +54,8 @@ pub(super) struct WorldCtx<'a> {
     pub(super) d: &'a Arc<Daemon>,
     pub(super) cfg: &'a Config,
     pub(super) project: &'a str,
-    /// The world's name (its branch).
-    pub(super) world: &'a str,
-    pub(super) slug: &'a str,
+    /// The world's name (its branch) and slug.
+    pub(super) world: &'a WorldName,
     pub(super) world_id: i64,
     pub(super) client_env: &'a ClientEnv,
 }

@@ -44,7 +44,7 @@ pub(in crate::daemon::world) async fn prepare(
     progress: &ProgressTx,
 ) -> Result<(), ApiError> {
     let project = &cx.cfg.project;
-    let done = marker(cx.d, cx.project, cx.slug);
+    let done = marker(cx.d, cx.project, cx.world.slug());
     if done.exists() || (project.copy.is_empty() && project.setup.is_empty()) {
         return Ok(());
     }
@@ -98,10 +98,10 @@ async fn setup(cx: &WorldCtx<'_>, plan: &Plan, progress: &ProgressTx) -> Result<
         cfg,
         project,
         world,
-        slug,
         client_env,
         ..
     } = *cx;
+    let slug = world.slug();
     let env_fn = lookup_env(&plan.project_env, client_env);
     let fx = facts_for(cfg, world, &plan.world_root, &plan.facts, &env_fn);
     let mut env = EnvBase {

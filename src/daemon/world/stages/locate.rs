@@ -5,6 +5,7 @@ use crate::config::Config;
 use crate::daemon::{Daemon, admission};
 use crate::protocol::{ApiError, ClientEnv, ErrorKind, WorldRef};
 use crate::registry::WorldRow;
+use crate::slug::WorldName;
 use crate::{config, worktree};
 use std::path::{Path, PathBuf};
 
@@ -89,9 +90,10 @@ pub(in crate::daemon::world) fn user_git(
 }
 
 /// A world name that could change the shape of a command is refused before
-/// anything is made (see [`crate::slug::check_world_name`]).
-pub(in crate::daemon::world) fn check_name(name: &str) -> Result<(), ApiError> {
-    crate::slug::check_world_name(name).map_err(|e| {
+/// anything is made (see [`crate::slug::check_world_name`]); the name that
+/// passes, with its slug.
+pub(in crate::daemon::world) fn check_name(name: &str) -> Result<WorldName, ApiError> {
+    WorldName::parse(name).map_err(|e| {
         ApiError::new(e).hint("pick another branch name (`binky up feat-login`), or rename the branch with `git branch -m`").with_kind(ErrorKind::InvalidInput)
     })
 }

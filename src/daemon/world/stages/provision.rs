@@ -36,10 +36,10 @@ pub(in crate::daemon::world) async fn provision(
         cfg,
         project,
         world,
-        slug,
         world_id,
         client_env,
     } = *cx;
+    let slug = world.slug();
     let adapter =
         adapter_for(d, &r.adapter, client_env).ok_or_else(|| no_adapter(service, &r.adapter))?;
     let env_fn = lookup_env(&plan.project_env, client_env);
@@ -321,7 +321,7 @@ impl Provisioning<'_> {
     async fn fill(&self) -> Result<(), ApiError> {
         let mut cloned = false;
         if let Some(from) = &self.job.r.clone_from
-            && self.adapter.capabilities().clone
+            && self.adapter.facts().capabilities.clone
         {
             let template = self.golden(from).await?;
             cloned = self.clone_from(&template).await?;
@@ -374,7 +374,7 @@ pub(in crate::daemon::world) fn refuse_reordered_slices(cx: &WorldCtx<'_>) -> Re
             adapter.as_ref(),
             cx.project,
             cx.cfg.slice_resource(service),
-            cx.slug,
+            cx.world.slug(),
         )?;
         let mine = implementation(&r.adapter);
         let Some(other) = recorded.iter().find(|s| {

@@ -5,6 +5,7 @@
 use crate::adapters;
 use crate::adapters::Slice;
 use crate::adapters::server::{self, Server};
+use crate::address::AdminUrl;
 use crate::daemon::Daemon;
 use crate::protocol::ApiError;
 
@@ -65,12 +66,12 @@ pub(in crate::daemon::world) fn reach(
             candidates[0].name, recorded.address
         )
     };
-    let keep_path = adapter.path_names_server();
+    let keep_path = adapter.facts().path_names_server;
     for (i, c) in candidates.iter().enumerate() {
         let Some(url) = adapters::server_url(adapter, c) else {
             continue;
         };
-        if server::address(&url, keep_path) == recorded.address {
+        if url.server(keep_path) == recorded.address {
             let note = (i > 0).then(|| moved("reached it there with the environment of its `up`"));
             return Ok(Reached {
                 slice: c.clone(),
@@ -85,13 +86,14 @@ pub(in crate::daemon::world) fn reach(
         if server::of(&url, keep_path, &key).credentials != recorded.credentials {
             continue;
         }
-        let no_credentials = server::credentials(&url) == Default::default();
-        let Some(rebased) = server::rebase(&url, &recorded.address)
-            .or_else(|| no_credentials.then(|| recorded.address.clone()))
+        let no_credentials = url.credentials() == Default::default();
+        let Some(rebased) = url
+            .rebased(&recorded.address)
+            .or_else(|| no_credentials.then(|| AdminUrl::new(recorded.address.clone())))
         else {
             continue;
         };
-        crate::secrets::register_url(&rebased);
+        crate::secrets::register_url(rebased.as_str());
         return Ok(Reached {
             slice: Slice {
                 admin_url: Some(rebased),

@@ -228,8 +228,7 @@ pub(in crate::daemon::world) async fn adopt_world(
         d,
         cfg: &cfg,
         project,
-        world: name,
-        slug: &w.slug,
+        world: &w.world_name(),
         world_id,
         client_env: &no_env,
     };
@@ -277,10 +276,10 @@ async fn adoption_plan(
         cfg,
         project,
         world: name,
-        slug,
         world_id,
         client_env: no_env,
     } = *cx;
+    let slug = name.slug();
     let allocated = world_ports(d, world_id)?;
     let facts = build_facts(cx, &allocated)?;
     let project_env = project_env(cfg, &world_root, &loc.main_root()).unwrap_or_default();
@@ -398,17 +397,17 @@ fn adopt_service(
         d,
         project,
         world: name,
-        slug,
         world_id,
         ..
     } = *cx;
+    let slug = name.slug();
     let log_dir = d.paths.world_logs(project, slug);
     let (spec, unrenderable) = adoptable_spec(cx, sname, p, plan, &log_dir)?;
     let rec = recorder(
         d.clone(),
         world_id,
         project.to_owned(),
-        name.to_owned(),
+        name.to_string(),
         sname.to_owned(),
     );
     let event = |what: crate::daemon::events::EventKind, detail: String| {

@@ -5,6 +5,7 @@
 use super::plan::{render_admin_url, render_options};
 use super::routes::host_of;
 use crate::adapters::{self, Slice};
+use crate::address::AdminUrl;
 use crate::config::Config;
 use crate::config::render::ServiceFacts;
 use crate::daemon::Daemon;
@@ -183,7 +184,7 @@ pub(in crate::daemon::world) fn slice_for(
     name: String,
     project: &str,
     options: Option<&toml::Table>,
-    admin_url: Option<String>,
+    admin_url: Option<AdminUrl>,
     client_env: &ClientEnv,
 ) -> Slice {
     Slice {
@@ -212,7 +213,8 @@ impl Slice {
         adapter: &dyn adapters::Adapter,
     ) -> Slice {
         self.secret = adapter
-            .world_users()
+            .facts()
+            .world_users
             .then(|| {
                 d.registry(|r| r.slice_secret(adapter.name(), &self.name))
                     .ok()
@@ -238,7 +240,7 @@ impl Slice {
         d: &Daemon,
         adapter: &dyn adapters::Adapter,
     ) -> Result<Slice, ApiError> {
-        if adapter.world_users() {
+        if adapter.facts().world_users {
             let s = d.registry(|r| r.make_slice_secret(adapter.name(), &self.name))?;
             crate::secrets::register(&s);
             self.secret = Some(s);

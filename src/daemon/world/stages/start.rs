@@ -82,7 +82,7 @@ fn start_level(
     plan: &Plan,
     progress: &ProgressTx,
 ) -> Result<Vec<Started>, ApiError> {
-    let log_dir = cx.d.paths.world_logs(cx.project, cx.slug);
+    let log_dir = cx.d.paths.world_logs(cx.project, cx.world.slug());
     let mut started = Vec::new();
     for sname in level {
         let Some(p) = cx.cfg.services[sname].process() else {
@@ -101,7 +101,7 @@ fn start_level(
             cx.d.clone(),
             cx.world_id,
             cx.project.to_owned(),
-            cx.world.to_owned(),
+            cx.world.to_string(),
             sname.clone(),
         );
         let log = spec.log.clone();

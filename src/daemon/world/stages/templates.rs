@@ -217,7 +217,7 @@ impl Provisioning<'_> {
             Ok(how) => how,
             Err(e) if e.is_environmental() => {
                 let e = e.redacted(self.slice);
-                tracing::warn!(project, world, service, reason = %e.message, "clone_fallback");
+                tracing::warn!(project, world = world.as_str(), service, reason = %e.message, "clone_fallback");
                 self.rebuilding(
                     EventKind::CloneFallback,
                     &format!(

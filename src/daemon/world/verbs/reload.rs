@@ -87,7 +87,7 @@ pub(in crate::daemon::world) async fn reload_with(
         Some(dropping) => drop_slices(d, &loc, &w, dropping, &req, progress).await?,
         None => Vec::new(),
     };
-    let out = up_locked(d, &loc, &req, progress).await;
+    let out = up_locked(d, &loc, &w.world_name(), &req, progress).await;
     // The room before the lock: a verb that gets the lock next must find
     // this one's count gone, not lean on it (see `Entry::confirm`).
     drop(entry);

@@ -419,7 +419,7 @@ fn torn_down(
 ) -> TornDownSlice {
     let server = s.server.as_ref().map(|v| v.address.clone()).or_else(|| {
         let url = adapters::server_url(adapter, shown?)?;
-        Some(adapters::server::address(&url, adapter.path_names_server()))
+        Some(url.server(adapter.facts().path_names_server))
     });
     TornDownSlice {
         slice: s.slice.clone(),

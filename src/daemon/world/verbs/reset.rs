@@ -105,8 +105,7 @@ async fn reset_running(
         d,
         cfg,
         project: &loc.name,
-        world: name,
-        slug: &w.slug,
+        world: &w.world_name(),
         world_id: w.id,
         client_env: &env,
     };

@@ -24,7 +24,7 @@ use crate::faults::point as fault_point;
 use crate::ports::PortNote;
 use crate::protocol::{ApiError, ClientEnv, ServiceState, UpRequest, WorldOutcome, WorldState};
 use crate::registry::{NewWorld, WorldRow};
-use crate::slug::world_slug;
+use crate::slug::WorldName;
 use crate::supervisor::State;
 use crate::{config, ports, worktree};
 use indexmap::IndexMap;
@@ -38,14 +38,14 @@ pub(crate) async fn up(
     req: UpRequest,
     progress: &ProgressTx,
 ) -> Result<WorldOutcome, ApiError> {
-    check_name(&req.world.name)?;
+    let name = check_name(&req.world.name)?;
     // Before admission: a name git refuses would be admitted (and logged)
     // only to fail at the worktree.
     crate::worktree::check_branch(&req.world.name)?;
     check_group(req.group.as_deref())?;
     let loc = locate(d, &req.world)?;
     match admit(d, &loc, req.clone(), "up", progress).await? {
-        Ok(entry) => up_with(d, &loc, &req, entry, progress).await,
+        Ok(entry) => up_with(d, &loc, &name, &req, entry, progress).await,
         Err(queued) => Ok(queued),
     }
 }
@@ -58,8 +58,11 @@ pub(crate) async fn up_admitted(
     entry: admission::Entry,
     progress: &ProgressTx,
 ) -> Result<WorldOutcome, ApiError> {
+    // Checked when it was queued, and again here: the queue may be one a
+    // daemon of another version left.
+    let name = check_name(&req.world.name)?;
     let loc = locate(d, &req.world)?;
-    up_with(d, &loc, &req, entry, progress).await
+    up_with(d, &loc, &name, &req, entry, progress).await
 }
 
 /// `up` under the world's lock; `entry` counts against the room until
@@ -67,6 +70,7 @@ pub(crate) async fn up_admitted(
 pub(in crate::daemon::world) async fn up_with(
     d: &Arc<Daemon>,
     loc: &Located,
+    name: &WorldName,
     req: &UpRequest,
     entry: admission::Entry,
     progress: &ProgressTx,
@@ -81,7 +85,7 @@ pub(in crate::daemon::world) async fn up_with(
         Ok(had) => had,
         Err(queued) => return Ok(queued),
     };
-    let out = up_locked(d, loc, req, progress).await;
+    let out = up_locked(d, loc, name, req, progress).await;
     drop(entry);
     out
 }
@@ -91,12 +95,12 @@ pub(in crate::daemon::world) async fn up_with(
 pub(in crate::daemon::world) async fn up_locked(
     d: &Arc<Daemon>,
     loc: &Located,
+    name: &WorldName,
     req: &UpRequest,
     progress: &ProgressTx,
 ) -> Result<WorldOutcome, ApiError> {
-    let (name, group, client_env) = (req.world.name.as_str(), req.group.as_deref(), &req.env);
+    let (group, client_env) = (req.group.as_deref(), &req.env);
     let project = loc.name.as_str();
-    let slug = world_slug(name);
     let project_id = register_project(d, loc)?;
     let existing = d.registry(|r| r.find_world(project_id, name))?;
     if let Some(w) = &existing
@@ -145,13 +149,12 @@ pub(in crate::daemon::world) async fn up_locked(
     let new = NewWorld {
         project_id,
         name,
-        slug: &slug,
         path: &path,
         group,
     };
     let world_id = record_world(d, &new, &cfg)?;
     if ensured.created || ensured.recreated {
-        crate::daemon::world::stages::bootstrap::forget(d, project, &slug);
+        crate::daemon::world::stages::bootstrap::forget(d, project, name.slug());
     }
     d.worlds.remember_env(world_id, client_env);
     d.event(world_event(EventKind::UpStarted, project, name));
@@ -161,7 +164,6 @@ pub(in crate::daemon::world) async fn up_locked(
         cfg: &cfg,
         project,
         world: name,
-        slug: &slug,
         world_id,
         client_env,
     };
@@ -222,7 +224,7 @@ async fn make_worktree(
     d: &Daemon,
     loc: &Located,
     project_id: i64,
-    name: &str,
+    name: &WorldName,
     client_env: &ClientEnv,
     progress: &ProgressTx,
 ) -> Result<worktree::Ensured, ApiError> {
@@ -237,7 +239,7 @@ async fn make_worktree(
     };
     let git = user_git(client_env)?;
     check_path(&root.join(&loc.subdir))?;
-    let (main, branch, slug) = (loc.main.clone(), name.to_owned(), world_slug(name));
+    let (main, branch, slug) = (loc.main.clone(), name.to_string(), name.slug().to_owned());
     let repo_lock = d.worlds.repo_lock(&loc.main);
     let _repo_guard = repo_lock.lock().await;
     tokio::task::spawn_blocking(move || worktree::ensure(&git, &main, &branch, &slug, &root))
@@ -575,7 +577,7 @@ pub(in crate::daemon::world) async fn provision_slices(
                     env: &env_fn,
                     client_env: cx.client_env,
                 }
-                .resolved(cx.d, n, adapter.as_ref(), cx.slug, cx.world_id)
+                .resolved(cx.d, n, adapter.as_ref(), cx.world.slug(), cx.world_id)
                 .await?;
                 resolved.apply(plan.facts.get_mut(n).expect("fact per service"));
                 continue;

@@ -144,7 +144,7 @@ pub(in crate::daemon::world) fn build_facts(
     cx: &crate::daemon::world::WorldCtx<'_>,
     allocated: &IndexMap<ports::PortKey, u16>,
 ) -> Result<IndexMap<String, ServiceFacts>, ApiError> {
-    let facts = facts_of(cx.d, cx.cfg, cx.slug, allocated);
+    let facts = facts_of(cx.d, cx.cfg, cx.world.slug(), allocated);
     for (n, f) in &facts {
         let is_url = cx.cfg.services[n]
             .process()
@@ -154,7 +154,7 @@ pub(in crate::daemon::world) fn build_facts(
                 host,
                 crate::proxy::Route {
                     project: cx.project.to_owned(),
-                    world: cx.world.to_owned(),
+                    world: cx.world.to_string(),
                     service: n.clone(),
                     port,
                     state: ServiceState::Starting,

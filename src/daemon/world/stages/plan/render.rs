@@ -3,6 +3,7 @@
 //! options, and an `env_file`.
 
 use super::facts_for;
+use crate::address::AdminUrl;
 use crate::config;
 use crate::config::Config;
 use crate::config::render::{Facts, ServiceFacts, render};
@@ -93,7 +94,7 @@ pub(in crate::daemon::world) fn render_admin_url(
     r: &config::Resource,
     facts: &IndexMap<String, ServiceFacts>,
     env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<AdminUrl>, ApiError> {
     let Some(t) = &r.admin_url else {
         return Ok(None);
     };
@@ -104,11 +105,13 @@ pub(in crate::daemon::world) fn render_admin_url(
         &facts_for(cfg, world, world_root, facts, env),
     )?;
     crate::secrets::register_url(&url);
+    // Read here, once: every later step takes the parsed URL.
+    let url = AdminUrl::new(url);
     if let Some(e) = crate::adapters::catalog::find(&r.adapter) {
         e.check_admin_url(&url).map_err(|why| {
             ApiError::new(crate::secrets::redact_url(
                 &format!("services.{service}: {}: {why}", e.name),
-                Some(&url),
+                Some(url.as_str()),
             ))
             .hint("fix admin_url, or the variables it is rendered from, and run this again")
         })?;

@@ -319,7 +319,7 @@ async fn drop_unknown_template(
         .map_err(|e| e.to_string())?;
     let admin_url = match &m.server {
         Some(s) if s.credentials == crate::adapters::server::fingerprint(&key, "", "") => {
-            Some(s.address.clone())
+            Some(crate::address::AdminUrl::new(s.address.clone()))
         }
         Some(s) => {
             return Err(format!(
@@ -327,7 +327,7 @@ async fn drop_unknown_template(
                 s.address
             ));
         }
-        None if !adapter.serverless() => {
+        None if !adapter.facts().serverless => {
             return Err(format!(
                 "the marker does not say which server the template {name} is on (written by an older binky); drop it by hand, then delete this marker"
             ));

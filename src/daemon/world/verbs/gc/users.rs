@@ -32,7 +32,7 @@ pub(super) async fn sweep_users(
             let Some(adapter) = adapter_for(d, &r.adapter, client_env) else {
                 continue;
             };
-            if !adapter.world_users() {
+            if !adapter.facts().world_users {
                 continue;
             }
             // The server is reached as the project's resource renders it;
