@@ -458,6 +458,7 @@ mod tests {
     /// and world and says what may have happened, as one the daemon
     /// dropped while answering does (found by the chaos test: "lost the
     /// daemon connection: Broken pipe").
+    #[cfg(unix)]
     #[test]
     fn a_daemon_that_hangs_up_before_the_request_is_named_with_verb_and_world() {
         let home = tempfile::tempdir().unwrap();

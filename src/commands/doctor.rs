@@ -9,7 +9,6 @@ use crate::output::{DIM, ERROR, OK, WARN, paint};
 use crate::protocol::{Request, Response};
 use serde::Serialize;
 use std::net::ToSocketAddrs;
-use std::os::unix::fs::PermissionsExt;
 use std::process::ExitCode;
 
 /// How a check came out.
@@ -82,7 +81,7 @@ pub(crate) fn run(args: &JsonArgs) -> ExitCode {
 fn state_folder(paths: &crate::paths::Paths) -> Check {
     let home = paths.home().display();
     match std::fs::metadata(paths.home()) {
-        Ok(m) if m.permissions().mode() & 0o077 == 0 => check(
+        Ok(m) if crate::platform::is_private(&m) => check(
             "state folder",
             Status::Ok,
             format!("{home} is private (0700)"),
@@ -93,7 +92,7 @@ fn state_folder(paths: &crate::paths::Paths) -> Check {
             Status::Fail,
             format!(
                 "{home} has mode {:o}; others can reach the daemon's files",
-                m.permissions().mode() & 0o777
+                crate::platform::mode_bits(&m) & 0o777
             ),
             Some(format!("chmod 700 {home}")),
         ),

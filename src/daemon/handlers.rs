@@ -214,7 +214,10 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         .unwrap_or(0);
     let footprints = d.read_registry(|r| r.footprints())?.into_iter().collect();
     let queue_length = d.read_registry(|r| r.queue())?.len() as u64;
-    let (rss_bytes, cpu_time_ms) = self_usage();
+    let platform::SelfUsage {
+        rss_bytes,
+        cpu_time_ms,
+    } = platform::self_usage();
     let memory = crate::platform::memory();
     let settings = d.read_registry(|r| r.settings())?;
     let reserve_of = super::admission::disk_reserve(d, &settings)?;
@@ -258,20 +261,4 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         cpu_time_ms,
         cpu_percent,
     })
-}
-
-/// This process's resident memory (bytes) and accumulated CPU time (ms), from
-/// sysinfo.
-fn self_usage() -> (u64, u64) {
-    use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
-    let pid = Pid::from_u32(platform::pid());
-    let mut sys = System::new();
-    sys.refresh_processes_specifics(
-        ProcessesToUpdate::Some(&[pid]),
-        true,
-        ProcessRefreshKind::nothing().with_memory().with_cpu(),
-    );
-    sys.process(pid)
-        .map(|p| (p.memory(), p.accumulated_cpu_time()))
-        .unwrap_or((0, 0))
 }

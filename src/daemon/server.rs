@@ -243,17 +243,7 @@ fn proxy_retry_most() -> Duration {
 fn spawn_signal_handler(daemon: &Arc<Daemon>) {
     let d = daemon.clone();
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            return;
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
+        platform::shutdown_signal().await;
         tracing::info!("signal received; shutting down");
         let _ = d.shutdown.send(true);
     });

@@ -58,10 +58,9 @@ pub(super) fn spawn_process(
 }
 
 pub(super) fn describe(status: std::io::Result<std::process::ExitStatus>) -> (bool, String) {
-    use std::os::unix::process::ExitStatusExt;
     match status {
         Ok(s) if s.success() => (true, CLEAN_EXIT.into()),
-        Ok(s) => match (s.code(), s.signal()) {
+        Ok(s) => match (s.code(), platform::exit_signal(&s)) {
             (Some(c), _) => (false, format!("exited with code {c}")),
             (_, Some(sig)) => (false, format!("killed by signal {sig}")),
             _ => (false, format!("exited ({s})")),
@@ -156,7 +155,11 @@ pub(crate) async fn stop_pgid(
     grace: Duration,
     leader_exit: impl std::future::Future<Output = ()>,
 ) -> Option<String> {
-    let _ = platform::signal_group(pgid, platform::signal_by_name(signal));
+    // An unknown name sends nothing (config checks names before they get
+    // here); the group still gets SIGKILL after the grace.
+    if let Some(sig) = platform::Signal::from_name(signal) {
+        let _ = platform::signal_group(pgid, sig);
+    }
     let deadline = tokio::time::Instant::now() + grace;
     let _ = tokio::time::timeout_at(deadline, leader_exit).await;
     // The leader may be gone while grandchildren linger; check the group
@@ -169,7 +172,7 @@ pub(crate) async fn stop_pgid(
     if !platform::group_alive(pgid) {
         return None;
     }
-    let _ = platform::signal_group(pgid, Some(nix::sys::signal::Signal::SIGKILL));
+    let _ = platform::signal_group(pgid, platform::Signal::Kill);
     let gone_by = tokio::time::Instant::now() + KILL_WAIT;
     let mut pause = Duration::from_millis(1);
     while platform::group_alive(pgid) {
@@ -230,9 +233,10 @@ pub(super) async fn stop_strays(
         ?pids,
         "stopping processes the service started outside its process group"
     );
+    let sig = platform::Signal::from_name(signal).unwrap_or(platform::Signal::Term);
     let mut set = tokio::task::JoinSet::new();
     for pid in pids {
-        set.spawn(terminate(pid, platform::signal_by_name(signal), grace));
+        set.spawn(terminate(pid, sig, grace));
     }
     let mut left = Vec::new();
     while let Some(r) = set.join_next().await {
@@ -246,16 +250,15 @@ pub(super) async fn stop_strays(
 /// one). `Some` says it outlived both by [`KILL_WAIT`].
 pub(crate) async fn terminate(
     pid: u32,
-    signal: Option<nix::sys::signal::Signal>,
+    signal: platform::Signal,
     grace: Duration,
 ) -> Option<String> {
-    use nix::sys::signal::Signal;
-    let _ = platform::signal_process(pid, signal.or(Some(Signal::SIGTERM)));
+    let _ = platform::signal_process(pid, signal);
     let exited = |limit| tokio::time::timeout(limit, platform::wait_exit(pid));
     if exited(grace).await.is_ok() {
         return None;
     }
-    let _ = platform::signal_process(pid, Some(Signal::SIGKILL));
+    let _ = platform::signal_process(pid, platform::Signal::Kill);
     let dead = exited(KILL_WAIT).await.is_ok();
     (!dead).then(|| format!("pid {pid} (outside its process group) outlived SIGKILL"))
 }

@@ -45,7 +45,7 @@ pub(super) async fn run_adopted(
             return;
         }
     }
-    let _ = platform::signal_group(pid, Some(nix::sys::signal::Signal::SIGKILL));
+    let _ = platform::signal_group(pid, platform::Signal::Kill);
     let mut history = VecDeque::new();
     match restart::decide(&spec.restart, false, &mut history, Instant::now()) {
         restart::Decision::Restart(delay) => {
@@ -166,7 +166,7 @@ impl Runner {
                 Life::Exited(exit) => exit,
             };
             // It exited on its own. Leave no stray descendants holding its port.
-            let _ = platform::signal_group(pid, Some(nix::sys::signal::Signal::SIGKILL));
+            let _ = platform::signal_group(pid, platform::Signal::Kill);
             // Its last lines may still be on their way through the log writer;
             // the state set next makes `up` quote the log's tail.
             if let Some(rx) = drained {

@@ -14,7 +14,7 @@
 //! stop the others: each says what became of it, and
 //! [`not_copied`] sums up what was and was not copied.
 
-use crate::platform::{DirHandle, FileCopy, clone_into, is_link_refusal};
+use crate::platform::{DirHandle, FileCopy, clone_into, is_link_refusal, mode_bits, set_file_mode};
 use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};
 
@@ -349,12 +349,11 @@ fn copy_tree(
     shown: &Path,
     c: &mut Copied,
 ) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
     let err = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
     let made = |e: std::io::Error| format!("{} in the worktree: {e}", shown.display());
     let meta = src.symlink_metadata().map_err(|e| err(src, e))?;
     let t = meta.file_type();
-    let mode = meta.permissions().mode() & 0o7777;
+    let mode = mode_bits(&meta);
     if t.is_symlink() {
         let target = std::fs::read_link(src).map_err(|e| err(src, e))?;
         dir.symlink(&target, name).map_err(made)?;
@@ -372,8 +371,7 @@ fn copy_tree(
         if clone_into(src, &f).map_err(|e| err(src, e))? == FileCopy::Bytes {
             c.how = FileCopy::Bytes;
         }
-        f.set_permissions(std::fs::Permissions::from_mode(mode))
-            .map_err(made)?;
+        set_file_mode(&f, mode).map_err(made)?;
         c.files += 1;
         c.bytes += meta.len();
     }
@@ -381,7 +379,8 @@ fn copy_tree(
     Ok(())
 }
 
-#[cfg(test)]
+// Every fixture holds a symbolic link, made the Unix way.
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 

@@ -93,6 +93,7 @@ fn stale_lock_and_socket_from_a_killed_daemon_are_recovered() {
     assert_ne!(new_pid, pid);
 }
 
+#[cfg(unix)]
 #[test]
 fn a_socket_file_with_nothing_behind_it_is_replaced() {
     let home = Home::new();
@@ -104,6 +105,7 @@ fn a_socket_file_with_nothing_behind_it_is_replaced() {
     assert!(home.daemon_pid().is_some());
 }
 
+#[cfg(unix)]
 #[test]
 fn socket_and_folder_are_private() {
     let home = Home::new();
@@ -114,6 +116,7 @@ fn socket_and_folder_are_private() {
     assert_eq!(mode(&home.file("registry.db")), 0o600);
 }
 
+#[cfg(unix)]
 #[test]
 fn a_connection_from_another_user_is_refused() {
     let is_root = std::process::Command::new("id")

@@ -3,13 +3,19 @@
 
 use crate::harness::*;
 use crate::project::*;
-use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Stdio;
-use std::time::Duration;
+#[cfg(unix)]
+use {
+    std::io::Read,
+    std::os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    std::os::unix::process::{CommandExt, ExitStatusExt},
+    std::time::Duration,
+};
+
+// Descriptors, pipes and SIGPIPE are Unix's: the tests of them are too.
 
 /// The descriptors a process has open, by number.
+#[cfg(unix)]
 fn fds_of(pid: u32) -> Vec<u32> {
     let mut v: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
@@ -22,6 +28,7 @@ fn fds_of(pid: u32) -> Vec<u32> {
 
 /// A pipe whose ends are not close-on-exec (as a shell's `7>&1` leaves
 /// them).
+#[cfg(unix)]
 #[allow(unsafe_code)] // A test's own process: see the SAFETY notes.
 fn inheritable_pipe() -> (std::fs::File, OwnedFd) {
     let mut fds = [0; 2];
@@ -36,6 +43,7 @@ fn inheritable_pipe() -> (std::fs::File, OwnedFd) {
     }
 }
 
+#[cfg(unix)]
 #[allow(unsafe_code)] // A test's own process: see the SAFETY notes.
 #[test]
 fn the_auto_started_daemon_and_its_services_keep_no_inherited_descriptor() {
@@ -106,6 +114,7 @@ fn the_auto_started_daemon_and_its_services_keep_no_inherited_descriptor() {
 }
 
 /// Runs `binky args` with stdout a pipe whose reader is already gone.
+#[cfg(unix)]
 fn with_closed_stdout(home: &Home, repo: Option<&Repo>, args: &[&str]) -> std::process::Output {
     let (reader, writer) = inheritable_pipe();
     drop(reader);
@@ -119,6 +128,7 @@ fn with_closed_stdout(home: &Home, repo: Option<&Repo>, args: &[&str]) -> std::p
         .unwrap()
 }
 
+#[cfg(unix)]
 #[test]
 fn a_closed_stdout_ends_every_command_quietly() {
     let home = Home::new();

@@ -1,11 +1,48 @@
 //! Copying files the cheapest way the filesystem allows: a copy-on-write
 //! clone (`FICLONE`, on btrfs, XFS, bcachefs, ZFS 2.2+) shares the source's
-//! blocks and costs almost nothing; elsewhere, a byte copy.
+//! blocks and costs almost nothing; elsewhere, a byte copy. And what Binky
+//! reads of a file beyond its size and kind: its identity and its mode.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions};
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+
+/// The identity of a file, `(device, inode)`: equal for two names of one
+/// file, different for a new file made at the same name. A log writer and
+/// a follower compare it to notice a rotation by rename; a log cursor
+/// carries it, so it must fit two integers.
+pub(crate) fn file_id(m: &Metadata) -> (u64, u64) {
+    (m.dev(), m.ino())
+}
+
+/// The permission bits of a file: read, write and execute for owner, group
+/// and others, with setuid, setgid and sticky (`0o7777` at most).
+pub(crate) fn mode_bits(m: &Metadata) -> u32 {
+    m.permissions().mode() & 0o7777
+}
+
+/// Whether neither the file's group nor other users may read, write or
+/// enter it (mode `0o?00`): a folder holding the daemon's socket and
+/// secrets must be.
+pub(crate) fn is_private(m: &Metadata) -> bool {
+    m.permissions().mode() & 0o077 == 0
+}
+
+/// Whether anyone may run the file (an execute bit is set).
+pub(crate) fn is_executable(m: &Metadata) -> bool {
+    m.permissions().mode() & 0o111 != 0
+}
+
+/// Sets the permission bits of open file `f` to `mode` (as [`mode_bits`]
+/// gives them), through the handle, so a name changed since cannot
+/// redirect it.
+///
+/// # Errors
+/// The file's owner is another user, or the filesystem is read-only.
+pub(crate) fn set_file_mode(f: &File, mode: u32) -> io::Result<()> {
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
+}
 
 /// How a file was copied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,11 +3,11 @@
 //!
 //! | module | holds |
 //! |---|---|
-//! | [`procs`] | the process table: signals, stat, start time, environment, descendants, marked processes |
+//! | [`procs`] | the process table: signals, stat, start time, environment, descendants, marked processes, how a process ended, this process's usage |
 //! | [`sockets`] | `/proc/net`: who owns a TCP connection, who listens on a port |
 //! | [`memory`](mod@memory) | `MemAvailable` within the cgroup limit, pressure-stall triggers, RSS, free disk |
-//! | [`files`] | copying a file by copy-on-write clone where the filesystem can |
-//! | here | files, locks, the socket, spawning and detaching, descriptors, signals to the CLI |
+//! | [`files`] | copying a file by copy-on-write clone where the filesystem can; a file's identity and mode |
+//! | here | files, locks, the socket, spawning and detaching, descriptors, signals to the CLI and the daemon |
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -19,7 +19,9 @@ mod memory;
 mod nofollow;
 mod procs;
 mod sockets;
-pub(crate) use files::{FileCopy, clone_file, clone_into};
+pub(crate) use files::{
+    FileCopy, clone_file, clone_into, file_id, is_executable, is_private, mode_bits, set_file_mode,
+};
 pub(crate) use memory::{
     PressureTrigger, disk_space, groups_rss, groups_usage, memory, memory_pressure_avg10,
 };
@@ -28,9 +30,9 @@ pub(crate) use nofollow::{
     write_replacing,
 };
 pub(crate) use procs::{
-    Marked, all_processes, command_line, group_alive, group_members, marked_processes,
+    Marked, all_processes, command_line, exit_signal, group_alive, group_members, marked_processes,
     marked_processes_settled, page_size, proc_stat, process_env, process_env_settled,
-    process_start_time, process_tree, session_id, signal_by_name, signal_group, signal_process,
+    process_start_time, process_tree, self_usage, session_id, signal_group, signal_process,
 };
 pub(crate) use sockets::{
     listeners_of, listening_ports, port_has_listener, tcp_peer_uid, tcp_socket_owners,
@@ -57,7 +59,7 @@ pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
         .mode(0o700)
         .create(dir)?;
     let meta = std::fs::metadata(dir)?;
-    if meta.permissions().mode() & 0o077 != 0 {
+    if !is_private(&meta) {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     }
     Ok(())
@@ -303,7 +305,6 @@ pub(crate) fn close_inherited_fds() {
 /// by the CLI writes there; one run in a terminal does not).
 pub(crate) fn stderr_is(path: &Path) -> bool {
     use std::os::fd::AsFd;
-    use std::os::unix::fs::MetadataExt;
     let err = std::io::stderr()
         .as_fd()
         .try_clone_to_owned()
@@ -312,7 +313,7 @@ pub(crate) fn stderr_is(path: &Path) -> bool {
     let (Ok(err), Ok(file)) = (err, std::fs::metadata(path)) else {
         return false;
     };
-    err.dev() == file.dev() && err.ino() == file.ino()
+    file_id(&err) == file_id(&file)
 }
 
 /// Points stdout and stderr at `file` (the daemon's current `daemon.log`),
@@ -333,14 +334,13 @@ pub fn find_executable(
     names: &[&str],
     search_path: Option<&std::ffi::OsStr>,
 ) -> Option<std::path::PathBuf> {
-    use std::os::unix::fs::PermissionsExt as _;
     let path = search_path
         .map(|p| p.to_owned())
         .or_else(|| std::env::var_os("PATH"))?;
     names.iter().find_map(|n| {
-        std::env::split_paths(&path).map(|d| d.join(n)).find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+        std::env::split_paths(&path)
+            .map(|d| d.join(n))
+            .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && is_executable(&m)))
     })
 }
 
@@ -439,6 +439,25 @@ pub(crate) fn ignore_terminal_signals() {
     unsafe {
         let _ = signal(Signal::SIGHUP, SigHandler::SigIgn);
         let _ = signal(Signal::SIGINT, SigHandler::SigIgn);
+    }
+}
+
+/// Resolves when this process is asked to end: SIGTERM (a service manager,
+/// `kill`) or SIGINT (Ctrl-C in the terminal it runs in). For the daemon,
+/// which then shuts down in order instead of dying mid-write. The handlers
+/// are installed on the first poll; when they cannot be, it never resolves
+/// (the daemon then runs until asked over its socket).
+pub(crate) async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
     }
 }
 

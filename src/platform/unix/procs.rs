@@ -2,26 +2,37 @@
 //! a process's stat, start time, environment and descendants, and the
 //! processes a daemon marked as its own.
 
+use crate::platform::{SelfUsage, Signal};
 use std::io;
-
-/// Maps a portable signal name (`SIGTERM`…) to the native signal.
-pub(crate) fn signal_by_name(name: &str) -> Option<nix::sys::signal::Signal> {
-    name.parse().ok()
-}
 
 /// Sends `sig` to every process in group `pgid`. `Ok(false)` when the group
 /// no longer exists.
-pub(crate) fn signal_group(pgid: u32, sig: Option<nix::sys::signal::Signal>) -> io::Result<bool> {
-    send_signal(pgid, sig, true)
+///
+/// # Errors
+/// The kernel refused (another user's group: `EPERM`).
+pub(crate) fn signal_group(pgid: u32, sig: Signal) -> io::Result<bool> {
+    send_signal(pgid, Some(native(sig)), true)
+}
+
+/// The native signal for `sig`.
+fn native(sig: Signal) -> nix::sys::signal::Signal {
+    use nix::sys::signal::Signal as N;
+    match sig {
+        Signal::Term => N::SIGTERM,
+        Signal::Int => N::SIGINT,
+        Signal::Quit => N::SIGQUIT,
+        Signal::Hup => N::SIGHUP,
+        Signal::Kill => N::SIGKILL,
+        Signal::Usr1 => N::SIGUSR1,
+        Signal::Usr2 => N::SIGUSR2,
+        Signal::Winch => N::SIGWINCH,
+    }
 }
 
 /// `kill` (or `killpg` when `group`); never to pid/pgid 0 or 1, which would
-/// reach our own group or init. `Ok(false)` when the target is gone.
-pub(super) fn send_signal(
-    id: u32,
-    sig: Option<nix::sys::signal::Signal>,
-    group: bool,
-) -> io::Result<bool> {
+/// reach our own group or init. `Ok(false)` when the target is gone. No
+/// signal (`None`, signal 0) only checks that the target exists.
+fn send_signal(id: u32, sig: Option<nix::sys::signal::Signal>, group: bool) -> io::Result<bool> {
     let Ok(raw) = i32::try_from(id) else {
         return Ok(false);
     };
@@ -118,7 +129,8 @@ pub(crate) fn group_members(pgid: u32) -> Vec<u32> {
 /// a member whose parent died waits for init to reap it, which can take
 /// seconds, and it holds nothing (no port, no file) meanwhile.
 pub(crate) fn group_alive(pgid: u32) -> bool {
-    signal_group(pgid, None).unwrap_or(false) && !group_members(pgid).is_empty()
+    // Signal 0 sends nothing: it only asks whether the group exists.
+    send_signal(pgid, None, true).unwrap_or(false) && !group_members(pgid).is_empty()
 }
 
 /// A process's start time in clock ticks since boot (field 22 of
@@ -379,6 +391,33 @@ fn inside_exec(was: &ProcStat, now: Option<&ProcStat>) -> bool {
 /// a process whose environment read empty (one inside `execve`).
 pub(super) const EXEC_REREADS: u32 = 20;
 
+/// The number of the signal that ended a process, when one did (`None` when
+/// it exited with a code). Only for messages: the number is the system's.
+pub(crate) fn exit_signal(status: &std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal()
+}
+
+/// This process's resident memory and CPU time so far, read through
+/// `sysinfo` (which reads `/proc/self` here). Zero for both when they
+/// cannot be read.
+pub(crate) fn self_usage() -> SelfUsage {
+    use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
+    let pid = Pid::from_u32(std::process::id());
+    let mut sys = System::new();
+    sys.refresh_processes_specifics(
+        ProcessesToUpdate::Some(&[pid]),
+        true,
+        ProcessRefreshKind::nothing().with_memory().with_cpu(),
+    );
+    sys.process(pid)
+        .map(|p| SelfUsage {
+            rss_bytes: p.memory(),
+            cpu_time_ms: p.accumulated_cpu_time(),
+        })
+        .unwrap_or_default()
+}
+
 /// The size of a memory page, bytes.
 pub(crate) fn page_size() -> u64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
@@ -393,8 +432,11 @@ pub(crate) fn session_id() -> u32 {
 }
 
 /// Sends `sig` to one process. `Ok(false)` when it no longer exists.
-pub(crate) fn signal_process(pid: u32, sig: Option<nix::sys::signal::Signal>) -> io::Result<bool> {
-    send_signal(pid, sig, false)
+///
+/// # Errors
+/// The kernel refused (another user's process: `EPERM`).
+pub(crate) fn signal_process(pid: u32, sig: Signal) -> io::Result<bool> {
+    send_signal(pid, Some(native(sig)), false)
 }
 
 /// Pids of `pid` and all its descendants (from `/proc/*/stat` parent links).

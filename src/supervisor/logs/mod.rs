@@ -17,7 +17,6 @@ pub(crate) use stamp::{split_stamp, stamp};
 use crate::platform;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -114,11 +113,6 @@ pub(crate) fn roll(path: &Path, max_bytes: u64, keep: u32) {
 /// after it (within this long while the service keeps writing).
 const NAME_CHECK: Duration = Duration::from_millis(250);
 
-/// The identity of a file: device and inode.
-fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
-    (m.dev(), m.ino())
-}
-
 /// An append-only log that keeps to its *name*. It rolls itself to
 /// `path.1`… (keeping `keep` generations) once it reaches `max_bytes`, and
 /// when something else renamed or deleted `path` (logrotate's default
@@ -149,7 +143,7 @@ impl LogFile {
         let meta = file.metadata()?;
         Ok(LogFile {
             path: path.to_path_buf(),
-            id: file_id(&meta),
+            id: platform::file_id(&meta),
             size: meta.len(),
             file,
             max_bytes,
@@ -170,7 +164,7 @@ impl LogFile {
     fn reopen(&mut self) -> std::io::Result<()> {
         let file = open_append(&self.path)?;
         let meta = file.metadata()?;
-        self.id = file_id(&meta);
+        self.id = platform::file_id(&meta);
         self.size = meta.len();
         self.file = file;
         if let Some(f) = self.on_open {
@@ -185,7 +179,8 @@ impl LogFile {
         if self.checked.elapsed() >= NAME_CHECK {
             self.checked = Instant::now();
             // Not followed: a link put at the name is not the file.
-            let same = std::fs::symlink_metadata(&self.path).is_ok_and(|m| file_id(&m) == self.id);
+            let same = std::fs::symlink_metadata(&self.path)
+                .is_ok_and(|m| platform::file_id(&m) == self.id);
             if !same {
                 self.reopen()?;
             }
@@ -245,7 +240,7 @@ impl Follower {
             .file
             .as_ref()
             .and_then(|f| f.metadata().ok())
-            .map(|m| file_id(&m));
+            .map(|m| platform::file_id(&m));
         self.offset = 0;
     }
 
@@ -283,7 +278,8 @@ impl Follower {
     /// since, or was replaced).
     pub(crate) fn resume(path: &Path, mark: Mark) -> (Self, bool) {
         let same = |p: &Path| {
-            std::fs::symlink_metadata(p).is_ok_and(|m| file_id(&m) == (mark.dev, mark.ino))
+            std::fs::symlink_metadata(p)
+                .is_ok_and(|m| platform::file_id(&m) == (mark.dev, mark.ino))
         };
         let rotated = PathBuf::from(format!("{}.1", path.display()));
         let at = if same(path) {
@@ -325,7 +321,7 @@ impl Follower {
         self.read_rest(&mut out);
         let now = std::fs::symlink_metadata(&self.path)
             .ok()
-            .map(|m| file_id(&m));
+            .map(|m| platform::file_id(&m));
         if now.is_some() && now != self.id {
             // Rotated: the old file is finished (read above); take the new.
             self.open_current();

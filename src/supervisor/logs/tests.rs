@@ -58,6 +58,7 @@ fn a_log_file_rolls_by_size_and_follows_its_name_after_a_rename() {
     assert!(last.ends_with("line 49 of a chatty service\n"), "{last}");
 }
 
+#[cfg(unix)]
 #[test]
 fn a_link_at_a_log_name_is_replaced_never_written_through() {
     let d = tempfile::tempdir().unwrap();

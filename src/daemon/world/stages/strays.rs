@@ -126,7 +126,7 @@ pub(in crate::daemon::world) async fn stop_orphans(d: &Arc<Daemon>) {
 pub(in crate::daemon::world) async fn terminate(pid: u32) -> Option<String> {
     supervisor::terminate(
         pid,
-        Some(nix::sys::signal::Signal::SIGTERM),
+        crate::platform::Signal::Term,
         crate::config::DEFAULT_STOP_TIMEOUT,
     )
     .await
