@@ -316,16 +316,9 @@ async fn adoption_plan(
         };
         let slice = at
             .slice(d, n, adapter.as_ref(), slice_name.clone())
-            .unwrap_or_else(|_| {
-                slice_for(
-                    d,
-                    adapter.as_ref(),
-                    slice_name,
-                    project,
-                    Some(&r.options),
-                    None,
-                    no_env,
-                )
+            .unwrap_or_else(|_| crate::adapters::Slice {
+                options: r.options.clone(),
+                ..slice_for(d, adapter.as_ref(), slice_name, project, no_env)
             });
         // Where it was made; a slice whose server cannot be reached now
         // gets no address (never one on another server). Only resolved:

@@ -2,10 +2,9 @@
 //! address, and the adapter that serves it. Making one is in
 //! [`provision`](super::provision).
 
-use super::plan::{render_admin_url, render_options};
+use super::plan::Renderer;
 use super::routes::host_of;
 use crate::adapters::{self, Slice};
-use crate::address::AdminUrl;
 use crate::config::Config;
 use crate::config::render::ServiceFacts;
 use crate::daemon::Daemon;
@@ -123,25 +122,22 @@ impl SliceAt<'_> {
         let r = self.cfg.services.get(service).and_then(|s| s.resource());
         let (admin_url, options) = match r {
             Some(r) => {
-                let at = (self.cfg, self.world, self.world_root, service, r);
-                (
-                    render_admin_url(at.0, at.1, at.2, at.3, at.4, self.facts, self.env)?,
-                    Some(render_options(
-                        at.0, at.1, at.2, at.3, at.4, self.facts, self.env,
-                    )?),
-                )
+                let rx = Renderer {
+                    cfg: self.cfg,
+                    world: self.world,
+                    world_root: self.world_root,
+                    facts: self.facts,
+                    env: self.env,
+                };
+                (rx.admin_url(service, r)?, rx.options(service, r)?)
             }
-            None => (None, None),
+            None => (None, toml::Table::new()),
         };
-        Ok(slice_for(
-            d,
-            adapter,
-            name,
-            self.project,
-            options.as_ref(),
+        Ok(Slice {
             admin_url,
-            self.client_env,
-        ))
+            options,
+            ..slice_for(d, adapter, name, self.project, self.client_env)
+        })
     }
 }
 
@@ -176,22 +172,22 @@ impl Resolved {
     }
 }
 
-/// A slice from its parts, for a server whose config is gone (`gc`) or
-/// through [`SliceAt::slice`].
+/// Slice `name` of `project` with no `admin_url` and no options, its
+/// folder and login password (where `adapter` makes users) filled in: the
+/// base [`SliceAt::slice`] renders the rest onto, and what `gc` reaches a
+/// server with once its config is gone.
 pub(in crate::daemon::world) fn slice_for(
     d: &Daemon,
     adapter: &dyn adapters::Adapter,
     name: String,
     project: &str,
-    options: Option<&toml::Table>,
-    admin_url: Option<AdminUrl>,
     client_env: &ClientEnv,
 ) -> Slice {
     Slice {
         name,
         project: project.to_owned(),
-        admin_url,
-        options: options.cloned().unwrap_or_default(),
+        admin_url: None,
+        options: toml::Table::new(),
         data_dir: d.paths.home().join("slices").join(adapter.name()),
         search_path: client_env.search_path(),
         secret: None,

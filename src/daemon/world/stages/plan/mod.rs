@@ -18,9 +18,7 @@ use std::path::{Path, PathBuf};
 mod process;
 mod render;
 pub(in crate::daemon::world) use process::{EnvBase, base_env, process_spec, project_vars};
-pub(in crate::daemon::world) use render::{
-    read_env_file, render_admin_url, render_options, render_strict, unset_env,
-};
+pub(in crate::daemon::world) use render::{Renderer, read_env_file, render_strict, unset_env};
 
 /// Start order: services grouped in levels; every service's dependencies sit
 /// in earlier levels. (The config was validated, so there is no cycle.)

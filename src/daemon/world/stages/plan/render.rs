@@ -81,113 +81,122 @@ pub(in crate::daemon::world) fn render_strict(
     Ok(rendered.text)
 }
 
-/// A resource's rendered `admin_url` (registered as a secret), or `None`
-/// when it has none.
-///
-/// # Errors
-/// It uses a `${env.NAME}` that is not set.
-pub(in crate::daemon::world) fn render_admin_url(
-    cfg: &Config,
-    world: &str,
-    world_root: &Path,
-    service: &str,
-    r: &config::Resource,
-    facts: &IndexMap<String, ServiceFacts>,
-    env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Result<Option<AdminUrl>, ApiError> {
-    let Some(t) = &r.admin_url else {
-        return Ok(None);
-    };
-    let url = render_strict(
-        t,
-        &format!("services.{service}.admin_url"),
-        Some(service),
-        &facts_for(cfg, world, world_root, facts, env),
-    )?;
-    crate::secrets::register_url(&url);
-    // Read here, once: every later step takes the parsed URL.
-    let url = AdminUrl::new(url);
-    if let Some(e) = crate::adapters::catalog::find(&r.adapter) {
-        e.check_admin_url(&url).map_err(|why| {
-            ApiError::new(crate::secrets::redact_url(
-                &format!("services.{service}: {}: {why}", e.name),
-                Some(url.as_str()),
-            ))
-            .hint("fix admin_url, or the variables it is rendered from, and run this again")
-        })?;
-    }
-    Ok(Some(url))
+/// What a resource's `admin_url` and options are rendered against: the
+/// world's config, name and folder, the other services' facts and the
+/// environment (see [`facts_for`]).
+pub(in crate::daemon::world) struct Renderer<'a> {
+    pub(in crate::daemon::world) cfg: &'a Config,
+    pub(in crate::daemon::world) world: &'a str,
+    pub(in crate::daemon::world) world_root: &'a Path,
+    pub(in crate::daemon::world) facts: &'a IndexMap<String, ServiceFacts>,
+    pub(in crate::daemon::world) env: &'a (dyn Fn(&str) -> Option<String> + Sync),
 }
 
-/// A resource's `options` with every string's tokens rendered (each
-/// registered as a secret where its key or a URL in it says so), then
-/// checked as `binky check` checks literal ones.
-///
-/// # Errors
-/// An option uses a `${env.NAME}` that is not set, or its rendered value is
-/// not what the adapter takes.
-pub(in crate::daemon::world) fn render_options(
-    cfg: &Config,
-    world: &str,
-    world_root: &Path,
-    service: &str,
-    r: &config::Resource,
-    facts: &IndexMap<String, ServiceFacts>,
-    env: &(dyn Fn(&str) -> Option<String> + Sync),
-) -> Result<toml::Table, ApiError> {
-    if !r
-        .options
-        .values()
-        .any(crate::config::render::value_has_binky_token)
-    {
-        return Ok(r.options.clone());
+impl Renderer<'_> {
+    fn facts(&self) -> Facts<'_> {
+        facts_for(self.cfg, self.world, self.world_root, self.facts, self.env)
     }
-    let fx = facts_for(cfg, world, world_root, facts, env);
-    fn walk(
-        v: &toml::Value,
-        key: &str,
+
+    /// A resource's rendered `admin_url` (registered as a secret), or `None`
+    /// when it has none.
+    ///
+    /// # Errors
+    /// It uses a `${env.NAME}` that is not set.
+    pub(in crate::daemon::world) fn admin_url(
+        &self,
         service: &str,
-        fx: &Facts<'_>,
-    ) -> Result<toml::Value, ApiError> {
-        Ok(match v {
-            toml::Value::String(t) => {
-                let text = render_strict(t, key, Some(service), fx)?;
-                let name = key.rsplit('.').next().unwrap_or(key);
-                crate::secrets::register_var(name, &text);
-                toml::Value::String(text)
-            }
-            toml::Value::Array(a) => toml::Value::Array(
-                a.iter()
-                    .enumerate()
-                    .map(|(i, x)| walk(x, &format!("{key}[{i}]"), service, fx))
-                    .collect::<Result<_, _>>()?,
-            ),
-            toml::Value::Table(t) => toml::Value::Table(
-                t.iter()
-                    .map(|(k, x)| Ok((k.clone(), walk(x, &format!("{key}.{k}"), service, fx)?)))
-                    .collect::<Result<_, ApiError>>()?,
-            ),
-            other => other.clone(),
-        })
-    }
-    let entry = crate::adapters::catalog::find(&r.adapter);
-    let mut out = toml::Table::new();
-    for (k, v) in &r.options {
-        let mut rendered = walk(v, &format!("services.{service}.options.{k}"), service, &fx)?;
-        if let Some(entry) = entry
-            && crate::config::render::value_has_binky_token(v)
-        {
-            rendered = entry.typed(k, rendered);
+        r: &config::Resource,
+    ) -> Result<Option<AdminUrl>, ApiError> {
+        let Some(t) = &r.admin_url else {
+            return Ok(None);
+        };
+        let url = render_strict(
+            t,
+            &format!("services.{service}.admin_url"),
+            Some(service),
+            &self.facts(),
+        )?;
+        crate::secrets::register_url(&url);
+        // Read here, once: every later step takes the parsed URL.
+        let url = AdminUrl::new(url);
+        if let Some(e) = crate::adapters::catalog::find(&r.adapter) {
+            e.check_admin_url(&url).map_err(|why| {
+                ApiError::new(crate::secrets::redact_url(
+                    &format!("services.{service}: {}: {why}", e.name),
+                    Some(url.as_str()),
+                ))
+                .hint("fix admin_url, or the variables it is rendered from, and run this again")
+            })?;
         }
-        out.insert(k.clone(), rendered);
+        Ok(Some(url))
     }
-    if let Some(entry) = entry {
-        entry.check_options(&out).map_err(|e| {
-            ApiError::new(format!(
-                "services.{service}.{e}, once its tokens are rendered"
-            ))
-            .hint("set the variables it is rendered from to a value of that kind")
-        })?;
+
+    /// A resource's `options` with every string's tokens rendered (each
+    /// registered as a secret where its key or a URL in it says so), then
+    /// checked as `binky check` checks literal ones.
+    ///
+    /// # Errors
+    /// An option uses a `${env.NAME}` that is not set, or its rendered value is
+    /// not what the adapter takes.
+    pub(in crate::daemon::world) fn options(
+        &self,
+        service: &str,
+        r: &config::Resource,
+    ) -> Result<toml::Table, ApiError> {
+        if !r
+            .options
+            .values()
+            .any(crate::config::render::value_has_binky_token)
+        {
+            return Ok(r.options.clone());
+        }
+        let fx = self.facts();
+        fn walk(
+            v: &toml::Value,
+            key: &str,
+            service: &str,
+            fx: &Facts<'_>,
+        ) -> Result<toml::Value, ApiError> {
+            Ok(match v {
+                toml::Value::String(t) => {
+                    let text = render_strict(t, key, Some(service), fx)?;
+                    let name = key.rsplit('.').next().unwrap_or(key);
+                    crate::secrets::register_var(name, &text);
+                    toml::Value::String(text)
+                }
+                toml::Value::Array(a) => toml::Value::Array(
+                    a.iter()
+                        .enumerate()
+                        .map(|(i, x)| walk(x, &format!("{key}[{i}]"), service, fx))
+                        .collect::<Result<_, _>>()?,
+                ),
+                toml::Value::Table(t) => toml::Value::Table(
+                    t.iter()
+                        .map(|(k, x)| Ok((k.clone(), walk(x, &format!("{key}.{k}"), service, fx)?)))
+                        .collect::<Result<_, ApiError>>()?,
+                ),
+                other => other.clone(),
+            })
+        }
+        let entry = crate::adapters::catalog::find(&r.adapter);
+        let mut out = toml::Table::new();
+        for (k, v) in &r.options {
+            let mut rendered = walk(v, &format!("services.{service}.options.{k}"), service, &fx)?;
+            if let Some(entry) = entry
+                && crate::config::render::value_has_binky_token(v)
+            {
+                rendered = entry.typed(k, rendered);
+            }
+            out.insert(k.clone(), rendered);
+        }
+        if let Some(entry) = entry {
+            entry.check_options(&out).map_err(|e| {
+                ApiError::new(format!(
+                    "services.{service}.{e}, once its tokens are rendered"
+                ))
+                .hint("set the variables it is rendered from to a value of that kind")
+            })?;
+        }
+        Ok(out)
     }
-    Ok(out)
 }

@@ -198,8 +198,6 @@ pub(in crate::daemon::world) fn rendered(
             adapter,
             name.to_owned(),
             project,
-            None,
-            None,
             client_env,
         )]);
     };

@@ -334,15 +334,10 @@ async fn drop_unknown_template(
         }
         None => None,
     };
-    let slice = slice_for(
-        d,
-        adapter.as_ref(),
-        name.to_owned(),
-        "",
-        None,
+    let slice = crate::adapters::Slice {
         admin_url,
-        &no_env,
-    );
+        ..slice_for(d, adapter.as_ref(), name.to_owned(), "", &no_env)
+    };
     let found = drop_template(adapter.as_ref(), &slice)
         .await
         .map_err(|e| e.redacted(&slice).message)?;
