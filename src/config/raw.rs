@@ -178,21 +178,12 @@ pub struct RawHealthTable {
 
 impl<'de> Deserialize<'de> for RawHealth {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawHealth;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a URL string or a table with one of `http`, `tcp`, `cmd`")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawHealth, E> {
-                Ok(RawHealth::Url(v.to_owned()))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawHealth, A::Error> {
-                RawHealthTable::deserialize(de::value::MapAccessDeserializer::new(map))
-                    .map(RawHealth::Table)
-            }
-        }
-        d.deserialize_any(V)
+        d.deserialize_any(StringOrTable {
+            expecting: "a URL string or a table with one of `http`, `tcp`, `cmd`",
+            string: RawHealth::Url,
+            boolean: None,
+            table: RawHealth::Table,
+        })
     }
 }
 
@@ -217,27 +208,44 @@ pub struct RawRestartTable {
 
 impl<'de> Deserialize<'de> for RawRestart {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawRestart;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str(r#""no", "on-failure", "always", or a table with `policy`"#)
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawRestart, E> {
-                Ok(RawRestart::Policy(v.to_owned()))
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawRestart, E> {
-                // TOML users write `restart = false`; read it as the policy it means.
-                Ok(RawRestart::Policy(
-                    if v { "always" } else { "no" }.to_owned(),
-                ))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawRestart, A::Error> {
-                RawRestartTable::deserialize(de::value::MapAccessDeserializer::new(map))
-                    .map(RawRestart::Table)
-            }
+        d.deserialize_any(StringOrTable {
+            expecting: r#""no", "on-failure", "always", or a table with `policy`"#,
+            string: RawRestart::Policy,
+            // TOML users write `restart = false`; read it as the policy it means.
+            boolean: Some(|v| RawRestart::Policy(if v { "always" } else { "no" }.to_owned())),
+            table: RawRestart::Table,
+        })
+    }
+}
+
+/// A key written either as a string or as a table (`health`, `restart`).
+/// The table is read by its own `Deserialize`, so a misspelt key in it is
+/// still refused by name rather than as "not a string".
+struct StringOrTable<T, Table> {
+    expecting: &'static str,
+    string: fn(String) -> T,
+    /// What `true` and `false` mean, for a key that takes them.
+    boolean: Option<fn(bool) -> T>,
+    table: fn(Table) -> T,
+}
+
+impl<'de, T, Table: Deserialize<'de>> Visitor<'de> for StringOrTable<T, Table> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.expecting)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+        Ok((self.string)(v.to_owned()))
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<T, E> {
+        match self.boolean {
+            Some(boolean) => Ok(boolean(v)),
+            // What serde's own default says to a boolean.
+            None => Err(E::invalid_type(de::Unexpected::Bool(v), &self)),
         }
-        d.deserialize_any(V)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        Table::deserialize(de::value::MapAccessDeserializer::new(map)).map(self.table)
     }
 }
 
@@ -321,5 +329,57 @@ impl<'de> Deserialize<'de> for DurationText {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Keys {
+        health: Option<RawHealth>,
+        restart: Option<RawRestart>,
+    }
+
+    fn read(src: &str) -> Result<Keys, String> {
+        toml::from_str(src).map_err(|e| e.message().to_owned())
+    }
+
+    /// `health` and `restart` each take a string or a table; `restart`
+    /// also takes a boolean, `health` does not.
+    #[test]
+    fn a_string_or_a_table() {
+        let k = read("health = \"/up\"\nrestart = \"always\"").unwrap();
+        assert!(matches!(k.health, Some(RawHealth::Url(u)) if u == "/up"));
+        assert!(matches!(k.restart, Some(RawRestart::Policy(p)) if p == "always"));
+        let k = read("health = { tcp = \"x\" }\nrestart = { policy = \"no\" }").unwrap();
+        assert!(matches!(k.health, Some(RawHealth::Table(t)) if t.tcp.as_deref() == Some("x")));
+        assert!(
+            matches!(k.restart, Some(RawRestart::Table(t)) if t.policy.as_deref() == Some("no"))
+        );
+        for (b, policy) in [("true", "always"), ("false", "no")] {
+            let k = read(&format!("restart = {b}")).unwrap();
+            assert!(matches!(k.restart, Some(RawRestart::Policy(p)) if p == policy));
+        }
+    }
+
+    #[test]
+    fn the_wrong_kind_says_what_it_takes() {
+        assert_eq!(
+            read("health = true").unwrap_err(),
+            "invalid type: boolean `true`, expected a URL string or a table with one of `http`, `tcp`, `cmd`"
+        );
+        assert_eq!(
+            read("restart = 3").unwrap_err(),
+            r#"invalid type: integer `3`, expected "no", "on-failure", "always", or a table with `policy`"#
+        );
+        let e = read("health = { htp = \"/\" }").unwrap_err();
+        assert!(e.starts_with("unknown field `htp`, expected one of"), "{e}");
+        let e = read("restart = { polcy = \"no\" }").unwrap_err();
+        assert!(
+            e.starts_with("unknown field `polcy`, expected one of"),
+            "{e}"
+        );
     }
 }

@@ -274,6 +274,42 @@ mod tests {
         round_trip(SweepResult::ALL);
     }
 
+    /// Every variant's word, written out once more: the registry stores
+    /// these and clients match on them, so renaming a variant, or editing
+    /// its word in the table above, must fail here rather than strand the
+    /// rows and clients that hold the old word.
+    #[test]
+    fn every_word_is_pinned() {
+        fn words<T: std::fmt::Display>(all: &[T]) -> String {
+            all.iter().map(T::to_string).collect::<Vec<_>>().join(" ")
+        }
+        let pinned = [
+            (
+                words(WorldState::ALL),
+                "starting running stopping stopped failed queued suspended removed",
+            ),
+            (
+                words(ServiceState::ALL),
+                "starting running unhealthy restarting stopped failed provisioned suspended",
+            ),
+            (words(SliceState::ALL), "provisioning live teardown"),
+            (words(ServiceKind::ALL), "process resource"),
+            (words(Intent::ALL), "up down reload remove suspend"),
+            (words(VerifyOutcome::ALL), "passed failed interrupted"),
+            (
+                words(SweepKind::ALL),
+                "slice worktree registration golden_marker template user",
+            ),
+            (
+                words(SweepResult::ALL),
+                "would_sweep swept forgotten not_swept",
+            ),
+        ];
+        for (got, want) in pinned {
+            assert_eq!(got, want);
+        }
+    }
+
     /// An interrupted verb is retried with a verb that exists: a suspension
     /// is undone by `up` (there is no `binky suspend`).
     #[test]

@@ -317,10 +317,12 @@ pub(super) fn check_field(
         is_self,
     } = r;
     let raw = at.text();
-    let who = if is_self {
-        format!("`{user}`")
+    // A token in the service's own strings (`self`) gets its own code: the
+    // fix is in the same table.
+    let (who, no_port) = if is_self {
+        (format!("`{user}`"), "self-port-without-port")
     } else {
-        format!("service `{target}`")
+        (format!("service `{target}`"), "service-without-port")
     };
     match f {
         Field::Ports(port) => check_port_name(cx, r, port, &who, path, at),
@@ -335,14 +337,9 @@ pub(super) fn check_field(
                     Some(format!("use `${{{target}.url}}`")),
                 );
             } else if !t.has_port() {
-                let code = if is_self {
-                    "self-port-without-port"
-                } else {
-                    "service-without-port"
-                };
                 cx.push_at(
                     Severity::Warning,
-                    code,
+                    no_port,
                     path,
                     Some(at),
                     format!("`{raw}`: {who} has no port (it declares neither `url` nor `ports`), so the token is left as written"),
@@ -353,14 +350,9 @@ pub(super) fn check_field(
         Field::Slice(field) => check_slice_field(cx, r, field, &who, path, at),
         Field::Url | Field::Host => {
             if t.process().is_some() && !t.has_port() {
-                let code = if is_self {
-                    "self-port-without-port"
-                } else {
-                    "service-without-port"
-                };
                 cx.push_at(
                     Severity::Warning,
-                    code,
+                    no_port,
                     path,
                     Some(at),
                     format!("`{raw}`: {who} has no url or port, so the token is left as written"),
