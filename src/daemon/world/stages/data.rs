@@ -6,12 +6,9 @@ use super::locate::{Located, join_subdir};
 use super::plan::{Plan, base_env, facts_for, lookup_env, render_strict, with_config_note};
 use super::slices::{Resolved, adapter_error};
 use crate::adapters::{Slice, golden};
+use crate::daemon::Daemon;
 use crate::daemon::errors::file_error;
-use crate::daemon::events::EventKind;
-use crate::daemon::world::{
-    FAILURE_HEAD_LINES, FAILURE_LOG_LINES, SliceJob, WorldCtx, world_event,
-};
-use crate::daemon::{Daemon, ProgressTx};
+use crate::daemon::world::{FAILURE_HEAD_LINES, FAILURE_LOG_LINES, SliceJob, WorldCtx};
 use crate::faults::point as fault_point;
 use crate::protocol::ApiError;
 use crate::registry::WorldRow;
@@ -129,39 +126,6 @@ pub(crate) fn fill_stale_clones(d: &Daemon, report: &mut crate::protocol::Status
     }
 }
 
-/// Runs only `migrate` against a slice that has data (never `seed`), so its
-/// schema catches up with the world's branch; says so in `up`'s progress,
-/// the resource's log and the event log. `dropped`: the slice is dropped if
-/// this fails (a fresh clone), as the failure's hint says.
-pub(in crate::daemon::world) async fn catch_up(
-    cx: &WorldCtx<'_>,
-    job: &SliceJob<'_>,
-    plan: &Plan,
-    address: &Resolved,
-    progress: &ProgressTx,
-    why: &str,
-    dropped: bool,
-) -> Result<(), ApiError> {
-    let WorldCtx { d, cfg, world, .. } = *cx;
-    let SliceJob { service, log, .. } = *job;
-    progress.say(
-        crate::protocol::ProgressStep::Migrate,
-        Some(service),
-        format!("{service}: running migrate to catch up with the branch ({why})"),
-    );
-    if let Ok(mut f) = supervisor::logs::open_append(log) {
-        use std::io::Write;
-        let _ = writeln!(
-            f,
-            "binky: running migrate to catch up with the branch ({why})"
-        );
-    }
-    let mut ev = world_event(EventKind::Migrated, &cfg.project.name, world).detail(why.to_owned());
-    ev.service = Some(service.to_owned());
-    d.event(ev);
-    run_data_commands(cx, job, plan, address, false, dropped).await
-}
-
 /// Provisions `slice`, then runs `migrate` and `seed` against it.
 pub(in crate::daemon::world) async fn provision_and_seed(
     adapter: &dyn adapters::Adapter,
@@ -227,15 +191,7 @@ pub(in crate::daemon::world) async fn run_data_commands(
     }
     let env_fn = lookup_env(&plan.project_env, client_env);
     let fx = facts_for(cfg, world, &plan.world_root, &facts, &env_fn);
-    let mut env = base_env(
-        cfg,
-        world,
-        service,
-        plan,
-        &plan.project_env,
-        &facts,
-        client_env,
-    )?;
+    let mut env = base_env(cx, service, plan, &plan.project_env, &facts)?;
     env.push(("BINKY_SLICE_URL".into(), address.to_owned()));
     env.push((format!("{}_URL", env_key(service)), address.to_owned()));
     let seed = if with_seed { &r.seed } else { &None };

@@ -3,7 +3,7 @@
 //! provisioned, migrated and seeded) and recorded live; a failure drops
 //! what it made. Only a slice this project made is ever taken over.
 
-use super::data::{catch_up, provision_and_seed, world_migrate_key};
+use super::data::{provision_and_seed, run_data_commands, world_migrate_key};
 use super::plan::{Plan, lookup_env};
 use super::reach::{reach, server_now, tear_down};
 use super::slices::{Resolved, SliceAt, adapter_error, adapter_for, no_adapter, slice_name};
@@ -114,6 +114,41 @@ fn check_ours(
             adapter.name()
         ))
         .hint("another BINKY_HOME (or a Binky whose registry was lost) made it: remove it there, or drop it by hand if nothing uses it, then `binky up` again")),
+    }
+}
+
+impl Provisioning<'_> {
+    /// Runs only `migrate` against the slice at `address`, which has data
+    /// (never `seed`), so its schema catches up with the world's branch;
+    /// says so in `up`'s progress, the resource's log and the event log.
+    /// `dropped`: the slice is dropped if this fails (a fresh clone), as
+    /// the failure's hint says.
+    pub(in crate::daemon::world) async fn catch_up(
+        &self,
+        address: String,
+        why: &str,
+        dropped: bool,
+    ) -> Result<(), ApiError> {
+        let (d, cfg, world) = (self.cx.d, self.cx.cfg, self.cx.world);
+        let SliceJob { service, log, .. } = self.job;
+        self.progress.say(
+            crate::protocol::ProgressStep::Migrate,
+            Some(service),
+            format!("{service}: running migrate to catch up with the branch ({why})"),
+        );
+        if let Ok(mut f) = crate::supervisor::logs::open_append(log) {
+            use std::io::Write;
+            let _ = writeln!(
+                f,
+                "binky: running migrate to catch up with the branch ({why})"
+            );
+        }
+        let mut ev =
+            world_event(EventKind::Migrated, &cfg.project.name, world).detail(why.to_owned());
+        ev.service = Some(service.to_owned());
+        d.event(ev);
+        let resolved = Resolved::new(address, self.adapter, self.slice);
+        run_data_commands(self.cx, &self.job, self.plan, &resolved, false, dropped).await
     }
 }
 
@@ -298,16 +333,7 @@ impl Provisioning<'_> {
             } else {
                 "its branch moved since it was last migrated"
             };
-            catch_up(
-                self.cx,
-                &self.job,
-                self.plan,
-                &Resolved::new(address.clone(), self.adapter, self.slice),
-                self.progress,
-                why,
-                false,
-            )
-            .await?;
+            self.catch_up(address.clone(), why, false).await?;
             self.cx
                 .d
                 .registry(|r| r.set_slice_migrated(self.adapter.name(), &self.slice.name, key))?;

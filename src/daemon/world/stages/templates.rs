@@ -1,10 +1,10 @@
 //! Golden templates: a slice built once per project (migrated and seeded),
 //! then cloned for each world where the adapter can clone.
 
-use super::data::{catch_up, provision_and_seed};
+use super::data::provision_and_seed;
 use super::provision::Provisioning;
 use super::reach::{TornDown, drop_template, reach, server_now};
-use super::slices::{Resolved, adapter_error};
+use super::slices::adapter_error;
 use crate::adapters::{Slice, golden};
 use crate::daemon::errors::file_error;
 use crate::daemon::events::EventKind;
@@ -283,16 +283,13 @@ impl Provisioning<'_> {
             .resolve(self.slice)
             .await
             .map_err(|e| self.named(e))?;
-        let caught_up = catch_up(
-            self.cx,
-            &self.job,
-            self.plan,
-            &Resolved::new(address, self.adapter, self.slice),
-            self.progress,
-            "its golden template was migrated at another commit",
-            true,
-        )
-        .await;
+        let caught_up = self
+            .catch_up(
+                address,
+                "its golden template was migrated at another commit",
+                true,
+            )
+            .await;
         let Err(e) = caught_up else {
             return Ok(true);
         };

@@ -70,14 +70,13 @@ impl EnvBase<'_> {
 /// `PORT`, and the project's `[env]`. An env file therefore never overrides
 /// a name Binky sets (`PORT`, `BINKY_*`, the world's token) or `[env]`.
 pub(in crate::daemon::world) fn base_env(
-    cfg: &Config,
-    world: &str,
+    cx: &WorldCtx<'_>,
     service: &str,
     plan: &Plan,
     env_files: &[(String, String)],
     facts: &IndexMap<String, ServiceFacts>,
-    client_env: &ClientEnv,
 ) -> Result<Vec<(String, String)>, ApiError> {
+    let (cfg, world, client_env) = (cx.cfg, cx.world.as_str(), cx.client_env);
     let mut env = EnvBase {
         shell: client_env,
         project_env: env_files,
@@ -165,17 +164,9 @@ pub(in crate::daemon::world) fn process_spec(
             Ok(render(t, Some(service), &fx).text)
         }
     };
-    let mut env: IndexMap<String, String> = base_env(
-        cfg,
-        world,
-        service,
-        plan,
-        &service_env,
-        &plan.facts,
-        client_env,
-    )?
-    .into_iter()
-    .collect();
+    let mut env: IndexMap<String, String> = base_env(cx, service, plan, &service_env, &plan.facts)?
+        .into_iter()
+        .collect();
     for (k, v) in &p.env {
         let value = r(v, &format!("env.{k}"))?;
         crate::secrets::register_var(k, &value);
