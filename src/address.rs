@@ -638,6 +638,34 @@ mod tests {
     }
 
     #[test]
+    fn an_admin_url_is_read_once_and_never_shows_its_secret() {
+        let u = AdminUrl::new("postgres://admin:Hunter2@db.local:5433/postgres?sslmode=disable");
+        assert_eq!(u.to_string(), "db.local:5433");
+        assert!(!format!("{u:?}").contains("Hunter2"), "{u:?}");
+        assert_eq!(u.credentials(), ("admin".into(), "Hunter2".into()));
+        assert_eq!(u.server(false), "postgres://db.local:5433");
+        assert_eq!(u.read(&["postgres"], "").unwrap().database(), "postgres");
+        // The error a scheme check gives is the one parser's, word for word.
+        assert_eq!(
+            u.read(&["mysql"], "").unwrap_err(),
+            Address::parse(u.as_str(), &["mysql"], "").unwrap_err()
+        );
+        // A server list is no single URL: its parts are read leniently.
+        let list = AdminUrl::new("kafka://u:p%40ss@h1:9092,h2:9092/");
+        assert!(list.address().is_none());
+        assert_eq!(list.to_string(), "the server");
+        assert_eq!(list.server(true), "kafka://h1:9092,h2:9092");
+        assert_eq!(list.credentials(), ("u".into(), "p@ss".into()));
+        assert!(list.rebased("kafka://h3:9092").is_none());
+        // A raw `/` in a secret is named as such, without the secret.
+        let e = AdminUrl::new("http://AK:wJal/rXU+tn@127.0.0.1:9000")
+            .read(&[], "")
+            .unwrap_err();
+        assert_eq!(e, AddressError::Unencoded);
+        assert!(!e.to_string().contains("rXU"));
+    }
+
+    #[test]
     fn server_lists_are_read_server_by_server() {
         assert_eq!(
             parse_list("kafka://a:1,b,[::1]:3/", "kafka", "").unwrap(),
