@@ -46,7 +46,9 @@ impl AdminUrl {
     /// `mongodb+srv://`, a user or password with a character the driver
     /// wants percent-encoded, or what [`AdminUrl::read`] refuses.
     pub(crate) fn mongodb(&self) -> Result<&Address, String> {
-        mongodb_problem(self.as_str()).map_or(Ok(()), Err)?;
+        if let Some(why) = mongodb_problem(self.as_str()) {
+            return Err(why);
+        }
         self.read(&["mongodb"], DEFAULT_URL)
             .map_err(|e| format!("admin_url {e}"))
     }
