@@ -66,8 +66,11 @@ pub(crate) enum PortNote {
 }
 
 /// Reserves every port in `needs` for `world_id`, keeping the world's
-/// existing reservations where still free (or `in_use_by_us`), releasing ones
-/// no longer needed. One transaction: on error nothing changes.
+/// existing reservations where still free, releasing ones no longer needed.
+/// The caller has stopped whatever of the world ran, so a kept port that is
+/// busy is held by an outside program: the service moves (a
+/// [`PortNote::Moved`] in `notes`). One transaction: on error nothing
+/// changes.
 ///
 /// # Errors
 /// The range is exhausted; a registry error.
@@ -77,7 +80,6 @@ pub(crate) fn allocate(
     world_id: i64,
     range: PortRange,
     needs: &[PortKey],
-    in_use_by_us: &dyn Fn(u16) -> bool,
     notes: &mut Vec<PortNote>,
 ) -> Result<IndexMap<PortKey, u16>, PortError> {
     let book = reg.port_book()?;
@@ -87,7 +89,7 @@ pub(crate) fn allocate(
     let mut moved_from: IndexMap<PortKey, u16> = IndexMap::new();
     for key in needs {
         if let Some(&p) = existing.get(key) {
-            if in_use_by_us(p) || is_free(p) {
+            if is_free(p) {
                 out.insert(key.clone(), p);
                 continue;
             }
@@ -187,15 +189,15 @@ mod tests {
         let range = free_range(4);
         let needs = vec![("web".into(), "".into()), ("api".into(), "".into())];
         let mut notes = vec![];
-        let pa = allocate(&mut reg, "p", a, range, &needs, &|_| false, &mut notes).unwrap();
-        let pb = allocate(&mut reg, "p", b, range, &needs, &|_| false, &mut notes).unwrap();
+        let pa = allocate(&mut reg, "p", a, range, &needs, &mut notes).unwrap();
+        let pb = allocate(&mut reg, "p", b, range, &needs, &mut notes).unwrap();
         let all: HashSet<u16> = pa.values().chain(pb.values()).copied().collect();
         assert_eq!(all.len(), 4);
         // Kept on a second allocation.
-        let again = allocate(&mut reg, "p", a, range, &needs, &|_| false, &mut notes).unwrap();
+        let again = allocate(&mut reg, "p", a, range, &needs, &mut notes).unwrap();
         assert_eq!(again, pa);
         let c = world(&mut reg, "c");
-        let err = allocate(&mut reg, "p", c, range, &needs, &|_| false, &mut notes).unwrap_err();
+        let err = allocate(&mut reg, "p", c, range, &needs, &mut notes).unwrap_err();
         assert_eq!(
             err.to_string(),
             format!(
@@ -222,7 +224,7 @@ mod tests {
         };
         let needs = vec![("web".into(), "".into())];
         let mut notes = vec![];
-        let got = allocate(&mut reg, "p", a, range, &needs, &|_| false, &mut notes).unwrap();
+        let got = allocate(&mut reg, "p", a, range, &needs, &mut notes).unwrap();
         assert_ne!(got[&needs[0]], range.lo);
         assert!(notes.contains(&PortNote::Skipped(range.lo)));
         drop(holder);
@@ -230,7 +232,7 @@ mod tests {
         let mine = got[&needs[0]];
         let _thief = TcpListener::bind((Ipv4Addr::LOCALHOST, mine)).unwrap();
         let mut notes = vec![];
-        let moved = allocate(&mut reg, "p", a, range, &needs, &|_| false, &mut notes).unwrap();
+        let moved = allocate(&mut reg, "p", a, range, &needs, &mut notes).unwrap();
         assert_ne!(moved[&needs[0]], mine);
         assert!(matches!(notes.last(), Some(PortNote::Moved { from, .. }) if *from == mine));
     }

@@ -5,7 +5,7 @@
 use super::body::{Body, COALESCE_YIELDS, SMALL_BODY_BYTES, full, read_short, ready_soon};
 use super::connection::Held;
 use super::routes::{Route, TLS_ASK_PATH, request_host, tls_ask};
-use super::upstream::UpstreamError;
+use super::upstream::{Attempt, UpstreamError};
 use super::{UpBody, Worker};
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -195,28 +195,15 @@ impl Worker {
                 None => replay.as_ref().map(Replay::request).expect("replay"),
             };
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let resp = self
-                .send(
-                    held,
-                    route.port,
-                    req,
-                    upgrade.is_none(),
-                    Some(left),
-                    replay.as_ref(),
-                )
-                .await;
+            let attempt = Attempt {
+                keep: upgrade.is_none(),
+                ride: Some(left),
+                replay: replay.as_ref(),
+            };
+            let resp = self.send(held, route.port, req, attempt).await;
             let retry = replay.is_some() && tokio::time::Instant::now() < deadline;
-            match self
-                .answer(
-                    host_raw,
-                    &route,
-                    resp,
-                    client_upgrade.take(),
-                    &upgrade,
-                    retry,
-                )
-                .await
-            {
+            let switch = client_upgrade.take().map(|c| (c, &upgrade));
+            match self.answer(host_raw, &route, resp, switch, retry).await {
                 Some(r) => return r,
                 None => tokio::time::sleep(Duration::from_millis(20)).await,
             }
@@ -292,13 +279,14 @@ impl Worker {
     }
     /// The client's response from the service's `resp`, or `None` when a
     /// short body broke off and `retry` allows the request to go again.
+    /// `switch` is the client's side of an upgrade and the protocol it
+    /// asked for, taken by the first answer that switches.
     pub(super) async fn answer(
         &self,
         host_raw: &str,
         route: &Route,
         resp: Result<Response<Incoming>, UpstreamError>,
-        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-        upgrade: &Option<HeaderValue>,
+        switch: Option<(hyper::upgrade::OnUpgrade, &Option<HeaderValue>)>,
         retry: bool,
     ) -> Option<Response<Body>> {
         let this = &*self.proxy;
@@ -316,7 +304,7 @@ impl Worker {
             counters.bytes.fetch_add(len, Ordering::Relaxed);
         }
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS
-            && let Some(client_upgrade) = client_upgrade
+            && let Some((client_upgrade, upgrade)) = switch
         {
             return Some(switch_protocols(resp, client_upgrade, upgrade));
         }

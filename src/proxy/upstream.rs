@@ -26,6 +26,21 @@ impl std::fmt::Display for UpstreamError {
     }
 }
 
+/// How one request goes to its service: what [`Worker::send`] may do when
+/// the first try fails, and whether the connection stays with the client
+/// connection afterwards.
+#[derive(Clone, Copy)]
+pub(super) struct Attempt<'a> {
+    /// The connection is kept for the client's next request (false for an
+    /// upgrade, whose connection becomes the tunnel).
+    pub(super) keep: bool,
+    /// How long a refused dial, or a replayable request dropped unanswered,
+    /// is tried again (what is left of the ride-through).
+    pub(super) ride: Option<Duration>,
+    /// The request again, when it can be sent twice.
+    pub(super) replay: Option<&'a Replay>,
+}
+
 impl Worker {
     pub(super) fn new(proxy: Arc<Proxy>, index: usize) -> Self {
         Worker {
@@ -121,7 +136,7 @@ impl Worker {
     /// not take (closed by the service while idle) is sent again on a new
     /// connection.
     ///
-    /// With `ride`, a refused dial is tried again for that long (see
+    /// With a `ride`, a refused dial is tried again for that long (see
     /// [`Self::connect`]), and so is a `replay`able request that a new
     /// connection took but never answered.
     pub(super) async fn send(
@@ -129,10 +144,9 @@ impl Worker {
         held: &Held,
         port: u16,
         mut req: Request<UpBody>,
-        keep: bool,
-        ride: Option<Duration>,
-        replay: Option<&Replay>,
+        attempt: Attempt<'_>,
     ) -> Result<Response<Incoming>, UpstreamError> {
+        let Attempt { keep, ride, replay } = attempt;
         let reuse = held
             .slot
             .lock()

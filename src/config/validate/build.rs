@@ -124,9 +124,13 @@ pub(super) fn build(cx: &mut Cx<'_>, raw: RawConfig, path: &Path) -> Option<Conf
     check_urls(cx, &services);
     check_shared_slices(cx, &services);
     check_reserved_roles(cx, &raw.project.name, &services);
-    check_tokens(cx, range, &services, &declared);
+    let known = Known {
+        services: &services,
+        declared: &declared,
+    };
+    check_tokens(cx, range, known);
     let setup = raw.project.setup.clone().unwrap_or_default();
-    check_unowned_tokens(cx, &agents, &setup, &env, &services, &declared);
+    check_unowned_tokens(cx, &agents, &setup, &env, known);
     super::literals::check_literal_fields(cx);
     check_credentials(cx, &raw);
     let project = project?;

@@ -40,8 +40,7 @@ pub(super) fn check_literal_ports(
                 && range.contains(n)
             {
                 cx.push_at(
-                    Severity::Warning,
-                    "literal-port",
+                    (Severity::Warning, "literal-port"),
                     path,
                     Some(At {
                         value: cmd,
@@ -106,8 +105,7 @@ pub(super) fn check_health_target(cx: &mut Cx<'_>, name: &str, svc: &Service, h:
     if let Some(at) = names_other {
         let other = at.text();
         cx.push_at(
-            Severity::Warning,
-            "health-port-mismatch",
+            (Severity::Warning, "health-port-mismatch"),
             &path,
             Some(at),
             format!("health probe of `{name}` targets `{other}`, another service's port, so it can pass while `{name}` is down"),
@@ -117,8 +115,7 @@ pub(super) fn check_health_target(cx: &mut Cx<'_>, name: &str, svc: &Service, h:
     }
     if let Some((port, at)) = literal_port_in(target) {
         cx.push_at(
-            Severity::Warning,
-            "health-port-mismatch",
+            (Severity::Warning, "health-port-mismatch"),
             &path,
             Some(at),
             format!("health probe of `{name}` targets the literal port {port}, not the port Binky assigns `{name}`"),

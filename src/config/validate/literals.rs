@@ -45,8 +45,7 @@ pub(super) fn check_literal_fields(cx: &mut Cx<'_>) {
             end,
         };
         cx.push_at(
-            Severity::Error,
-            "token-in-literal-field",
+            (Severity::Error, "token-in-literal-field"),
             &path,
             Some(at),
             format!(

@@ -211,22 +211,12 @@ impl Cx<'_> {
         !found.is_empty()
     }
 
-    fn push(
-        &mut self,
-        severity: Severity,
-        code: &'static str,
-        path: &[Step],
-        message: String,
-        hint: Option<String>,
-    ) {
-        self.push_at(severity, code, path, None, message, hint);
-    }
-
-    /// Like `push`, but locates a piece of the value (a token in a string).
+    /// Records a finding of `severity` and `code` at `path`, or at the
+    /// piece of its value `at` names (a token in a string) when there is
+    /// one.
     fn push_at(
         &mut self,
-        severity: Severity,
-        code: &'static str,
+        (severity, code): (Severity, &'static str),
         path: &[Step],
         at: Option<At<'_>>,
         message: String,
@@ -249,11 +239,11 @@ impl Cx<'_> {
     }
 
     fn error(&mut self, code: &'static str, path: &[Step], msg: String, hint: Option<String>) {
-        self.push(Severity::Error, code, path, msg, hint);
+        self.push_at((Severity::Error, code), path, None, msg, hint);
     }
 
     fn warn(&mut self, code: &'static str, path: &[Step], msg: String, hint: Option<String>) {
-        self.push(Severity::Warning, code, path, msg, hint);
+        self.push_at((Severity::Warning, code), path, None, msg, hint);
     }
 
     fn finish(mut self, config: Option<Config>) -> Report {

@@ -4,6 +4,15 @@
 use super::unknown_tokens::check_unowned_token;
 use super::*;
 
+/// The services a token may name: those that parsed, and every name
+/// declared (a service that failed to parse has its own error; a token
+/// naming it gets none).
+#[derive(Clone, Copy)]
+pub(super) struct Known<'a> {
+    pub(super) services: &'a IndexMap<String, Service>,
+    pub(super) declared: &'a BTreeSet<&'a str>,
+}
+
 /// Every string field of a service that may carry tokens, with its key path.
 pub(super) fn token_fields<'a>(name: &'a str, svc: &'a Service) -> Vec<(Vec<Step>, &'a str)> {
     let mut out: Vec<(Vec<Step>, &str)> = Vec::new();
@@ -77,13 +86,8 @@ pub(super) fn health_key(h: &Health) -> (Option<&'static str>, &str) {
     }
 }
 
-pub(super) fn check_tokens(
-    cx: &mut Cx<'_>,
-    range: Option<PortRange>,
-    services: &IndexMap<String, Service>,
-    declared: &BTreeSet<&str>,
-) {
-    for (name, svc) in services {
+pub(super) fn check_tokens(cx: &mut Cx<'_>, range: Option<PortRange>, known: Known<'_>) {
+    for (name, svc) in known.services {
         for (path, text) in token_fields(name, svc) {
             for occ in occurrences(text) {
                 let at = At {
@@ -91,15 +95,7 @@ pub(super) fn check_tokens(
                     start: occ.start,
                     end: occ.end,
                 };
-                check_token(
-                    cx,
-                    services,
-                    declared,
-                    Some((name, svc)),
-                    &path,
-                    at,
-                    occ.body,
-                );
+                check_token(cx, known, Some((name, svc)), &path, at, occ.body);
             }
             if let Some(range) = range
                 && matches!(path.get(2), Some(Step::Key(k)) if k == "cmd")
@@ -122,8 +118,7 @@ pub(super) fn check_unowned_tokens(
     agents: &Agents,
     setup: &[String],
     env: &IndexMap<String, String>,
-    services: &IndexMap<String, Service>,
-    declared: &BTreeSet<&str>,
+    known: Known<'_>,
 ) {
     let verify = agents
         .verify
@@ -146,16 +141,18 @@ pub(super) fn check_unowned_tokens(
                 start: occ.start,
                 end: occ.end,
             };
-            check_token(cx, services, declared, None, &path, at, occ.body);
+            check_token(cx, known, None, &path, at, occ.body);
             // `setup` runs before any slice is made: a resource's fields
             // have no value yet, and running `up` again never gives them one.
             if matches!(path.get(1), Some(Step::Key(k)) if k == "setup")
                 && let Some(Token::Service(svc, _)) = classify(occ.body)
-                && services.get(svc).is_some_and(|s| s.resource().is_some())
+                && known
+                    .services
+                    .get(svc)
+                    .is_some_and(|s| s.resource().is_some())
             {
                 cx.push_at(
-                    Severity::Error,
-                    "token-before-slice",
+                    (Severity::Error, "token-before-slice"),
                     &path,
                     Some(at),
                     format!(
@@ -174,8 +171,7 @@ pub(super) fn check_unowned_tokens(
 /// One `${…}` in a string of service `owner` (`None`: in `[agents]`).
 pub(super) fn check_token(
     cx: &mut Cx<'_>,
-    services: &IndexMap<String, Service>,
-    declared: &BTreeSet<&str>,
+    known: Known<'_>,
     owner: Option<(&str, &Service)>,
     path: &[Step],
     at: At<'_>,
@@ -199,8 +195,7 @@ pub(super) fn check_token(
                 at,
             ),
             None => cx.push_at(
-                Severity::Warning,
-                "self-outside-service",
+                (Severity::Warning, "self-outside-service"),
                 path,
                 Some(at),
                 format!(
@@ -209,7 +204,7 @@ pub(super) fn check_token(
                 Some("name the service instead, e.g. `${api.url}`".to_owned()),
             ),
         },
-        Some(Token::Service(target, f)) => match services.get(target) {
+        Some(Token::Service(target, f)) => match known.services.get(target) {
             Some(t) => {
                 check_field(
                     cx,
@@ -227,18 +222,17 @@ pub(super) fn check_token(
                     && t.resource().is_some()
                     && target != name
                     && svc.process().is_some()
-                    && !depends_transitively(services, name, target)
+                    && !depends_transitively(known.services, name, target)
                 {
                     not_depended(cx, name, target, path, at);
                 }
             }
             // Declared but invalid (its own error says why): nothing to add.
-            None if declared.contains(target) => {}
-            None => unknown_service(cx, declared, path, at, body, target),
+            None if known.declared.contains(target) => {}
+            None => unknown_service(cx, known.declared, path, at, body, target),
         },
         Some(Token::Env(var)) if cx.env_unset(var) => cx.push_at(
-            Severity::Warning,
-            "unset-env",
+            (Severity::Warning, "unset-env"),
             path,
             Some(at),
             format!(
@@ -249,7 +243,7 @@ pub(super) fn check_token(
             )),
         ),
         Some(_) => {}
-        None => check_unowned_token(cx, services, declared, owner, path, at, body),
+        None => check_unowned_token(cx, known, owner, path, at, body),
     }
 }
 
@@ -258,8 +252,7 @@ pub(super) fn check_token(
 fn not_depended(cx: &mut Cx<'_>, name: &str, target: &str, path: &[Step], at: At<'_>) {
     let raw = at.text();
     cx.push_at(
-        Severity::Warning,
-        "resource-not-depended",
+        (Severity::Warning, "resource-not-depended"),
         path,
         Some(at),
         format!("`{name}` uses `{raw}` but does not depend on `{target}`, so it may start before the slice exists"),
@@ -282,8 +275,7 @@ fn unknown_service(
         .map(|m| format!("did you mean `${{{}}}`?", body.replacen(target, m, 1)))
         .or_else(|| Some("it is left as written when rendered".to_owned()));
     cx.push_at(
-        Severity::Warning,
-        "unknown-service-token",
+        (Severity::Warning, "unknown-service-token"),
         path,
         Some(at),
         format!("`{raw}` names `{target}`, which is not a service"),
@@ -329,8 +321,7 @@ pub(super) fn check_field(
         Field::Port | Field::LocalUrl => {
             if t.resource().is_some() {
                 cx.push_at(
-                    Severity::Warning,
-                    "resource-has-no-port",
+                    (Severity::Warning, "resource-has-no-port"),
                     path,
                     Some(at),
                     format!("`{raw}`: `{target}` is a resource; it has an address, not a port"),
@@ -338,8 +329,7 @@ pub(super) fn check_field(
                 );
             } else if !t.has_port() {
                 cx.push_at(
-                    Severity::Warning,
-                    no_port,
+                    (Severity::Warning, no_port),
                     path,
                     Some(at),
                     format!("`{raw}`: {who} has no port (it declares neither `url` nor `ports`), so the token is left as written"),
@@ -351,8 +341,7 @@ pub(super) fn check_field(
         Field::Url | Field::Host => {
             if t.process().is_some() && !t.has_port() {
                 cx.push_at(
-                    Severity::Warning,
-                    no_port,
+                    (Severity::Warning, no_port),
                     path,
                     Some(at),
                     format!("`{raw}`: {who} has no url or port, so the token is left as written"),
@@ -381,8 +370,7 @@ fn check_port_name(
             format!("declared ports of `{target}`: {}", declared.join(", "))
         };
         cx.push_at(
-            Severity::Error,
-            "unknown-port",
+            (Severity::Error, "unknown-port"),
             path,
             Some(at),
             format!("`{raw}`: {who} declares no port named `{port}`"),
@@ -424,7 +412,13 @@ fn check_slice_field(
             }),
         ),
     };
-    cx.push_at(Severity::Error, "unknown-field", path, Some(at), msg, hint);
+    cx.push_at(
+        (Severity::Error, "unknown-field"),
+        path,
+        Some(at),
+        msg,
+        hint,
+    );
 }
 
 /// Whether `from` reaches `to` through depends_on edges.

@@ -33,8 +33,7 @@ fn fields_of(svc: &Service) -> Vec<&'static str> {
 /// full rather than a guess (`${mq.vhost}` is not `${mq.host}`).
 pub(super) fn check_unowned_token(
     cx: &mut Cx<'_>,
-    services: &IndexMap<String, Service>,
-    declared: &BTreeSet<&str>,
+    known: super::tokens::Known<'_>,
     owner: Option<(&str, &Service)>,
     path: &[Step],
     at: At<'_>,
@@ -47,7 +46,10 @@ pub(super) fn check_unowned_token(
     // The service the token names, when it names one.
     let named = match head {
         "self" => owner,
-        h => services.get_key_value(h).map(|(n, s)| (n.as_str(), s)),
+        h => known
+            .services
+            .get_key_value(h)
+            .map(|(n, s)| (n.as_str(), s)),
     };
     let fields = named.map(|(_, s)| fields_of(s));
     let (known, hint): (&[&str], Option<String>) = match head {
@@ -59,7 +61,7 @@ pub(super) fn check_unowned_token(
         "project" => (&["name"], None),
         _ if fields.is_some() => (fields.as_deref().unwrap_or_default(), None),
         "self" => (SERVICE_FIELDS, None),
-        h if declared.contains(h) => (SERVICE_FIELDS, None),
+        h if known.declared.contains(h) => (SERVICE_FIELDS, None),
         _ => return,
     };
     let resource = named.and_then(|(_, s)| s.resource());
@@ -95,8 +97,7 @@ pub(super) fn check_unowned_token(
         })
     });
     cx.push_at(
-        Severity::Error,
-        "unknown-token",
+        (Severity::Error, "unknown-token"),
         path,
         Some(at),
         format!(

@@ -472,7 +472,6 @@ fn reserve_ports(
             world_id,
             cfg.project.port_range,
             &needs,
-            &|_| false,
             &mut port_notes,
         )
     })?;
