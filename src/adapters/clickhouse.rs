@@ -21,7 +21,7 @@
 
 use super::kit::address::AdminUrl;
 use super::kit::api::{self, Auth, Endpoint};
-use super::kit::{names, owner};
+use super::kit::names;
 use super::{Adapter, AdapterError, Slice};
 use async_trait::async_trait;
 use std::time::Duration;
@@ -38,6 +38,8 @@ const SERVER: api::Server = api::Server {
     unreachable: "check that ClickHouse runs and that admin_url names its HTTP port (8123 by default)",
     slow: "it accepts connections but does not answer (stuck, or not ClickHouse's HTTP port)",
     timeout: Duration::from_secs(30),
+    max_body: 4 * 1024 * 1024,
+    rule: &names::DATABASE,
 };
 
 /// The ClickHouse adapter.
@@ -68,15 +70,6 @@ async fn query(ep: &Endpoint, what: &str, sql: &str) -> Result<String, AdapterEr
         return Err(ep.refused(what, &f, hint));
     }
     Ok(String::from_utf8_lossy(&f.body).into_owned())
-}
-
-fn endpoint(slice: &Slice) -> Result<Endpoint, AdapterError> {
-    Endpoint::of(SERVER, slice, 4 * 1024 * 1024)
-}
-
-/// Refuses a database name no world has (`default`, `system`).
-fn check_ours(ep: &Endpoint, slice: &Slice) -> Result<(), AdapterError> {
-    owner::check_name("clickhouse", &ep.host_port(), &names::DATABASE, &slice.name)
 }
 
 /// `major.minor` of a `version()` answer (`18.16.1`, `24.10.1.2812`).
@@ -121,8 +114,7 @@ impl Adapter for ClickHouse {
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
-        let ep = endpoint(slice)?;
-        check_ours(&ep, slice)?;
+        let ep = Endpoint::owned(SERVER, slice)?;
         if self.exists(slice).await? {
             return Err(AdapterError::new(format!(
                 "clickhouse at {}: the database {} already exists",
@@ -141,7 +133,7 @@ impl Adapter for ClickHouse {
     }
 
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
-        let ep = endpoint(slice)?;
+        let ep = Endpoint::of(SERVER, slice)?;
         let mut url = url::Url::parse(ep.address().as_str())
             .map_err(|e| AdapterError::new(format!("clickhouse: admin_url: {e}")))?;
         // The admin's other settings stay; its `database` is the world's.
@@ -158,8 +150,7 @@ impl Adapter for ClickHouse {
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
-        let ep = endpoint(slice)?;
-        check_ours(&ep, slice)?;
+        let ep = Endpoint::owned(SERVER, slice)?;
         query(
             &ep,
             &format!("dropping database {}", slice.name),
@@ -171,7 +162,7 @@ impl Adapter for ClickHouse {
     }
 
     async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError> {
-        let ep = endpoint(slice)?;
+        let ep = Endpoint::of(SERVER, slice)?;
         let n = query(
             &ep,
             &format!("looking up database {}", slice.name),
@@ -186,8 +177,7 @@ impl Adapter for ClickHouse {
     }
 
     async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
-        let ep = endpoint(slice)?;
-        check_ours(&ep, slice)?;
+        let ep = Endpoint::owned(SERVER, slice)?;
         let server = ep.host_port();
         let version = query(&ep, "asking its version", "SELECT version()").await?;
         let version = version.trim();

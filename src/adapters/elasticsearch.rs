@@ -22,7 +22,7 @@ use super::kit::api::{self, Auth, Endpoint};
 use super::kit::batch::{Listing, Page};
 use super::kit::{
     address::{AdminUrl, encode},
-    names, owner,
+    names,
 };
 use super::{Adapter, AdapterError, Slice};
 use async_trait::async_trait;
@@ -40,24 +40,12 @@ const SERVER: api::Server = api::Server {
     unreachable: "check that the server runs and that admin_url names its REST port (9200 by default)",
     slow: "it accepts connections but does not answer (stuck, or not a search server's REST port)",
     timeout: Duration::from_secs(30),
+    max_body: 16 * 1024 * 1024,
+    rule: &names::INDEX_PREFIX,
 };
 
 /// The Elasticsearch/OpenSearch adapter.
 pub struct Elasticsearch;
-
-fn endpoint(slice: &Slice) -> Result<Endpoint, AdapterError> {
-    Endpoint::of(SERVER, slice, 16 * 1024 * 1024)
-}
-
-/// Refuses a prefix no world has (`*`, `logs-`): Binky acts only on its own.
-fn check_ours(ep: &Endpoint, slice: &Slice) -> Result<(), AdapterError> {
-    owner::check_name(
-        "elasticsearch",
-        &ep.host_port(),
-        &names::INDEX_PREFIX,
-        &slice.name,
-    )
-}
 
 /// What is under a prefix: indices and data streams, by concrete name.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -195,8 +183,7 @@ impl Adapter for Elasticsearch {
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
-        let ep = endpoint(slice)?;
-        check_ours(&ep, slice)?;
+        let ep = Endpoint::owned(SERVER, slice)?;
         let f = ep.json("GET", "/", None).await?;
         if !f.status.is_success() {
             return Err(ep.refused("asking who it is", &f, "").redacted(slice));
@@ -212,12 +199,11 @@ impl Adapter for Elasticsearch {
     }
 
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
-        Ok(endpoint(slice)?.address().as_str().to_owned())
+        Ok(Endpoint::of(SERVER, slice)?.address().as_str().to_owned())
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
-        let ep = endpoint(slice)?;
-        check_ours(&ep, slice)?;
+        let ep = Endpoint::owned(SERVER, slice)?;
         let mut listing = Indices {
             ep: &ep,
             prefix: &slice.name,
@@ -226,7 +212,7 @@ impl Adapter for Elasticsearch {
     }
 
     async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError> {
-        let ep = endpoint(slice)?;
+        let ep = Endpoint::of(SERVER, slice)?;
         let u = under(&ep, &slice.name)
             .await
             .map_err(|e| e.redacted(slice))?;

@@ -24,7 +24,7 @@ use super::kit::api::{self, Auth, Endpoint};
 use super::kit::batch::{Listing, Page};
 use super::kit::{
     address::{AdminUrl, encode},
-    names, owner,
+    names,
 };
 use super::{Adapter, AdapterError, Slice};
 use async_trait::async_trait;
@@ -44,6 +44,8 @@ const SERVER: api::Server = api::Server {
     unreachable: "check that Qdrant runs and that admin_url names its REST port (6333 by default)",
     slow: "it accepts connections but does not answer (stuck, or not Qdrant's REST port)",
     timeout: Duration::from_secs(30),
+    max_body: 16 * 1024 * 1024,
+    rule: &names::COLLECTION_PREFIX,
 };
 
 /// The Qdrant adapter.
@@ -124,19 +126,6 @@ pub(crate) fn check_collections(v: &toml::Value) -> Result<(), String> {
     collections(v).map(drop)
 }
 
-fn endpoint(slice: &Slice) -> Result<Endpoint, AdapterError> {
-    Endpoint::of(SERVER, slice, 16 * 1024 * 1024)
-}
-
-fn check_ours(ep: &Endpoint, slice: &Slice) -> Result<(), AdapterError> {
-    owner::check_name(
-        "qdrant",
-        &ep.host_port(),
-        &names::COLLECTION_PREFIX,
-        &slice.name,
-    )
-}
-
 /// The collection names in a `GET /collections` answer under `prefix`.
 pub fn under(body: &serde_json::Value, prefix: &str) -> Vec<String> {
     body["result"]["collections"]
@@ -200,8 +189,7 @@ impl Adapter for Qdrant {
     }
 
     async fn provision(&self, slice: &Slice) -> Result<(), AdapterError> {
-        let ep = endpoint(slice)?;
-        check_ours(&ep, slice)?;
+        let ep = Endpoint::owned(SERVER, slice)?;
         let wanted = match slice.options.get("collections") {
             Some(v) => collections(v).map_err(|e| {
                 AdapterError::new(format!("qdrant: options.collections must be {e}"))
@@ -248,12 +236,11 @@ impl Adapter for Qdrant {
     }
 
     async fn resolve(&self, slice: &Slice) -> Result<String, AdapterError> {
-        Ok(endpoint(slice)?.address().as_str().to_owned())
+        Ok(Endpoint::of(SERVER, slice)?.address().as_str().to_owned())
     }
 
     async fn teardown(&self, slice: &Slice) -> Result<(), AdapterError> {
-        let ep = endpoint(slice)?;
-        check_ours(&ep, slice)?;
+        let ep = Endpoint::owned(SERVER, slice)?;
         let mut listing = Collections {
             ep: &ep,
             prefix: &slice.name,
@@ -262,7 +249,7 @@ impl Adapter for Qdrant {
     }
 
     async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError> {
-        let ep = endpoint(slice)?;
+        let ep = Endpoint::of(SERVER, slice)?;
         Ok(!listed(&ep, &slice.name)
             .await
             .map_err(|e| e.redacted(slice))?

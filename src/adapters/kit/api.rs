@@ -6,6 +6,7 @@
 
 use super::super::{AdapterError, Slice};
 use super::address::{Address, AdminUrl};
+use super::names;
 use crate::http::{Client, Fetched, HttpError, HttpErrorKind};
 use bytes::Bytes;
 use std::time::Duration;
@@ -88,6 +89,11 @@ pub struct Server {
     pub slow: &'static str,
     /// The wait for one call when `options.timeout` is not given.
     pub timeout: Duration,
+    /// The most one answer may hold, bytes.
+    pub max_body: usize,
+    /// How Binky names a slice on this server: a name it could not have
+    /// made is never acted on ([`Endpoint::owned`]).
+    pub rule: &'static names::Rule,
 }
 
 /// A server an adapter speaks HTTP to: where it is, how it proves who it
@@ -116,12 +122,12 @@ impl std::fmt::Debug for Endpoint {
 
 impl Endpoint {
     /// The endpoint `slice`'s `admin_url` (else `server.default_url`)
-    /// names; each answer at most `max_body` bytes.
+    /// names; each answer at most `server.max_body` bytes.
     ///
     /// # Errors
     /// `admin_url` is not an `http[s]://` URL this build speaks (see
     /// [`AdminUrl::http`]); the message quotes no credential.
-    pub fn of(server: Server, slice: &Slice, max_body: usize) -> Result<Endpoint, AdapterError> {
+    pub fn of(server: Server, slice: &Slice) -> Result<Endpoint, AdapterError> {
         let address = slice
             .admin_url_or(server.default_url)
             .http(server.default_url)
@@ -151,8 +157,21 @@ impl Endpoint {
             base: address.path().trim_end_matches('/').to_owned(),
             address,
             credential,
-            client: client(slice, server.timeout, max_body),
+            client: client(slice, server.timeout, server.max_body),
         })
+    }
+
+    /// As [`Self::of`], for a call that makes or deletes: the endpoint only
+    /// when `slice.name` is a name `server.rule` could have given a world,
+    /// so Binky never acts on a slice it did not name (`*`, `system`).
+    ///
+    /// # Errors
+    /// [`Self::of`]'s, or [`AdapterError::not_ours`] naming the slice and
+    /// the server.
+    pub fn owned(server: Server, slice: &Slice) -> Result<Endpoint, AdapterError> {
+        let ep = Self::of(server, slice)?;
+        super::owner::check_name(server.adapter, &ep.host_port(), server.rule, &slice.name)?;
+        Ok(ep)
     }
 
     /// `host:port`, for messages.
