@@ -43,7 +43,11 @@ pub(crate) fn run(cli: Cli) -> ExitCode {
         Command::Init(args) => init::run(args),
         Command::Completions(args) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(args.shell, &mut cmd, "binky", &mut std::io::stdout());
+            // Into memory, then printed: clap_complete panics on a failed
+            // write, where print! ends in the one-line message (entry.rs).
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut cmd, "binky", &mut script);
+            print!("{}", String::from_utf8_lossy(&script));
             ExitCode::SUCCESS
         }
         Command::Daemon(args) => daemon::run(&args.action),
