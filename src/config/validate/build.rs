@@ -5,7 +5,7 @@ use super::graph::*;
 use super::lints::*;
 use super::service::*;
 use super::tokens::*;
-use super::{Cx, is_dns_label, is_env_key};
+use super::{Cx, Known, is_dns_label, is_env_key};
 use crate::config::diagnostic::{Diagnostic, Severity, key_string, with_position};
 use crate::config::locate::Step;
 use crate::config::model::*;

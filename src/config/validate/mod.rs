@@ -109,6 +109,15 @@ impl<'s> At<'s> {
     }
 }
 
+/// The services a token may name: those that parsed, and every name
+/// declared (a service that failed to parse has its own error; a token
+/// naming it gets none).
+#[derive(Clone, Copy)]
+struct Known<'a> {
+    services: &'a IndexMap<String, Service>,
+    declared: &'a BTreeSet<&'a str>,
+}
+
 struct Cx<'a> {
     loc: &'a Locator<'a>,
     diags: Vec<Diagnostic>,

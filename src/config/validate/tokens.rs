@@ -4,15 +4,6 @@
 use super::unknown_tokens::check_unowned_token;
 use super::*;
 
-/// The services a token may name: those that parsed, and every name
-/// declared (a service that failed to parse has its own error; a token
-/// naming it gets none).
-#[derive(Clone, Copy)]
-pub(super) struct Known<'a> {
-    pub(super) services: &'a IndexMap<String, Service>,
-    pub(super) declared: &'a BTreeSet<&'a str>,
-}
-
 /// Every string field of a service that may carry tokens, with its key path.
 pub(super) fn token_fields<'a>(name: &'a str, svc: &'a Service) -> Vec<(Vec<Step>, &'a str)> {
     let mut out: Vec<(Vec<Step>, &str)> = Vec::new();

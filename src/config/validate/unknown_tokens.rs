@@ -33,7 +33,7 @@ fn fields_of(svc: &Service) -> Vec<&'static str> {
 /// full rather than a guess (`${mq.vhost}` is not `${mq.host}`).
 pub(super) fn check_unowned_token(
     cx: &mut Cx<'_>,
-    known: super::tokens::Known<'_>,
+    known: Known<'_>,
     owner: Option<(&str, &Service)>,
     path: &[Step],
     at: At<'_>,
