@@ -94,12 +94,20 @@ fn run_point(point: &str, op: &[&str]) -> String {
             }
             return procs.is_empty();
         };
-        let web = w["services"]
+        // A crash before the services were recorded leaves the world
+        // with none listed: then no process of it may run.
+        let Some(web) = w["services"]
             .as_array()
-            .unwrap()
-            .iter()
+            .into_iter()
+            .flatten()
             .find(|s| s["name"] == "web")
-            .unwrap();
+        else {
+            report = format!("world {} with no services listed", w["state"]);
+            if !procs.is_empty() {
+                problem = format!("processes {procs:?} of a world with no services listed");
+            }
+            return procs.is_empty();
+        };
         if web["state"] == "running" {
             let pid = web["pid"].as_u64().unwrap_or(0) as u32;
             if !alive(pid) || !procs.contains(&pid) {
