@@ -41,7 +41,7 @@ For clickhouse and mongodb also: each extra world as a server of its own
 Two more measurements decide the clone strategies:
   - PostgreSQL: CREATE DATABASE ... STRATEGY WAL_LOG versus FILE_COPY, for
     templates of several sizes (median of --clones), which sets
-    FILE_COPY_FROM_BYTES in src/adapters/postgres.rs;
+    FILE_COPY_FROM_BYTES in src/adapters/postgres/clone.rs;
   - MySQL: `binky up` of a 200,000-row world with clone_strategy = "copy"
     versus "dump" (median of --clones).
 """

@@ -25,7 +25,7 @@
 
 pub use crate::adapters::catalog::Facts;
 pub use crate::adapters::external::{Request, Response};
-pub use crate::adapters::{Adapter, AdapterError, Capabilities, Slice};
+pub use crate::adapters::{Adapter, AdapterError, Capabilities, Cloned, Slice};
 pub use async_trait::async_trait;
 
 use std::io::{Read, Write};

@@ -6,7 +6,7 @@
 //! put `target/release/examples/binky-adapter-dirstore` on PATH and write
 //! `adapter = "dirstore"` in binky.toml.
 
-use binky::adapter_sdk::{Adapter, AdapterError, Capabilities, Facts, Slice, async_trait};
+use binky::adapter_sdk::{Adapter, AdapterError, Capabilities, Cloned, Facts, Slice, async_trait};
 use std::path::{Path, PathBuf};
 
 struct DirStore;
@@ -76,10 +76,10 @@ impl Adapter for DirStore {
         Ok(folder(slice).is_dir())
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<Cloned, AdapterError> {
         let (from, to) = (folder(template), folder(slice));
         copy_tree(&from, &to).map_err(|e| io("copy the template into", &to, e))?;
-        Ok("folder copy".to_owned())
+        Ok(Cloned::said("folder copy"))
     }
 }
 

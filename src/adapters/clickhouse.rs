@@ -22,7 +22,7 @@
 use super::kit::address::AdminUrl;
 use super::kit::api::{self, Auth, Endpoint};
 use super::kit::names;
-use super::{Adapter, AdapterError, Slice};
+use super::{Adapter, AdapterError, Cloned, Slice};
 use async_trait::async_trait;
 use std::time::Duration;
 
@@ -176,7 +176,7 @@ impl Adapter for ClickHouse {
         Ok(n.trim() != "0")
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<Cloned, AdapterError> {
         let ep = Endpoint::owned(SERVER, slice)?;
         let server = ep.host_port();
         let version = query(&ep, "asking its version", "SELECT version()").await?;
@@ -210,7 +210,7 @@ impl Adapter for ClickHouse {
                 return Err(e.redacted(slice));
             }
         }
-        Ok("CREATE TABLE … CLONE AS".to_owned())
+        Ok(Cloned::said("CREATE TABLE … CLONE AS"))
     }
 
     fn fields(&self, slice: &Slice) -> Vec<(&'static str, String)> {

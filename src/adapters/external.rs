@@ -19,7 +19,7 @@
 //!   tail of the adapter's stderr.
 
 use super::catalog::Facts;
-use super::{Adapter, AdapterError, Capabilities, Slice, find_executable, stderr_tail};
+use super::{Adapter, AdapterError, Capabilities, Cloned, Slice, find_executable, stderr_tail};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -231,7 +231,7 @@ impl Adapter for External {
         })
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<Cloned, AdapterError> {
         let caps = self.call("capabilities", slice, None).await?;
         if !caps
             .capabilities
@@ -246,6 +246,6 @@ impl Adapter for External {
         }
         self.call("clone", slice, Some(template))
             .await
-            .map(|_| format!("{} clone", self.name))
+            .map(|_| Cloned::said(format!("{} clone", self.name)))
     }
 }

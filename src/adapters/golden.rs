@@ -71,6 +71,79 @@ impl Marker {
     }
 }
 
+/// What the last clone of a template cost, as `up` measured it: kept
+/// beside its marker (`<marker>.clone`, JSON) for `binky doctor`, which
+/// says where clones are full copies and what would make them share
+/// blocks. Replaced by each clone; removed with the marker.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct CloneReport {
+    /// The project the template belongs to.
+    pub project: String,
+    /// Its resource service.
+    pub service: String,
+    /// The template's name.
+    pub template: String,
+    /// How the copy was made ([`super::Cloned::how`]).
+    pub how: String,
+    /// How long the copy took, ms.
+    pub ms: u64,
+    /// The disk the copy took, bytes (the filesystem's free space before
+    /// and after), when Binky could see the folder.
+    pub added: Option<u64>,
+    /// The template's size, bytes, when the server says.
+    pub size: Option<u64>,
+    /// Whether the copy shared the template's blocks: what the adapter
+    /// said, overruled by the measure where that is plain (see
+    /// [`shares_blocks`]).
+    pub shares_blocks: Option<bool>,
+    /// What would make a clone share blocks, where it does not.
+    pub advice: Option<String>,
+}
+
+/// The build log of the template whose marker is `marker`
+/// (`<marker>.log`).
+pub fn log_path(marker: &Path) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("{}.log", marker.display()))
+}
+
+/// The [`CloneReport`] of the template whose marker is `marker`
+/// (`<marker>.clone`).
+pub fn report_path(marker: &Path) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("{}.clone", marker.display()))
+}
+
+/// Whether file `name` in a markers folder is a file kept beside a marker
+/// (a log or a clone report), not a marker.
+pub fn beside_marker(name: &str) -> bool {
+    name.ends_with(".log") || name.ends_with(".clone")
+}
+
+/// Removes what is kept beside `marker` (its log and clone report), before
+/// the marker itself: a `gc` killed between the two leaves the marker,
+/// which the next finds, never a file no marker names.
+pub fn remove_beside(marker: &Path) {
+    for f in [log_path(marker), report_path(marker)] {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
+/// The smallest template whose clone's measured disk decides whether it
+/// shared blocks: below it, the filesystem's own bookkeeping (a
+/// checkpoint, a log) is of the same order as the copy.
+pub const MEASURABLE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Whether a clone shared the template's blocks: `said` by the adapter,
+/// unless the disk it took (`added`) against the template's `size` says
+/// plainly otherwise: at least half the size is a full copy, under a tenth
+/// is a shared one. Nothing is concluded below [`MEASURABLE_BYTES`].
+pub fn shares_blocks(said: Option<bool>, added: Option<u64>, size: Option<u64>) -> Option<bool> {
+    match (added, size) {
+        (Some(a), Some(s)) if s >= MEASURABLE_BYTES && a >= s / 2 => Some(false),
+        (Some(a), Some(s)) if s >= MEASURABLE_BYTES && a < s / 10 => Some(true),
+        _ => said,
+    }
+}
+
 /// Hex digits of the key a template's name carries: 48 bits, so two keys
 /// of one project and `clone_from` meet by chance about once in 10^7
 /// pairs (and then the marker's full key tells them apart).
@@ -230,6 +303,27 @@ fn collect(root: &Path, dir: &Path, set: &globset::GlobSet, out: &mut Vec<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_measure_overrules_the_adapter_only_where_it_is_plain() {
+        let gb = Some(1_000_000_000);
+        // ext4 said nothing (a remote server), but the disk fell by the size.
+        assert_eq!(shares_blocks(None, Some(990_000_000), gb), Some(false));
+        // Said to share, yet it took 600 MB of 1 GB: a full copy.
+        assert_eq!(
+            shares_blocks(Some(true), Some(600_000_000), gb),
+            Some(false)
+        );
+        // A reflink's checkpoint and WAL: well under a tenth.
+        assert_eq!(shares_blocks(None, Some(200_000), gb), Some(true));
+        // Between the two, or not measured, or too small to tell: as said.
+        assert_eq!(shares_blocks(Some(true), Some(300_000_000), gb), Some(true));
+        assert_eq!(shares_blocks(Some(false), None, gb), Some(false));
+        assert_eq!(
+            shares_blocks(Some(false), Some(0), Some(1_000_000)),
+            Some(false)
+        );
+    }
 
     #[test]
     fn a_marker_round_trips_and_reads_the_old_two_line_form() {

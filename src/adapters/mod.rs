@@ -193,6 +193,37 @@ impl AdapterError {
     }
 }
 
+/// What a clone of a golden template was: how it was made, and what
+/// Binky can say of its cost (issue 51: a clone should share the
+/// template's blocks where the server and filesystem allow, and say so).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cloned {
+    /// How the copy was made, as the `cloned` event and the world's log
+    /// say it: `reflink`, `TEMPLATE STRATEGY WAL_LOG`, `copy`, ….
+    pub how: String,
+    /// `Some(true)`: the copy shares the template's blocks (copy-on-write)
+    /// and costs disk only as either side writes. `Some(false)`: every
+    /// byte was copied. `None`: the adapter cannot tell (a remote server).
+    pub shares_blocks: Option<bool>,
+    /// The template's size in bytes (what a full copy costs), when the
+    /// server says.
+    pub size: Option<u64>,
+    /// Where a clone here is a full copy: exactly what would make it
+    /// copy-on-write (a server setting, a filesystem), for `binky doctor`.
+    pub advice: Option<String>,
+}
+
+impl Cloned {
+    /// A clone described only by how it was made (an adapter that knows
+    /// nothing of its cost).
+    pub fn said(how: impl Into<String>) -> Self {
+        Cloned {
+            how: how.into(),
+            ..Cloned::default()
+        }
+    }
+}
+
 /// The adapter contract.
 #[async_trait]
 pub trait Adapter: Send + Sync {
@@ -284,19 +315,29 @@ pub trait Adapter: Send + Sync {
     /// Whether the slice exists.
     async fn exists(&self, slice: &Slice) -> Result<bool, AdapterError>;
     /// Copies `template` into a new `slice` (only with `facts().capabilities.clone`),
-    /// returning how it was copied (`TEMPLATE STRATEGY FILE_COPY`,
-    /// `reflink`, …) for the `cloned` event.
+    /// returning how it was copied (`reflink`, `TEMPLATE STRATEGY
+    /// FILE_COPY`, …) and what that costs, for the `cloned` event and
+    /// `binky doctor`.
     ///
     /// # Errors
     /// The copy failed. An [`AdapterError::environmental`] one (a missing
     /// grant or client program, a busy template) lets the world be built by
     /// provision + migrate + seed instead; any other fails the world's `up`.
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<Cloned, AdapterError> {
         let _ = (template, slice);
         Err(AdapterError::new(format!(
             "the {} adapter cannot clone",
             self.name()
         )))
+    }
+    /// The folder on this machine that `slice`'s data is kept in (a local
+    /// server's data directory, the sqlite adapter's folder), when Binky
+    /// can see it: where the disk a clone really took is measured (the
+    /// filesystem's free space before and after, not the copy's logical
+    /// size). `None` by default, and for a server on another machine.
+    async fn data_path(&self, slice: &Slice) -> Option<std::path::PathBuf> {
+        let _ = slice;
+        None
     }
     /// Drops golden template `template`, which (unlike a world's slice) no
     /// process of Binky's uses between clones: a session someone else holds

@@ -22,7 +22,7 @@
 
 use super::kit::address::{self, Address, AdminUrl};
 use super::kit::{names, owner};
-use super::{Adapter, AdapterError, Slice};
+use super::{Adapter, AdapterError, Cloned, Slice};
 use async_trait::async_trait;
 use mongodb::bson::{Document, RawDocumentBuf, doc};
 use mongodb::options::ClientOptions;
@@ -362,7 +362,7 @@ impl Adapter for MongoDb {
             .map_err(|e| s.error("listing databases", &e).redacted(slice))
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<Cloned, AdapterError> {
         let s = Server::of(slice).await?;
         check_ours(&s.shown, slice)?;
         let started = std::time::Instant::now();
@@ -375,11 +375,10 @@ impl Adapter for MongoDb {
                     took_ms = started.elapsed().as_millis() as u64,
                     "mongodb clone"
                 );
-                Ok(match path {
+                Ok(Cloned::said(match path {
                     CopyPath::Merge => "$merge on the server",
                     CopyPath::Stream => "streamed through binky",
-                }
-                .to_owned())
+                }))
             }
             Err(e) => {
                 let _ = s.client.database(&slice.name).drop().await;

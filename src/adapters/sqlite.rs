@@ -1,9 +1,9 @@
 //! `sqlite`: one SQLite file per world, under `$BINKY_HOME/slices/sqlite/`.
-//! Needs no server. A clone copies the golden file with `std::fs::copy`,
-//! which on Linux uses `copy_file_range` and so reflinks on filesystems that
-//! support it (btrfs, XFS) and copies elsewhere.
+//! Needs no server. A clone is a copy-on-write clone of the golden file
+//! (`FICLONE`) where the filesystem shares blocks (XFS with reflink, btrfs,
+//! …), and a copy elsewhere.
 
-use super::{Adapter, AdapterError, Slice};
+use super::{Adapter, AdapterError, Cloned, Slice};
 use async_trait::async_trait;
 use std::path::PathBuf;
 
@@ -57,7 +57,11 @@ impl Adapter for Sqlite {
         Ok(file(slice).exists())
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
+    async fn data_path(&self, slice: &Slice) -> Option<PathBuf> {
+        Some(slice.data_dir.clone())
+    }
+
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<Cloned, AdapterError> {
         let src = file(template);
         // Fold the template's WAL into the main file so one file is the whole
         // database.
@@ -69,6 +73,20 @@ impl Adapter for Sqlite {
         let dst = file(slice);
         std::fs::create_dir_all(&slice.data_dir).map_err(|e| io(e, "create", &slice.data_dir))?;
         let how = crate::platform::clone_file(&src, &dst).map_err(|e| io(e, "copy to", &dst))?;
-        Ok(how.as_str().to_owned())
+        let shares = how == crate::platform::FileCopy::Reflink;
+        let size = std::fs::metadata(&dst).ok().map(|m| m.len());
+        Ok(Cloned {
+            how: how.as_str().to_owned(),
+            shares_blocks: Some(shares),
+            size,
+            advice: (!shares).then(|| {
+                format!(
+                    "a clone here copies the template's every byte ({}): {}; on {} each world's file would share the template's blocks",
+                    super::kit::cow::size(size.unwrap_or(0)),
+                    super::kit::cow::folder(&slice.data_dir).1,
+                    super::kit::cow::FILESYSTEMS
+                )
+            }),
+        })
     }
 }

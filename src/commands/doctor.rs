@@ -64,6 +64,7 @@ pub(crate) fn run(args: &JsonArgs) -> ExitCode {
     checks.push(resolver(&hosts));
     checks.push(caddy());
     checks.push(logs(&paths));
+    checks.extend(clones(&paths));
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     if args.json {
         print_json(&serde_json::json!({ "ok": !failed, "checks": checks }));
@@ -288,6 +289,67 @@ fn logs(paths: &crate::paths::Paths) -> Check {
     }
 }
 
+/// What each golden template's last clone cost, as `up` measured it
+/// (`golden/<adapter>/<template>.clone`): a warning where clones are full
+/// copies, with what would make them share blocks (issue 51). None before
+/// any world was cloned.
+fn clones(paths: &crate::paths::Paths) -> Vec<Check> {
+    use crate::adapters::golden::{CloneReport, report_path};
+    use crate::adapters::kit::cow::size;
+    let Ok(adapters) = std::fs::read_dir(paths.home().join("golden")) else {
+        return Vec::new();
+    };
+    let mut reports: Vec<CloneReport> = adapters
+        .flatten()
+        .filter_map(|a| std::fs::read_dir(a.path()).ok())
+        .flat_map(|markers| markers.flatten())
+        .filter(|m| report_path(&m.path()).is_file())
+        .filter_map(|m| std::fs::read(report_path(&m.path())).ok())
+        .filter_map(|text| serde_json::from_slice(&text).ok())
+        .collect();
+    reports.sort_by(|a, b| (&a.project, &a.service).cmp(&(&b.project, &b.service)));
+    reports
+        .into_iter()
+        .map(|r| {
+            let took = r
+                .added
+                .map(|a| format!(", +{} of disk", size(a)))
+                .unwrap_or_default();
+            let of = r
+                .size
+                .map(|s| format!(" of {}", size(s)))
+                .unwrap_or_default();
+            let at = format!(
+                "{}/{}: a clone{of} took {} ms{took}",
+                r.project, r.service, r.ms
+            );
+            match r.shares_blocks {
+                Some(true) => check(
+                    "clones",
+                    Status::Ok,
+                    format!("{at}, sharing the template's blocks ({})", r.how),
+                    None,
+                ),
+                Some(false) => check(
+                    "clones",
+                    Status::Warn,
+                    format!("{at}: a full copy ({})", r.how),
+                    r.advice,
+                ),
+                None => check(
+                    "clones",
+                    Status::Ok,
+                    format!(
+                        "{at} ({}); whether it shares blocks Binky cannot tell",
+                        r.how
+                    ),
+                    r.advice,
+                ),
+            }
+        })
+        .collect()
+}
+
 /// Each check on a line, its fix indented below.
 fn print(checks: &[Check]) {
     for c in checks {
@@ -296,10 +358,14 @@ fn print(checks: &[Check]) {
             Status::Warn => paint(WARN, "!"),
             Status::Fail => paint(ERROR, "✗"),
         };
-        anstream::println!("{mark} {:<12} {}", c.name, c.detail);
+        // Details quote names from binky.toml and paths: shown, never
+        // obeyed, by the terminal.
+        let detail = crate::output::untrusted(&c.detail);
+        anstream::println!("{mark} {:<12} {detail}", c.name);
         if let Some(f) = &c.fix {
             for (i, line) in f.lines().enumerate() {
                 let label = if i == 0 { "fix:" } else { "    " };
+                let line = crate::output::untrusted(line);
                 anstream::println!("  {} {line}", paint(DIM, label));
             }
         }

@@ -150,6 +150,11 @@ pub struct Event {
     /// `cloned`: how long the copy took, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ms: Option<u64>,
+    /// `cloned`: the disk the copy took, bytes: the fall in its
+    /// filesystem's free space across the copy (so a copy-on-write clone
+    /// reads near 0), when Binky can see the folder the data is kept in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
     /// `port_skipped`, `port_moved`: the port held outside Binky.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
@@ -176,6 +181,7 @@ impl Event {
             template: None,
             how: None,
             ms: None,
+            bytes: None,
             port: None,
             moved_to: None,
             changed: Vec::new(),

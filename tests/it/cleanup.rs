@@ -61,53 +61,51 @@ impl Drop for Cleanup {
                         .output();
                 }
             }
-        } else if let Ok(out) = Command::new("psql")
-            .args([
-                PG_ADMIN,
-                "-tAc",
-                // `_` and `%` are wildcards in LIKE: escaped, so another
-                // run's databases never match.
-                &format!(
-                    "select datname from pg_database where datname like '{}%' escape '\\'",
-                    self.prefix
-                        .replace('\\', "\\\\")
-                        .replace('_', "\\_")
-                        .replace('%', "\\%")
-                ),
-            ])
-            .output()
-        {
-            for db in String::from_utf8_lossy(&out.stdout).lines() {
-                let _ = Command::new("psql")
-                    .args([
-                        PG_ADMIN,
-                        "-qc",
-                        &format!("drop database if exists \"{db}\" with (force)"),
-                    ])
-                    .output();
-            }
-            // The worlds' own roles, once their databases are gone.
-            let like = self
-                .prefix
-                .replace('\\', "\\\\")
-                .replace('_', "\\_")
-                .replace('%', "\\%");
-            if let Ok(out) = Command::new("psql")
-                .args([
-                    PG_ADMIN,
-                    "-tAc",
-                    &format!(
-                        "select rolname from pg_roles where rolname like '{like}%' escape '\\'"
-                    ),
-                ])
-                .output()
-            {
-                for role in String::from_utf8_lossy(&out.stdout).lines() {
-                    let _ = Command::new("psql")
-                        .args([PG_ADMIN, "-qc", &format!("drop role if exists \"{role}\"")])
-                        .output();
-                }
-            }
+        } else {
+            drop_pg(PG_ADMIN, &self.prefix);
         }
+    }
+}
+
+/// Drops, on the PostgreSQL server at `admin`, every database whose name
+/// starts with `prefix` (ending its sessions) and then every role that
+/// does: what a test's worlds and templates made there.
+pub fn drop_pg(admin: &str, prefix: &str) {
+    // `_` and `%` are wildcards in LIKE: escaped, so another run's
+    // databases never match.
+    let like = prefix
+        .replace('\\', "\\\\")
+        .replace('_', "\\_")
+        .replace('%', "\\%");
+    let names = |sql: String| -> Vec<String> {
+        Command::new("psql")
+            .args([admin, "-tAc", &sql])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for db in names(format!(
+        "select datname from pg_database where datname like '{like}%' escape '\\'"
+    )) {
+        let _ = Command::new("psql")
+            .args([
+                admin,
+                "-qc",
+                &format!("drop database if exists \"{db}\" with (force)"),
+            ])
+            .output();
+    }
+    // The worlds' own roles, once their databases are gone.
+    for role in names(format!(
+        "select rolname from pg_roles where rolname like '{like}%' escape '\\'"
+    )) {
+        let _ = Command::new("psql")
+            .args([admin, "-qc", &format!("drop role if exists \"{role}\"")])
+            .output();
     }
 }

@@ -123,6 +123,29 @@ fn branches_keep_their_own_templates_reset_rebuilds_one_world_and_gc_drops_only_
         assert!(c["how"].as_str().unwrap().starts_with("TEMPLATE"), "{c}");
         assert!(c["ms"].is_u64(), "{c}");
     }
+    // `doctor` says what a clone costs on this server: a full copy before
+    // PostgreSQL 18, and what would make it copy-on-write.
+    let doctor: Value =
+        serde_json::from_slice(&home.cmd(&["doctor", "--json"]).output().unwrap().stdout).unwrap();
+    let clones: Vec<&Value> = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["name"] == "clones")
+        .collect();
+    assert_eq!(clones.len(), 2, "one per template: {doctor}");
+    let version: u32 = psql(PG_ADMIN, "show server_version_num").parse().unwrap();
+    if version < 180_000 {
+        for c in clones {
+            assert_eq!(c["status"], "warn", "{c}");
+            assert!(c["detail"].as_str().unwrap().contains("a full copy"), "{c}");
+            let fix = c["fix"].as_str().unwrap();
+            assert!(fix.contains("has no copy-on-write clone"), "{fix}");
+            assert!(fix.contains("PostgreSQL 18"), "{fix}");
+            // A local server: its data directory's filesystem is named.
+            assert!(fix.contains(" is on "), "{fix}");
+        }
+    }
     // b reset: cloned again from its own template, nothing rebuilt.
     let out = repo.run_with(&home, &["reset", "b"], &ENV);
     assert_eq!(out.code(), 0, "{out}");

@@ -31,9 +31,15 @@ pub struct Home {
 impl Home {
     /// A fresh, short (socket paths are limited to ~107 bytes) state folder.
     pub fn new() -> Self {
+        Self::new_in(Path::new("/tmp"))
+    }
+
+    /// A fresh state folder in folder `parent` (a filesystem a test needs
+    /// its slices on); keep `parent` short, for the socket.
+    pub fn new_in(parent: &Path) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("bk")
-            .tempdir_in("/tmp")
+            .tempdir_in(parent)
             .expect("tempdir");
         Home { dir }
     }

@@ -16,6 +16,7 @@ mod chaos;
 mod cleanup;
 mod clickhouse;
 mod contract;
+mod cow;
 mod daemon;
 #[cfg(feature = "dashboard")]
 mod dashboard;

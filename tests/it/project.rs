@@ -36,9 +36,15 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 impl Repo {
     /// A repository whose project lives in `subdir`.
     pub fn with(subdir: &str, toml: &str, files: &[(&str, &str)]) -> Repo {
+        Self::with_in(Path::new("/tmp"), subdir, toml, files)
+    }
+
+    /// [`Repo::with`] in folder `parent` (a filesystem the test needs its
+    /// worktrees on).
+    pub fn with_in(parent: &Path, subdir: &str, toml: &str, files: &[(&str, &str)]) -> Repo {
         let dir = tempfile::Builder::new()
             .prefix("bkr")
-            .tempdir_in("/tmp")
+            .tempdir_in(parent)
             .unwrap();
         let main = dir.path().join("app");
         let project = main.join(subdir);

@@ -20,7 +20,7 @@ mod user;
 
 use super::kit::address::AdminUrl;
 use super::kit::users::Found;
-use super::{Adapter, AdapterError, Slice, TemplateLock, find_executable, stderr_tail};
+use super::{Adapter, AdapterError, Cloned, Slice, TemplateLock, find_executable, stderr_tail};
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
@@ -329,7 +329,7 @@ impl Adapter for Mysql {
         Ok(Some(Box::new(tokio::sync::Mutex::new(c))))
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<Cloned, AdapterError> {
         let strategy = slice
             .options
             .get("clone_strategy")
@@ -369,7 +369,11 @@ impl Adapter for Mysql {
             other => other,
         };
         let _ = c.disconnect().await;
-        copied.map(|()| strategy.to_owned())
+        copied.map(|()| Cloned {
+            how: strategy.to_owned(),
+            shares_blocks: Some(false),
+            ..Cloned::default()
+        })
     }
 }
 

@@ -9,15 +9,20 @@
 //! fails (environmental, so the world is built by provision + migrate +
 //! seed) naming who holds it.
 
+mod clone;
 pub mod role;
 mod sessions;
+
+pub use clone::FILE_COPY_FROM_BYTES;
 
 pub use sessions::SLICE_LOCK_WAIT;
 pub(crate) use sessions::drop_database;
 use sessions::{lock_slice, sessions_on};
 
 use super::kit::address::AdminUrl;
-use super::{Adapter, AdapterError, OTHER_SESSIONS_WAIT, OtherSessions, Slice, TemplateLock};
+use super::{
+    Adapter, AdapterError, Cloned, OTHER_SESSIONS_WAIT, OtherSessions, Slice, TemplateLock,
+};
 use async_trait::async_trait;
 
 /// PostgreSQL's identifier limit (NAMEDATALEN - 1), in bytes.
@@ -150,48 +155,6 @@ fn advisory_key(what: &str, name: &str) -> i64 {
     use sha2::Digest;
     let h = sha2::Sha256::digest(format!("binky {what} {name}").as_bytes());
     i64::from_be_bytes(h[..8].try_into().expect("8 bytes"))
-}
-
-/// Template size (bytes) from which `FILE_COPY` beats `WAL_LOG`. Measured
-/// with benchmarks/worlds.py (`--strategies`): WAL_LOG writes every page to
-/// the WAL, which costs more the bigger the template; FILE_COPY copies files
-/// but forces two checkpoints, a fixed cost that dominates for small ones.
-pub const FILE_COPY_FROM_BYTES: i64 = 16 * 1024 * 1024;
-
-/// `CREATE DATABASE … STRATEGY` (PostgreSQL 15+): from the `clone_strategy`
-/// option (`auto`, `wal_log`, `file_copy`); `auto` picks by template size.
-/// `None` on servers before 15, which only copy files.
-async fn choose_strategy(
-    c: &tokio_postgres::Client,
-    template: &Slice,
-) -> Result<Option<&'static str>, AdapterError> {
-    let wanted = template
-        .options
-        .get("clone_strategy")
-        .and_then(|v| v.as_str())
-        .unwrap_or("auto");
-    let row = c
-        .query_one(
-            "SELECT current_setting('server_version_num')::int, pg_database_size($1)",
-            &[&template.name],
-        )
-        .await
-        .map_err(|e| sql_err("reading the template's size", e))?;
-    let (version, size): (i32, i64) = (row.get(0), row.get(1));
-    if version < 150000 {
-        return Ok(None);
-    }
-    Ok(Some(match wanted {
-        "wal_log" => "WAL_LOG",
-        "file_copy" => "FILE_COPY",
-        "auto" if size >= FILE_COPY_FROM_BYTES => "FILE_COPY",
-        "auto" => "WAL_LOG",
-        other => {
-            return Err(AdapterError::new(format!(
-                "postgres: clone_strategy = \"{other}\" is not one of auto, wal_log, file_copy"
-            )));
-        }
-    }))
 }
 
 #[async_trait]
@@ -355,20 +318,21 @@ impl Adapter for Postgres {
         Ok(Some(Box::new(c)))
     }
 
-    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<String, AdapterError> {
+    async fn data_path(&self, slice: &Slice) -> Option<std::path::PathBuf> {
+        clone::data_path(slice).await
+    }
+
+    async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<Cloned, AdapterError> {
         let c = connect(slice).await?;
         // Held until `c` closes, past the copy's commit (see `lock_slice`).
         lock_slice(&c, &slice.name).await?;
-        let strategy = match choose_strategy(&c, template).await? {
-            Some(s) => format!(" STRATEGY {s}"),
-            None => String::new(),
-        };
-        let how = format!("TEMPLATE{strategy}");
-        let sql = format!(
-            "CREATE DATABASE {} TEMPLATE {}{strategy}",
-            quote(&slice.name),
-            quote(&template.name)
-        );
+        let plan = clone::Plan::read(&c, template).await?;
+        if let Some(set) = plan.setting() {
+            c.batch_execute(set)
+                .await
+                .map_err(|e| sql_err("SET file_copy_method", e))?;
+        }
+        let sql = plan.statement(&template.name, &slice.name);
         // The template must have no other session while it is copied. Those
         // sessions are not ours to end (a person in psql, an IDE, a worker):
         // wait briefly — a clone by another daemon, or a session closing,
@@ -385,7 +349,7 @@ impl Adapter for Postgres {
                         role::take_from_template(&copy, slice, template).await?;
                         role::hand_over(&copy, slice).await?;
                     }
-                    return Ok(how);
+                    return Ok(plan.cloned());
                 }
                 Err(e) => e,
             };

@@ -118,6 +118,54 @@ fn reflink(_from: &File, _to: &File) -> bool {
     false
 }
 
+/// The filesystem a path is on, as far as copying goes: its name and
+/// whether it can share blocks between files (copy-on-write clones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Filesystem {
+    /// `xfs`, `btrfs`, `ext4`, … (`statfs`'s magic number, read as a name;
+    /// `other` for one Binky does not know).
+    pub(crate) name: &'static str,
+    /// `Some(true)`: it makes copy-on-write clones (btrfs, bcachefs; XFS
+    /// made with `reflink=1`, the default since xfsprogs 5.1). `Some(false)`:
+    /// it cannot (ext4, tmpfs, …). `None`: it depends (ZFS 2.2+ with block
+    /// cloning on) or Binky does not know it.
+    pub(crate) shares_blocks: Option<bool>,
+}
+
+/// The filesystem holding `path` (its nearest existing ancestor); `None`
+/// where it cannot be read (no such path and no ancestor Binky may see).
+#[cfg(target_os = "linux")]
+pub(crate) fn filesystem(path: &Path) -> Option<Filesystem> {
+    let mut p = path;
+    while !p.exists() {
+        p = p.parent()?;
+    }
+    let magic = nix::sys::statfs::statfs(p).ok()?.filesystem_type().0;
+    // The kernel's magic numbers (include/uapi/linux/magic.h); ZFS and
+    // bcachefs are out of tree.
+    #[allow(clippy::unreadable_literal)]
+    let (name, shares_blocks) = match magic as u64 {
+        0x58465342 => ("xfs", Some(true)),
+        0x9123683e => ("btrfs", Some(true)),
+        0xca451a4e => ("bcachefs", Some(true)),
+        0x2fc12fc1 => ("zfs", None),
+        0xef53 => ("ext4", Some(false)),
+        0x01021994 => ("tmpfs", Some(false)),
+        0x794c7630 => ("overlayfs", Some(false)),
+        0x6969 => ("nfs", None),
+        _ => ("other", None),
+    };
+    Some(Filesystem {
+        name,
+        shares_blocks,
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn filesystem(_path: &Path) -> Option<Filesystem> {
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

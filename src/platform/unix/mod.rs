@@ -20,7 +20,8 @@ mod nofollow;
 mod procs;
 mod sockets;
 pub(crate) use files::{
-    FileCopy, clone_file, clone_into, file_id, is_executable, is_private, mode_bits, set_file_mode,
+    FileCopy, clone_file, clone_into, file_id, filesystem, is_executable, is_private, mode_bits,
+    set_file_mode,
 };
 pub(crate) use memory::{
     PressureTrigger, disk_space, groups_rss, groups_usage, memory, memory_pressure_avg10,

@@ -23,6 +23,8 @@ pub(in crate::daemon::world) struct Template {
     pub(in crate::daemon::world) key: String,
     pub(in crate::daemon::world) slice: Slice,
     pub(in crate::daemon::world) log: PathBuf,
+    /// Where its last clone's cost is kept ([`golden::CloneReport`]).
+    pub(in crate::daemon::world) report: PathBuf,
     pub(in crate::daemon::world) migrated: Option<String>,
     _held: (
         tokio::sync::OwnedMutexGuard<()>,
@@ -79,12 +81,13 @@ impl Provisioning<'_> {
         // The template's migrate/seed output lives with the template, not
         // in the log of the world that happened to build it (gone with that
         // world); every clone's log points at it.
-        let template_log = PathBuf::from(format!("{}.log", marker.display()));
+        let template_log = golden::log_path(&marker);
         let mut t = Template {
             name: tname,
             key,
             slice: template,
             log: template_log,
+            report: golden::report_path(&marker),
             migrated: recorded.migrated.clone(),
             _held: (local, server_lock),
         };
@@ -211,10 +214,21 @@ impl Provisioning<'_> {
         let WorldCtx {
             d, project, world, ..
         } = *self.cx;
-        let (adapter, service, log) = (self.adapter, self.job.service, self.job.log);
+        let (adapter, service) = (self.adapter, self.job.service);
+        // The disk a clone takes is the fall in free space of the folder
+        // its data is kept in, across the copy: its logical size would
+        // count shared blocks as copied.
+        let folder = adapter.data_path(&template.slice).await;
+        let free = || {
+            folder
+                .as_deref()
+                .and_then(crate::platform::disk_space)
+                .map(|(free, _)| free)
+        };
+        let before = free();
         let started = std::time::Instant::now();
-        let how = match adapter.clone_slice(&template.slice, self.slice).await {
-            Ok(how) => how,
+        let cloned = match adapter.clone_slice(&template.slice, self.slice).await {
+            Ok(c) => c,
             Err(e) if e.is_environmental() => {
                 let e = e.redacted(self.slice);
                 tracing::warn!(project, world = world.as_str(), service, reason = %e.message, "clone_fallback");
@@ -237,7 +251,8 @@ impl Provisioning<'_> {
                 )));
             }
         };
-        let took = started.elapsed().as_millis();
+        let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let added = before.zip(free()).map(|(b, a)| b.saturating_sub(a));
         d.registry(|r| {
             r.set_slice_template(
                 adapter.name(),
@@ -245,23 +260,7 @@ impl Provisioning<'_> {
                 Some((&template.name, &template.key)),
             )
         })?;
-        if let Ok(mut f) = supervisor::logs::open_append(log) {
-            use std::io::Write;
-            let _ = writeln!(
-                f,
-                "binky: cloned from template {} ({how}, {took} ms); its migrate and seed output is in {}",
-                template.name,
-                template.log.display()
-            );
-        }
-        let mut ev = world_event(EventKind::Cloned, project, world)
-            .detail(format!("from {} ({how}, {took} ms)", template.name));
-        ev.template = Some(template.name.clone());
-        ev.how = Some(how.clone());
-        ev.ms = Some(u64::try_from(took).unwrap_or(u64::MAX));
-        ev.service = Some(service.to_owned());
-        ev.adapter = Some(adapter.name().to_owned());
-        d.event(ev);
+        self.tell_clone(template, cloned, took, added);
         self.catch_up_clone(template).await
     }
 
@@ -306,6 +305,84 @@ impl Provisioning<'_> {
         )
         .await;
         Ok(false)
+    }
+
+    /// Says how `cloned` was made and what it took (`took` ms, `added`
+    /// bytes of disk) in `up`'s progress, the world's log, the clone
+    /// report `binky doctor` reads and a `cloned` event.
+    fn tell_clone(
+        &self,
+        template: &Template,
+        mut cloned: crate::adapters::Cloned,
+        took: u64,
+        added: Option<u64>,
+    ) {
+        let WorldCtx {
+            d, project, world, ..
+        } = *self.cx;
+        let (adapter, service, log) = (self.adapter, self.job.service, self.job.log);
+        let shares = golden::shares_blocks(cloned.shares_blocks, added, cloned.size);
+        if cloned.shares_blocks == Some(true) && shares == Some(false) {
+            // Said to share blocks, but the disk it took says otherwise
+            // (an XFS made without reflink, say): the measure is told.
+            cloned.how = format!("{}, yet a full copy by the disk it took", cloned.how);
+        }
+        cloned.shares_blocks = shares;
+        let how = &cloned.how;
+        let cost = match added {
+            Some(a) => format!("{how}, {took} ms, +{}", crate::adapters::kit::cow::size(a)),
+            None => format!("{how}, {took} ms"),
+        };
+        if let Ok(mut f) = supervisor::logs::open_append(log) {
+            use std::io::Write;
+            let _ = writeln!(
+                f,
+                "binky: cloned from template {} ({cost}); its migrate and seed output is in {}",
+                template.name,
+                template.log.display()
+            );
+        }
+        self.progress.say(
+            crate::protocol::ProgressStep::Provision,
+            Some(service),
+            format!("{service}: cloned from {} ({cost})", template.name),
+        );
+        self.report_clone(template, &cloned, took, added);
+        let mut ev = world_event(EventKind::Cloned, project, world)
+            .detail(format!("from {} ({cost})", template.name));
+        ev.template = Some(template.name.clone());
+        ev.how = Some(how.clone());
+        ev.ms = Some(took);
+        ev.bytes = added;
+        ev.service = Some(service.to_owned());
+        ev.adapter = Some(adapter.name().to_owned());
+        d.event(ev);
+    }
+
+    /// Keeps what this clone of `template` cost beside its marker
+    /// ([`golden::CloneReport`]), for `binky doctor`. Best effort: a report
+    /// that cannot be written costs the world nothing.
+    fn report_clone(
+        &self,
+        template: &Template,
+        cloned: &crate::adapters::Cloned,
+        ms: u64,
+        added: Option<u64>,
+    ) {
+        let report = golden::CloneReport {
+            project: self.cx.project.to_owned(),
+            service: self.job.service.to_owned(),
+            template: template.name.clone(),
+            how: cloned.how.clone(),
+            ms,
+            added,
+            size: cloned.size,
+            shares_blocks: cloned.shares_blocks,
+            advice: cloned.advice.clone(),
+        };
+        if let Ok(text) = serde_json::to_vec_pretty(&report) {
+            let _ = crate::platform::write_replacing(&template.report, &text);
+        }
     }
 
     /// Says (in `up`'s progress, the resource's log and an event of `kind`

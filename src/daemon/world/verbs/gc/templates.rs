@@ -44,8 +44,8 @@ pub(super) async fn sweep_markers(
         let adapter_name = a.file_name().to_string_lossy().into_owned();
         for m in markers.flatten() {
             let file = m.file_name().to_string_lossy().into_owned();
-            // A template's build log sits beside its marker.
-            if file.ends_with(".log") {
+            // A template's build log and clone report sit beside its marker.
+            if golden::beside_marker(&file) {
                 continue;
             }
             if let Some(swept) = sweep.marker(&adapter_name, &file, &m.path()).await {
@@ -272,9 +272,8 @@ async fn drop_unused_template(
         .map_err(|e| e.redacted(&reached.slice).message)?;
     // Its role's password goes with it (a template has no slice record).
     let _ = d.registry(|r| r.delete_slice(t.adapter, t.name));
-    // The log first: the marker is what a later gc finds, so one killed
-    // between the two leaves it to that gc, never a log no marker names.
-    let _ = std::fs::remove_file(format!("{}.log", t.path.display()));
+    // What sits beside it first (see `golden::remove_beside`).
+    golden::remove_beside(t.path);
     remove_if_there(t.path)?;
     let mut ev = LogEvent::named(EventKind::TemplateDropped).detail(t.name.to_owned());
     ev.project = Some(t.project.to_owned());
@@ -342,8 +341,7 @@ async fn drop_unknown_template(
         .await
         .map_err(|e| e.redacted(&slice).message)?;
     let _ = d.registry(|r| r.delete_slice(adapter.name(), &slice.name));
-    // The log first, as in `drop_unused_template`.
-    let _ = std::fs::remove_file(format!("{}.log", marker.display()));
+    golden::remove_beside(marker);
     remove_if_there(marker)?;
     Ok(found)
 }
