@@ -47,7 +47,10 @@ impl Adapter for DirStore {
 
     fn facts(&self) -> Facts {
         Facts {
-            capabilities: Capabilities { clone: true },
+            capabilities: Capabilities {
+                clone: true,
+                spares: false,
+            },
             ..Facts::SERVER
         }
     }

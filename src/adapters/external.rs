@@ -198,7 +198,10 @@ impl Adapter for External {
     /// provision + migrate + seed.
     fn facts(&self) -> Facts {
         Facts {
-            capabilities: Capabilities { clone: true },
+            capabilities: Capabilities {
+                clone: true,
+                spares: false,
+            },
             ..Facts::SERVER
         }
     }

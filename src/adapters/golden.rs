@@ -163,6 +163,28 @@ pub fn template_name(project: &str, clone_from: &str, key: &str) -> String {
     super::fit_identifier(&format!("{project}_golden_{clone_from}_{short}"), NAME_MAX)
 }
 
+/// The name of a spare clone of template `clone_from` of `project` at
+/// `key` (issue 51): `<project>_spare_<clone_from>_<12 hex of key>_<tag>`,
+/// cut as [`template_name`] is. `tag` tells spares of one template apart
+/// (random, so a name is never reused). Like a template's, it holds `_`,
+/// which no world's slug does, so no world's slice shares it.
+pub fn spare_name(project: &str, clone_from: &str, key: &str, tag: &str) -> String {
+    let short = &key[..key.len().min(NAME_KEY_LEN)];
+    super::fit_identifier(
+        &format!("{project}_spare_{clone_from}_{short}_{tag}"),
+        NAME_MAX,
+    )
+}
+
+/// The number of spare clones `options.spares` asks to keep of a template
+/// (issue 51): 1 unless set; 0 turns them off.
+pub fn spares_wanted(options: &toml::Table) -> u32 {
+    options
+        .get("spares")
+        .and_then(toml::Value::as_integer)
+        .map_or(1, |n| u32::try_from(n.clamp(0, 8)).unwrap_or(0))
+}
+
 /// The template key: SHA-256 over the commands, the resource's name where
 /// its slices carry it ([`crate::config::Config::slice_resource`]: two
 /// databases of one adapter never share a template) and every file

@@ -42,6 +42,10 @@ use std::sync::Arc;
 pub struct Capabilities {
     /// Can copy a slice server-side (`clone_from` uses it).
     pub clone: bool,
+    /// Can keep spare clones of a golden template and hand one to a world
+    /// by renaming it ([`Adapter::make_spare`], [`Adapter::take_spare`];
+    /// `options.spares`).
+    pub spares: bool,
 }
 
 /// What a teardown does about sessions on a slice that Binky did not
@@ -224,6 +228,11 @@ impl Cloned {
     }
 }
 
+/// What an adapter without `capabilities.spares` answers a spare's verb.
+fn no_spares(adapter: &str) -> AdapterError {
+    AdapterError::new(format!("the {adapter} adapter keeps no spares"))
+}
+
 /// The adapter contract.
 #[async_trait]
 pub trait Adapter: Send + Sync {
@@ -329,6 +338,33 @@ pub trait Adapter: Send + Sync {
             "the {} adapter cannot clone",
             self.name()
         )))
+    }
+    /// Makes `spare`, a clone of `template` kept ready for a world to take
+    /// (only with `facts().capabilities.spares`): a copy like
+    /// [`Adapter::clone_slice`]'s, but no world's yet, so it is handed to
+    /// no world's user.
+    ///
+    /// # Errors
+    /// The copy failed; whatever it left is the caller's to drop.
+    async fn make_spare(&self, template: &Slice, spare: &Slice) -> Result<Cloned, AdapterError> {
+        let _ = (template, spare);
+        Err(no_spares(self.name()))
+    }
+    /// Makes `spare` (made by [`Adapter::make_spare`] from `template`) the
+    /// world's `slice` by renaming it, metadata only, and hands it to the
+    /// world's user as a clone is.
+    ///
+    /// # Errors
+    /// The rename or the handover failed. The spare may be gone (renamed)
+    /// and the slice half-made: the caller drops both.
+    async fn take_spare(
+        &self,
+        template: &Slice,
+        spare: &Slice,
+        slice: &Slice,
+    ) -> Result<(), AdapterError> {
+        let _ = (template, spare, slice);
+        Err(no_spares(self.name()))
     }
     /// The folder on this machine that `slice`'s data is kept in (a local
     /// server's data directory, the sqlite adapter's folder), when Binky

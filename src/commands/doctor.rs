@@ -175,6 +175,7 @@ fn daemon(paths: &crate::paths::Paths, checks: &mut Vec<Check>) -> Vec<String> {
     if let Some(p) = report.as_ref().and_then(|r| r.proxy.as_ref()) {
         checks.push(proxy(p));
     }
+    checks.extend(report.iter().flat_map(|r| &r.projects).filter_map(spares));
     let mut hosts = Vec::new();
     if let Some(report) = report {
         for w in report.projects.iter().flat_map(|p| &p.worlds) {
@@ -184,6 +185,27 @@ fn daemon(paths: &crate::paths::Paths, checks: &mut Vec<Check>) -> Vec<String> {
         }
     }
     hosts
+}
+
+/// A project's spare clones (issue 51): how many, and their disk.
+fn spares(p: &crate::protocol::ProjectStatus) -> Option<Check> {
+    let s = p.spares.as_ref()?;
+    let making = if s.making > 0 {
+        format!(", {} being made", s.making)
+    } else {
+        String::new()
+    };
+    Some(check(
+        "spares",
+        Status::Ok,
+        format!(
+            "{}: {} ready, {} of disk{making}",
+            p.name,
+            s.ready,
+            crate::adapters::kit::cow::size(s.bytes)
+        ),
+        None,
+    ))
 }
 
 /// The proxy as the daemon reports it: listening, or down with why, who

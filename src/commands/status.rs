@@ -135,6 +135,24 @@ pub(crate) fn print_human(report: &StatusReport) {
                 )
             );
         }
+        if let Some(s) = &p.spares {
+            let making = if s.making > 0 {
+                format!(", {} being made", s.making)
+            } else {
+                String::new()
+            };
+            anstream::println!(
+                "  {}",
+                paint(
+                    DIM,
+                    format!(
+                        "spares: {} ready ({} of disk){making}",
+                        s.ready,
+                        crate::adapters::kit::cow::size(s.bytes)
+                    )
+                )
+            );
+        }
     }
 }
 

@@ -169,6 +169,7 @@ pub(crate) fn status_report(
     let mut r = d.read_registry(|r| r.status(project))?;
     world::fill_urls(d, &mut r);
     world::fill_stale_clones(d, &mut r);
+    world::fill_spares(d, &mut r);
     world::fill_log_floods(d, &mut r);
     if usage {
         world::fill_usage(&mut r);

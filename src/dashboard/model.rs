@@ -451,6 +451,7 @@ mod tests {
                 name: "shop".into(),
                 root: "/r".into(),
                 queued_unlisted: 0,
+                spares: None,
                 worlds: names
                     .iter()
                     .map(|n| world(n, WorldState::Running))

@@ -71,6 +71,16 @@ pub enum EventKind {
     Cloned,
     /// `clone_fallback`
     CloneFallback,
+    /// `spare_made`: a spare clone of a golden template was made ahead of
+    /// time (`template`, `how`, `ms`, `bytes`).
+    SpareMade,
+    /// `spare_taken`: a world's slice is a spare, renamed (`template`,
+    /// `ms`).
+    SpareTaken,
+    /// `spare_dropped`: a spare was dropped (its template's key changed,
+    /// `options.spares` lowered, or it could not be taken); `detail` says
+    /// why.
+    SpareDropped,
     /// `clone_rebuilt`: a fresh clone's catch-up `migrate` failed, so the
     /// slice was built from scratch instead
     CloneRebuilt,

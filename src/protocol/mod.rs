@@ -28,8 +28,8 @@ pub use reply::{ApiError, ErrorKind, Progress, ProgressStep, Reply, Response};
 pub use reports::{
     DEFAULT_QUEUE_MAX, DEFAULT_QUEUE_PER_GROUP, DaemonInfo, LogLine, LogsReport, Metrics,
     ProjectStatus, ProxyMetrics, ProxyStatus, QueuePlace, ServiceStatus, ServiceTarget, Settings,
-    StatusReport, SweepItem, TornDownSlice, Usage, VerifyCheck, VerifyReport, WorldEnv,
-    WorldOutcome, WorldStatus, natural_cmp,
+    SparesStatus, StatusReport, SweepItem, TornDownSlice, Usage, VerifyCheck, VerifyReport,
+    WorldEnv, WorldOutcome, WorldStatus, natural_cmp,
 };
 pub use request::{ClientEnv, LogFollow, Request, ResetRequest, Subscription, UpRequest, WorldRef};
 pub mod limits;

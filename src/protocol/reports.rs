@@ -366,6 +366,21 @@ pub struct ProjectStatus {
     /// `queue_length`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub queued_unlisted: u32,
+    /// Spare clones of its golden templates kept ready (issue 51), never
+    /// worlds: how many, and the disk they took where it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spares: Option<SparesStatus>,
+}
+
+/// A project's spare clones, as `status` shows them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SparesStatus {
+    /// Ready to be taken.
+    pub ready: u32,
+    /// Being made now (or cut short: `gc` sweeps those).
+    pub making: u32,
+    /// The disk the ready ones took, bytes, summed over those measured.
+    pub bytes: u64,
 }
 
 impl ProjectStatus {

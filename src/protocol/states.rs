@@ -164,6 +164,9 @@ states! {
         /// A golden template of a known project whose key no world's
         /// branch has now.
         Template = "template",
+        /// A spare clone of a golden template whose making or taking a
+        /// crash cut short, or whose template is gone or was rebuilt.
+        Spare = "spare",
         /// A login user Binky made for a slice that is gone (an
         /// interrupted teardown), on a server a project's config names.
         User = "user",
@@ -298,7 +301,7 @@ mod tests {
             (words(VerifyOutcome::ALL), "passed failed interrupted"),
             (
                 words(SweepKind::ALL),
-                "slice worktree registration golden_marker template user",
+                "slice worktree registration golden_marker template spare user",
             ),
             (
                 words(SweepResult::ALL),

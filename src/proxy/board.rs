@@ -248,6 +248,7 @@ mod tests {
                 name: "<b>shop</b>".into(),
                 root: "/r".into(),
                 queued_unlisted: 0,
+                spares: None,
                 worlds: vec![WorldStatus {
                     name: "x\"><script>alert(1)</script>\nnext".into(),
                     slug: "x".into(),

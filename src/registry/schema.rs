@@ -4,7 +4,7 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub(super) const LATEST: i64 = 13;
+pub(super) const LATEST: i64 = 14;
 
 /// All migrations, oldest first.
 pub(super) fn migrations() -> Migrations<'static> {
@@ -22,6 +22,7 @@ pub(super) fn migrations() -> Migrations<'static> {
         M::up(V11),
         M::up(V12),
         M::up(V13),
+        M::up(V14),
     ])
 }
 
@@ -231,4 +232,28 @@ ALTER TABLE worlds ADD COLUMN caller TEXT;
 /// says so beside the result.
 const V13: &str = r#"
 ALTER TABLE verify_results ADD COLUMN from_branch INTEGER NOT NULL DEFAULT 0;
+"#;
+
+/// v14: spare clones (issue 51): per golden template, clones made ahead of
+/// time that an `up` takes by renaming. Recorded `making` before the
+/// server sees them, `ready` once made, `taking` while an `up` renames one;
+/// a row left `making` or `taking` by a crash is what `gc` sweeps. A spare
+/// is never a world's: it has no world, and `status` counts it apart.
+const V14: &str = r#"
+CREATE TABLE spares (
+    id          INTEGER PRIMARY KEY,
+    adapter     TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    project     TEXT NOT NULL,
+    service     TEXT NOT NULL,
+    template    TEXT NOT NULL,            -- the golden template it is a clone of
+    template_key TEXT NOT NULL,           -- that template's key when it was made
+    migrated    TEXT,                     -- the key the template's schema was migrated at
+    server      TEXT,                     -- where it is made (address)
+    server_credentials TEXT,              -- fingerprint of the credentials it was made with
+    state       TEXT NOT NULL,            -- making | ready | taking
+    bytes       INTEGER,                  -- the disk it took, when measured
+    created_at  INTEGER NOT NULL,
+    UNIQUE (adapter, name)
+);
 "#;

@@ -54,6 +54,7 @@ impl Registry {
                         name: r.get(1)?,
                         root: r.get(2)?,
                         queued_unlisted: 0,
+                        spares: None,
                         worlds: Vec::new(),
                     },
                 ))

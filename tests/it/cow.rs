@@ -113,9 +113,10 @@ fn a_postgres_18_world_on_reflink_is_a_clone_that_takes_no_disk_until_it_writes(
     };
     let psql_in = |db: &str| format!("psql \\\"$DB_URL\\\" -v ON_ERROR_STOP=1 -qc '{db}'");
     // `db`'s template is ~35 MB; `small`'s is an empty database, below the
-    // 16 MB from which a plain copy takes FILE_COPY: it is cloned too.
+    // 16 MB from which a plain copy takes FILE_COPY: it is cloned too. No
+    // spares: every world is a clone.
     let toml = format!(
-        "{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"${{env.TEST_PG18_ADMIN}}\"\nmigrate = \"{}\"\nseed = \"{}\"\nclone_from = \"golden\"\n[services.small]\nadapter = \"postgres\"\nadmin_url = \"${{env.TEST_PG18_ADMIN}}\"\nmigrate = \"{}\"\nclone_from = \"golden\"\n",
+        "{}[services.db]\nadapter = \"postgres\"\nadmin_url = \"${{env.TEST_PG18_ADMIN}}\"\nmigrate = \"{}\"\nseed = \"{}\"\nclone_from = \"golden\"\noptions = {{ spares = 0 }}\n[services.small]\nadapter = \"postgres\"\nadmin_url = \"${{env.TEST_PG18_ADMIN}}\"\nmigrate = \"{}\"\nclone_from = \"golden\"\noptions = {{ spares = 0 }}\n",
         project_header(&project, 4),
         psql_in("create table if not exists big(n int, m text)"),
         psql_in("insert into big select g, md5(g::text) from generate_series(1, 400000) g"),
@@ -160,7 +161,7 @@ fn a_postgres_18_world_on_reflink_is_a_clone_that_takes_no_disk_until_it_writes(
     let (a, b) = (url("a"), url("b"));
     psql(&a, "insert into big values (-1, 'a only')");
     assert_eq!(psql(&b, "select count(*) from big where n = -1"), "0");
-    let template_url = admin.replace("/postgres", &format!("/{template}"));
+    let template_url = format!("{}/{template}", admin.rsplit_once('/').unwrap().0);
     assert_eq!(
         psql(&template_url, "select count(*) from big where n = -1"),
         "0"

@@ -53,6 +53,7 @@ mod resources;
 mod s3;
 mod secrets;
 mod sessions;
+mod spares;
 mod templates;
 mod worktrees;
 mod world;

@@ -779,7 +779,13 @@ fn a_session_on_the_golden_template_is_never_ended_and_the_world_is_built_anyway
         prefix: format!("{project}_"),
         mysql: false,
     };
-    let repo = Repo::new(&pg_toml(&project, "TEST_PG_ADMIN"));
+    // No spares: each world is a clone, so the template's sessions matter
+    // (a spare, made before the session opened, would spare b the wait).
+    let toml = format!(
+        "{}[services.db.options]\nspares = 0\n",
+        pg_toml(&project, "TEST_PG_ADMIN")
+    );
+    let repo = Repo::new(&toml);
     let var = ("TEST_PG_ADMIN", PG_ADMIN);
     let out = up_with(&repo, &home, "a", &[var]);
     assert_eq!(out.code(), 0, "{out}");

@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 mod options;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+use options::SPARE_COUNT;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 use options::clone_strategy;
 pub use options::{OptionKind, OptionSpec};
 use options::{TIMEOUT, WORLD_USER};
@@ -85,7 +87,10 @@ impl Facts {
     /// [`default_slice_name`]: what an external adapter is unless it says
     /// more.
     pub const SERVER: Facts = Facts {
-        capabilities: Capabilities { clone: false },
+        capabilities: Capabilities {
+            clone: false,
+            spares: false,
+        },
         default_url: None,
         serverless: false,
         path_names_server: true,
@@ -110,7 +115,17 @@ pub fn default_slice_name(project: &str, resource: Option<&str>, world_slug: &st
 }
 
 /// Clones server-side.
-const CLONES: Capabilities = Capabilities { clone: true };
+const CLONES: Capabilities = Capabilities {
+    clone: true,
+    spares: false,
+};
+
+/// Clones, and keeps spare clones ready (`options.spares`).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+const SPARES: Capabilities = Capabilities {
+    clone: true,
+    spares: true,
+};
 
 /// The URLs an app's client uses for a server: their schemes (the part
 /// before any `+driver`), and the server's own port.
@@ -238,6 +253,7 @@ pub const ENTRIES: &[Entry] = &[
         make: || Arc::new(super::postgres::Postgres),
         options: &[
             clone_strategy(&["auto", "wal_log", "file_copy"]),
+            SPARE_COUNT,
             WORLD_USER,
             OptionSpec {
                 name: "createdb",
@@ -252,7 +268,7 @@ pub const ENTRIES: &[Entry] = &[
         ],
         fields: &[],
         facts: Facts {
-            capabilities: CLONES,
+            capabilities: SPARES,
             // The path is the database the admin connects to; the slices
             // are the server's.
             path_names_server: false,

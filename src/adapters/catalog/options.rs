@@ -103,6 +103,21 @@ pub(super) const fn clone_strategy(choices: &'static [&'static str]) -> OptionSp
     }
 }
 
+/// The most spares `options.spares` may ask for per template: each is a
+/// database on the server, and one or two cover a burst of `up`s.
+const MAX_SPARES: i64 = 8;
+
+/// `options.spares` of an adapter that keeps spare clones.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(super) const SPARE_COUNT: OptionSpec = OptionSpec {
+    name: "spares",
+    kind: OptionKind::Custom(|v| match v.as_integer() {
+        Some(n) if (0..=MAX_SPARES).contains(&n) => Ok(()),
+        _ => Err(format!("a whole number from 0 (no spares) to {MAX_SPARES}")),
+    }),
+    help: "clones of the golden template kept ready, so an up takes one by renaming it (default 1; 0 turns them off)",
+};
+
 /// `options.acl` of an adapter that gives each world a user of its own by
 /// default (PostgreSQL, MySQL, RabbitMQ).
 pub(super) const WORLD_USER: OptionSpec = OptionSpec {

@@ -323,66 +323,110 @@ impl Adapter for Postgres {
     }
 
     async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<Cloned, AdapterError> {
-        let c = connect(slice).await?;
-        // Held until `c` closes, past the copy's commit (see `lock_slice`).
-        lock_slice(&c, &slice.name).await?;
-        let plan = clone::Plan::read(&c, template).await?;
-        if let Some(set) = plan.setting() {
-            c.batch_execute(set)
-                .await
-                .map_err(|e| sql_err("SET file_copy_method", e))?;
-        }
-        let sql = plan.statement(&template.name, &slice.name);
-        // The template must have no other session while it is copied. Those
-        // sessions are not ours to end (a person in psql, an IDE, a worker):
-        // wait briefly — a clone by another daemon, or a session closing,
-        // frees it — then give up, saying who holds it.
-        let deadline = tokio::time::Instant::now() + TEMPLATE_FREE_WAIT;
-        loop {
-            let e = match c.batch_execute(&sql).await {
-                Ok(()) => {
-                    if role::wanted(slice) {
-                        // The copy's objects are the template role's (or
-                        // the admin's): the world's role owns them now.
-                        let copy = connect_to(slice, &slice.name).await?;
-                        role::ensure(&copy, slice).await?;
-                        role::take_from_template(&copy, slice, template).await?;
-                        role::hand_over(&copy, slice).await?;
-                    }
-                    return Ok(plan.cloned());
-                }
-                Err(e) => e,
-            };
-            let in_use = e
-                .as_db_error()
-                .is_some_and(|db| *db.code() == tokio_postgres::error::SqlState::OBJECT_IN_USE);
-            if in_use && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-            // Either way the clone may fall back to provision + migrate.
-            let err = if in_use {
-                let who = sessions_on(&c, &template.name).await;
-                let holders = if who.is_empty() {
-                    "sessions the admin role may not see (grant it pg_read_all_stats, or ask a superuser, to see who)".to_owned()
-                } else {
-                    who.join("; ")
-                };
-                AdapterError::environmental(format!(
-                    "postgres: the template {} is in use by other sessions for more than {} s: {holders}; close them to let worlds be cloned (binky never ends a session it did not open)",
-                    quote(&template.name),
-                    TEMPLATE_FREE_WAIT.as_secs()
-                ))
-            } else {
-                let plain = sql_err(
-                    &format!("CREATE DATABASE {} TEMPLATE", quote(&slice.name)),
-                    e,
-                );
-                AdapterError::environmental(plain.message)
-            };
-            return Err(err);
-        }
+        let cloned = copy_template(template, slice).await?;
+        adopt(template, slice).await?;
+        Ok(cloned)
     }
+
+    async fn make_spare(&self, template: &Slice, spare: &Slice) -> Result<Cloned, AdapterError> {
+        copy_template(template, spare).await
+    }
+
+    async fn take_spare(
+        &self,
+        template: &Slice,
+        spare: &Slice,
+        slice: &Slice,
+    ) -> Result<(), AdapterError> {
+        let c = connect(slice).await?;
+        // As a clone: no teardown of the world's name runs meanwhile.
+        lock_slice(&c, &slice.name).await?;
+        // Metadata only, whatever the size: the spare's files become the
+        // world's database. Nobody connects to a spare, so nothing holds it.
+        let sql = format!(
+            "ALTER DATABASE {} RENAME TO {}",
+            quote(&spare.name),
+            quote(&slice.name)
+        );
+        c.batch_execute(&sql).await.map_err(|e| sql_err(&sql, e))?;
+        adopt(template, slice).await
+    }
+}
+
+/// Copies `template` into a new database named as `target` on the server
+/// (`CREATE DATABASE … TEMPLATE`, the strategy [`clone::Plan`] picks), and
+/// says how. The name's lock is held until the copy commits.
+///
+/// # Errors
+/// Environmental (so a world falls back to provision + migrate + seed):
+/// the template stayed in use by other sessions past
+/// [`TEMPLATE_FREE_WAIT`], naming them, or the server refused the copy.
+async fn copy_template(template: &Slice, target: &Slice) -> Result<Cloned, AdapterError> {
+    let c = connect(target).await?;
+    // Held until `c` closes, past the copy's commit (see `lock_slice`).
+    lock_slice(&c, &target.name).await?;
+    let plan = clone::Plan::read(&c, template).await?;
+    if let Some(set) = plan.setting() {
+        c.batch_execute(set)
+            .await
+            .map_err(|e| sql_err("SET file_copy_method", e))?;
+    }
+    let sql = plan.statement(&template.name, &target.name);
+    // The template must have no other session while it is copied. Those
+    // sessions are not ours to end (a person in psql, an IDE, a worker):
+    // wait briefly — a clone by another daemon, or a session closing,
+    // frees it — then give up, saying who holds it.
+    let deadline = tokio::time::Instant::now() + TEMPLATE_FREE_WAIT;
+    loop {
+        let e = match c.batch_execute(&sql).await {
+            Ok(()) => return Ok(plan.cloned()),
+            Err(e) => e,
+        };
+        let in_use = e
+            .as_db_error()
+            .is_some_and(|db| *db.code() == tokio_postgres::error::SqlState::OBJECT_IN_USE);
+        if in_use && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            continue;
+        }
+        // Either way the clone may fall back to provision + migrate.
+        let err = if in_use {
+            let who = sessions_on(&c, &template.name).await;
+            let holders = if who.is_empty() {
+                "sessions the admin role may not see (grant it pg_read_all_stats, or ask a superuser, to see who)".to_owned()
+            } else {
+                who.join("; ")
+            };
+            AdapterError::environmental(format!(
+                "postgres: the template {} is in use by other sessions for more than {} s: {holders}; close them to let worlds be cloned (binky never ends a session it did not open)",
+                quote(&template.name),
+                TEMPLATE_FREE_WAIT.as_secs()
+            ))
+        } else {
+            let plain = sql_err(
+                &format!("CREATE DATABASE {} TEMPLATE", quote(&target.name)),
+                e,
+            );
+            AdapterError::environmental(plain.message)
+        };
+        return Err(err);
+    }
+}
+
+/// Hands a fresh copy of `template` (a clone, or a spare renamed) to the
+/// world's role, where it has one: its objects are the template role's
+/// (or the admin's), and the world's role owns them now.
+///
+/// # Errors
+/// The role cannot be made or given the objects.
+async fn adopt(template: &Slice, slice: &Slice) -> Result<(), AdapterError> {
+    if !role::wanted(slice) {
+        return Ok(());
+    }
+    let copy = connect_to(slice, &slice.name).await?;
+    role::ensure(&copy, slice).await?;
+    role::take_from_template(&copy, slice, template).await?;
+    role::hand_over(&copy, slice).await
 }
 
 /// Creates `options.extensions` in the slice's database as the admin: the

@@ -408,6 +408,7 @@ pub(crate) fn fill_queue(
                 name: r.project.clone(),
                 root: r.disk_path.clone(),
                 queued_unlisted: 0,
+                spares: None,
                 worlds: Vec::new(),
             });
             report.projects.len() - 1
@@ -435,6 +436,51 @@ pub(crate) fn fill_queue(
         }
         w.queue = place;
     }
+}
+
+/// Whether there is room now to make a spare clone that takes `bytes` of
+/// disk in `folder` (issue 51): spares are made only with room to spare,
+/// so nothing waits in the admission queue, available memory (less what
+/// admitted worlds will take) is above the reserve with no memory stall,
+/// and `folder`'s filesystem keeps its disk reserve with the spare on it,
+/// as a world's would. A folder Binky cannot see (a server elsewhere) is
+/// not checked.
+///
+/// # Errors
+/// What is short, in words.
+pub(crate) fn room_for_spare(
+    d: &Daemon,
+    folder: Option<&std::path::Path>,
+    bytes: u64,
+) -> Result<(), String> {
+    let queued = d.registry(|r| r.queue()).map_err(|e| e.to_string())?.len();
+    if queued > 0 {
+        return Err(format!("{queued} up(s) wait for room"));
+    }
+    let s = d.registry(|r| r.settings()).map_err(|e| e.to_string())?;
+    {
+        let st = d.admission.lock();
+        if let Some(m) = crate::platform::memory() {
+            let reserve = (m.total as f64 * s.ram_reserve_pct / 100.0) as u64;
+            let pending: u64 = st.pending.values().map(|(_, f)| f).sum();
+            if m.available.saturating_sub(pending) < reserve {
+                return Err("memory is below the reserve".into());
+            }
+        }
+    }
+    if crate::platform::memory_pressure_avg10().is_some_and(|p| p > 0.0) {
+        return Err("the machine stalls on memory (PSI)".into());
+    }
+    if let Some((free, size)) = folder.and_then(crate::platform::disk_space) {
+        let reserve = disk_reserve(d, &s).map_err(|e| e.to_string())?(size);
+        if free.saturating_sub(bytes) < reserve {
+            return Err(format!(
+                "{} would fall below the disk reserve",
+                folder.map(|f| f.display().to_string()).unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The disk reserve admission keeps on a filesystem of `size` bytes. The

@@ -34,6 +34,7 @@ pub(crate) use stages::flood::fill_log_floods;
 pub(crate) use stages::processes::fill_usage;
 pub(crate) use stages::reconcile::reconcile;
 pub(crate) use stages::routes::fill_urls;
+pub(crate) use stages::spares::fill_spares;
 pub(crate) use stages::strays;
 pub(crate) use verbs::down::{down, suspend};
 pub(crate) use verbs::env::{env, locate_service};

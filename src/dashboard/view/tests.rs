@@ -12,6 +12,7 @@ fn one_world(w: WorldStatus) -> StatusReport {
             name: "shop".into(),
             root: "/r".into(),
             queued_unlisted: 0,
+            spares: None,
             worlds: vec![w],
         }],
         ..Default::default()

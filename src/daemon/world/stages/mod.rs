@@ -11,6 +11,7 @@
 //! | [`data`] | migrate and seed, catching up with the branch |
 //! | [`reach`] | a recorded slice on the server it was made on; teardown that says what it found |
 //! | [`templates`] | golden templates: build once, clone per world, fall back |
+//! | [`spares`] | spare clones of a template made ahead of time, taken by a rename; their refill and `gc`'s look at them |
 //! | [`bootstrap`] | a new worktree made ready: `[project] copy`, then `setup`, once |
 //! | [`start`] | starting processes by dependency level behind their probes |
 //! | [`processes`] | stopping a world's processes, recording the supervisor's reports |
@@ -32,6 +33,7 @@ pub(super) mod reach;
 pub(super) mod reconcile;
 pub(super) mod routes;
 pub(super) mod slices;
+pub(super) mod spares;
 pub(super) mod start;
 pub(crate) mod strays;
 pub(super) mod templates;

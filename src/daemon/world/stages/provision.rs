@@ -86,6 +86,21 @@ pub(in crate::daemon::world) async fn provision(
         Some(k) => p.keep_live(k).await?,
         None => p.make(exists).await?,
     };
+    if let Some(from) = &r.clone_from
+        && adapter.facts().capabilities.spares
+    {
+        // The pool this world may have taken from, topped up after it.
+        let (tname, key) = p.template_id(from);
+        super::spares::refill_later(super::spares::Pool {
+            d: d.clone(),
+            adapter: adapter.clone(),
+            project: project.to_owned(),
+            service: service.to_owned(),
+            clone_from: from.clone(),
+            template: p.template_slice(&tname)?,
+            key,
+        });
+    }
     Ok(Resolved::new(address, adapter.as_ref(), &with_secret))
 }
 
@@ -349,8 +364,11 @@ impl Provisioning<'_> {
         if let Some(from) = &self.job.r.clone_from
             && self.adapter.facts().capabilities.clone
         {
-            let template = self.golden(from).await?;
-            cloned = self.clone_from(&template).await?;
+            cloned = self.adapter.facts().capabilities.spares && self.take_spare(from).await?;
+            if !cloned {
+                let template = self.golden(from).await?;
+                cloned = self.clone_from(&template).await?;
+            }
         }
         if !cloned {
             provision_and_seed(

@@ -41,23 +41,12 @@ impl Provisioning<'_> {
     /// the template's key, then the key its schema was migrated at (the
     /// building world's).
     pub(in crate::daemon::world) async fn golden(&self, from: &str) -> Result<Template, ApiError> {
-        let WorldCtx { d, project, .. } = *self.cx;
-        let (adapter, r) = (self.adapter, self.job.r);
-        let key = golden::key(
-            self.cx.cfg.slice_resource(self.job.service),
-            r.migrate.as_deref(),
-            r.seed.as_deref(),
-            &r.clone_inputs,
-            &self.plan.world_root,
-        );
-        let tname = golden::template_name(project, from, &key);
+        let WorldCtx { d, .. } = *self.cx;
+        let adapter = self.adapter;
+        let (tname, key) = self.template_id(from);
         // The world's slice on the same server, by the template's name,
         // with its own role's password (kept until `gc` drops it).
-        let template = Slice {
-            name: tname.clone(),
-            ..self.slice.clone()
-        }
-        .with_new_secret(d, adapter)?;
+        let template = self.template_slice(&tname)?;
         let marker = d.paths.golden_dir(adapter.name()).join(&tname);
         let glock = d.worlds.golden_lock(&format!("{}/{tname}", adapter.name()));
         let local = glock.lock_owned().await;
@@ -124,6 +113,9 @@ impl Provisioning<'_> {
             service: Some(self.job.service.to_owned()),
         };
         write_marker(marker, &building)?;
+        super::spares::drop_spares_of(d, adapter, template, "its template is rebuilt")
+            .await
+            .map_err(|e| ApiError::new(format!("services.{}: {e}", self.job.service)))?;
         adapter
             .drop_template(template)
             .await
@@ -181,6 +173,9 @@ impl Provisioning<'_> {
             vec![template.clone()],
             recorded.server.as_ref(),
         )?;
+        super::spares::drop_spares_of(d, self.adapter, &old.slice, "its template moved server")
+            .await
+            .map_err(|e| ApiError::new(format!("services.{service}: {e}")))?;
         let found = drop_template(self.adapter, &old.slice)
             .await
             .map_err(|e| adapter_error(service, &old.slice, e))?;
@@ -261,20 +256,23 @@ impl Provisioning<'_> {
             )
         })?;
         self.tell_clone(template, cloned, took, added);
-        self.catch_up_clone(template).await
+        self.catch_up_clone(template.migrated.as_deref()).await
     }
 
-    /// Runs `migrate` on a fresh clone of `template` when the template was
-    /// migrated at another key than the world's branch; `false` (the copy
+    /// Runs `migrate` on a fresh copy of a template whose schema was
+    /// `migrated` at another key than the world's branch; `false` (the copy
     /// dropped, `clone_rebuilt` said) when that fails.
     ///
     /// # Errors
-    /// The clone's address cannot be resolved.
-    async fn catch_up_clone(&self, template: &Template) -> Result<bool, ApiError> {
+    /// The copy's address cannot be resolved.
+    pub(in crate::daemon::world) async fn catch_up_clone(
+        &self,
+        migrated: Option<&str>,
+    ) -> Result<bool, ApiError> {
         let Some(key) = &self.world_key else {
             return Ok(true);
         };
-        if template.migrated.as_deref() == Some(key.as_str()) {
+        if migrated == Some(key.as_str()) {
             return Ok(true);
         }
         let address = self

@@ -1,5 +1,6 @@
 //! `gc`: sweep what a crash left half-made.
 
+mod spares;
 mod templates;
 mod users;
 
@@ -19,7 +20,8 @@ use std::sync::Arc;
 /// `binky gc`: sweeps what a crash left half-made — slices an interrupted
 /// operation left, worktrees in a project's worktree root that no world
 /// owns, git registrations whose folder is gone, golden templates of
-/// unknown projects or whose key no world's branch has now. Never touches a slice the registry says is live, a world the
+/// unknown projects or whose key no world's branch has now, spare clones a
+/// crash cut short or whose template is gone. Never touches a slice the registry says is live, a world the
 /// registry knows, or a worktree with changes. With `dry_run`, says what it
 /// would sweep.
 pub(crate) async fn gc(d: &Arc<Daemon>, dry_run: bool, client_env: ClientEnv) -> Vec<SweepItem> {
@@ -27,6 +29,7 @@ pub(crate) async fn gc(d: &Arc<Daemon>, dry_run: bool, client_env: ClientEnv) ->
     sweep_slices(d, dry_run, &client_env, &mut out).await;
     sweep_worktrees(d, dry_run, &client_env, &mut out);
     templates::sweep_markers(d, dry_run, &client_env, &mut out).await;
+    spares::sweep_spares(d, dry_run, &client_env, &mut out).await;
     users::sweep_users(d, dry_run, &client_env, &mut out).await;
     if !dry_run && !out.is_empty() {
         d.event(LogEvent::named(EventKind::Gc).detail(format!("{} item(s)", out.len())));

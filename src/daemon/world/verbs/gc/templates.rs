@@ -9,6 +9,7 @@ use crate::daemon::events::{Event as LogEvent, EventKind};
 use crate::daemon::world::stages::locate::join_subdir;
 use crate::daemon::world::stages::reach::{TornDown, drop_template, reach};
 use crate::daemon::world::stages::slices::{adapter_for, slice_for};
+use crate::daemon::world::stages::spares;
 use crate::protocol::{ClientEnv, SweepItem, SweepKind, SweepResult};
 use crate::{config, worktree};
 use std::collections::{HashMap, HashSet};
@@ -267,6 +268,13 @@ async fn drop_unused_template(
         .lock_template(&reached.slice, false)
         .await
         .map_err(|e| e.redacted(&reached.slice).message)?;
+    spares::drop_spares_of(
+        d,
+        adapter.as_ref(),
+        &reached.slice,
+        "its template is dropped",
+    )
+    .await?;
     let found = drop_template(adapter.as_ref(), &reached.slice)
         .await
         .map_err(|e| e.redacted(&reached.slice).message)?;
@@ -337,6 +345,7 @@ async fn drop_unknown_template(
         admin_url,
         ..slice_for(d, adapter.as_ref(), name.to_owned(), "", &no_env)
     };
+    spares::drop_spares_of(d, adapter.as_ref(), &slice, "its template is dropped").await?;
     let found = drop_template(adapter.as_ref(), &slice)
         .await
         .map_err(|e| e.redacted(&slice).message)?;
