@@ -287,10 +287,10 @@ pub const ENTRIES: &[Entry] = &[
         name: "mysql",
         aliases: &["mariadb", "percona"],
         make: || Arc::new(super::mysql::Mysql),
-        options: &[clone_strategy(&["copy", "dump"]), WORLD_USER],
+        options: &[clone_strategy(&["copy", "dump"]), SPARE_COUNT, WORLD_USER],
         fields: &[],
         facts: Facts {
-            capabilities: CLONES,
+            capabilities: SPARES,
             // As for postgres: the path is only the admin's way in.
             path_names_server: false,
             world_users: true,

@@ -133,27 +133,51 @@ fn line_end(b: &[u8], start: usize) -> usize {
 
 /// The server-side copy (`clone_strategy = "copy"`).
 pub(super) async fn copy_on_server(c: &mut Conn, src: &str, dst: &str) -> Result<(), AdapterError> {
+    copy_tables(c, src, dst).await?;
+    copy_definitions(c, src, dst).await
+}
+
+/// `src`'s tables and sequences, with their rows, into `dst` (what a spare
+/// holds: data, and nothing that names its schema).
+pub(super) async fn copy_tables(c: &mut Conn, src: &str, dst: &str) -> Result<(), AdapterError> {
     exec(c, &format!("USE {}", quote(dst))).await?;
     // Tables in any order (their foreign keys may point forward), rows with
     // triggers not yet in place, exactly as a dump would load them.
     exec(c, "SET SESSION foreign_key_checks = 0, unique_checks = 0").await?;
-    let tables: Vec<(String, String)> = c
+    for (table, kind) in tables(c, src).await? {
+        copy_table(c, src, dst, &table, kind == "SEQUENCE").await?;
+    }
+    Ok(())
+}
+
+/// `src`'s views, triggers, routines and events re-created in `dst`, which
+/// holds its tables already.
+pub(super) async fn copy_definitions(
+    c: &mut Conn,
+    src: &str,
+    dst: &str,
+) -> Result<(), AdapterError> {
+    exec(c, &format!("USE {}", quote(dst))).await?;
+    let views: Vec<String> = c
         .exec(
-            "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = ? ORDER BY table_name",
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_type = 'VIEW' ORDER BY table_name",
             (src,),
         )
         .await
-        .map_err(|e| sql_err("listing tables", e))?;
-    for (table, kind) in tables.iter().filter(|(_, k)| k != "VIEW") {
-        copy_table(c, src, dst, table, kind == "SEQUENCE").await?;
-    }
-    let views: Vec<String> = tables
-        .iter()
-        .filter(|(_, k)| k == "VIEW")
-        .map(|(t, _)| t.clone())
-        .collect();
+        .map_err(|e| sql_err("listing views", e))?;
     copy_views(c, src, dst, views).await?;
     copy_objects(c, src, dst).await
+}
+
+/// The tables and sequences of schema `db` (no views), each with its
+/// `table_type`.
+pub(super) async fn tables(c: &mut Conn, db: &str) -> Result<Vec<(String, String)>, AdapterError> {
+    c.exec(
+        "SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = ? AND table_type <> 'VIEW' ORDER BY table_name",
+        (db,),
+    )
+    .await
+    .map_err(|e| sql_err("listing tables", e))
 }
 
 /// Creates `table` in `dst` as it is in `src` and copies its rows (a

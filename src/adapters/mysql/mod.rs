@@ -336,27 +336,7 @@ impl Adapter for Mysql {
             .and_then(|v| v.as_str())
             .unwrap_or("copy");
         let mut c = connect(slice).await?;
-        let charset: Option<(String, String)> = c
-            .exec_first(
-                "SELECT default_character_set_name, default_collation_name FROM information_schema.schemata WHERE schema_name = ?",
-                (&template.name,),
-            )
-            .await
-            .map_err(|e| sql_err("information_schema.schemata", e))?;
-        let Some((charset, collation)) = charset else {
-            return Err(AdapterError::new(format!(
-                "mysql: the template {} does not exist",
-                quote(&template.name)
-            )));
-        };
-        exec(
-            &mut c,
-            &format!(
-                "CREATE DATABASE {} CHARACTER SET {charset} COLLATE {collation}",
-                quote(&slice.name)
-            ),
-        )
-        .await?;
+        create_like(&mut c, template, &slice.name).await?;
         let copied = match strategy {
             "copy" => copy::copy_on_server(&mut c, &template.name, &slice.name).await,
             "dump" => copy_with_dump(slice, &template.name, &slice.name).await,
@@ -375,6 +355,87 @@ impl Adapter for Mysql {
             ..Cloned::default()
         })
     }
+
+    async fn make_spare(&self, template: &Slice, spare: &Slice) -> Result<Cloned, AdapterError> {
+        let mut c = connect(spare).await?;
+        create_like(&mut c, template, &spare.name).await?;
+        // Data only: a view or trigger names its schema, and a table with
+        // triggers cannot move to another; they are made at the take.
+        copy::copy_tables(&mut c, &template.name, &spare.name).await?;
+        let _ = c.disconnect().await;
+        Ok(Cloned {
+            how: "copy (tables)".to_owned(),
+            shares_blocks: Some(false),
+            ..Cloned::default()
+        })
+    }
+
+    async fn take_spare(
+        &self,
+        template: &Slice,
+        spare: &Slice,
+        slice: &Slice,
+    ) -> Result<(), AdapterError> {
+        let mut c = connect(slice).await?;
+        create_like(&mut c, template, &slice.name).await?;
+        // One statement: every table moves, metadata only, or none does.
+        let moves: Vec<String> = copy::tables(&mut c, &spare.name)
+            .await?
+            .iter()
+            .map(|(t, _)| {
+                format!(
+                    "{}.{} TO {}.{}",
+                    quote(&spare.name),
+                    quote(t),
+                    quote(&slice.name),
+                    quote(t)
+                )
+            })
+            .collect();
+        if !moves.is_empty() {
+            exec(&mut c, &format!("RENAME TABLE {}", moves.join(", "))).await?;
+        }
+        copy::copy_definitions(&mut c, &template.name, &slice.name).await?;
+        exec(
+            &mut c,
+            &format!("DROP DATABASE IF EXISTS {}", quote(&spare.name)),
+        )
+        .await?;
+        if user::wanted(slice) {
+            user::ensure(&mut c, slice).await?;
+        }
+        let _ = c.disconnect().await;
+        Ok(())
+    }
+}
+
+/// Creates database `name` with the character set and collation of
+/// `template`.
+///
+/// # Errors
+/// The template is not there, or the server refuses.
+async fn create_like(c: &mut Conn, template: &Slice, name: &str) -> Result<(), AdapterError> {
+    let charset: Option<(String, String)> = c
+        .exec_first(
+            "SELECT default_character_set_name, default_collation_name FROM information_schema.schemata WHERE schema_name = ?",
+            (&template.name,),
+        )
+        .await
+        .map_err(|e| sql_err("information_schema.schemata", e))?;
+    let Some((charset, collation)) = charset else {
+        return Err(AdapterError::new(format!(
+            "mysql: the template {} does not exist",
+            quote(&template.name)
+        )));
+    };
+    exec(
+        c,
+        &format!(
+            "CREATE DATABASE {} CHARACTER SET {charset} COLLATE {collation}",
+            quote(name)
+        ),
+    )
+    .await
 }
 
 #[cfg(test)]
