@@ -613,3 +613,15 @@ async fn logs_and_status_answer_with_the_world_and_name_what_is_wrong_by_kind() 
     );
     f.remove("l").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spare_that_would_take_the_disk_below_its_reserve_is_not_made() {
+    let f = Fixture::new(Memory::default());
+    let dir = f.repo.clone();
+    let (free, _) = crate::platform::disk_space(&dir).expect("the test folder's disk");
+    // A spare as big as what is free would leave nothing: refused, named.
+    let why = crate::daemon::admission::room_for_spare(&f.d, Some(&dir), free)
+        .expect_err("no room for a spare that fills the disk");
+    assert!(why.contains("would fall below the disk reserve"), "{why}");
+    assert!(why.contains(&dir.display().to_string()), "{why}");
+}

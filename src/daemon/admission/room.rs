@@ -438,6 +438,11 @@ pub(crate) fn fill_queue(
     }
 }
 
+/// The share of the last 10 s stalled on memory (PSI `some avg10`, %) from
+/// which no spare is made: a machine that waits on memory at all has no
+/// room to spare.
+const SPARE_STALL_PCT: f64 = 1.0;
+
 /// Whether there is room now to make a spare clone that takes `bytes` of
 /// disk in `folder` (issue 51): spares are made only with room to spare,
 /// so nothing waits in the admission queue, available memory (less what
@@ -458,6 +463,15 @@ pub(crate) fn room_for_spare(
         return Err(format!("{queued} up(s) wait for room"));
     }
     let s = d.registry(|r| r.settings()).map_err(|e| e.to_string())?;
+    if let Some((free, size)) = folder.and_then(crate::platform::disk_space) {
+        let reserve = disk_reserve(d, &s).map_err(|e| e.to_string())?(size);
+        if free.saturating_sub(bytes) < reserve {
+            return Err(format!(
+                "{} would fall below the disk reserve",
+                folder.map(|f| f.display().to_string()).unwrap_or_default()
+            ));
+        }
+    }
     {
         let st = d.admission.lock();
         if let Some(m) = crate::platform::memory() {
@@ -468,17 +482,8 @@ pub(crate) fn room_for_spare(
             }
         }
     }
-    if crate::platform::memory_pressure_avg10().is_some_and(|p| p > 0.0) {
+    if crate::platform::memory_pressure_avg10().is_some_and(|p| p >= SPARE_STALL_PCT) {
         return Err("the machine stalls on memory (PSI)".into());
-    }
-    if let Some((free, size)) = folder.and_then(crate::platform::disk_space) {
-        let reserve = disk_reserve(d, &s).map_err(|e| e.to_string())?(size);
-        if free.saturating_sub(bytes) < reserve {
-            return Err(format!(
-                "{} would fall below the disk reserve",
-                folder.map(|f| f.display().to_string()).unwrap_or_default()
-            ));
-        }
     }
     Ok(())
 }
