@@ -105,6 +105,7 @@ pub(super) const fn clone_strategy(choices: &'static [&'static str]) -> OptionSp
 
 /// The most spares `options.spares` may ask for per template: each is a
 /// database on the server, and one or two cover a burst of `up`s.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 const MAX_SPARES: i64 = 8;
 
 /// `options.spares` of an adapter that keeps spare clones.
