@@ -280,9 +280,16 @@ fn a_fresh_clone_whose_catch_up_cannot_run_is_built_from_scratch_but_data_is_kep
     std::fs::write(repo.main.join("notes.txt"), "a commit\n").unwrap();
     git(&repo.main, &["add", "notes.txt"]);
     git(&repo.main, &["commit", "-qm", "another commit"]);
-    // b is cloned from the template migrated at the first commit: its
-    // catch-up fails, and b, holding nothing of its own, is built afresh.
+    // b gets the spare a's `up` left ready (a copy of the template
+    // migrated at the first commit): its catch-up fails, and b, holding
+    // nothing of its own, is built afresh, once (never cloned again to
+    // fail the same way).
+    assert!(wait_until(std::time::Duration::from_secs(30), || {
+        let status = repo.run_with(&home, &["status", "--json"], &ENV).json();
+        status["projects"][0]["spares"]["ready"] == 1
+    }));
     let out = up(&repo, &home, "b");
+    assert!(out.stderr().contains("took the spare"), "{out}");
     assert!(out.stderr().contains("built from scratch"), "{out}");
     let rebuilt = events_named(&home, "clone_rebuilt");
     assert_eq!(rebuilt.len(), 1, "{rebuilt:?}");

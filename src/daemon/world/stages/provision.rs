@@ -364,11 +364,18 @@ impl Provisioning<'_> {
         if let Some(from) = &self.job.r.clone_from
             && self.adapter.facts().capabilities.clone
         {
-            cloned = self.adapter.facts().capabilities.spares && self.take_spare(from).await?;
-            if !cloned {
-                let template = self.golden(from).await?;
-                cloned = self.clone_from(&template).await?;
-            }
+            let spare = if self.adapter.facts().capabilities.spares {
+                self.take_spare(from).await?
+            } else {
+                None
+            };
+            cloned = match spare {
+                Some(caught_up) => caught_up,
+                None => {
+                    let template = self.golden(from).await?;
+                    self.clone_from(&template).await?
+                }
+            };
         }
         if !cloned {
             provision_and_seed(

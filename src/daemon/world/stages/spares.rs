@@ -39,15 +39,20 @@ fn claims(d: &Daemon) -> Arc<tokio::sync::Mutex<()>> {
 
 impl Provisioning<'_> {
     /// Takes a ready spare of the golden template `from` at the world's
-    /// key as the world's slice, by renaming it: `true` when taken (said in
-    /// `up`'s progress, the world's log and a `spare_taken` event, and
-    /// caught up with the branch as a clone is). `false` when there is
-    /// none, or it could not be taken (then dropped, and said); the world
-    /// is then cloned as before.
+    /// key as the world's slice, by renaming it (said in `up`'s progress,
+    /// the world's log and a `spare_taken` event), and catches it up with
+    /// the branch as a clone is: `Some(true)` when that is done;
+    /// `Some(false)` when the catch-up failed on it (the copy dropped and
+    /// said, as for a clone: the slice is to be built from scratch, not
+    /// cloned to fail the same way). `None` when there is no spare, or it
+    /// could not be taken (then dropped, and said): the world is cloned.
     ///
     /// # Errors
     /// The registry cannot be read or written.
-    pub(in crate::daemon::world) async fn take_spare(&self, from: &str) -> Result<bool, ApiError> {
+    pub(in crate::daemon::world) async fn take_spare(
+        &self,
+        from: &str,
+    ) -> Result<Option<bool>, ApiError> {
         let WorldCtx {
             d, project, world, ..
         } = *self.cx;
@@ -58,7 +63,7 @@ impl Provisioning<'_> {
         let claims = claims(d);
         let claiming = claims.lock().await;
         let Some(row) = d.registry(|r| r.claim_spare(adapter.name(), &tname, &key))? else {
-            return Ok(false);
+            return Ok(None);
         };
         let _flight = in_flight(d, adapter.name(), &row.name).lock_owned().await;
         drop(claiming);
@@ -72,7 +77,7 @@ impl Provisioning<'_> {
         let here = server_now(d, adapter, self.slice)?;
         if row.server.as_ref().map(|s| &s.address) != here.as_ref().map(|s| &s.address) {
             drop_spare(d, adapter, &row, vec![spare], "made on another server").await;
-            return Ok(false);
+            return Ok(None);
         }
         let started = std::time::Instant::now();
         fault_point("spare:taking");
@@ -90,7 +95,7 @@ impl Provisioning<'_> {
                 ),
             );
             drop_spare(d, adapter, &row, vec![spare], &why).await;
-            return Ok(false);
+            return Ok(None);
         }
         let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         // Renamed and handed over, the row still `taking`.
@@ -121,7 +126,7 @@ impl Provisioning<'_> {
         ev.service = Some(service.to_owned());
         ev.adapter = Some(adapter.name().to_owned());
         d.event(ev);
-        self.catch_up_clone(row.migrated.as_deref()).await
+        self.catch_up_clone(row.migrated.as_deref()).await.map(Some)
     }
 
     /// The name and key of the golden template `from` at the world's
