@@ -82,15 +82,16 @@ fn gc_until_clean(repo: &Repo, home: &Home, env: &[(&str, &str)]) {
     assert!(clean, "{}", last.unwrap());
 }
 
-#[test]
-fn up_takes_a_spare_the_pool_refills_and_a_key_change_discards_it() {
+/// A fresh home and a PostgreSQL project named `<tag><pid>` (its databases
+/// dropped when the returned guard goes), or `None` after a skip when no
+/// PostgreSQL answers here.
+fn pg_project(tag: &str) -> Option<(Home, Repo, String, Cleanup)> {
     if !pg_up() {
         skip("no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
-        return;
+        return None;
     }
-    let home = Home::new();
-    let project = format!("sp{}", std::process::id() % 10000);
-    let _cleanup = Cleanup {
+    let project = format!("{tag}{}", std::process::id() % 10000);
+    let cleanup = Cleanup {
         prefix: format!("{project}_"),
         mysql: false,
     };
@@ -99,6 +100,14 @@ fn up_takes_a_spare_the_pool_refills_and_a_key_change_discards_it() {
         &toml(&project, "create table if not exists items(n int)"),
         &[],
     );
+    Some((Home::new(), repo, project, cleanup))
+}
+
+#[test]
+fn up_takes_a_spare_the_pool_refills_and_a_key_change_discards_it() {
+    let Some((home, repo, project, _cleanup)) = pg_project("sp") else {
+        return;
+    };
     let out = repo.run_with(&home, &["up", "a"], &ENV);
     assert_eq!(out.code(), 0, "{out}");
     assert!(out.stderr().contains("cloned from"), "{out}");
@@ -208,21 +217,9 @@ fn up_takes_a_spare_the_pool_refills_and_a_key_change_discards_it() {
 
 #[test]
 fn a_daemon_killed_while_a_spare_is_made_or_taken_leaves_nothing_after_gc() {
-    if !pg_up() {
-        skip("no PostgreSQL on 127.0.0.1:5432 (or psql missing)");
+    let Some((home, repo, project, _cleanup)) = pg_project("sk") else {
         return;
-    }
-    let home = Home::new();
-    let project = format!("sk{}", std::process::id() % 10000);
-    let _cleanup = Cleanup {
-        prefix: format!("{project}_"),
-        mysql: false,
     };
-    let repo = Repo::with(
-        "",
-        &toml(&project, "create table if not exists items(n int)"),
-        &[],
-    );
     // Killed with a spare made on the server, its row still `making`: the
     // `up` that asked for it may finish first.
     let _ = home.run(&["daemon", "stop"]);

@@ -397,9 +397,7 @@ async fn drop_spare(
     candidates: Vec<Slice>,
     why: &str,
 ) -> Option<TornDown> {
-    let reached = reach(d, adapter, &row.service, candidates, row.server.as_ref()).ok()?;
-    let gone = drop_template(adapter, &reached.slice).await.ok()?;
-    let _ = d.registry(|r| r.delete_spare(adapter.name(), &row.name));
+    let gone = sweep(d, adapter, row, candidates).await.ok()?;
     let mut ev = LogEvent::named(EventKind::SpareDropped).detail(format!("{}: {why}", row.name));
     ev.project = Some(row.project.clone());
     ev.service = Some(row.service.clone());
