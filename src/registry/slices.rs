@@ -277,15 +277,29 @@ impl Registry {
     /// held it (a plain checkpoint leaves old frames in the WAL file, and
     /// leaves the database file's copy until it runs at all).
     pub(crate) fn delete_slice(&self, adapter: &str, slice: &str) -> Result<(), RegistryError> {
-        // One transaction: a slice is never forgotten with its password
-        // kept, or the other way round.
+        self.delete_with_secret(("slices", "slice"), adapter, slice)
+    }
+
+    /// Deletes the row of `name` from `table` (its name in `column`) with
+    /// the password kept under that name, in one transaction: a slice or a
+    /// spare is never forgotten with its password kept, or the other way
+    /// round. Then the WAL is scrubbed (see [`delete_slice`](Self::delete_slice)).
+    ///
+    /// # Errors
+    /// The registry cannot be written.
+    pub(super) fn delete_with_secret(
+        &self,
+        (table, column): (&str, &str),
+        adapter: &str,
+        name: &str,
+    ) -> Result<(), RegistryError> {
         let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
         let mut secrets = 0;
-        for table in ["slices", "slice_secrets"] {
+        for (table, column) in [(table, column), ("slice_secrets", "slice")] {
             secrets = tx
                 .execute(
-                    &format!("DELETE FROM {table} WHERE adapter = ?1 AND slice = ?2"),
-                    params![adapter, slice],
+                    &format!("DELETE FROM {table} WHERE adapter = ?1 AND {column} = ?2"),
+                    params![adapter, name],
                 )
                 .map_err(|e| self.err(e))?;
         }

@@ -163,15 +163,35 @@ impl Registry {
             })
     }
 
-    /// Forgets spare `name` (dropped, or renamed into a world's slice).
+    /// Forgets spare `name` (dropped, or renamed into a world's slice), and
+    /// the password of its user.
     ///
     /// # Errors
     /// The registry cannot be written.
     pub(crate) fn delete_spare(&self, adapter: &str, name: &str) -> Result<(), RegistryError> {
+        self.delete_with_secret(("spares", "name"), adapter, name)
+    }
+
+    /// Gives world slice `slice`, which has no password yet, the password
+    /// of spare `spare`'s user (made with the spare, which a world takes
+    /// by renaming): the world's user is then the spare's, password and
+    /// all, with nothing to set on the server. Nothing is written where
+    /// the spare has no password or the slice has one already (a user may
+    /// exist with it).
+    ///
+    /// # Errors
+    /// The registry cannot be written.
+    pub(crate) fn give_spare_secret(
+        &self,
+        adapter: &str,
+        spare: &str,
+        slice: &str,
+    ) -> Result<(), RegistryError> {
         self.conn
             .execute(
-                "DELETE FROM spares WHERE adapter = ?1 AND name = ?2",
-                params![adapter, name],
+                "INSERT OR IGNORE INTO slice_secrets(adapter, slice, secret)
+                 SELECT adapter, ?3, secret FROM slice_secrets WHERE adapter = ?1 AND slice = ?2",
+                params![adapter, spare, slice],
             )
             .map(|_| ())
             .map_err(|e| self.err(e))

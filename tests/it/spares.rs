@@ -37,6 +37,14 @@ fn databases(prefix: &str) -> Vec<String> {
         .collect()
 }
 
+fn roles(prefix: &str) -> Vec<String> {
+    psql(PG_ADMIN, "select rolname from pg_roles order by 1")
+        .lines()
+        .filter(|d| d.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
 fn spares_on_server(project: &str) -> Vec<String> {
     databases(&format!("{project}_spare_"))
 }
@@ -120,6 +128,17 @@ fn up_takes_a_spare_the_pool_refills_and_a_key_change_discards_it() {
     );
     let first = spares_on_server(&project);
     assert_eq!(first.len(), 1, "{first:?}");
+    // Its role is made with it, owns it, and may not log in until taken.
+    assert_eq!(
+        psql(
+            PG_ADMIN,
+            &format!(
+                "select r.rolcanlogin, d.datdba = r.oid from pg_roles r, pg_database d where r.rolname = '{0}' and d.datname = '{0}'",
+                first[0]
+            )
+        ),
+        "f|t"
+    );
     // a's writes are a's: made after the spare, and never in it.
     psql(
         &db_url(&repo, &home, "a"),
@@ -151,6 +170,7 @@ fn up_takes_a_spare_the_pool_refills_and_a_key_change_discards_it() {
         !databases(&project).contains(&first[0]),
         "the spare was renamed"
     );
+    assert_eq!(roles(&first[0]), Vec::<String>::new(), "its role too");
 
     // The pool refills with a fresh spare, holding neither a's write nor b's.
     assert!(wait_until(Duration::from_secs(30), || {
@@ -213,6 +233,7 @@ fn up_takes_a_spare_the_pool_refills_and_a_key_change_discards_it() {
     // and their spares with them.
     remove_all_then_gc(&repo, &home, &project, &["a", "b", "c"]);
     assert_eq!(ready(&repo, &home, &project), 0);
+    assert_eq!(roles(&format!("{project}_")), Vec::<String>::new());
 }
 
 #[test]

@@ -175,7 +175,7 @@ impl Adapter for Postgres {
             .map_err(|e| sql_err(&format!("CREATE DATABASE {}", quote(&slice.name)), e))?;
         create_extensions(slice).await?;
         if role::wanted(slice) {
-            role::ensure(&c, slice).await?;
+            role::ensure(&c, slice, role::Login::World).await?;
         }
         Ok(())
     }
@@ -208,7 +208,7 @@ impl Adapter for Postgres {
             return Ok(());
         }
         let c = connect_to(slice, &slice.name).await?;
-        role::ensure(&c, slice).await?;
+        role::ensure(&c, slice, role::Login::World).await?;
         role::hand_over(&c, slice).await
     }
 
@@ -324,12 +324,17 @@ impl Adapter for Postgres {
 
     async fn clone_slice(&self, template: &Slice, slice: &Slice) -> Result<Cloned, AdapterError> {
         let cloned = copy_template(template, slice).await?;
-        adopt(template, slice).await?;
+        adopt(template, slice, role::Login::World).await?;
         Ok(cloned)
     }
 
+    /// A copy of the template with a role of its own that may not log in
+    /// yet: everything a world's handover costs is paid here, ahead of
+    /// time, so that taking it is one transaction of renames.
     async fn make_spare(&self, template: &Slice, spare: &Slice) -> Result<Cloned, AdapterError> {
-        copy_template(template, spare).await
+        let cloned = copy_template(template, spare).await?;
+        adopt(template, spare, role::Login::Spare).await?;
+        Ok(cloned)
     }
 
     async fn take_spare(
@@ -343,13 +348,37 @@ impl Adapter for Postgres {
         lock_slice(&c, &slice.name).await?;
         // Metadata only, whatever the size: the spare's files become the
         // world's database. Nobody connects to a spare, so nothing holds it.
-        let sql = format!(
+        let rename = format!(
             "ALTER DATABASE {} RENAME TO {}",
             quote(&spare.name),
             quote(&slice.name)
         );
-        c.batch_execute(&sql).await.map_err(|e| sql_err(&sql, e))?;
-        adopt(template, slice).await
+        match (role::wanted(slice), role::find(&c, &spare.name).await?) {
+            (true, role::Found::Binkys) => {
+                let sql = format!(
+                    "BEGIN; {rename}; {}; COMMIT",
+                    role::take_spare(spare, slice)?
+                );
+                c.batch_execute(&sql).await.map_err(|e| sql_err(&rename, e))
+            }
+            // Made before spares had roles, or with `acl = false`: the
+            // world's role is made and handed everything now, as a
+            // clone's is.
+            (_, role::Found::Missing) => {
+                c.batch_execute(&rename)
+                    .await
+                    .map_err(|e| sql_err(&rename, e))?;
+                adopt(template, slice, role::Login::World).await
+            }
+            (false, role::Found::Binkys) => Err(AdapterError::new(format!(
+                "postgres: the spare {} was made with a role of its own, and options.acl is false now",
+                quote(&spare.name)
+            ))),
+            (_, role::Found::Foreign) => Err(AdapterError::new(format!(
+                "postgres: a role {} exists that Binky did not make; the spare is not taken",
+                quote(&spare.name)
+            ))),
+        }
     }
 }
 
@@ -413,20 +442,19 @@ async fn copy_template(template: &Slice, target: &Slice) -> Result<Cloned, Adapt
     }
 }
 
-/// Hands a fresh copy of `template` (a clone, or a spare renamed) to the
-/// world's role, where it has one: its objects are the template role's
+/// Hands a fresh copy of `template` (a clone, a spare, or a spare made
+/// before spares had roles, renamed) to the slice's role, where it has one
+/// (`login`: a world's, or a spare's that may not log in yet): its objects are the template role's
 /// (or the admin's), and the world's role owns them now.
 ///
 /// # Errors
 /// The role cannot be made or given the objects.
-async fn adopt(template: &Slice, slice: &Slice) -> Result<(), AdapterError> {
+async fn adopt(template: &Slice, slice: &Slice, login: role::Login) -> Result<(), AdapterError> {
     if !role::wanted(slice) {
         return Ok(());
     }
     let copy = connect_to(slice, &slice.name).await?;
-    role::ensure(&copy, slice).await?;
-    role::take_from_template(&copy, slice, template).await?;
-    role::hand_over(&copy, slice).await
+    role::adopt(&copy, slice, template, login).await
 }
 
 /// Creates `options.extensions` in the slice's database as the admin: the

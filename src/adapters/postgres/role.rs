@@ -15,11 +15,17 @@
 //! unmarked role already has.
 //!
 //! A clone's objects come from the template's role, all at once
-//! ([`take_from_template`]: `REASSIGN OWNED`, the template database given
-//! back in the same transaction); what the admin owns in a world's database
-//! (an upgraded world's, made before it had a role or while `acl` was off)
-//! is handed over object by object ([`hand_over`]): `REASSIGN OWNED BY` the
+//! ([`adopt`]: the role made, `REASSIGN OWNED`, the template database given
+//! back, one transaction); what the admin owns in a world's database (an
+//! upgraded world's, made before it had a role or while `acl` was off) is
+//! handed over object by object ([`hand_over`]): `REASSIGN OWNED BY` the
 //! admin would also move every other database the admin owns.
+//!
+//! A spare gets its role when it is made, one that may not log in
+//! ([`Login::Spare`]), with a password of its own that a new world is
+//! given; a world takes it with its database in one transaction of
+//! renames ([`take_spare`]), so the handover costs the world's `up`
+//! nothing.
 
 use super::{describe, quote};
 use crate::adapters::{AdapterError, Slice};
@@ -109,7 +115,22 @@ fn sql_err(what: &str, e: tokio_postgres::Error) -> AdapterError {
     AdapterError::new(format!("postgres: {what}: {}", describe(&e)))
 }
 
-/// The role's password as the server keeps it: a SCRAM-SHA-256 verifier.
+/// How a role Binky makes may log in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Login {
+    /// With the slice's password: a world's role.
+    World,
+    /// Not at all (`NOLOGIN`) until a world takes it: a spare's role,
+    /// which nobody may use while it waits ([`take_spare`]). Its password
+    /// is the spare's own (none where the daemon kept none), which the
+    /// world that takes it is given: setting a SCRAM password costs the
+    /// server a PBKDF2 round of its own (it checks the secret is not the
+    /// empty password's), some 6 ms, paid here rather than by the `up`.
+    Spare,
+}
+
+/// The role's password as the server keeps it: a SCRAM-SHA-256 verifier
+/// (PBKDF2 at 4096 rounds: under a millisecond in a release build).
 fn verifier(slice: &Slice) -> Result<String, AdapterError> {
     let password = secret(slice)?;
     Ok(postgres_protocol::password::scram_sha_256(
@@ -137,10 +158,57 @@ pub fn secret(slice: &Slice) -> Result<&str, AdapterError> {
 /// # Errors
 /// A role of that name exists that Binky did not make; the admin may not
 /// create roles; a statement failed.
-pub async fn ensure(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), AdapterError> {
+pub async fn ensure(
+    c: &tokio_postgres::Client,
+    slice: &Slice,
+    login: Login,
+) -> Result<(), AdapterError> {
+    let Ensure { create, own } = plan_ensure(c, slice, login).await?;
+    let name = quote(&slice.name);
+    if let Some(sql) = create {
+        c.batch_execute(&sql)
+            .await
+            .map_err(|e| sql_err(&format!("CREATE ROLE {name}"), e))?;
+        crate::adapters::kit::users::made();
+    }
+    let Some(sql) = own else { return Ok(()) };
+    c.batch_execute(&sql).await.map_err(|e| {
+        sql_err(
+            &format!("making role {name} the owner of database {name}"),
+            e,
+        )
+    })
+}
+
+/// What [`ensure`] runs: each part one implicit transaction, or `None`
+/// where the server has it already.
+struct Ensure {
+    /// Makes the role and marks it as Binky's, in one statement batch: the
+    /// role is never there without its mark, whatever interrupts what
+    /// follows.
+    create: Option<String>,
+    /// Brings the role in line (`CREATEDB`) and makes it the database's
+    /// owner.
+    own: Option<String>,
+}
+
+/// Reads what the server has under the slice's role name and says what
+/// [`ensure`] is to run.
+///
+/// # Errors
+/// A role of that name exists that Binky did not make; the catalog cannot
+/// be read; no password is kept for a world's role.
+async fn plan_ensure(
+    c: &tokio_postgres::Client,
+    slice: &Slice,
+    login: Login,
+) -> Result<Ensure, AdapterError> {
     let (name, db) = (quote(&slice.name), &slice.name);
-    let owned = match find(c, db).await? {
-        Found::Foreign => return Err(foreign(slice)),
+    let own = format!(
+        "GRANT {name} TO CURRENT_USER; ALTER DATABASE {name} OWNER TO {name}; REVOKE ALL ON DATABASE {name} FROM PUBLIC"
+    );
+    match find(c, db).await? {
+        Found::Foreign => Err(foreign(slice)),
         Found::Binkys => {
             let row = c
                 .query_one(
@@ -150,36 +218,36 @@ pub async fn ensure(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), Ada
                 .await
                 .map_err(|e| sql_err("reading pg_roles", e))?;
             let (may_createdb, owns): (bool, bool) = (row.get(0), row.get(1));
+            let mut sql = Vec::new();
             if may_createdb != (createdb(slice) == "CREATEDB") {
-                c.batch_execute(&format!("ALTER ROLE {name} WITH {}", createdb(slice)))
-                    .await
-                    .map_err(|e| sql_err(&format!("ALTER ROLE {name}"), e))?;
+                sql.push(format!("ALTER ROLE {name} WITH {}", createdb(slice)));
             }
-            owns
+            if !owns {
+                sql.push(own);
+            }
+            Ok(Ensure {
+                create: None,
+                own: (!sql.is_empty()).then(|| sql.join("; ")),
+            })
         }
         Found::Missing => {
-            // One query, so one implicit transaction: the role is never
-            // there without its mark, whatever interrupts what follows.
-            c.batch_execute(&format!(
-                "CREATE ROLE {name} WITH LOGIN NOSUPERUSER {} NOCREATEROLE NOREPLICATION PASSWORD {}; COMMENT ON ROLE {name} IS {}",
-                createdb(slice),
-                literal(&verifier(slice)?),
-                literal(&comment(db))
-            ))
-            .await
-            .map_err(|e| sql_err(&format!("CREATE ROLE {name}"), e))?;
-            crate::adapters::kit::users::made();
-            false
+            let may = match login {
+                Login::World => format!("LOGIN PASSWORD {}", literal(&verifier(slice)?)),
+                Login::Spare => match slice.secret {
+                    Some(_) => format!("NOLOGIN PASSWORD {}", literal(&verifier(slice)?)),
+                    None => "NOLOGIN PASSWORD NULL".to_owned(),
+                },
+            };
+            Ok(Ensure {
+                create: Some(format!(
+                    "CREATE ROLE {name} WITH {may} NOSUPERUSER {} NOCREATEROLE NOREPLICATION; COMMENT ON ROLE {name} IS {}",
+                    createdb(slice),
+                    literal(&comment(db))
+                )),
+                own: Some(own),
+            })
         }
-    };
-    if owned {
-        return Ok(());
     }
-    c.batch_execute(&format!(
-        "GRANT {name} TO CURRENT_USER; ALTER DATABASE {name} OWNER TO {name}; REVOKE ALL ON DATABASE {name} FROM PUBLIC"
-    ))
-    .await
-    .map_err(|e| sql_err(&format!("making role {name} the owner of database {name}"), e))
 }
 
 /// Hands every object in the slice's database owned by the admin to the
@@ -192,7 +260,20 @@ pub async fn ensure(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), Ada
 /// # Errors
 /// An `ALTER … OWNER` failed.
 pub async fn hand_over(c: &tokio_postgres::Client, slice: &Slice) -> Result<(), AdapterError> {
-    let sql = format!(
+    c.batch_execute(&hand_over_sql(slice)).await.map_err(|e| {
+        sql_err(
+            &format!(
+                "handing the objects in database {} to its role",
+                quote(&slice.name)
+            ),
+            e,
+        )
+    })
+}
+
+/// The statement [`hand_over`] runs.
+fn hand_over_sql(slice: &Slice) -> String {
+    format!(
         "DO $binky$
 DECLARE
     q text;
@@ -206,16 +287,7 @@ END
 $binky$",
         literal(&slice.name),
         owned_by_admin()
-    );
-    c.batch_execute(&sql).await.map_err(|e| {
-        sql_err(
-            &format!(
-                "handing the objects in database {} to its role",
-                quote(&slice.name)
-            ),
-            e,
-        )
-    })
+    )
 }
 
 /// Kinds of object named `schema.name` in a catalog of their own, each
@@ -327,36 +399,75 @@ fn owned_by_admin() -> String {
     )
 }
 
-/// Hands everything in the slice's database that `template`'s role owns
-/// (a clone's copy of the template's schema) to the slice's role: every
-/// kind of object, with `REASSIGN OWNED`. That also moves the shared objects
-/// the template's role owns — the template database itself — so, in the
-/// same transaction, the template is given back to its role: no session
-/// ever sees it moved.
+/// Gives a fresh copy of `template` (a clone, or a spare) to the slice's
+/// role, in one transaction, so one commit: the role made or brought in
+/// line ([`ensure`]'s statements); everything in the database that the
+/// template's role owns taken from it (`REASSIGN OWNED`, which also moves
+/// the shared objects it owns — the template database itself — so that is
+/// given back in the same transaction: no session ever sees it moved); and
+/// what the admin owns handed over ([`hand_over`]).
 ///
 /// `c` is connected to the slice's database as the admin.
 ///
 /// # Errors
-/// A statement failed (the transaction is rolled back, nothing moved).
-pub async fn take_from_template(
+/// A role of the slice's name exists that Binky did not make, or a
+/// statement failed (the transaction is rolled back, nothing made or
+/// moved).
+pub async fn adopt(
     c: &tokio_postgres::Client,
     slice: &Slice,
     template: &Slice,
+    login: Login,
 ) -> Result<(), AdapterError> {
-    if find(c, &template.name).await? != Found::Binkys {
-        return Ok(());
+    let Ensure { create, own } = plan_ensure(c, slice, login).await?;
+    let mut sql: Vec<String> = create.into_iter().chain(own).collect();
+    if find(c, &template.name).await? == Found::Binkys {
+        let from = quote(&template.name);
+        sql.push(format!(
+            "REASSIGN OWNED BY {from} TO {}; ALTER DATABASE {from} OWNER TO {from}",
+            quote(&slice.name)
+        ));
     }
-    let (from, to) = (quote(&template.name), quote(&slice.name));
-    c.batch_execute(&format!(
-        "BEGIN; REASSIGN OWNED BY {from} TO {to}; ALTER DATABASE {from} OWNER TO {from}; COMMIT"
+    sql.push(hand_over_sql(slice));
+    c.batch_execute(&format!("BEGIN; {}; COMMIT", sql.join("; ")))
+        .await
+        .map_err(|e| {
+            sql_err(
+                &format!(
+                    "handing the copy {} of {} to its role",
+                    quote(&slice.name),
+                    quote(&template.name)
+                ),
+                e,
+            )
+        })
+}
+
+/// The statements that make a spare's role (made with [`Login::Spare`],
+/// owner of the spare's database and all in it) the world's: renamed to
+/// the slice's name, let log in, `CREATEDB` as the slice asks, and marked
+/// as the world's. Its password is kept where the world was given the
+/// spare's (the daemon does so for a new slice), and set to the world's
+/// otherwise. To run in the transaction that renames the spare's
+/// database: a world's role is never there without its database, nor a
+/// spare's database without its role. A SCRAM verifier does not depend on
+/// the role's name, so it survives the rename (an MD5 one would be
+/// cleared).
+///
+/// # Errors
+/// The daemon handed no password for the slice.
+pub fn take_spare(spare: &Slice, slice: &Slice) -> Result<String, AdapterError> {
+    let (from, to) = (quote(&spare.name), quote(&slice.name));
+    let password = if spare.secret.is_some() && spare.secret == slice.secret {
+        String::new()
+    } else {
+        format!(" PASSWORD {}", literal(&verifier(slice)?))
+    };
+    Ok(format!(
+        "ALTER ROLE {from} RENAME TO {to}; ALTER ROLE {to} WITH LOGIN {}{password}; COMMENT ON ROLE {to} IS {}",
+        createdb(slice),
+        literal(&comment(&slice.name))
     ))
-    .await
-    .map_err(|e| {
-        sql_err(
-            &format!("handing the clone {to} over from the template's role {from}"),
-            e,
-        )
-    })
 }
 
 /// Drops the slice's role when it is Binky's (an unmarked one is left

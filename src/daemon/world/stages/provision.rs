@@ -72,8 +72,22 @@ pub(in crate::daemon::world) async fn provision(
         // key catches up.
         world_key: world_migrate_key(r, &plan.world_root),
         slice: &slice,
+        claimed: std::sync::Mutex::new(None),
     };
     let (live, exists) = p.live_or_intent(world_id).await?;
+    // A new slice claims its spare now, before its password is made: the
+    // spare's user comes with one, which the world's then is (a slice with
+    // a password already may have a user with it, so it keeps its own).
+    if live.is_none()
+        && !exists
+        && let Some(from) = &r.clone_from
+        && adapter.facts().capabilities.spares
+        && d.registry(|reg| reg.slice_secret(adapter.name(), &slice_name))?
+            .is_none()
+    {
+        let claimed = p.claim_spare(from, true).await?;
+        *p.claimed.lock().unwrap_or_else(|e| e.into_inner()) = claimed;
+    }
     // The password of the world's own user, kept before any server sees
     // it (only for a slice recorded now): a user made with it is Binky's
     // to take up again, or drop, however the rest is cut short.
@@ -177,6 +191,9 @@ pub(in crate::daemon::world) struct Provisioning<'a> {
     pub(in crate::daemon::world) adapter: &'a dyn adapters::Adapter,
     pub(in crate::daemon::world) slice: &'a Slice,
     pub(in crate::daemon::world) world_key: Option<String>,
+    /// A spare claimed for this slice before its password was made (see
+    /// [`claim_spare`](Self::claim_spare)), taken by [`fill`](Self::fill).
+    pub(in crate::daemon::world) claimed: std::sync::Mutex<Option<super::spares::Claimed>>,
 }
 
 impl Provisioning<'_> {
@@ -365,7 +382,12 @@ impl Provisioning<'_> {
             && self.adapter.facts().capabilities.clone
         {
             let spare = if self.adapter.facts().capabilities.spares {
-                self.take_spare(from).await?
+                let claimed = self
+                    .claimed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                self.take_spare(from, claimed).await?
             } else {
                 None
             };

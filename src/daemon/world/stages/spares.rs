@@ -37,46 +37,93 @@ fn claims(d: &Daemon) -> Arc<tokio::sync::Mutex<()>> {
     d.worlds.golden_lock("spares")
 }
 
+/// A spare claimed for a world (its row `taking`), with the lock that
+/// tells `gc` the taking is under way.
+pub(in crate::daemon::world) struct Claimed {
+    row: SpareRow,
+    _flight: tokio::sync::OwnedMutexGuard<()>,
+}
+
 impl Provisioning<'_> {
-    /// Takes a ready spare of the golden template `from` at the world's
-    /// key as the world's slice, by renaming it (said in `up`'s progress,
-    /// the world's log and a `spare_taken` event), and catches it up with
-    /// the branch as a clone is: `Some(true)` when that is done;
-    /// `Some(false)` when the catch-up failed on it (the copy dropped and
-    /// said, as for a clone: the slice is to be built from scratch, not
-    /// cloned to fail the same way). `None` when there is no spare, or it
-    /// could not be taken (then dropped, and said): the world is cloned.
+    /// Claims a ready spare of the golden template `from` at the world's
+    /// key, if there is one. With `secret`, the world's slice, which has no
+    /// password yet, is given the one of the spare's user (made with the
+    /// spare): taking it then sets nothing on the server but names.
+    ///
+    /// # Errors
+    /// The registry cannot be read or written.
+    pub(in crate::daemon::world) async fn claim_spare(
+        &self,
+        from: &str,
+        secret: bool,
+    ) -> Result<Option<Claimed>, ApiError> {
+        let d = self.cx.d;
+        let adapter = self.adapter.name();
+        let (tname, key) = self.template_id(from);
+        // The claim and its in-flight lock under one lock that `gc` takes
+        // too: it never finds the row `taking` with nobody holding it.
+        let claims = claims(d);
+        let _claiming = claims.lock().await;
+        let Some(row) = d.registry(|r| {
+            let row = r.claim_spare(adapter, &tname, &key)?;
+            if let Some(row) = row.as_ref().filter(|_| secret) {
+                r.give_spare_secret(adapter, &row.name, &self.slice.name)?;
+            }
+            Ok::<_, crate::registry::RegistryError>(row)
+        })?
+        else {
+            return Ok(None);
+        };
+        let flight = in_flight(d, adapter, &row.name).lock_owned().await;
+        Ok(Some(Claimed {
+            row,
+            _flight: flight,
+        }))
+    }
+
+    /// Takes a spare of the golden template `from` at the world's key as
+    /// the world's slice — `claimed` early (see [`claim_spare`](Self::claim_spare)),
+    /// or one claimed now — by renaming it (said in `up`'s progress, the
+    /// world's log and a `spare_taken` event), and catches it up with the
+    /// branch as a clone is: `Some(true)` when that is done; `Some(false)`
+    /// when the catch-up failed on it (the copy dropped and said, as for a
+    /// clone: the slice is to be built from scratch, not cloned to fail
+    /// the same way). `None` when there is no spare, or it could not be
+    /// taken (then dropped, and said): the world is cloned.
     ///
     /// # Errors
     /// The registry cannot be read or written.
     pub(in crate::daemon::world) async fn take_spare(
         &self,
         from: &str,
+        claimed: Option<Claimed>,
     ) -> Result<Option<bool>, ApiError> {
         let WorldCtx {
             d, project, world, ..
         } = *self.cx;
         let (adapter, service) = (self.adapter, self.job.service);
         let (tname, key) = self.template_id(from);
-        // The claim and its in-flight lock under one lock that `gc` takes
-        // too: it never finds the row `taking` with nobody holding it.
-        let claims = claims(d);
-        let claiming = claims.lock().await;
-        let Some(row) = d.registry(|r| r.claim_spare(adapter.name(), &tname, &key))? else {
-            return Ok(None);
+        let claimed = match claimed {
+            Some(c) => c,
+            None => match self.claim_spare(from, false).await? {
+                Some(c) => c,
+                None => return Ok(None),
+            },
         };
-        let _flight = in_flight(d, adapter.name(), &row.name).lock_owned().await;
-        drop(claiming);
+        let row = &claimed.row;
         let template = self.template_slice(&tname)?;
+        // With its user's password, where it has one: the adapter sets the
+        // world's only where the two differ.
         let spare = Slice {
             name: row.name.clone(),
+            secret: d.registry(|r| r.slice_secret(adapter.name(), &row.name))?,
             ..template.clone()
         };
         // Made on another server than admin_url names now: dropped there,
         // never renamed into a world on this one.
         let here = server_now(d, adapter, self.slice)?;
         if row.server.as_ref().map(|s| &s.address) != here.as_ref().map(|s| &s.address) {
-            drop_spare(d, adapter, &row, vec![spare], "made on another server").await;
+            drop_spare(d, adapter, row, vec![spare], "made on another server").await;
             return Ok(None);
         }
         let started = std::time::Instant::now();
@@ -94,7 +141,7 @@ impl Provisioning<'_> {
                     row.name
                 ),
             );
-            drop_spare(d, adapter, &row, vec![spare], &why).await;
+            drop_spare(d, adapter, row, vec![spare], &why).await;
             return Ok(None);
         }
         let took = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -271,14 +318,19 @@ async fn make_one(p: &Pool, migrated: Option<String>) -> Result<(), String> {
         state: SpareState::Making,
         bytes: None,
     };
-    let spare = Slice {
-        name: name.clone(),
-        ..p.template.clone()
-    };
     let flight = in_flight(d, adapter.name(), &name);
     let _flight = flight.lock().await;
     d.registry(|r| r.record_spare(&row))
         .map_err(|e| e.to_string())?;
+    // Its user's own password (where the adapter makes users), kept like
+    // a world's before the server sees it, and given to the world that
+    // takes it.
+    let spare = Slice {
+        name: name.clone(),
+        ..p.template.clone()
+    }
+    .with_new_secret(d, adapter)
+    .map_err(|e| e.message)?;
     // The template's own locks, as a clone holds them: no rebuild or drop
     // of it (here, or by another daemon on its server) meanwhile.
     let glock = d
@@ -306,22 +358,7 @@ async fn make_one(p: &Pool, migrated: Option<String>) -> Result<(), String> {
             let added = before.zip(free()).map(|(b, a)| b.saturating_sub(a));
             d.registry(|r| r.spare_ready(adapter.name(), &name, added))
                 .map_err(|e| e.to_string())?;
-            let mut ev = LogEvent::named(EventKind::SpareMade).detail(format!(
-                "{name} of {} ({}, {ms} ms{})",
-                p.template.name,
-                cloned.how,
-                added
-                    .map(|a| format!(", +{}", adapters::kit::cow::size(a)))
-                    .unwrap_or_default()
-            ));
-            ev.project = Some(p.project.clone());
-            ev.service = Some(p.service.clone());
-            ev.adapter = Some(adapter.name().to_owned());
-            ev.template = Some(p.template.name.clone());
-            ev.how = Some(cloned.how);
-            ev.ms = Some(ms);
-            ev.bytes = added;
-            d.event(ev);
+            say_made(p, &name, cloned.how, ms, added);
             Ok(())
         }
         Err(e) => {
@@ -330,6 +367,26 @@ async fn make_one(p: &Pool, migrated: Option<String>) -> Result<(), String> {
             Err(why)
         }
     }
+}
+
+/// The `spare_made` event of spare `name` of `p`'s template, made `how`
+/// in `ms`, taking `added` bytes of disk where that was measured.
+fn say_made(p: &Pool, name: &str, how: String, ms: u64, added: Option<u64>) {
+    let mut ev = LogEvent::named(EventKind::SpareMade).detail(format!(
+        "{name} of {} ({how}, {ms} ms{})",
+        p.template.name,
+        added
+            .map(|a| format!(", +{}", adapters::kit::cow::size(a)))
+            .unwrap_or_default()
+    ));
+    ev.project = Some(p.project.clone());
+    ev.service = Some(p.service.clone());
+    ev.adapter = Some(p.adapter.name().to_owned());
+    ev.template = Some(p.template.name.clone());
+    ev.how = Some(how);
+    ev.ms = Some(ms);
+    ev.bytes = added;
+    p.d.event(ev);
 }
 
 /// Drops every spare of golden template `template` (rendered for the
