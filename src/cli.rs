@@ -87,6 +87,8 @@ pub(crate) enum Command {
     /// for that world only. Started outside any world it is bound to none and refuses every
     /// call. `--machine` reaches every world (for an orchestrator you trust).
     Mcp(McpArgs),
+    /// Wire an agent host to Binky: its worktree hooks make and remove worlds.
+    Hook(HookArgs),
     /// Manage the machine-global background daemon.
     Daemon(DaemonArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -130,6 +132,7 @@ impl Command {
                 | Command::Verify(_)
                 | Command::Logs(_)
                 | Command::Mcp(_)
+                | Command::Hook(_)
         )
     }
 
@@ -157,6 +160,7 @@ impl Command {
             Command::Doctor(_) => "doctor",
             Command::Metrics(_) => "metrics",
             Command::Mcp(_) => "mcp",
+            Command::Hook(_) => "hook",
             Command::Daemon(_) => "daemon",
             Command::Completions(_) => "completions",
             Command::LogWriter { .. } => "log-writer",
@@ -222,9 +226,14 @@ pub(crate) struct ResetArgs {
 
 /// `binky up` / `binky reload`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "With no NAME, inside a worktree git knows (one an agent host or `git worktree add` made): the world of \
+that worktree's branch, attached to that worktree as it is."
+)]
 pub(crate) struct UpArgs {
-    /// The world's name: a git branch (created from HEAD if it does not exist).
-    pub name: String,
+    /// The world's name: a git branch (created from HEAD if it does not
+    /// exist). Default: the branch of the linked worktree you are in.
+    pub name: Option<String>,
     /// Admission group asking for this world (one orchestrator run, one
     /// person): admission is FIFO within a group and fair across groups.
     #[arg(long, short = 'g', value_name = "GROUP")]
@@ -236,6 +245,54 @@ pub(crate) struct UpArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `binky hook`.
+#[derive(Debug, Args)]
+pub(crate) struct HookArgs {
+    /// The agent host.
+    #[command(subcommand)]
+    pub host: HookHost,
+}
+
+/// The agent hosts `binky hook` serves.
+#[derive(Debug, Subcommand)]
+pub(crate) enum HookHost {
+    /// Claude Code's WorktreeCreate and WorktreeRemove hooks (`claude --worktree`, subagents with `isolation: worktree`).
+    Claude {
+        /// What to do.
+        #[command(subcommand)]
+        action: ClaudeHook,
+    },
+}
+
+/// `binky hook claude …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClaudeHook {
+    /// The WorktreeCreate hook: reads Claude Code's JSON on stdin, makes the world's worktree and prints its path; the services come up in the background.
+    WorktreeCreate,
+    /// The WorktreeRemove hook: removes the world whose worktree Claude Code names, never forced (uncommitted work keeps it).
+    WorktreeRemove,
+    /// Write both hooks into Claude Code's settings (merged with what is there; `--dry-run` prints the result).
+    #[command(
+        after_help = "Default: the project's .claude/settings.json, at the root of the git repository holding the project \
+(the current folder's, or -p's). The hooks run `binky`, so binky must be on the PATH Claude Code runs hooks with."
+    )]
+    Install(HookInstallArgs),
+}
+
+/// `binky hook claude install`.
+#[derive(Debug, Args)]
+pub(crate) struct HookInstallArgs {
+    /// Your own settings, for every project: ~/.claude/settings.json.
+    #[arg(long, conflicts_with = "local")]
+    pub user: bool,
+    /// The project's settings that are not committed: .claude/settings.local.json.
+    #[arg(long)]
+    pub local: bool,
+    /// Print the settings as they would be written; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// A command that takes only a world name.

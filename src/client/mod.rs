@@ -482,6 +482,7 @@ mod tests {
         wait_hang_up.recv().unwrap();
         daemon.join().unwrap();
         let req = Request::Up(UpRequest {
+            detach: false,
             world: WorldRef {
                 project_dir: None,
                 project: Some("shop".into()),

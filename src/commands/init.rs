@@ -47,7 +47,7 @@ pub(crate) fn run(args: &InitArgs) -> ExitCode {
         let _ = out.write_all(made.toml.as_bytes());
         return ExitCode::SUCCESS;
     }
-    if let Err(e) = write_atomically(&target, &made.toml) {
+    if let Err(e) = super::write_atomically(&target, &made.toml) {
         output::error(
             format!("cannot write {}: {e}", target.display()),
             Some("check that the folder is writable"),
@@ -56,16 +56,6 @@ pub(crate) fn run(args: &InitArgs) -> ExitCode {
     }
     summary(&target, &made);
     ExitCode::SUCCESS
-}
-
-/// Writes `text` to `path` through a file beside it, so an interrupted
-/// write never leaves half a binky.toml.
-fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension("toml.init-tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }
 
 /// What was written, what was mapped, and what needs the user.

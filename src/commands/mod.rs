@@ -11,6 +11,7 @@ pub(crate) mod down;
 pub(crate) mod env;
 pub(crate) mod events;
 pub(crate) mod gc;
+pub(crate) mod hook;
 pub(crate) mod init;
 pub(crate) mod logs;
 pub(crate) mod remove;
@@ -71,6 +72,7 @@ pub(crate) fn run(cli: Cli) -> ExitCode {
         Command::Verify(args) => verify::run(args, project),
         Command::Doctor(args) => doctor::run(args),
         Command::Gc(args) => gc::run(args),
+        Command::Hook(args) => hook::run(args, project),
         Command::Mcp(args) => match paths_or_exit() {
             Ok(paths) => match crate::mcp::run(paths, project, args) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -84,6 +86,27 @@ pub(crate) fn run(cli: Cli) -> ExitCode {
         #[cfg(not(feature = "dashboard"))]
         Command::Dashboard => no_dashboard(),
     }
+}
+
+/// Writes `text` to `path` through a file beside it, renamed over it, so
+/// an interrupted write never leaves half a file (a binky.toml, a host's
+/// settings). The old file's permissions are kept.
+///
+/// # Errors
+/// The folder cannot be written; the temporary file is removed.
+pub(crate) fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".binky-tmp");
+    let tmp = path.with_file_name(name);
+    let written = std::fs::write(&tmp, text).and_then(|()| {
+        if let Ok(meta) = std::fs::metadata(path) {
+            std::fs::set_permissions(&tmp, meta.permissions())?;
+        }
+        std::fs::rename(&tmp, path)
+    });
+    written.inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 /// `binky log-writer FILE` (hidden): stamps a service's output into its

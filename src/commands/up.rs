@@ -2,7 +2,7 @@
 //! lacks), or re-render and restart it.
 
 use super::print_json;
-use super::world::{call_world, notes, print_services, up_request};
+use super::world::{call_world, name_here, notes, print_services, up_request};
 use crate::cli::UpArgs;
 use crate::output::{DIM, OK, paint};
 use crate::protocol::Request;
@@ -10,13 +10,14 @@ use std::process::ExitCode;
 
 /// `binky up` / `binky reload`.
 pub(crate) fn run(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCode {
-    let req = match up_request(
-        project,
-        &args.name,
-        args.json,
-        args.group.clone(),
-        !args.no_wait,
-    ) {
+    let name = match &args.name {
+        Some(n) => n.clone(),
+        None => match name_here(args.json) {
+            Ok(n) => n,
+            Err(c) => return c,
+        },
+    };
+    let req = match up_request(project, &name, args.json, args.group.clone(), !args.no_wait) {
         Ok(r) => r,
         Err(c) => return c,
     };

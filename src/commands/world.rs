@@ -29,6 +29,42 @@ pub(crate) fn world_ref(
     })
 }
 
+/// The world a verb given no name means: the branch of the linked git
+/// worktree the current folder is in (`binky up` inside a worktree an
+/// agent host made). Refused (exit 2, said as [`super::refuse`] says) in
+/// the main worktree, on a detached HEAD, and outside git.
+pub(super) fn name_here(json: bool) -> Result<String, ExitCode> {
+    use crate::worktree::Here;
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let refuse = |message: String, hint: &str| {
+        let e = ApiError::new(message)
+            .hint(hint)
+            .with_kind(ErrorKind::InvalidInput);
+        super::refuse(json, &e, 2)
+    };
+    match crate::worktree::here(&cwd) {
+        Ok(Here::Linked { branch, .. }) => Ok(branch),
+        Ok(Here::Main(path)) => Err(refuse(
+            format!(
+                "no world named, and {} is the repository's main worktree, which is no world's",
+                path.display()
+            ),
+            "name the world (`binky up <branch>` makes its worktree), or run it inside a worktree of the branch",
+        )),
+        Ok(Here::Detached(path)) => Err(refuse(
+            format!(
+                "no world named, and the worktree at {} has no branch checked out (a detached HEAD)",
+                path.display()
+            ),
+            "check a branch out there (`git switch -c <branch>`), or name the world",
+        )),
+        Err(e) => Err(refuse(
+            format!("no world named, and the current folder is not in a git worktree: {e}"),
+            "name the world: `binky up <branch>`",
+        )),
+    }
+}
+
 /// Shows progress: one rewritten line on a terminal, plain lines otherwise.
 struct ProgressView {
     tty: bool,
@@ -163,6 +199,7 @@ pub(super) fn up_request(
     wait: bool,
 ) -> Result<UpRequest, ExitCode> {
     Ok(UpRequest {
+        detach: false,
         world: world_ref(project, name, json)?,
         group,
         caller: None,

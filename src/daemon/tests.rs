@@ -159,6 +159,7 @@ impl Fixture {
 
     fn up_request(&self, name: &str, wait: bool) -> UpRequest {
         UpRequest {
+            detach: false,
             world: self.world(name),
             group: None,
             caller: None,

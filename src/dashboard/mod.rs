@@ -263,6 +263,7 @@ impl Runner {
         let req = match verb {
             Verb::Up | Verb::Reload => {
                 let up = UpRequest {
+                    detach: false,
                     world,
                     group: None,
                     caller: None,

@@ -235,6 +235,7 @@ impl BinkyMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let req = Request::Up(UpRequest {
+            detach: false,
             world: match self.world_ref(a.project.as_deref(), a.name.as_deref()) {
                 Ok(w) => w,
                 Err(e) => return Ok(e),
@@ -270,6 +271,7 @@ impl BinkyMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let up = UpRequest {
+            detach: false,
             world: match self.world_ref(a.project.as_deref(), a.name.as_deref()) {
                 Ok(w) => w,
                 Err(e) => return Ok(e),

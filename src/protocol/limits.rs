@@ -198,6 +198,7 @@ mod tests {
 
     fn up_named(name: &str, group: Option<String>) -> Request {
         Request::Up(UpRequest {
+            detach: false,
             world: WorldRef {
                 project_dir: None,
                 project: Some("p".into()),

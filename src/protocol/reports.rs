@@ -140,6 +140,22 @@ pub struct WorldOutcome {
     pub left_queue: bool,
 }
 
+impl WorldOutcome {
+    /// `world` of `project` as a verb left it, with nothing else to say.
+    pub fn of(project: String, world: WorldStatus) -> Self {
+        WorldOutcome {
+            project,
+            world,
+            noop: false,
+            notes: Vec::new(),
+            torn_down: Vec::new(),
+            torn_down_on: Vec::new(),
+            left_for_gc: Vec::new(),
+            left_queue: false,
+        }
+    }
+}
+
 /// One slice a teardown deleted, and where.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TornDownSlice {

@@ -241,6 +241,13 @@ pub struct UpRequest {
     /// when it is admitted).
     #[serde(default = "yes")]
     pub wait: bool,
+    /// Answer as soon as the world's worktree exists (made before
+    /// admission), and bring the rest up in the background, as a queued
+    /// `up` is: what an agent host's worktree hook asks, which must not
+    /// wait for services (`binky hook claude worktree-create`). The answer
+    /// is the world `starting`, with its worktree's path.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub detach: bool,
 }
 
 /// Which slices a [`Request::Reset`] rebuilds.

@@ -100,13 +100,7 @@ pub(crate) fn locate(config_dir: &Path) -> Result<ProjectLocation, WorktreeError
     let dir = config_dir
         .canonicalize()
         .map_err(|_| WorktreeError::NotARepo(config_dir.to_path_buf()))?;
-    let repo = Repository::discover(&dir).map_err(|e| {
-        if e.code() == git2::ErrorCode::Owner {
-            WorktreeError::DubiousOwnership(dir.to_path_buf())
-        } else {
-            WorktreeError::NotARepo(dir.to_path_buf())
-        }
-    })?;
+    let repo = discover(&dir)?;
     let workdir = repo
         .workdir()
         .ok_or_else(|| WorktreeError::NotARepo(dir.to_path_buf()))?
@@ -119,6 +113,20 @@ pub(crate) fn locate(config_dir: &Path) -> Result<ProjectLocation, WorktreeError
     Ok(ProjectLocation {
         main_workdir,
         subdir,
+    })
+}
+
+/// The repository holding `dir`.
+///
+/// # Errors
+/// None holds it, or git refuses one another user owns.
+fn discover(dir: &Path) -> Result<Repository, WorktreeError> {
+    Repository::discover(dir).map_err(|e| {
+        if e.code() == git2::ErrorCode::Owner {
+            WorktreeError::DubiousOwnership(dir.to_path_buf())
+        } else {
+            WorktreeError::NotARepo(dir.to_path_buf())
+        }
     })
 }
 
@@ -472,6 +480,43 @@ pub(crate) fn head_commit(path: &Path) -> Option<String> {
     let repo = Repository::discover(path).ok()?;
     let oid = repo.head().ok()?.target()?;
     Some(oid.to_string())
+}
+
+/// What the git worktree holding `dir` is, for a verb given no world name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Here {
+    /// A linked worktree (made by `git worktree add`, by Binky or anyone)
+    /// with `branch` checked out: the world of that branch attaches to it.
+    Linked {
+        /// Its folder.
+        path: PathBuf,
+        /// The branch checked out there.
+        branch: String,
+    },
+    /// The repository's main worktree, which is no world's.
+    Main(PathBuf),
+    /// A linked worktree with no branch checked out (a detached HEAD).
+    Detached(PathBuf),
+}
+
+/// Reads the git worktree holding `dir` (libgit2, read only).
+///
+/// # Errors
+/// `dir` is not inside a git repository (or one git refuses to read).
+pub(crate) fn here(dir: &Path) -> Result<Here, WorktreeError> {
+    let repo = discover(dir)?;
+    let path = repo
+        .workdir()
+        .ok_or_else(|| WorktreeError::NotARepo(dir.to_path_buf()))?
+        .to_path_buf();
+    let path = path.canonicalize().unwrap_or(path);
+    if !repo.is_worktree() {
+        return Ok(Here::Main(path));
+    }
+    Ok(match branch_of(&repo) {
+        Some(branch) => Here::Linked { path, branch },
+        None => Here::Detached(path),
+    })
 }
 
 /// Default worktree root: `<parent of main worktree>/<main folder name>.worktrees`.

@@ -30,6 +30,7 @@ mod frameworks;
 mod framing;
 mod golden;
 mod harness;
+mod hooks;
 mod hygiene;
 mod injection;
 mod isolation;

@@ -52,7 +52,8 @@ pub(crate) use room::{Standing, disk_reserve, fill_queue, room_for_spare, unmade
 pub(crate) use sampler::ensure_sampler;
 pub(crate) use suspend::learned;
 pub(crate) use tickets::{
-    after_claimer, enqueue, resume_queue, run_unwatched, taken_out, try_admit, wait, withdraw,
+    after_claimer, enqueue, resume_queue, run_unwatched, taken_out, try_admit, unwatched, wait,
+    withdraw,
 };
 
 /// A project's expected footprint before one of its worlds was measured,

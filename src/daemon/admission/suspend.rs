@@ -62,6 +62,7 @@ pub(super) async fn suspend(d: &Arc<Daemon>, w: &crate::registry::ActiveRow, why
     d.event(ev);
     let env = d.worlds.env_for(w.id, &ClientEnv::current());
     let req = UpRequest {
+        detach: false,
         world: request,
         group: (!w.group.is_empty()).then(|| w.group.clone()),
         caller: (!w.caller.is_empty()).then(|| w.caller.clone()),

@@ -458,7 +458,7 @@ pub(crate) fn withdraw(d: &Daemon, project: &str, world: &str) -> Result<Withdra
 
 /// A progress sink for an `up` nobody watches (`--no-wait`, or a queue
 /// carried over a restart): its cancel never fires while the task runs.
-pub(super) fn unwatched() -> (ProgressTx, tokio::sync::watch::Sender<bool>) {
+pub(crate) fn unwatched() -> (ProgressTx, tokio::sync::watch::Sender<bool>) {
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let (cancel_tx, cancel) = tokio::sync::watch::channel(false);
     (ProgressTx { tx, cancel }, cancel_tx)
@@ -522,6 +522,7 @@ pub(crate) fn resume_queue(d: &Arc<Daemon>) {
             continue;
         };
         let req = UpRequest {
+            detach: false,
             world,
             group: (!r.group.is_empty()).then(|| r.group.clone()),
             caller: (!r.caller.is_empty()).then(|| r.caller.clone()),

@@ -182,14 +182,8 @@ fn withdrawn(loc: &Located, name: &str, state: WorldState) -> WorldOutcome {
     let mut world = admission::unmade(name, None);
     world.state = state;
     WorldOutcome {
-        project: loc.name.clone(),
-        world,
-        noop: false,
-        notes: Vec::new(),
-        torn_down: Vec::new(),
-        torn_down_on: Vec::new(),
-        left_for_gc: Vec::new(),
         left_queue: true,
+        ..WorldOutcome::of(loc.name.clone(), world)
     }
 }
 

@@ -44,10 +44,65 @@ pub(crate) async fn up(
     crate::worktree::check_branch(&req.world.name)?;
     check_group(req.group.as_deref())?;
     let loc = locate(d, &req.world)?;
-    match admit(d, &loc, req.clone(), "up", progress).await? {
-        Ok(entry) => up_with(d, &loc, &name, &req, entry, progress).await,
+    if req.detach {
+        return up_detached(d, loc, name, req, progress).await;
+    }
+    admit_and_up(d, &loc, &name, req, progress).await
+}
+
+/// Admission (which may queue), then the world.
+async fn admit_and_up(
+    d: &Arc<Daemon>,
+    loc: &Located,
+    name: &WorldName,
+    req: UpRequest,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
+    match admit(d, loc, req.clone(), "up", progress).await? {
+        Ok(entry) => up_with(d, loc, name, &req, entry, progress).await,
         Err(queued) => Ok(queued),
     }
+}
+
+/// An `up` that answers once its worktree exists ([`UpRequest::detach`]):
+/// the worktree is made now, ahead of admission (files only, nothing runs:
+/// the one thing an agent host waits for), and the rest — admission, which
+/// may queue, then the world — goes on in the background with nobody
+/// waiting, as a queued `up` does. Its outcome is recorded (`status`,
+/// events, the world's `error`), not returned; the caller cannot cancel it
+/// (`down` or `remove` can).
+///
+/// # Errors
+/// The worktree cannot be made (the world is not started then).
+async fn up_detached(
+    d: &Arc<Daemon>,
+    loc: Located,
+    name: WorldName,
+    req: UpRequest,
+    progress: &ProgressTx,
+) -> Result<WorldOutcome, ApiError> {
+    let project_id = register_project(d, &loc)?;
+    let existing = d.registry(|r| r.find_world(project_id, &name))?;
+    preflight(d, &loc, existing.as_ref(), &req.env)?;
+    let ensured = make_worktree(d, &loc, project_id, &name, &req.env, progress).await?;
+    let mut world = admission::unmade(&req.world.name, req.group.clone());
+    world.state = WorldState::Starting;
+    world.path = ensured.path.display().to_string();
+    let project = loc.name.clone();
+    let d = Arc::clone(d);
+    let req = UpRequest {
+        detach: false,
+        wait: true,
+        ..req
+    };
+    tokio::spawn(async move {
+        let (progress, _never) = admission::unwatched();
+        let world = req.world.name.clone();
+        if let Err(e) = admit_and_up(&d, &loc, &name, req, &progress).await {
+            tracing::info!(world = %world, "detached up failed: {}", e.message);
+        }
+    });
+    Ok(WorldOutcome::of(project, world))
 }
 
 /// The `up` of a ticket admitted from the queue with nobody waiting on it
@@ -108,16 +163,7 @@ pub(in crate::daemon::world) async fn up_locked(
     {
         return outcome(d, project, w.id, true, moved_migrations(d, loc, w));
     }
-    // An unset `${env.NAME}` and an unknown adapter fail here, before a
-    // worktree or a port is made.
-    preflight_env(d, loc, existing.as_ref(), client_env)?;
-    for (n, s) in &loc.config.services {
-        if let Some(r) = s.resource()
-            && adapter_for(d, &r.adapter, client_env).is_none()
-        {
-            return Err(no_adapter(n, &r.adapter));
-        }
-    }
+    preflight(d, loc, existing.as_ref(), client_env)?;
     let mut notes = Vec::new();
     if let Some(w) = &existing {
         // Not (fully) running: stop whatever is left of it first, so nothing
@@ -169,6 +215,28 @@ pub(in crate::daemon::world) async fn up_locked(
     };
     let result = bring_up(&cx, loc, world_root, progress, &mut notes).await;
     settle_up(&cx, project_id, result, progress, notes).await
+}
+
+/// An unset `${env.NAME}` and an unknown adapter fail here, before a
+/// worktree or a port is made.
+///
+/// # Errors
+/// Names the variable or the service and its adapter.
+fn preflight(
+    d: &Daemon,
+    loc: &Located,
+    existing: Option<&WorldRow>,
+    client_env: &ClientEnv,
+) -> Result<(), ApiError> {
+    preflight_env(d, loc, existing, client_env)?;
+    for (n, s) in &loc.config.services {
+        if let Some(r) = s.resource()
+            && adapter_for(d, &r.adapter, client_env).is_none()
+        {
+            return Err(no_adapter(n, &r.adapter));
+        }
+    }
+    Ok(())
 }
 
 /// Registers the project by name and main checkout, returning its id.
