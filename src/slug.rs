@@ -245,8 +245,33 @@ pub(crate) fn port_var(service: &str, port: &str) -> String {
     }
 }
 
+/// A world name as an error message shows it, where the name may be one
+/// the name rules refuse: a control character (a line break that would
+/// forge a line of output) written as its escape (`\n`), the rest as is.
+pub(crate) fn shown(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    name.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_name_in_a_message_cannot_forge_a_line() {
+        assert_eq!(super::shown("feat/a"), "feat/a");
+        assert_eq!(super::shown("a\nb\u{7}"), "a\\nb\\u{7}");
+    }
+
     use super::*;
 
     #[test]

@@ -332,7 +332,7 @@ fn sending_failed(req: &Request, e: &std::io::Error) -> ApiError {
 /// running several verbs at once can tell which one failed.
 fn named(req: &Request, msg: &str) -> String {
     match req.world_name() {
-        Some(w) => format!("`{}` of {w}: {msg}", req.verb()),
+        Some(w) => format!("`{}` of {}: {msg}", req.verb(), crate::slug::shown(w)),
         None => msg.to_owned(),
     }
 }

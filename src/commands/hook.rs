@@ -36,46 +36,77 @@ pub(crate) fn run(args: &HookArgs, project: Option<&str>) -> ExitCode {
     match &args.host {
         HookHost::Claude { action } => match action {
             ClaudeHook::WorktreeCreate => create(project),
-            ClaudeHook::WorktreeRemove => remove(project),
+            ClaudeHook::WorktreeRemove => remove(),
             ClaudeHook::Install(a) => install(a, project),
         },
     }
 }
 
-/// Reads the hook's one JSON object from stdin: only that object (a host
-/// that keeps its end of the pipe open is not waited on past it).
+/// Reads the hook's one JSON object from `input`: only that object (a
+/// host that keeps its end of the pipe open is not waited on past it).
 ///
 /// # Errors
 /// Not JSON, not an object, or over [`PAYLOAD_LIMIT`]: said for stderr.
 fn payload(input: impl Read) -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    let mut de = serde_json::Deserializer::from_reader(input.take(PAYLOAD_LIMIT));
+    let mut input = input.take(PAYLOAD_LIMIT);
+    let mut de = serde_json::Deserializer::from_reader(&mut input);
     match serde_json::Value::deserialize(&mut de) {
         Ok(serde_json::Value::Object(m)) => Ok(m),
         Ok(_) => Err("the hook's input on stdin is JSON but not an object; Claude Code sends one JSON object".into()),
+        Err(_) if input.limit() == 0 => Err(format!(
+            "the hook's input on stdin is over {} KiB; Claude Code sends one small JSON object",
+            PAYLOAD_LIMIT / 1024
+        )),
         Err(e) => Err(format!(
             "the hook's input on stdin is not JSON ({e}); Claude Code sends one JSON object"
         )),
     }
 }
 
-/// A string field of the payload, the first of `keys` that is one and not
-/// blank.
-fn field<'a>(p: &'a serde_json::Map<String, serde_json::Value>, keys: &[&str]) -> Option<&'a str> {
-    keys.iter().find_map(|k| {
-        p.get(*k)
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.trim().is_empty())
-    })
+/// The payload on stdin, refused at once where stdin is a terminal (a
+/// person who ran the hook by hand would otherwise wait on nothing).
+fn stdin_payload() -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        return Err("the hook reads Claude Code's JSON on stdin, and stdin is a terminal".into());
+    }
+    payload(std::io::stdin().lock())
 }
 
-/// The folder the host ran in (`cwd`, when absolute and there), else ours:
-/// where the project's binky.toml is looked for.
-fn host_dir(p: &serde_json::Map<String, serde_json::Value>) -> PathBuf {
-    field(p, &["cwd"])
-        .map(PathBuf::from)
-        .filter(|d| d.is_absolute() && d.is_dir())
-        .or_else(|| std::env::current_dir().ok())
-        .unwrap_or_else(|| PathBuf::from("."))
+/// A string field of the payload: the first of `keys` that is there and
+/// not blank.
+///
+/// # Errors
+/// One of `keys` is there but not a string.
+fn field<'a>(
+    p: &'a serde_json::Map<String, serde_json::Value>,
+    keys: &[&str],
+) -> Result<Option<&'a str>, String> {
+    for k in keys {
+        match p.get(*k) {
+            Some(serde_json::Value::String(s)) if !s.trim().is_empty() => return Ok(Some(s)),
+            Some(serde_json::Value::String(_) | serde_json::Value::Null) | None => {}
+            Some(_) => return Err(format!("the hook's input has a `{k}` that is not a string")),
+        }
+    }
+    Ok(None)
+}
+
+/// The folder the host ran in, where the project's binky.toml is looked
+/// for: the payload's `cwd`, else ours.
+///
+/// # Errors
+/// `cwd` is given but is not an absolute path to a folder: said, naming
+/// it, never replaced by another folder (which could be another project).
+fn host_dir(p: &serde_json::Map<String, serde_json::Value>) -> Result<PathBuf, String> {
+    match field(p, &["cwd"])? {
+        Some(d) if Path::new(d).is_absolute() && Path::new(d).is_dir() => Ok(PathBuf::from(d)),
+        Some(d) => Err(format!(
+            "the hook's `cwd` ({}) is not an absolute path to a folder",
+            output::untrusted(d)
+        )),
+        None => std::env::current_dir().map_err(|e| format!("no current folder: {e}")),
+    }
 }
 
 fn fail(message: &str, hint: &str) -> ExitCode {
@@ -87,32 +118,40 @@ fn fail(message: &str, hint: &str) -> ExitCode {
 /// progress on stderr), its absolute path the one line on stdout, the
 /// world brought up behind it by the daemon.
 fn create(project: Option<&str>) -> ExitCode {
-    let p = match payload(std::io::stdin().lock()) {
+    let hint = "run it as Claude Code's WorktreeCreate hook: `binky hook claude install`";
+    let p = match stdin_payload() {
         Ok(p) => p,
-        Err(e) => {
+        Err(e) => return fail(&e, hint),
+    };
+    let name = match field(&p, &["name", "worktree_name"]) {
+        Ok(Some(n)) => n,
+        Ok(None) => {
             return fail(
-                &e,
-                "run it as Claude Code's WorktreeCreate hook: `binky hook claude install`",
+                "the hook's input has no `name` (or `worktree_name`): the name of the worktree to make",
+                "Claude Code sends it; to make a world by hand, run `binky up <branch>`",
             );
         }
+        Err(e) => return fail(&e, hint),
     };
-    let Some(name) = field(&p, &["name", "worktree_name"]) else {
+    // Said without the name: a line break in it would forge lines of the
+    // hook's output on the host's screen.
+    if name.chars().any(char::is_control) {
         return fail(
-            "the hook's input has no `name` (or `worktree_name`): the name of the worktree to make",
-            "Claude Code sends it; to make a world by hand, run `binky up <branch>`",
+            "the hook's `name` holds a control character, which no branch name may",
+            "give the worktree a name git accepts",
         );
+    }
+    let dir = match host_dir(&p) {
+        Ok(d) => d,
+        Err(e) => return fail(&e, hint),
     };
-    let dir = host_dir(&p);
-    let world = match std::env::set_current_dir(&dir) {
-        Ok(()) => world_ref(project, name, false),
-        Err(e) => {
-            return fail(
-                &format!("cannot enter the hook's cwd {}: {e}", dir.display()),
-                "run the hook from the project's folder",
-            );
-        }
-    };
-    let world = match world {
+    if let Err(e) = std::env::set_current_dir(&dir) {
+        return fail(
+            &format!("cannot enter the hook's cwd {}: {e}", dir.display()),
+            "run the hook from the project's folder",
+        );
+    }
+    let world = match world_ref(project, name, false) {
         Ok(w) => w,
         Err(c) => return c,
     };
@@ -126,6 +165,7 @@ fn create(project: Option<&str>) -> ExitCode {
     });
     match call_world(req, false) {
         Ok(o) => {
+            super::world::notes(&o);
             anstream::eprintln!(
                 "binky: world {} is coming up in the background; `binky status` and `binky logs {}` show it",
                 output::untrusted(&o.world.name),
@@ -141,47 +181,54 @@ fn create(project: Option<&str>) -> ExitCode {
 /// `binky hook claude worktree-remove`: the world of the branch checked out
 /// at `worktree_path` removed, never forced. Uncommitted work keeps it
 /// (exit 1, said on stderr), and a worktree of no world is left alone.
-fn remove(project: Option<&str>) -> ExitCode {
-    let p = match payload(std::io::stdin().lock()) {
+fn remove() -> ExitCode {
+    let hint = "run it as Claude Code's WorktreeRemove hook: `binky hook claude install`";
+    let p = match stdin_payload() {
         Ok(p) => p,
-        Err(e) => {
+        Err(e) => return fail(&e, hint),
+    };
+    let path = match field(&p, &["worktree_path"]) {
+        Ok(Some(path)) => PathBuf::from(path),
+        Ok(None) => {
             return fail(
-                &e,
-                "run it as Claude Code's WorktreeRemove hook: `binky hook claude install`",
+                "the hook's input has no `worktree_path`: the worktree to remove",
+                "Claude Code sends it; to remove a world by hand, run `binky remove <branch>`",
             );
         }
+        Err(e) => return fail(&e, hint),
     };
-    let Some(path) = field(&p, &["worktree_path"]).map(PathBuf::from) else {
-        return fail(
-            "the hook's input has no `worktree_path`: the worktree to remove",
-            "Claude Code sends it; to remove a world by hand, run `binky remove <branch>`",
-        );
-    };
-    let branch = match crate::worktree::here(&path) {
-        Ok(crate::worktree::Here::Linked { path: at, branch }) if same(&at, &path) => branch,
-        _ => {
-            output::error(
-                format!(
-                    "{} is not a worktree with a branch checked out, so it is no world's; binky leaves it alone",
-                    path.display()
-                ),
-                Some("remove it with `git worktree remove` if it is yours"),
-            );
-            return ExitCode::from(1);
-        }
-    };
-    if let Err(e) = std::env::set_current_dir(&path) {
-        return fail(
-            &format!("cannot enter {}: {e}", path.display()),
-            "check the worktree's permissions",
-        );
-    }
-    let world = match world_ref(project, &branch, false) {
-        Ok(w) => w,
+    // The world whose worktree is that folder, whatever is checked out
+    // there now (an agent may have switched branches in it).
+    let report = match super::call(&Request::Status {
+        project: None,
+        usage: false,
+    }) {
+        Ok(crate::protocol::Response::Status(r)) => r,
+        Ok(other) => return super::unexpected(&other),
         Err(c) => return c,
     };
+    let found = report.projects.iter().find_map(|pr| {
+        pr.worlds
+            .iter()
+            .find(|w| !w.path.is_empty() && same(Path::new(&w.path), &path))
+            .map(|w| (pr.name.clone(), w.name.clone()))
+    });
+    let Some((project, name)) = found else {
+        output::error(
+            format!(
+                "no world has its worktree at {}; binky leaves it alone",
+                output::untrusted(&path.display().to_string())
+            ),
+            Some("remove it with `git worktree remove` if it is yours"),
+        );
+        return ExitCode::from(1);
+    };
     let req = Request::Remove {
-        world,
+        world: crate::protocol::WorldRef {
+            project_dir: None,
+            project: Some(project),
+            name: name.clone(),
+        },
         force: false,
         env: ClientEnv::current(),
     };
@@ -196,8 +243,8 @@ fn remove(project: Option<&str>) -> ExitCode {
         Err(c) => {
             anstream::eprintln!(
                 "binky: the world {} and its worktree {} are kept",
-                output::untrusted(&branch),
-                path.display()
+                output::untrusted(&name),
+                output::untrusted(&path.display().to_string())
             );
             c
         }
@@ -214,9 +261,9 @@ fn same(a: &Path, b: &Path) -> bool {
 /// settings file, written whole ([`super::write_atomically`]), or
 /// printed with `--dry-run`.
 fn install(args: &HookInstallArgs, project: Option<&str>) -> ExitCode {
-    let file = match settings_file(args, project) {
+    let file = match settings_file(args, project).and_then(|f| through_link(&f)) {
         Ok(f) => f,
-        Err(e) => return fail(&e, "run it inside the project's git repository, or pass -p"),
+        Err((e, hint)) => return fail(&e, hint),
     };
     let before = match std::fs::read_to_string(&file) {
         Ok(t) => Some(t),
@@ -255,6 +302,13 @@ fn install(args: &HookInstallArgs, project: Option<&str>) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
+    if std::fs::metadata(&file).is_ok_and(|m| m.permissions().readonly()) {
+        output::error(
+            format!("{} is read-only; binky changed nothing", file.display()),
+            Some("make it writable, or add the hooks by hand (`--dry-run` prints them)"),
+        );
+        return ExitCode::from(1);
+    }
     let written = file
         .parent()
         .map_or(Ok(()), std::fs::create_dir_all)
@@ -263,7 +317,7 @@ fn install(args: &HookInstallArgs, project: Option<&str>) -> ExitCode {
         output::error(format!("cannot write {}: {e}", file.display()), None);
         return ExitCode::from(1);
     }
-    println!(
+    anstream::println!(
         "{} {}: WorktreeCreate runs `{CREATE_COMMAND}`, WorktreeRemove runs `{REMOVE_COMMAND}`",
         output::paint(output::OK, "✓"),
         file.display()
@@ -274,29 +328,73 @@ fn install(args: &HookInstallArgs, project: Option<&str>) -> ExitCode {
 /// Where `install` writes: `~/.claude/settings.json` with `--user`, else
 /// the project repository's `.claude/settings.json` (or
 /// `settings.local.json` with `--local`) at its main worktree's root.
-fn settings_file(args: &HookInstallArgs, project: Option<&str>) -> Result<PathBuf, String> {
+fn settings_file(
+    args: &HookInstallArgs,
+    project: Option<&str>,
+) -> Result<PathBuf, (String, &'static str)> {
     if args.user {
         let home = std::env::var_os("HOME")
-            .filter(|h| !h.is_empty())
-            .ok_or("HOME is not set, so there is no ~/.claude/settings.json")?;
-        return Ok(Path::new(&home).join(".claude").join("settings.json"));
+            .map(PathBuf::from)
+            .filter(|h| h.is_absolute())
+            .ok_or((
+                "HOME is not set to an absolute path, so there is no ~/.claude/settings.json"
+                    .to_owned(),
+                "set HOME, or install into the project's settings (without --user)",
+            ))?;
+        return Ok(home.join(".claude").join("settings.json"));
     }
     let start = match project {
+        Some(p) if !Path::new(p).exists() => {
+            return Err((
+                format!("-p {p}: no such folder"),
+                "install writes into the project's repository: pass its folder (or its binky.toml) with -p",
+            ));
+        }
         Some(p) => PathBuf::from(p),
-        None => std::env::current_dir().map_err(|e| format!("no current folder: {e}"))?,
+        None => std::env::current_dir().map_err(|e| {
+            (
+                format!("no current folder: {e}"),
+                "run it inside the project",
+            )
+        })?,
     };
     let start = if start.is_file() {
         start.parent().map(Path::to_path_buf).unwrap_or(start)
     } else {
         start
     };
-    let loc = crate::worktree::locate(&start).map_err(|e| e.to_string())?;
+    let loc = crate::worktree::locate(&start).map_err(|e| {
+        (
+            e.to_string(),
+            "run it inside the project's git repository, or pass its folder with -p",
+        )
+    })?;
     let name = if args.local {
         "settings.local.json"
     } else {
         "settings.json"
     };
     Ok(loc.main_workdir.join(".claude").join(name))
+}
+
+/// The file a settings path names: a symbolic link's target (dotfiles
+/// kept elsewhere are written where they live, the link kept).
+///
+/// # Errors
+/// A link whose target is missing: said, naming both.
+fn through_link(file: &Path) -> Result<PathBuf, (String, &'static str)> {
+    match std::fs::symlink_metadata(file) {
+        Ok(m) if m.file_type().is_symlink() => file.canonicalize().map_err(|e| {
+            (
+                format!(
+                    "{} is a link to a file that is not there ({e})",
+                    file.display()
+                ),
+                "point the link at your settings file, or remove it",
+            )
+        }),
+        _ => Ok(file.to_path_buf()),
+    }
 }
 
 /// JSON whose objects keep their keys in the order they were written, so a
@@ -330,8 +428,7 @@ struct Merged {
 fn merge(settings: Option<&str>) -> Result<Merged, String> {
     let mut root = match settings.filter(|t| !t.trim().is_empty()) {
         None => Ordered::Object(indexmap::IndexMap::new()),
-        Some(t) => serde_json::from_str(t)
-            .map_err(|e| format!("not JSON at line {}, column {}: {e}", e.line(), e.column()))?,
+        Some(t) => serde_json::from_str(t).map_err(|e| format!("not JSON: {e}"))?,
     };
     let Ordered::Object(top) = &mut root else {
         return Err("the settings are not a JSON object".into());
@@ -354,14 +451,13 @@ fn merge(settings: Option<&str>) -> Result<Merged, String> {
             return Err(format!("`hooks.{event}` is not a list"));
         };
         let commands: Vec<String> = list.iter().flat_map(commands_of).collect();
-        if commands.iter().any(|c| c.trim() == command) {
+        if commands.iter().any(|c| runs(c, command)) {
             continue;
         }
         if !commands.is_empty() {
             others.push(event);
         }
-        let entry = serde_json::json!({ "hooks": [{ "type": "command", "command": command }] });
-        list.push(serde_json::from_value(entry).map_err(|e| e.to_string())?);
+        list.push(entry(command));
         changed = true;
     }
     let text = serde_json::to_string_pretty(&root).map_err(|e| e.to_string())? + "\n";
@@ -370,6 +466,36 @@ fn merge(settings: Option<&str>) -> Result<Merged, String> {
         changed,
         others,
     })
+}
+
+/// Whether hook command `c` is binky's `ours`, with binky named as it
+/// is, or by any path to it (`/usr/local/bin/binky hook claude …`).
+fn runs(c: &str, ours: &str) -> bool {
+    let words: Vec<&str> = c.split_whitespace().collect();
+    let want: Vec<&str> = ours.split_whitespace().collect();
+    words.len() == want.len()
+        && words[1..] == want[1..]
+        && Path::new(words[0].trim_matches(['"', '\''])).file_name()
+            == Some(std::ffi::OsStr::new("binky"))
+}
+
+/// One matcher group running `command`, keys in the order Claude Code's
+/// documentation writes them.
+fn entry(command: &str) -> Ordered {
+    let text = |t: &str| Ordered::Scalar(serde_json::Value::String(t.to_owned()));
+    let hook: indexmap::IndexMap<String, Ordered> = [
+        ("type".to_owned(), text("command")),
+        ("command".to_owned(), text(command)),
+    ]
+    .into_iter()
+    .collect();
+    let group: indexmap::IndexMap<String, Ordered> = [(
+        "hooks".to_owned(),
+        Ordered::Array(vec![Ordered::Object(hook)]),
+    )]
+    .into_iter()
+    .collect();
+    Ordered::Object(group)
 }
 
 /// The commands of one matcher group (`{"hooks": [{"command": …}]}`).
@@ -399,9 +525,17 @@ mod tests {
     #[test]
     fn a_payload_is_one_json_object_and_what_follows_it_is_not_read() {
         let p = payload(&b"{\"name\": \"feat-a\", \"x\": 1} trailing junk"[..]).unwrap();
-        assert_eq!(field(&p, &["name", "worktree_name"]), Some("feat-a"));
+        assert_eq!(field(&p, &["name", "worktree_name"]), Ok(Some("feat-a")));
         let p = payload(&b"{\"worktree_name\": \"feat-b\", \"name\": \"  \"}"[..]).unwrap();
-        assert_eq!(field(&p, &["name", "worktree_name"]), Some("feat-b"));
+        assert_eq!(field(&p, &["name", "worktree_name"]), Ok(Some("feat-b")));
+        let p = payload(&b"{\"name\": 5}"[..]).unwrap();
+        assert!(field(&p, &["name"]).unwrap_err().contains("not a string"));
+        let big = format!("{{\"name\": \"{}\"}}", "a".repeat(2 << 20));
+        assert!(
+            payload(big.as_bytes())
+                .unwrap_err()
+                .contains("over 1024 KiB")
+        );
         assert!(payload(&b"feat-a"[..]).unwrap_err().contains("not JSON"));
         assert!(payload(&b"[1]"[..]).unwrap_err().contains("not an object"));
         assert!(payload(&b""[..]).unwrap_err().contains("not JSON"));
@@ -443,6 +577,13 @@ mod tests {
         assert!(at.windows(2).all(|w| w[0] < w[1]), "{}", m.text);
         assert!(m.text.find("\"B\"").unwrap() < m.text.find("\"A\"").unwrap());
         assert!(m.text.contains("./mine.sh") && m.text.contains("lint"));
+        let by_path = m
+            .text
+            .replace("\"binky hook", "\"/usr/local/bin/binky hook");
+        assert!(
+            !merge(Some(&by_path)).unwrap().changed,
+            "binky by its path is binky"
+        );
         let again = merge(Some(&m.text)).unwrap();
         assert!(!again.changed);
         assert_eq!(again.text, m.text);

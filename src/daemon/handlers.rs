@@ -36,7 +36,7 @@ pub(super) async fn handle(
 fn named(mut e: ApiError, verb: &str, world: &str) -> ApiError {
     let says_verb = e.message.contains(&format!("`{verb}`"));
     if !(says_verb && e.message.contains(world)) {
-        e.message = format!("`{verb}` of {world}: {}", e.message);
+        e.message = format!("`{verb}` of {}: {}", crate::slug::shown(world), e.message);
     }
     e
 }

@@ -115,6 +115,12 @@ fn claudes_worktree_hooks_make_a_world_print_its_path_and_remove_it_only_when_cl
         ("[\"agent-c3\"]", "not an object"),
         (&*format!("{{\"cwd\": \"{project}\"}}"), "`name`"),
         ("{\"name\": \"-x\"}", "-x"),
+        (
+            "{\"name\": \"x\", \"cwd\": \"/no/such/dir\"}",
+            "/no/such/dir",
+        ),
+        ("{\"name\": \"x\", \"cwd\": \"relative\"}", "`cwd`"),
+        ("{\"name\": 5}", "not a string"),
     ] {
         let out = hook(&home, repo.project_dir(), "worktree-create", input);
         assert_ne!(out.code(), 0, "{input}: {out}");
@@ -153,7 +159,17 @@ fn claudes_worktree_hooks_make_a_world_print_its_path_and_remove_it_only_when_cl
     );
     assert_ne!(out.code(), 0, "{out}");
     assert!(theirs.is_dir(), "{out}");
-    repo.ok(&home, &["remove", "agent-b2"]);
+
+    // The world is the folder's, whatever the agent checked out there since.
+    git(&b, &["switch", "-q", "-c", "agent-b2-moved"]);
+    let out = hook(
+        &home,
+        Path::new("/"),
+        "worktree-remove",
+        &serde_json::json!({ "worktree_path": b.display().to_string() }).to_string(),
+    );
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(!repo.worlds(&home).contains_key("agent-b2"));
 }
 
 #[test]
@@ -216,6 +232,22 @@ fn hook_install_merges_into_claudes_settings_and_never_clobbers() {
         "{out}"
     );
     assert!(!settings.exists());
+
+    // The agents guide shows exactly what it writes.
+    let guide =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/agents.md"))
+            .unwrap();
+    let shown = guide
+        .split("### Claude Code")
+        .nth(1)
+        .and_then(|s| s.split("```json\n").nth(1))
+        .and_then(|s| s.split("\n```").next())
+        .expect("the guide's Claude Code settings example");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(shown).unwrap(),
+        out.json(),
+        "docs/src/agents.md shows other settings than `install` writes"
+    );
 
     // The user's settings are kept, key by key, in their order.
     std::fs::create_dir_all(settings.parent().unwrap()).unwrap();

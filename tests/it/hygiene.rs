@@ -433,7 +433,7 @@ fn every_test_that_can_skip_shows_its_output() {
 fn with_json_a_usage_error_is_json_on_stdout_and_nothing_else() {
     let home = Home::new();
     for args in [
-        &["up", "--json"][..],
+        &["reset", "--json"][..],
         &["env", "x", "--json", "--dotenv"][..],
         &["status", "--json", "--no-such-flag"][..],
     ] {
@@ -446,7 +446,7 @@ fn with_json_a_usage_error_is_json_on_stdout_and_nothing_else() {
         assert!(v["error"]["hint"].as_str().is_some(), "{v}");
     }
     // The required argument is named in the message.
-    let v = home.run(&["up", "--json"]).json();
+    let v = home.run(&["reset", "--json"]).json();
     assert!(
         v["error"]["message"].as_str().unwrap().contains("<NAME>"),
         "{v}"
@@ -495,7 +495,7 @@ sys.stdout.write(out.decode("utf-8", "replace"))
         !plain.contains('\u{1b}'),
         "escape codes with --color never: {plain:?}"
     );
-    let usage = run(&["--color", "never", "up"]);
+    let usage = run(&["--color", "never", "reset"]);
     assert!(usage.contains("required"), "{usage}");
     assert!(!usage.contains('\u{1b}'), "{usage:?}");
 }

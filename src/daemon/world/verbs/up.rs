@@ -85,6 +85,12 @@ async fn up_detached(
     let existing = d.registry(|r| r.find_world(project_id, &name))?;
     preflight(d, &loc, existing.as_ref(), &req.env)?;
     let ensured = make_worktree(d, &loc, project_id, &name, &req.env, progress).await?;
+    // What the branch's own binky.toml says is read now, as `up` reads it:
+    // one that cannot be read fails the caller, not only the background.
+    let world_root = join_subdir(&ensured.path, &loc.subdir);
+    check_path(&world_root)?;
+    let mut notes = Vec::new();
+    world_config(&loc, &world_root, &name, &mut notes)?;
     let mut world = admission::unmade(&req.world.name, req.group.clone());
     world.state = WorldState::Starting;
     world.path = ensured.path.display().to_string();
@@ -102,7 +108,10 @@ async fn up_detached(
             tracing::info!(world = %world, "detached up failed: {}", e.message);
         }
     });
-    Ok(WorldOutcome::of(project, world))
+    Ok(WorldOutcome {
+        notes,
+        ..WorldOutcome::of(project, world)
+    })
 }
 
 /// The `up` of a ticket admitted from the queue with nobody waiting on it
