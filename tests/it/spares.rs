@@ -29,20 +29,21 @@ fn events(home: &Home, name: &str) -> Vec<Value> {
         .collect()
 }
 
-fn databases(prefix: &str) -> Vec<String> {
-    psql(PG_ADMIN, "select datname from pg_database order by 1")
+/// The names `sql` lists that start with `prefix`.
+fn named(sql: &str, prefix: &str) -> Vec<String> {
+    psql(PG_ADMIN, sql)
         .lines()
         .filter(|d| d.starts_with(prefix))
         .map(str::to_owned)
         .collect()
 }
 
+fn databases(prefix: &str) -> Vec<String> {
+    named("select datname from pg_database order by 1", prefix)
+}
+
 fn roles(prefix: &str) -> Vec<String> {
-    psql(PG_ADMIN, "select rolname from pg_roles order by 1")
-        .lines()
-        .filter(|d| d.starts_with(prefix))
-        .map(str::to_owned)
-        .collect()
+    named("select rolname from pg_roles order by 1", prefix)
 }
 
 fn spares_on_server(project: &str) -> Vec<String> {

@@ -244,6 +244,18 @@ fn world_ports(d: &Daemon, world_id: i64) -> Result<IndexMap<ports::PortKey, u16
     Ok(ports.into_iter().collect())
 }
 
+/// Fails with [`cancelled_error`] once the caller has cancelled: checked
+/// between the stages of `up`, where stopping leaves nothing half-made.
+pub(in crate::daemon::world) fn check_cancelled(
+    progress: &crate::daemon::ProgressTx,
+    name: &str,
+) -> Result<(), ApiError> {
+    if progress.cancelled() {
+        return Err(cancelled_error(name));
+    }
+    Ok(())
+}
+
 /// What a cancelled `up` answers.
 fn cancelled_error(name: &str) -> ApiError {
     ApiError::new(format!(

@@ -2,6 +2,7 @@
 //! bottom: what it checks, which [`super::stages`] it runs in what order,
 //! and what it answers.
 
+mod detached;
 pub(super) mod down;
 pub(super) mod env;
 pub(super) mod gc;

@@ -4,14 +4,13 @@
 use crate::config::{Config, ServiceKind};
 use crate::daemon::admission;
 use crate::daemon::events::EventKind;
-use crate::daemon::world::cancelled_error;
 use crate::daemon::world::stages::admit::{admit, locked_with_room};
 use crate::daemon::world::stages::data::moved_migrations;
 use crate::daemon::world::stages::locate::{
     Located, check_group, check_name, check_path, join_subdir, locate, user_git,
 };
 use crate::daemon::world::stages::plan::{
-    Plan, build_facts, config_differs, preflight_env, project_env,
+    Plan, build_facts, config_differs, preflight, project_env,
 };
 use crate::daemon::world::stages::processes::stop_processes;
 use crate::daemon::world::stages::provision::provision;
@@ -19,6 +18,7 @@ use crate::daemon::world::stages::routes::ensure_https;
 use crate::daemon::world::stages::slices::{adapter_for, no_adapter};
 use crate::daemon::world::stages::start::start_processes;
 use crate::daemon::world::{WorldCtx, first_line, outcome, world_event};
+use crate::daemon::world::{cancelled_error, check_cancelled};
 use crate::daemon::{Daemon, ProgressTx};
 use crate::faults::point as fault_point;
 use crate::ports::PortNote;
@@ -45,13 +45,13 @@ pub(crate) async fn up(
     check_group(req.group.as_deref())?;
     let loc = locate(d, &req.world)?;
     if req.detach {
-        return up_detached(d, loc, name, req, progress).await;
+        return super::detached::up_detached(d, loc, name, req, progress).await;
     }
     admit_and_up(d, &loc, &name, req, progress).await
 }
 
 /// Admission (which may queue), then the world.
-async fn admit_and_up(
+pub(super) async fn admit_and_up(
     d: &Arc<Daemon>,
     loc: &Located,
     name: &WorldName,
@@ -62,56 +62,6 @@ async fn admit_and_up(
         Ok(entry) => up_with(d, loc, name, &req, entry, progress).await,
         Err(queued) => Ok(queued),
     }
-}
-
-/// An `up` that answers once its worktree exists ([`UpRequest::detach`]):
-/// the worktree is made now, ahead of admission (files only, nothing runs:
-/// the one thing an agent host waits for), and the rest — admission, which
-/// may queue, then the world — goes on in the background with nobody
-/// waiting, as a queued `up` does. Its outcome is recorded (`status`,
-/// events, the world's `error`), not returned; the caller cannot cancel it
-/// (`down` or `remove` can).
-///
-/// # Errors
-/// The worktree cannot be made (the world is not started then).
-async fn up_detached(
-    d: &Arc<Daemon>,
-    loc: Located,
-    name: WorldName,
-    req: UpRequest,
-    progress: &ProgressTx,
-) -> Result<WorldOutcome, ApiError> {
-    let project_id = register_project(d, &loc)?;
-    let existing = d.registry(|r| r.find_world(project_id, &name))?;
-    preflight(d, &loc, existing.as_ref(), &req.env)?;
-    let ensured = make_worktree(d, &loc, project_id, &name, &req.env, progress).await?;
-    // What the branch's own binky.toml says is read now, as `up` reads it:
-    // one that cannot be read fails the caller, not only the background.
-    let world_root = join_subdir(&ensured.path, &loc.subdir);
-    check_path(&world_root)?;
-    let mut notes = Vec::new();
-    world_config(&loc, &world_root, &name, &mut notes)?;
-    let mut world = admission::unmade(&req.world.name, req.group.clone());
-    world.state = WorldState::Starting;
-    world.path = ensured.path.display().to_string();
-    let project = loc.name.clone();
-    let d = Arc::clone(d);
-    let req = UpRequest {
-        detach: false,
-        wait: true,
-        ..req
-    };
-    tokio::spawn(async move {
-        let (progress, _never) = admission::unwatched();
-        let world = req.world.name.clone();
-        if let Err(e) = admit_and_up(&d, &loc, &name, req, &progress).await {
-            tracing::info!(world = %world, "detached up failed: {}", e.message);
-        }
-    });
-    Ok(WorldOutcome {
-        notes,
-        ..WorldOutcome::of(project, world)
-    })
 }
 
 /// The `up` of a ticket admitted from the queue with nobody waiting on it
@@ -226,34 +176,12 @@ pub(in crate::daemon::world) async fn up_locked(
     settle_up(&cx, project_id, result, progress, notes).await
 }
 
-/// An unset `${env.NAME}` and an unknown adapter fail here, before a
-/// worktree or a port is made.
-///
-/// # Errors
-/// Names the variable or the service and its adapter.
-fn preflight(
-    d: &Daemon,
-    loc: &Located,
-    existing: Option<&WorldRow>,
-    client_env: &ClientEnv,
-) -> Result<(), ApiError> {
-    preflight_env(d, loc, existing, client_env)?;
-    for (n, s) in &loc.config.services {
-        if let Some(r) = s.resource()
-            && adapter_for(d, &r.adapter, client_env).is_none()
-        {
-            return Err(no_adapter(n, &r.adapter));
-        }
-    }
-    Ok(())
-}
-
 /// Registers the project by name and main checkout, returning its id.
 ///
 /// # Errors
 /// Another checkout with a `binky.toml` already claims the name: two would
 /// share worlds, hostnames and slices.
-fn register_project(d: &Daemon, loc: &Located) -> Result<i64, ApiError> {
+pub(super) fn register_project(d: &Daemon, loc: &Located) -> Result<i64, ApiError> {
     let project = loc.name.as_str();
     let root = loc.main_root().display().to_string();
     if let Some(known) = d.registry(|r| r.project_root(project))?
@@ -297,7 +225,7 @@ pub(in crate::daemon::world) fn fully_running(
 /// Creates or reuses the world's git worktree with the user's own `git`,
 /// under the repository's lock (git's index and refs are not safe against
 /// concurrent `worktree add`).
-async fn make_worktree(
+pub(super) async fn make_worktree(
     d: &Daemon,
     loc: &Located,
     project_id: i64,
@@ -370,7 +298,7 @@ fn branch_changes(loc: &Located, cfg_path: &Path, name: &str) -> Option<String> 
 
 /// # Errors
 /// The file is invalid, or names another project.
-fn world_config(
+pub(super) fn world_config(
     loc: &Located,
     world_root: &Path,
     name: &str,
@@ -480,18 +408,6 @@ pub(in crate::daemon::world) async fn settle_up(
             Err(e)
         }
     }
-}
-
-/// Fails with [`cancelled_error`] once the caller has cancelled: checked
-/// between the stages of `up`, where stopping leaves nothing half-made.
-pub(in crate::daemon::world) fn check_cancelled(
-    progress: &ProgressTx,
-    name: &str,
-) -> Result<(), ApiError> {
-    if progress.cancelled() {
-        return Err(cancelled_error(name));
-    }
-    Ok(())
 }
 
 /// The stages of `up` after its worktree exists: ports, the plan, slices,

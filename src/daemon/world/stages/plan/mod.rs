@@ -203,13 +203,35 @@ pub(in crate::daemon::world) fn facts_of(
     facts
 }
 
+/// An unset `${env.NAME}` and an unknown adapter fail here, before a
+/// worktree or a port is made.
+///
+/// # Errors
+/// Names the variable or the service and its adapter.
+pub(in crate::daemon::world) fn preflight(
+    d: &Daemon,
+    loc: &Located,
+    existing: Option<&WorldRow>,
+    client_env: &ClientEnv,
+) -> Result<(), ApiError> {
+    preflight_env(d, loc, existing, client_env)?;
+    for (n, s) in &loc.config.services {
+        if let Some(r) = s.resource()
+            && super::slices::adapter_for(d, &r.adapter, client_env).is_none()
+        {
+            return Err(super::slices::no_adapter(n, &r.adapter));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses an `up` whose config uses a `${env.NAME}` that nothing sets —
 /// not its `env_file`s, the caller's shell, what the world's last `up` was
 /// given, nor the daemon — before a branch, worktree, port or record is
 /// made. The config read is the world's own when its worktree exists, else
 /// the one the caller's project was found by (a new world's branch starts
 /// there); rendering checks again later either way.
-pub(in crate::daemon::world) fn preflight_env(
+fn preflight_env(
     d: &Daemon,
     loc: &Located,
     existing: Option<&WorldRow>,
