@@ -107,6 +107,8 @@ fn claudes_worktree_hooks_make_a_world_print_its_path_and_remove_it_only_when_cl
     let b = PathBuf::from(out.stdout().trim_end());
     assert_eq!(branch_at(&b), "agent-b2");
     assert!(!Path::new("/nowhere").exists());
+    // Recorded by the background `up`: counted below once it is there.
+    assert!(running(&repo, &home, "agent-b2"), "{:?}", repo.worlds(&home));
 
     // Bad input: a clear error, a non-zero exit, nothing made.
     let before = repo.worlds(&home).len();
@@ -128,6 +130,22 @@ fn claudes_worktree_hooks_make_a_world_print_its_path_and_remove_it_only_when_cl
         assert!(out.stderr().contains(says), "{input}: {out}");
     }
     assert_eq!(repo.worlds(&home).len(), before);
+
+    // A branch whose own binky.toml cannot be read fails the hook, which
+    // says why, rather than the world failing unseen in the background.
+    git(&repo.main, &["switch", "-q", "-c", "no-toml"]);
+    git(&repo.main, &["rm", "-q", "binky.toml"]);
+    git(&repo.main, &["commit", "-qm", "no config here"]);
+    git(&repo.main, &["switch", "-q", "main"]);
+    let out = hook(
+        &home,
+        repo.project_dir(),
+        "worktree-create",
+        &serde_json::json!({ "name": "no-toml", "cwd": project }).to_string(),
+    );
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(out.stdout().is_empty(), "{out}");
+    assert!(out.stderr().contains("binky.toml"), "{out}");
 
     // Remove: never forced. Uncommitted work keeps the world, and says so.
     std::fs::write(path.join("notes.txt"), "work in progress").unwrap();
@@ -265,6 +283,7 @@ fn hook_install_merges_into_claudes_settings_and_never_clobbers() {
     );
     assert!(text.find("\"model\"") < text.find("\"env\""), "{text}");
     assert!(text.find("\"Z\"") < text.find("\"A\""), "{text}");
+    assert!(!out.stdout().contains('\u{1b}'), "NO_COLOR: {out}");
     // Again: nothing to do, nothing changed.
     let out = repo.run(&home, &["hook", "claude", "install"]);
     assert!(out.stdout().contains("nothing to do"), "{out}");
@@ -279,6 +298,35 @@ fn hook_install_merges_into_claudes_settings_and_never_clobbers() {
         std::fs::read_to_string(&settings).unwrap(),
         "{\n  \"hooks\": {,\n}\n"
     );
+
+    // A settings file that is a link is written where it points, the link
+    // kept; a read-only one is refused and left as it was.
+    let dotfiles = tempfile::tempdir().unwrap();
+    let target = dotfiles.path().join("claude.json");
+    std::fs::write(&target, "{}\n").unwrap();
+    std::fs::remove_file(&settings).unwrap();
+    std::os::unix::fs::symlink(&target, &settings).unwrap();
+    let out = repo.run(&home, &["hook", "claude", "install"]);
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(
+        settings
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(
+        std::fs::read_to_string(&target)
+            .unwrap()
+            .contains("worktree-create")
+    );
+    std::fs::write(&target, "{}\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let out = repo.run(&home, &["hook", "claude", "install"]);
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr().contains("read-only"), "{out}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "{}\n");
 
     // --user writes ~/.claude/settings.json.
     let user_home = tempfile::tempdir().unwrap();
