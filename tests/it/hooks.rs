@@ -108,7 +108,11 @@ fn claudes_worktree_hooks_make_a_world_print_its_path_and_remove_it_only_when_cl
     assert_eq!(branch_at(&b), "agent-b2");
     assert!(!Path::new("/nowhere").exists());
     // Recorded by the background `up`: counted below once it is there.
-    assert!(running(&repo, &home, "agent-b2"), "{:?}", repo.worlds(&home));
+    assert!(
+        running(&repo, &home, "agent-b2"),
+        "{:?}",
+        repo.worlds(&home)
+    );
 
     // Bad input: a clear error, a non-zero exit, nothing made.
     let before = repo.worlds(&home).len();
