@@ -242,6 +242,11 @@ pub(crate) struct UpArgs {
     /// (exit 0) instead of waiting; the daemon brings it up when admitted.
     #[arg(long)]
     pub no_wait: bool,
+    /// Put the world to sleep after this long without a request to its URLs
+    /// or CPU use ("20m", "1h"), instead of `[project] idle_after`; `off`
+    /// never, `default` back to the project's. Kept for later `up`s.
+    #[arg(long, value_name = "DURATION")]
+    pub idle_after: Option<String>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,

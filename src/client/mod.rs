@@ -483,6 +483,7 @@ mod tests {
         daemon.join().unwrap();
         let req = Request::Up(UpRequest {
             detach: false,
+            idle_after: None,
             world: WorldRef {
                 project_dir: None,
                 project: Some("shop".into()),

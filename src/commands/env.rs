@@ -37,6 +37,14 @@ pub(crate) fn env(args: &EnvArgs, project: Option<&str>) -> ExitCode {
         // format was asked for (see tests: json_callers_get_errors_as_json).
         Err(e) => return fail_json(!shell, &e),
     };
+    // On stderr: stdout is what a shell evaluates or a script parses.
+    for n in &env.notes {
+        anstream::eprintln!(
+            "{} {}",
+            crate::output::paint(crate::output::DIM, "note:"),
+            crate::output::untrusted(n)
+        );
+    }
     if shell {
         print!("{}", shell_lines(&env, args.export));
     } else {
@@ -117,6 +125,7 @@ mod tests {
                 ("OTHER".to_owned(), None),
             ]
             .into(),
+            notes: Vec::new(),
         };
         let lines = shell_lines(&env, false);
         assert_eq!(lines.matches("REDIS_URL=").count(), 1, "{lines}");

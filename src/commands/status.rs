@@ -182,6 +182,17 @@ fn print_world(w: &WorldStatus, width: usize) {
     if let Some(since) = &w.suspended_since {
         anstream::println!("      {}", paint(DIM, format!("suspended since {since}")));
     }
+    if let Some(since) = &w.sleeping_since {
+        anstream::println!(
+            "      {}",
+            paint(
+                DIM,
+                format!(
+                    "sleeping since {since}: the first request to one of its URLs, or `binky up`, wakes it"
+                )
+            )
+        );
+    }
     if let Some(e) = &w.error {
         // First line only: the full reason is in `status --json` and the logs.
         let first = e.lines().next().unwrap_or("");

@@ -17,10 +17,11 @@ pub(crate) fn run(args: &UpArgs, project: Option<&str>, reload: bool) -> ExitCod
             Err(c) => return c,
         },
     };
-    let req = match up_request(project, &name, args.json, args.group.clone(), !args.no_wait) {
+    let mut req = match up_request(project, &name, args.json, args.group.clone(), !args.no_wait) {
         Ok(r) => r,
         Err(c) => return c,
     };
+    req.idle_after = args.idle_after.clone();
     let req = if reload {
         Request::Reload(req)
     } else {

@@ -200,6 +200,7 @@ pub(super) fn up_request(
 ) -> Result<UpRequest, ExitCode> {
     Ok(UpRequest {
         detach: false,
+        idle_after: None,
         world: world_ref(project, name, json)?,
         group,
         caller: None,

@@ -42,6 +42,10 @@ pub struct Config {
     pub env: IndexMap<String, String>,
 }
 
+/// The shortest `idle_after`: below a second, the idle check's own
+/// granularity, a world would sleep between a page and its assets.
+pub const MIN_IDLE_AFTER: Duration = Duration::from_secs(1);
+
 /// `[project]`.
 #[derive(Debug, Clone)]
 pub struct Project {
@@ -65,6 +69,10 @@ pub struct Project {
     /// with the world's environment (tokens render; slices are not made
     /// yet); a failed one runs again on the next `up`.
     pub setup: Vec<String>,
+    /// How long a world may go without a request to its URLs or CPU use by
+    /// its processes before it sleeps (stops, keeping ports, slices and
+    /// files; the next request wakes it). `None`: worlds never sleep.
+    pub idle_after: Option<Duration>,
 }
 
 /// An inclusive port range.
@@ -160,6 +168,9 @@ pub struct Process {
     pub stop_signal: StopSignal,
     /// Grace after `stop_signal` before SIGKILL.
     pub stop_timeout: Duration,
+    /// Whether its world may sleep when idle (`sleep = false`: a worker
+    /// that consumes a queue keeps its world awake).
+    pub sleep: bool,
 }
 
 /// A health probe with its timing.

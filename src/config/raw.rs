@@ -39,6 +39,7 @@ pub struct RawProject {
     pub env_file: Option<String>,
     pub copy: Option<Vec<String>>,
     pub setup: Option<Vec<String>>,
+    pub idle_after: Option<DurationText>,
 }
 
 /// `[services.<name>]`: the union of process and resource keys.
@@ -58,6 +59,7 @@ pub struct RawService {
     pub watch: Option<Vec<String>>,
     pub stop_signal: Option<String>,
     pub stop_timeout: Option<DurationText>,
+    pub sleep: Option<bool>,
     // resource keys
     pub adapter: Option<String>,
     pub admin_url: Option<String>,
@@ -82,6 +84,7 @@ pub const PROCESS_KEYS: &[&str] = &[
     "watch",
     "stop_signal",
     "stop_timeout",
+    "sleep",
 ];
 
 /// Keys only a resource (`adapter`) service may carry.
@@ -112,6 +115,7 @@ impl RawService {
             ("watch", self.watch.is_some()),
             ("stop_signal", self.stop_signal.is_some()),
             ("stop_timeout", self.stop_timeout.is_some()),
+            ("sleep", self.sleep.is_some()),
             ("adapter", self.adapter.is_some()),
             ("admin_url", self.admin_url.is_some()),
             ("migrate", self.migrate.is_some()),
@@ -270,6 +274,7 @@ pub fn known_keys(table: &str) -> &'static [&'static str] {
             "env_file",
             "copy",
             "setup",
+            "idle_after",
         ],
         "service" => &[
             "cmd",
@@ -284,6 +289,7 @@ pub fn known_keys(table: &str) -> &'static [&'static str] {
             "watch",
             "stop_signal",
             "stop_timeout",
+            "sleep",
             "adapter",
             "admin_url",
             "migrate",

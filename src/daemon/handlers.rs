@@ -209,10 +209,11 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
                 reg.size_bytes(),
             ))
         })?;
-    let suspended = worlds
-        .get(crate::protocol::WorldState::Suspended.as_str())
-        .copied()
-        .unwrap_or(0);
+    let count = |s: crate::protocol::WorldState| worlds.get(s.as_str()).copied().unwrap_or(0);
+    let (suspended, sleeping) = (
+        count(crate::protocol::WorldState::Suspended),
+        count(crate::protocol::WorldState::Sleeping),
+    );
     let footprints = d.read_registry(|r| r.footprints())?.into_iter().collect();
     let queue_length = d.read_registry(|r| r.queue())?.len() as u64;
     let platform::SelfUsage {
@@ -244,6 +245,7 @@ fn metrics(d: &Daemon) -> Result<Metrics, ApiError> {
         restarts,
         queue_length,
         suspended,
+        sleeping,
         admissions: d.admission.admissions(),
         admission_looks: d.admission.looks(),
         admission_passes: d.admission.passes(),

@@ -19,12 +19,14 @@
 //! | `events` | the append-only `events.log` |
 //! | `settings` | `reserve`, `port`, `config` |
 //! | `admission` | the queue of `up`s, room (max_parallel, RAM, disk), fairness across groups |
+//! | `idle` | the idle check that puts worlds to sleep |
 //! | `world` | every verb on a world, and the stages of `up` |
 
 mod admission;
 mod errors;
 pub(crate) mod events;
 mod handlers;
+mod idle;
 mod server;
 mod settings;
 mod state;

@@ -111,6 +111,7 @@ pub(crate) async fn run(paths: Paths, opts: RunOptions) -> Result<()> {
     world::reconcile(&daemon).await;
     // Carry on with the queue a previous daemon left, in its order.
     super::admission::resume_queue(&daemon);
+    super::idle::ensure_idle_check(&daemon);
     start_proxy(&daemon, proxy_port_rx).await?;
     daemon.event(
         Event::named(EventKind::DaemonStarted)
@@ -175,10 +176,26 @@ fn restore_routes(daemon: &Daemon) -> Result<()> {
                 // Learned again when the world is re-adopted.
                 https: false,
                 why: None,
+                seen: Default::default(),
             },
         );
     }
     Ok(())
+}
+
+/// How the proxy wakes a sleeping world: an `up` through admission.
+struct Waker(Arc<Daemon>);
+
+impl crate::proxy::Waker for Waker {
+    fn wake(&self, project: &str, world: &str) {
+        world::wake(&self.0, project, world, "a request to its URL");
+    }
+    fn waiting(&self, project: &str, world: &str) -> Option<String> {
+        super::admission::queued_why(&self.0, project, world)
+    }
+    fn hold(&self, project: &str, world: &str) -> Duration {
+        self.0.idle.hold(&super::WorldKey::new(project, world))
+    }
 }
 
 /// The dashboard page's view of the daemon.
@@ -206,10 +223,11 @@ impl crate::proxy::Board for Board {
 async fn start_proxy(daemon: &Arc<Daemon>, port_rx: watch::Receiver<u16>) -> Result<()> {
     let port = daemon.registry(|r| r.settings())?.proxy_port;
     let _ = daemon.proxy_port.send(port);
-    let proxy = crate::proxy::Proxy::with_board(
+    let proxy = crate::proxy::Proxy::for_daemon(
         daemon.routes.clone(),
         daemon.proxy.clone(),
         Arc::new(Board(daemon.clone())),
+        Arc::new(Waker(daemon.clone())),
     );
     let d = daemon.clone();
     tokio::spawn(crate::proxy::serve(

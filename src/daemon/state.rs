@@ -38,6 +38,9 @@ pub(crate) struct Daemon {
     pub(crate) cpu_sample: Mutex<Option<(Instant, u64)>>,
     pub(crate) worlds: world::Worlds,
     pub(crate) admission: super::admission::Admission,
+    /// The idle check: which worlds may sleep, and how long each took to
+    /// wake.
+    pub(crate) idle: super::idle::Idle,
     /// Where an adapter name leads (see [`Adapters`]).
     pub(crate) adapters: Adapters,
 }
@@ -149,6 +152,7 @@ impl Daemon {
             cpu_sample: Mutex::new(None),
             worlds: world::Worlds::default(),
             admission: Default::default(),
+            idle: Default::default(),
             adapters: Adapters::default(),
         }
     }

@@ -160,6 +160,7 @@ impl Fixture {
     fn up_request(&self, name: &str, wait: bool) -> UpRequest {
         UpRequest {
             detach: false,
+            idle_after: None,
             world: self.world(name),
             group: None,
             caller: None,

@@ -264,6 +264,7 @@ impl Runner {
             Verb::Up | Verb::Reload => {
                 let up = UpRequest {
                     detach: false,
+                    idle_after: None,
                     world,
                     group: None,
                     caller: None,

@@ -439,6 +439,8 @@ mod tests {
             }],
             queue: None,
             suspended_since: None,
+            sleeping_since: None,
+            idle_after_s: None,
             created: None,
             usage: None,
             notes: Vec::new(),

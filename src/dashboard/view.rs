@@ -38,7 +38,7 @@ impl Theme {
             WorldState::Starting | WorldState::Stopping => self.fg(Color::Cyan),
             WorldState::Queued | WorldState::Suspended => self.fg(Color::Yellow),
             WorldState::Failed => self.fg(Color::Red).add_modifier(Modifier::BOLD),
-            WorldState::Stopped | WorldState::Removed => self.dim(),
+            WorldState::Stopped | WorldState::Sleeping | WorldState::Removed => self.dim(),
         }
     }
 }
@@ -216,6 +216,15 @@ fn draw_table(f: &mut Frame, app: &App, theme: Theme, area: Rect) {
     f.render_stateful_widget(table, area, &mut state);
 }
 
+/// Where a sleeping world's services go: since when it sleeps, and what
+/// wakes it.
+fn sleeping_words(w: &WorldStatus) -> String {
+    match &w.sleeping_since {
+        Some(since) => format!("since {since}; a request wakes it"),
+        None => "a request wakes it".to_owned(),
+    }
+}
+
 fn world_row(app: &App, theme: Theme, project: &str, w: &WorldStatus) -> Row<'static> {
     let state = match (&w.state, &w.queue) {
         (WorldState::Queued, Some(q)) => format!("queued {}/{}", q.position, q.of),
@@ -225,6 +234,7 @@ fn world_row(app: &App, theme: Theme, project: &str, w: &WorldStatus) -> Row<'st
     let services = match (&w.state, &w.queue, &w.error) {
         (WorldState::Queued, Some(q), _) => shown(&q.reason),
         (WorldState::Failed | WorldState::Suspended, _, Some(e)) => shown(e),
+        (WorldState::Sleeping, ..) => sleeping_words(w),
         _ => w
             .services
             .iter()

@@ -73,6 +73,11 @@ tool_args! {
         /// Wait while the world is queued for room (default true). `false`
         /// returns at once with state `queued` and its place; poll `status`.
         wait: Option<bool>,
+        /// Put the world to sleep after this long without a request or CPU
+        /// use (`"20m"`), instead of the project's `idle_after`; `"off"`
+        /// never, `"default"` the project's. A request to one of its URLs
+        /// (or `up`) wakes it.
+        idle_after: Option<String>,
     }
 }
 
@@ -139,7 +144,10 @@ mod tests {
     fn each_tool_lists_its_fields_and_refuses_others() {
         for (s, fields) in [
             (schema::<WorldArgs>(), &["name", "project"][..]),
-            (schema::<UpArgs>(), &["group", "name", "project", "wait"]),
+            (
+                schema::<UpArgs>(),
+                &["group", "idle_after", "name", "project", "wait"],
+            ),
             (schema::<RemoveArgs>(), &["name", "project"]),
             (
                 schema::<ResetArgs>(),

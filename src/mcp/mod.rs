@@ -236,6 +236,7 @@ impl BinkyMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let req = Request::Up(UpRequest {
             detach: false,
+            idle_after: a.idle_after,
             world: match self.world_ref(a.project.as_deref(), a.name.as_deref()) {
                 Ok(w) => w,
                 Err(e) => return Ok(e),
@@ -272,6 +273,7 @@ impl BinkyMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let up = UpRequest {
             detach: false,
+            idle_after: None,
             world: match self.world_ref(a.project.as_deref(), a.name.as_deref()) {
                 Ok(w) => w,
                 Err(e) => return Ok(e),

@@ -38,6 +38,12 @@ pub enum EventKind {
     Resumed,
     /// `suspended`
     Suspended,
+    /// `slept`: a world idle for its `idle_after` was stopped (the detail
+    /// says for how long it was idle).
+    Slept,
+    /// `woke`: a sleeping world is brought up again (the detail says by
+    /// what: a request to a URL, `up`, `verify`).
+    Woke,
     /// `up_started`
     UpStarted,
     /// `up`

@@ -199,6 +199,7 @@ mod tests {
     fn up_named(name: &str, group: Option<String>) -> Request {
         Request::Up(UpRequest {
             detach: false,
+            idle_after: None,
             world: WorldRef {
                 project_dir: None,
                 project: Some("p".into()),

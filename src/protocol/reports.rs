@@ -77,6 +77,10 @@ pub struct LogsReport {
     /// answer holds, or a log rotated twice since.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// What the caller should know: the world sleeps, so nothing new is
+    /// written until it wakes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl LogsReport {
@@ -205,6 +209,10 @@ pub struct WorldEnv {
     /// a daemon older than the rename.
     #[serde(default, rename = "env", alias = "vars")]
     pub vars: IndexMap<String, Option<String>>,
+    /// What the caller should know: the world sleeps (its addresses work
+    /// once a request or `up` wakes it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// `binky daemon status`.
@@ -438,6 +446,15 @@ pub struct WorldStatus {
     /// Since when it is `suspended` (RFC 3339); `error` says why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspended_since: Option<String>,
+    /// Since when it is `sleeping` (RFC 3339): the first request to one of
+    /// its URLs, or `up`, wakes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleeping_since: Option<String>,
+    /// How long it may go without a request or CPU use before it sleeps
+    /// (`[project] idle_after`, or `up --idle-after`), seconds; `None`:
+    /// it never sleeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_after_s: Option<u64>,
     /// When the world was first made (RFC 3339, seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created: Option<String>,
@@ -531,6 +548,9 @@ pub struct Metrics {
     /// Worlds suspended by admission.
     #[serde(default)]
     pub suspended: u64,
+    /// Worlds asleep after their idle time.
+    #[serde(default)]
+    pub sleeping: u64,
     /// `up`s admitted since the daemon started.
     #[serde(default)]
     pub admissions: u64,

@@ -248,6 +248,11 @@ pub struct UpRequest {
     /// is the world `starting`, with its worktree's path.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub detach: bool,
+    /// How long the world may go idle before it sleeps, overriding
+    /// `[project] idle_after` (`--idle-after`): a duration such as
+    /// `"20m"`, or `"off"`. `None`: the project's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_after: Option<String>,
 }
 
 /// Which slices a [`Request::Reset`] rebuilds.

@@ -69,6 +69,10 @@ states! {
         Queued = "queued",
         /// Stopped by admission under memory pressure, to be resumed.
         Suspended = "suspended",
+        /// Stopped after `idle_after` without a request or CPU use: ports,
+        /// slices and files kept, its slot freed; the first request to one
+        /// of its URLs (or `up`) wakes it.
+        Sleeping = "sleeping",
         /// Gone: what `remove` answers with (never stored).
         Removed = "removed",
     }
@@ -94,6 +98,8 @@ states! {
         Provisioned = "provisioned",
         /// Its world was suspended by admission.
         Suspended = "suspended",
+        /// Its world sleeps: the proxy wakes it on a request.
+        Sleeping = "sleeping",
     }
 }
 
@@ -134,6 +140,8 @@ states! {
         Remove = "remove",
         /// Admission stopping it under memory pressure.
         Suspend = "suspend",
+        /// Putting it to sleep after its idle time.
+        Sleep = "sleep",
     }
 }
 
@@ -194,7 +202,7 @@ impl Intent {
     /// (a suspension is undone by `up`: there is no `suspend` verb).
     pub fn retry(self, world: &str) -> String {
         let verb = match self {
-            Intent::Suspend => "up",
+            Intent::Suspend | Intent::Sleep => "up",
             other => other.as_str(),
         };
         format!("binky {verb} {world}")
@@ -289,15 +297,15 @@ mod tests {
         let pinned = [
             (
                 words(WorldState::ALL),
-                "starting running stopping stopped failed queued suspended removed",
+                "starting running stopping stopped failed queued suspended sleeping removed",
             ),
             (
                 words(ServiceState::ALL),
-                "starting running unhealthy restarting stopped failed provisioned suspended",
+                "starting running unhealthy restarting stopped failed provisioned suspended sleeping",
             ),
             (words(SliceState::ALL), "provisioning live teardown"),
             (words(ServiceKind::ALL), "process resource"),
-            (words(Intent::ALL), "up down reload remove suspend"),
+            (words(Intent::ALL), "up down reload remove suspend sleep"),
             (words(VerifyOutcome::ALL), "passed failed interrupted"),
             (
                 words(SweepKind::ALL),
@@ -326,6 +334,7 @@ mod tests {
             );
         }
         assert_eq!(Intent::Suspend.retry("feat"), "binky up feat");
+        assert_eq!(Intent::Sleep.retry("feat"), "binky up feat");
         assert_eq!(Intent::Reload.retry("feat"), "binky reload feat");
     }
 

@@ -208,6 +208,10 @@ fn state_text(w: &WorldStatus) -> String {
         (WorldState::Failed | WorldState::Suspended, _, Some(e)) => {
             format!("{}: {e}", w.state.as_str())
         }
+        (WorldState::Sleeping, ..) => match &w.sleeping_since {
+            Some(since) => format!("sleeping since {since}: a request wakes it"),
+            None => "sleeping: a request wakes it".to_owned(),
+        },
         (s, ..) => s.as_str().to_owned(),
     }
 }
@@ -271,6 +275,8 @@ mod tests {
                     }],
                     queue: None,
                     suspended_since: None,
+                    sleeping_since: None,
+                    idle_after_s: None,
                     created: None,
                     usage: None,
                     notes: Vec::new(),
@@ -289,6 +295,21 @@ mod tests {
         // page would act on them).
         assert!(!html.chars().any(char::is_control), "{html}");
         assert!(html.contains("^[]0;title^G"), "{html}");
+    }
+
+    #[test]
+    fn a_sleeping_world_says_since_when_and_that_a_request_wakes_it() {
+        let mut w: WorldStatus = serde_json::from_value(serde_json::json!({
+            "name": "napper", "slug": "napper", "state": "sleeping", "path": "",
+            "services": [], "sleeping_since": "2026-12-07T10:00:00Z"
+        }))
+        .unwrap();
+        assert_eq!(
+            state_text(&w),
+            "sleeping since 2026-12-07T10:00:00Z: a request wakes it"
+        );
+        w.sleeping_since = None;
+        assert_eq!(state_text(&w), "sleeping: a request wakes it");
     }
 
     #[test]

@@ -257,9 +257,18 @@ impl Worker {
                 &this.routes.all(),
             ));
         };
+        route.seen.touch();
         // A service that is (re)starting gets a moment to come up, so a
         // planned restart never fails a request that arrives during it.
-        let route = if route.state.is_coming() {
+        let route = if route.state == crate::protocol::ServiceState::Sleeping {
+            match self.wake(host_raw, &route).await {
+                Ok(r) => r,
+                Err(page) => {
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    return Err(page);
+                }
+            }
+        } else if route.state.is_coming() {
             let until = tokio::time::Instant::now() + ride_through();
             match this.routes.wait_running(host_raw, until).await {
                 Some(r) => r,
@@ -306,7 +315,7 @@ impl Worker {
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS
             && let Some((client_upgrade, upgrade)) = switch
         {
-            return Some(switch_protocols(resp, client_upgrade, upgrade));
+            return Some(switch_protocols(resp, client_upgrade, upgrade, &route.seen));
         }
         let (mut parts, body) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers);
@@ -412,9 +421,13 @@ fn switch_protocols(
     mut resp: Response<Incoming>,
     client_upgrade: hyper::upgrade::OnUpgrade,
     upgrade: &Option<HeaderValue>,
+    seen: &super::Seen,
 ) -> Response<Body> {
     let upstream_upgrade = hyper::upgrade::on(&mut resp);
+    // An open WebSocket (a tab's HMR) keeps its world awake until it closes.
+    let open = seen.open();
     tokio::spawn(async move {
+        let _open = open;
         let (Ok(client), Ok(upstream)) = (client_upgrade.await, upstream_upgrade.await) else {
             return;
         };

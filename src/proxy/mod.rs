@@ -32,6 +32,7 @@
 //! | `upstream` | the per-thread idle pool, connecting, sending |
 //! | `body` | the one body type: streamed, or whole when small and at hand |
 //! | `pages` | error pages (text a service or branch names is escaped) |
+//! | `wake` | each world's traffic for the idle check; a request to a sleeping world held while it wakes |
 //! | `board` | the read-only dashboard page at `binky.localhost`, live over SSE |
 //! | `limits`, `counters` | per-user connection limits; the counters `metrics` reads |
 //! | [`caddy`] | HTTPS through Caddy when it is on PATH |
@@ -59,12 +60,14 @@ mod connection;
 mod forward;
 mod routes;
 mod upstream;
+mod wake;
 pub use board::{BOARD_HOSTS, Board, KEEPALIVE};
 pub(crate) use body::Body;
 pub use body::SMALL_BODY_BYTES;
 use body::full;
 use connection::serve_connection;
 pub use routes::{Route, Routes, TLS_ASK_PATH, normalise_host};
+pub use wake::{Activity, Seen, Waker};
 
 /// The proxy's shared state.
 pub struct Proxy {
@@ -73,6 +76,9 @@ pub struct Proxy {
     /// What the proxy's own names ([`BOARD_HOSTS`]) show; without one they
     /// are unknown hosts like any other.
     board: Option<Arc<dyn Board>>,
+    /// Wakes a sleeping world on its first request; without one, a
+    /// sleeping world's URL gets the unavailable page.
+    waker: Option<Arc<dyn Waker>>,
 }
 
 /// One proxy thread's state: the shared [`Proxy`] plus this thread's own
@@ -103,20 +109,24 @@ impl Proxy {
             routes,
             counters,
             board: None,
+            waker: None,
         })
     }
 
-    /// A proxy over `routes` that also serves the dashboard page from
-    /// `board` at its own names.
-    pub fn with_board(
+    /// The daemon's proxy: over `routes`, serving the dashboard page from
+    /// `board` at its own names, and waking sleeping worlds through
+    /// `waker`.
+    pub fn for_daemon(
         routes: Arc<Routes>,
         counters: Arc<ProxyCounters>,
         board: Arc<dyn Board>,
+        waker: Arc<dyn Waker>,
     ) -> Arc<Self> {
         Arc::new(Proxy {
             routes,
             counters,
             board: Some(board),
+            waker: Some(waker),
         })
     }
 }

@@ -95,7 +95,8 @@ fn command(r: &Route, verb: &str, service: bool) -> String {
 /// command to run.
 pub(super) fn unavailable(r: &Route) -> Response<Body> {
     let starting = r.state.is_coming();
-    let status = if starting || r.state == ServiceState::Suspended {
+    let status = if starting || matches!(r.state, ServiceState::Suspended | ServiceState::Sleeping)
+    {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::BAD_GATEWAY
@@ -136,6 +137,33 @@ pub(super) fn unavailable(r: &Route) -> Response<Body> {
         resp.headers_mut()
             .insert(header::RETRY_AFTER, header::HeaderValue::from_static("2"));
     }
+    resp
+}
+
+/// 503 for a sleeping world being woken that is not serving yet: queued
+/// for admission (`queued` says why it waits) or still starting. The page
+/// refreshes itself, and Retry-After asks a client to try again.
+pub(super) fn waking(r: &Route, queued: Option<&str>) -> Response<Body> {
+    let why = match queued {
+        Some(q) => format!(
+            "It is waking up and waits for room to start: {}.",
+            escape(q)
+        ),
+        None => "It is waking up and still starting.".to_owned(),
+    };
+    let mut resp = page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!("{} is waking up", r.service),
+        format!(
+            "<p>World <code>{}</code> (project {}) was asleep after its idle time. {why} This page retries by itself; {} shows its output.</p>",
+            escape(&r.world),
+            escape(&r.project),
+            command(r, "logs", true)
+        ),
+    );
+    let h = resp.headers_mut();
+    h.insert(header::RETRY_AFTER, header::HeaderValue::from_static("2"));
+    h.insert(header::REFRESH, header::HeaderValue::from_static("2"));
     resp
 }
 

@@ -2,6 +2,7 @@
 //! the Host a request names, and Caddy's on-demand TLS question.
 
 use super::body::Body;
+use super::wake::Seen;
 use crate::protocol::ServiceState;
 use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
@@ -30,6 +31,9 @@ pub struct Route {
     /// Why its world's `up` failed (the first line of the error `status`
     /// shows), while the route is failed because of it; shown on the page.
     pub why: Option<String>,
+    /// Its world's traffic as the proxy sees it, shared by all the world's
+    /// routes: [`Routes::set`] puts the world's own here, whatever is given.
+    pub seen: Seen,
 }
 
 /// Where Caddy asks, before it gets a certificate on demand, whether a name
@@ -48,6 +52,8 @@ pub struct Routes {
     /// lock: a read lock is a write to a cache line every proxy thread
     /// shares, on every request.
     generation: AtomicU64,
+    /// Each routed world's [`Seen`], by (project, world).
+    seen: RwLock<std::collections::HashMap<(String, String), Seen>>,
 }
 
 /// Normalises a Host header value: lowercase, no port, no trailing dot.
@@ -64,11 +70,26 @@ pub fn normalise_host(host: &str) -> String {
 }
 
 impl Routes {
-    /// Adds or replaces the route for `host`.
-    pub fn set(&self, host: &str, route: Route) {
+    /// Adds or replaces the route for `host`, with its world's [`Seen`].
+    pub fn set(&self, host: &str, mut route: Route) {
+        route.seen = self
+            .seen
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((route.project.clone(), route.world.clone()))
+            .or_default()
+            .clone();
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
         t.insert(normalise_host(host), Arc::new(route));
         self.changed();
+    }
+    /// What the proxy saw of world `world`'s traffic, when it has a route.
+    pub fn seen(&self, project: &str, world: &str) -> Option<Seen> {
+        self.seen
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(project.to_owned(), world.to_owned()))
+            .cloned()
     }
     /// Marks the table changed; called with its write lock held.
     fn changed(&self) {
@@ -80,10 +101,18 @@ impl Routes {
     pub(super) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
-    /// Updates the state of every route of one service.
+    /// Updates the state of every route of one service, as its supervisor
+    /// reports it. A route whose world is going to sleep stays `sleeping`
+    /// while its process stops, so a request meanwhile wakes it again
+    /// instead of getting the stopped page.
     pub fn set_state(&self, project: &str, world: &str, service: &str, state: ServiceState) {
         self.update_state(
-            |r| r.project == project && r.world == world && r.service == service,
+            |r| {
+                r.project == project
+                    && r.world == world
+                    && r.service == service
+                    && !(r.state == ServiceState::Sleeping && state == ServiceState::Stopped)
+            },
             state,
         );
     }
@@ -97,7 +126,10 @@ impl Routes {
             .values_mut()
             .filter(|r| r.project == project && r.world == world)
         {
-            if r.state.is_coming() || r.state == ServiceState::Failed {
+            // A sleeping world's wake-up failed: its page says why.
+            if r.state.is_coming()
+                || matches!(r.state, ServiceState::Failed | ServiceState::Sleeping)
+            {
                 let r = Arc::make_mut(r);
                 r.state = ServiceState::Failed;
                 r.why = Some(why.to_owned());
@@ -143,6 +175,11 @@ impl Routes {
         let mut t = self.table.write().unwrap_or_else(|p| p.into_inner());
         t.retain(|_, r| !(r.project == project && r.world == world));
         self.changed();
+        drop(t);
+        self.seen
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(project.to_owned(), world.to_owned()));
     }
     /// The route for a Host header value (shared: the proxy looks one up
     /// per request, so this neither copies the route nor, for a Host that is

@@ -12,11 +12,13 @@ mod ports;
 pub(crate) type PortKey = (String, String);
 mod queue;
 mod schema;
+mod sleep;
 mod slices;
 mod spares;
 mod worlds;
 
 pub(crate) use queue::{ActiveRow, NewTicket, QueueRow, now_ms};
+pub(crate) use sleep::SleeperRow;
 pub(crate) use slices::{OrphanSlice, SliceKey, SliceRow};
 pub(crate) use spares::{SpareRow, SpareState};
 pub(crate) use worlds::{NewWorld, RecordedProcess, VerifyRun, WorldBrief, WorldRow};

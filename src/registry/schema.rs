@@ -4,7 +4,7 @@
 use rusqlite_migration::{M, Migrations};
 
 /// The newest schema version (the number of migrations).
-pub(super) const LATEST: i64 = 14;
+pub(super) const LATEST: i64 = 15;
 
 /// All migrations, oldest first.
 pub(super) fn migrations() -> Migrations<'static> {
@@ -23,6 +23,7 @@ pub(super) fn migrations() -> Migrations<'static> {
         M::up(V12),
         M::up(V13),
         M::up(V14),
+        M::up(V15),
     ])
 }
 
@@ -256,4 +257,15 @@ CREATE TABLE spares (
     created_at  INTEGER NOT NULL,
     UNIQUE (adapter, name)
 );
+"#;
+
+/// v15: idle sleep (issue 52). How long each world may go without a
+/// request or CPU use before it sleeps, as its last `up` worked it out
+/// (`[project] idle_after`, or `up --idle-after`; NULL: never), the
+/// `--idle-after` it was last given (kept, so a wake-up does not lose it),
+/// and since when it sleeps.
+const V15: &str = r#"
+ALTER TABLE worlds ADD COLUMN idle_after_ms INTEGER;      -- NULL: never sleeps
+ALTER TABLE worlds ADD COLUMN idle_override_ms INTEGER;   -- `up --idle-after`: NULL the project's, 0 off
+ALTER TABLE worlds ADD COLUMN slept_at INTEGER;           -- unix ms, while sleeping
 "#;

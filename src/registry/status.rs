@@ -84,7 +84,7 @@ impl Registry {
                            || CASE WHEN from_branch THEN ' (the branch''s own checks)' ELSE '' END
                       FROM verify_results v WHERE v.world_id = worlds.id
                      ORDER BY v.id DESC LIMIT 1),
-                   suspended_at, created_at
+                   suspended_at, created_at, slept_at, idle_after_ms
                  FROM worlds ORDER BY name",
             )
             .map_err(|e| self.err(e))?;
@@ -109,6 +109,12 @@ impl Registry {
                         created: r
                             .get::<_, Option<i64>>(10)?
                             .map(|s| rfc3339(std::time::Duration::from_secs(s.max(0) as u64))),
+                        sleeping_since: r
+                            .get::<_, Option<i64>>(11)?
+                            .map(|ms| rfc3339(std::time::Duration::from_millis(ms.max(0) as u64))),
+                        idle_after_s: r
+                            .get::<_, Option<i64>>(12)?
+                            .map(|ms| (ms.max(0) as u64).div_ceil(1000)),
                         usage: None,
                         notes: Vec::new(),
                     },

@@ -108,7 +108,9 @@ impl Registry {
         let error = error.map(crate::secrets::scrub);
         self.conn
             .execute(
-                "UPDATE worlds SET state = ?2, intent = ?3, error = ?4, updated_at = unixepoch() WHERE id = ?1",
+                "UPDATE worlds SET state = ?2, intent = ?3, error = ?4, updated_at = unixepoch(),
+                   slept_at = CASE WHEN ?2 = 'sleeping' THEN slept_at END
+                 WHERE id = ?1",
                 params![id, state, intent, error.as_deref()],
             )
             .map(|_| ())
@@ -187,7 +189,10 @@ impl Registry {
         let exit = exit.as_deref();
         self.conn
             .execute(
-                "UPDATE services SET state = ?3,
+                "UPDATE services SET
+                   -- The supervisor's last word on a process stopped for
+                   -- sleep may come after the world is asleep.
+                   state = CASE WHEN state = 'sleeping' AND ?3 = 'stopped' THEN state ELSE ?3 END,
                    last_exit = COALESCE(?4, last_exit),
                    pid = CASE WHEN ?5 THEN pid ELSE NULL END,
                    pgid = CASE WHEN ?5 THEN pgid ELSE NULL END,
@@ -459,7 +464,8 @@ impl Registry {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT s.host, p.name, w.name, s.name, r.port, s.state
+                "SELECT s.host, p.name, w.name, s.name, r.port,
+                        CASE WHEN w.state = 'sleeping' THEN 'sleeping' ELSE s.state END
                  FROM services s
                  JOIN worlds w ON w.id = s.world_id
                  JOIN projects p ON p.id = w.project_id

@@ -54,6 +54,7 @@ mod resources;
 mod s3;
 mod secrets;
 mod sessions;
+mod sleep;
 mod spares;
 mod templates;
 mod worktrees;

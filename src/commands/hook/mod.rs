@@ -161,6 +161,7 @@ fn create(project: Option<&str>) -> ExitCode {
         env: ClientEnv::current(),
         wait: false,
         detach: true,
+        idle_after: None,
     });
     match call_world(req, false) {
         Ok(o) => {

@@ -285,6 +285,7 @@ pub(super) fn build_project(
             );
         }
     }
+    let idle_after = idle_after(cx, p.idle_after.as_ref());
     let project = ok.then(|| Project {
         name: p.name.clone(),
         domain,
@@ -294,6 +295,32 @@ pub(super) fn build_project(
         env_file: p.env_file.clone(),
         copy: p.copy.clone().unwrap_or_default(),
         setup: p.setup.clone().unwrap_or_default(),
+        idle_after,
     });
     (project, port_range)
+}
+
+/// `[project] idle_after`: a duration of at least [`MIN_IDLE_AFTER`], or
+/// `"off"` (as unset).
+fn idle_after(cx: &mut Cx<'_>, d: Option<&raw::DurationText>) -> Option<Duration> {
+    let d = d?;
+    if d.0.trim().eq_ignore_ascii_case("off") {
+        return None;
+    }
+    let path = keypath!["project", "idle_after"];
+    let v = parse_duration(cx, &path, d)?;
+    if v < MIN_IDLE_AFTER {
+        cx.error(
+            "idle-after-too-short",
+            &path,
+            format!(
+                "idle_after `{}` is shorter than {}: a world would sleep between two requests",
+                d.0,
+                humantime::format_duration(MIN_IDLE_AFTER)
+            ),
+            Some(r#"write "20m" (a laptop's usual), at least "1s", or "off""#.to_owned()),
+        );
+        return None;
+    }
+    Some(v)
 }

@@ -135,6 +135,7 @@ pub(super) fn build_process(cx: &mut Cx<'_>, name: &str, cmd: &str, rs: &RawServ
         watch,
         stop_signal: stop_signal.unwrap_or_default(),
         stop_timeout: stop_timeout.unwrap_or(DEFAULT_STOP_TIMEOUT),
+        sleep: rs.sleep.unwrap_or(true),
     }
 }
 

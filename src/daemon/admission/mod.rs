@@ -48,7 +48,7 @@ mod sampler;
 mod suspend;
 mod tickets;
 pub(crate) use entry::{Entry, keep_slot};
-pub(crate) use room::{Standing, disk_reserve, fill_queue, room_for_spare, unmade};
+pub(crate) use room::{Standing, disk_reserve, fill_queue, queued_why, room_for_spare, unmade};
 pub(crate) use sampler::ensure_sampler;
 pub(crate) use suspend::learned;
 pub(crate) use tickets::{

@@ -329,6 +329,17 @@ pub(super) fn standing(d: &Daemon, ticket: i64) -> Option<Standing> {
     d.admission.board.borrow().standings.get(&ticket).cloned()
 }
 
+/// Why world `world` of `project` waits in the queue, as the last pass
+/// left the board; `None` when it is not queued.
+pub(crate) fn queued_why(d: &Daemon, project: &str, world: &str) -> Option<String> {
+    let board = d.admission.board.borrow();
+    let row = board
+        .rows
+        .iter()
+        .find(|r| r.project == project && r.world == world)?;
+    board.standings.get(&row.ticket).map(Standing::message)
+}
+
 /// The figures an admission event carries.
 pub(super) fn figures(room: &Room, footprint: u64) -> String {
     let active: u32 = room.active.values().sum();
@@ -361,6 +372,8 @@ pub(crate) fn unmade(name: &str, group: Option<String>) -> crate::protocol::Worl
         services: Vec::new(),
         queue: None,
         suspended_since: None,
+        sleeping_since: None,
+        idle_after_s: None,
         created: None,
         usage: None,
         notes: Vec::new(),

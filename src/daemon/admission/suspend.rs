@@ -63,6 +63,7 @@ pub(super) async fn suspend(d: &Arc<Daemon>, w: &crate::registry::ActiveRow, why
     let env = d.worlds.env_for(w.id, &ClientEnv::current());
     let req = UpRequest {
         detach: false,
+        idle_after: None,
         world: request,
         group: (!w.group.is_empty()).then(|| w.group.clone()),
         caller: (!w.caller.is_empty()).then(|| w.caller.clone()),

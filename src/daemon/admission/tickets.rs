@@ -523,6 +523,7 @@ pub(crate) fn resume_queue(d: &Arc<Daemon>) {
         };
         let req = UpRequest {
             detach: false,
+            idle_after: None,
             world,
             group: (!r.group.is_empty()).then(|| r.group.clone()),
             caller: (!r.caller.is_empty()).then(|| r.caller.clone()),

@@ -43,6 +43,7 @@ pub(crate) use verbs::logs::{log_dir, logs};
 pub(crate) use verbs::reload::reload;
 pub(crate) use verbs::remove::remove;
 pub(crate) use verbs::reset::reset;
+pub(crate) use verbs::sleep::{sleep, wake};
 pub(crate) use verbs::up::{up, up_admitted};
 pub(crate) use verbs::verify::verify;
 
@@ -89,6 +90,9 @@ pub(crate) struct Worlds {
     /// only: it may hold credentials), so every later verb renders with
     /// the same `${env.NAME}` values even from a shell that lacks them.
     last_env: Mutex<HashMap<i64, ClientEnv>>,
+    /// Sleeping worlds whose wake-up `up` runs now, so a burst of requests
+    /// starts one.
+    waking: Mutex<std::collections::HashSet<WorldKey>>,
 }
 
 /// Supervised processes of one world.
@@ -111,6 +115,19 @@ impl Worlds {
     fn repo_lock(&self, main: &Path) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.repos.lock().unwrap_or_else(|p| p.into_inner());
         m.entry(main.to_path_buf()).or_default().clone()
+    }
+    /// Marks world `name` of `project` as waking; `false` when it already is.
+    fn start_waking(&self, project: &str, name: &str) -> bool {
+        self.waking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(WorldKey::new(project, name))
+    }
+    fn done_waking(&self, key: &WorldKey) {
+        self.waking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
     }
     fn remember_env(&self, id: i64, env: &ClientEnv) {
         self.last_env

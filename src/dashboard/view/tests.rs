@@ -64,6 +64,8 @@ fn a_hostile_world_name_and_log_line_draw_as_text_at_80_by_24() {
             services: vec![svc],
             queue: None,
             suspended_since: None,
+            sleeping_since: None,
+            idle_after_s: None,
             created: None,
             usage: None,
             notes: Vec::new(),
@@ -110,6 +112,8 @@ fn a_service_flooding_its_log_is_flagged_in_the_row() {
             services: vec![svc("worker", Some(2200)), svc("web", None)],
             queue: None,
             suspended_since: None,
+            sleeping_since: None,
+            idle_after_s: None,
             created: None,
             usage: None,
             notes: vec!["worker is flooding its log".into()],
@@ -135,6 +139,8 @@ fn a_suspended_world_says_why_where_its_services_go() {
             services: vec![],
             queue: None,
             suspended_since: Some("2026-12-03T10:00:00Z".into()),
+            sleeping_since: None,
+            idle_after_s: None,
             created: None,
             usage: None,
             notes: Vec::new(),
@@ -145,6 +151,37 @@ fn a_suspended_world_says_why_where_its_services_go() {
     let row = s.lines().find(|l| l.contains("newest")).unwrap();
     assert!(
         row.contains("suspended") && row.contains("RAM below"),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_sleeping_world_says_since_when_and_what_wakes_it() {
+    let mut app = App::default();
+    app.set_report(
+        one_world(WorldStatus {
+            name: "napper".into(),
+            slug: "napper".into(),
+            state: WorldState::Sleeping,
+            path: "/w".into(),
+            group: None,
+            error: None,
+            verify: None,
+            services: vec![],
+            queue: None,
+            suspended_since: None,
+            sleeping_since: Some("2026-12-07T10:00:00Z".into()),
+            idle_after_s: Some(1200),
+            created: None,
+            usage: None,
+            notes: Vec::new(),
+        }),
+        std::time::Instant::now(),
+    );
+    let s = screen(&app, 100, 24);
+    let row = s.lines().find(|l| l.contains("napper")).unwrap();
+    assert!(
+        row.contains("sleeping") && row.contains("since 2026-12-07T10:00:00Z"),
         "{s}"
     );
 }

@@ -131,6 +131,25 @@ pub(in crate::daemon::world) fn check_path(path: &Path) -> Result<(), ApiError> 
     }
 }
 
+/// World `name` of `project` by names alone, for what the daemon does on
+/// its own (suspend, sleep, wake): no binky.toml is read.
+///
+/// # Errors
+/// The project or the world is gone.
+pub(in crate::daemon::world) fn world_row(
+    d: &Daemon,
+    project: &str,
+    name: &str,
+) -> Result<WorldRow, ApiError> {
+    d.registry(|reg| {
+        let pid = reg
+            .project_id(project)?
+            .ok_or_else(|| ApiError::new(format!("project {project} is gone")))?;
+        reg.find_world(pid, name)?
+            .ok_or_else(|| ApiError::new(format!("world {name} is gone")))
+    })
+}
+
 pub(in crate::daemon::world) fn find_world(
     d: &Daemon,
     loc: &Located,

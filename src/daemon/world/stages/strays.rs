@@ -108,7 +108,10 @@ pub(in crate::daemon::world) async fn stop_orphans(d: &Arc<Daemon>) {
         else {
             continue;
         };
-        if !matches!(state, WorldState::Stopped | WorldState::Suspended) {
+        if !matches!(
+            state,
+            WorldState::Stopped | WorldState::Suspended | WorldState::Sleeping
+        ) {
             continue;
         }
         for (pid, _, _) in procs {

@@ -44,6 +44,7 @@ pub(super) async fn up_detached(
     let d = Arc::clone(d);
     let req = UpRequest {
         detach: false,
+        idle_after: None,
         wait: true,
         ..req
     };

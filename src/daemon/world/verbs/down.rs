@@ -54,13 +54,7 @@ pub(crate) async fn suspend(
 ) -> Result<(), ApiError> {
     let lock = d.worlds.lock_for(&WorldKey::new(project, name));
     let _guard = lock.lock().await;
-    let w = d.registry(|reg| {
-        let pid = reg
-            .project_id(project)?
-            .ok_or_else(|| ApiError::new(format!("project {project} is gone")))?;
-        reg.find_world(pid, name)?
-            .ok_or_else(|| ApiError::new(format!("world {name} is gone")))
-    })?;
+    let w = crate::daemon::world::stages::locate::world_row(d, project, name)?;
     if w.state != WorldState::Running {
         return Err(ApiError::new(format!("{name} is {}, not running", w.state)));
     }

@@ -59,6 +59,7 @@ pub(crate) async fn env(
         fields: fields_of(&wf, &services),
         services,
         vars,
+        notes: super::sleep::sleeping_note(&w).into_iter().collect(),
     };
     if agent {
         let own = d.registry(|r| r.world_secrets(w.id))?;

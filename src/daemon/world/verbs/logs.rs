@@ -45,7 +45,10 @@ pub(crate) fn logs(
         0 => LogsReport::MAX_LINES,
         n => n.min(LogsReport::MAX_LINES),
     };
-    let mut report = LogsReport::default();
+    let mut report = LogsReport {
+        notes: super::sleep::sleeping_note(&w).into_iter().collect(),
+        ..LogsReport::default()
+    };
     let mut marks = Vec::new();
     for (svc, path) in &files {
         let (text, mark, lost) = match since

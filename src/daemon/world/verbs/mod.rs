@@ -10,5 +10,6 @@ pub(super) mod logs;
 pub(super) mod reload;
 pub(super) mod remove;
 pub(super) mod reset;
+pub(super) mod sleep;
 pub(super) mod up;
 pub(super) mod verify;

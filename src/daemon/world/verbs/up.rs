@@ -43,6 +43,7 @@ pub(crate) async fn up(
     // only to fail at the worktree.
     crate::worktree::check_branch(&req.world.name)?;
     check_group(req.group.as_deref())?;
+    super::sleep::parse_idle_after(req.idle_after.as_deref())?;
     let loc = locate(d, &req.world)?;
     if req.detach {
         return super::detached::up_detached(d, loc, name, req, progress).await;
@@ -120,13 +121,22 @@ pub(in crate::daemon::world) async fn up_locked(
     if let Some(w) = &existing
         && fully_running(d, w, &loc.config)
     {
+        if req.idle_after.is_some() {
+            let idle = super::sleep::parse_idle_after(req.idle_after.as_deref())?;
+            super::sleep::record_idle(d, w.id, &loc.config, idle)?;
+            crate::daemon::idle::ensure_idle_check(d);
+        }
         return outcome(d, project, w.id, true, moved_migrations(d, loc, w));
     }
     preflight(d, loc, existing.as_ref(), client_env)?;
     let mut notes = Vec::new();
-    if let Some(w) = &existing {
+    if let Some(w) = &existing
+        && w.state != WorldState::Sleeping
+    {
         // Not (fully) running: stop whatever is left of it first, so nothing
-        // runs twice and its ports are free to keep.
+        // runs twice and its ports are free to keep. A sleeping world has
+        // nothing left (sleep stopped it all), and its routes must stay
+        // `sleeping` for the requests waiting on this wake-up.
         stop_processes(d, w).await;
     }
 
@@ -158,6 +168,8 @@ pub(in crate::daemon::world) async fn up_locked(
         group,
     };
     let world_id = record_world(d, &new, &cfg)?;
+    let idle = super::sleep::parse_idle_after(req.idle_after.as_deref())?;
+    super::sleep::record_idle(d, world_id, &cfg, idle)?;
     if ensured.created || ensured.recreated {
         crate::daemon::world::stages::bootstrap::forget(d, project, name.slug());
     }
@@ -381,6 +393,8 @@ pub(in crate::daemon::world) async fn settle_up(
         Ok(()) => {
             d.registry(|r| r.set_world_state(world_id, WorldState::Running, None, None))?;
             d.event(world_event(EventKind::Up, project, name));
+            // Its idle time, if it has one, starts now.
+            crate::daemon::idle::ensure_idle_check(d);
             outcome(d, project, world_id, false, notes)
         }
         Err(_) if progress.cancelled() => {

@@ -39,7 +39,12 @@ pub(crate) async fn verify(
     progress: &ProgressTx,
 ) -> Result<crate::protocol::VerifyReport, ApiError> {
     let loc = locate(d, &wref)?;
-    let w = find_world(d, &loc, &wref.name)?;
+    let mut w = find_world(d, &loc, &wref.name)?;
+    if w.state == crate::protocol::WorldState::Sleeping {
+        // Its checks talk to its services: they must run.
+        super::sleep::wake_for(d, &loc.name, &w, "verify", progress).await?;
+        w = find_world(d, &loc, &wref.name)?;
+    }
     let wf = world_facts(d, &loc, &w, &client_env).await?;
     let world_root = &wf.world_root;
     let (list, checks_from, branch_checks_differ) =

@@ -158,6 +158,7 @@ pub(in crate::daemon::world) fn build_facts(
                     state: ServiceState::Starting,
                     https: cx.cfg.project.https,
                     why: None,
+                    seen: Default::default(),
                 },
             );
             cx.d.registry(|r| r.set_service_host(cx.world_id, n, host))?;
