@@ -245,7 +245,7 @@ pub(crate) struct UpArgs {
     /// Put the world to sleep after this long without a request to its URLs
     /// or CPU use ("20m", "1h"), instead of `[project] idle_after`; `off`
     /// never, `default` back to the project's. Kept for later `up`s.
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     pub idle_after: Option<String>,
     /// Print the result as JSON.
     #[arg(long)]

@@ -1,8 +1,9 @@
 //! The idle check: a running world with an idle time (`[project]
 //! idle_after`, `up --idle-after`) whose URLs got no request, with no
-//! WebSocket open through the proxy, whose processes used no more than a
-//! trace of CPU ([`TRACE_CPU_PERMILLE`]) and which ran no `verify` for that
-//! long is put to sleep (see `world::sleep`).
+//! request in flight or WebSocket open through the proxy, whose processes
+//! used no more than a trace of CPU ([`TRACE_CPU_PERMILLE`]) and which ran
+//! no `verify` for that long since it became running is put to sleep (see
+//! `world::sleep`).
 //!
 //! It runs only while such a world runs: with none it waits to be told
 //! one came up ([`Idle::poke`]). Each look reads the registry, the proxy's
@@ -49,6 +50,9 @@ struct State {
     /// How long each world's last wake-up took, from the request to
     /// running: what a request to it waits for next time.
     woke_in: HashMap<WorldKey, Duration>,
+    /// When each world last became running (unix ms): its idle time counts
+    /// from then, however long it took to start.
+    ready_at: HashMap<i64, i64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -59,7 +63,14 @@ struct Reading {
 }
 
 impl Idle {
-    /// Asks for a look now: a world came up with an idle time.
+    /// World `id` is running now (its `up` settled): its idle time starts
+    /// here, and the check looks again.
+    pub(crate) fn ready(&self, id: i64) {
+        self.lock().ready_at.insert(id, now_ms());
+        self.changed.notify_one();
+    }
+
+    /// Asks for a look now: a world's idle time changed.
     pub(crate) fn poke(&self) {
         self.changed.notify_one();
     }
@@ -126,7 +137,10 @@ fn look(d: &Arc<Daemon>, sleepers: &[SleeperRow]) -> Duration {
     let mut next = LOOK_MAX;
     let mut st = d.idle.lock();
     st.cpu.retain(|id, _| sleepers.iter().any(|s| s.id == *id));
+    st.ready_at
+        .retain(|id, _| sleepers.iter().any(|s| s.id == *id));
     for s in sleepers {
+        let ready = st.ready_at.get(&s.id).copied().unwrap_or(0);
         let cpu_ms = cpu_of(d, s.id);
         let r = st.cpu.entry(s.id).or_insert(Reading {
             cpu_ms,
@@ -148,10 +162,16 @@ fn look(d: &Arc<Daemon>, sleepers: &[SleeperRow]) -> Duration {
             r.busy_at_ms = now;
         }
         let asked = ago.map_or(0, |a| now - a.as_millis() as i64);
-        let since = [started, s.admitted_at.unwrap_or(0), r.busy_at_ms, asked]
-            .into_iter()
-            .max()
-            .unwrap_or(now);
+        let since = [
+            started,
+            s.admitted_at.unwrap_or(0),
+            ready,
+            r.busy_at_ms,
+            asked,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(now);
         let idle_for = Duration::from_millis((now - since).max(0) as u64);
         let idle_after = Duration::from_millis(s.idle_after_ms);
         next = next.min(idle_after / 4);

@@ -103,7 +103,7 @@ fn page(board: &Arc<dyn Board>) -> Response<Body> {
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1em 2em;color:#222}\
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.2em .6em;vertical-align:top}\
 th{border-bottom:1px solid #999}h2{margin:1em 0 .3em;font-size:1.1em}\
-.running{color:#080}.failed{color:#c00;font-weight:bold}.queued,.suspended{color:#a60}.stopped{color:#777}\
+.running{color:#080}.failed{color:#c00;font-weight:bold}.queued,.suspended{color:#a60}.stopped,.sleeping{color:#777}\
 #live{color:#777;font-size:.9em}footer{margin-top:2em;color:#777;font-size:.85em}";
 
 /// Headers that keep the page to itself: only its own script runs, it

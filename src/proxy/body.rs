@@ -22,6 +22,10 @@ pub(crate) enum Body {
     /// Bytes as a task of the proxy's own sends them (the dashboard
     /// page's event stream), until it drops its sender.
     Channel(tokio::sync::mpsc::Receiver<Bytes>),
+    /// A streamed reply that counts as its world's activity until it ends
+    /// or the client goes (an event stream, a long download): its world
+    /// does not fall asleep under it.
+    Busy(Box<Body>, #[allow(dead_code)] super::wake::OpenGuard),
 }
 
 impl hyper::body::Body for Body {
@@ -45,6 +49,7 @@ impl hyper::body::Body for Body {
                 None => trailers.take().map(|t| Ok(Frame::trailers(t))),
             }),
             Body::Channel(rx) => rx.poll_recv(cx).map(|d| d.map(|d| Ok(Frame::data(d)))),
+            Body::Busy(inner, _) => Pin::new(inner.as_mut()).poll_frame(cx),
         }
     }
 
@@ -54,6 +59,7 @@ impl hyper::body::Body for Body {
             Body::Stream(first, body) => first.is_none() && body.is_end_stream(),
             Body::Trailers(first, trailers) => first.is_none() && trailers.is_none(),
             Body::Channel(_) => false,
+            Body::Busy(inner, _) => inner.is_end_stream(),
         }
     }
 
@@ -73,6 +79,7 @@ impl hyper::body::Body for Body {
                 hint
             }
             Body::Trailers(..) | Body::Channel(_) => hyper::body::SizeHint::default(),
+            Body::Busy(inner, _) => inner.size_hint(),
         }
     }
 }

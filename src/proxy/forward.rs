@@ -149,6 +149,26 @@ impl Worker {
             Ok(found) => found,
             Err(page) => return page,
         };
+        // In flight, the request keeps its world awake; a reply that
+        // streams on keeps the guard until it ends.
+        let busy = route.seen.open();
+        let resp = self.forward(held, req, host_value, &route).await;
+        match resp.into_parts() {
+            (parts, body @ Body::Stream(..)) => {
+                Response::from_parts(parts, Body::Busy(Box::new(body), busy))
+            }
+            (parts, body) => Response::from_parts(parts, body),
+        }
+    }
+
+    /// [`handle`](Self::handle) once the request has its route.
+    async fn forward(
+        &self,
+        held: &Held,
+        req: Request<Incoming>,
+        host_value: HeaderValue,
+        route: &Arc<Route>,
+    ) -> Response<Body> {
         let host_raw = host_value.to_str().unwrap_or("");
         let (mut parts, body) = req.into_parts();
         // Origin form on the wire to the service (an absolute-form target
@@ -203,7 +223,7 @@ impl Worker {
             let resp = self.send(held, route.port, req, attempt).await;
             let retry = replay.is_some() && tokio::time::Instant::now() < deadline;
             let switch = client_upgrade.take().map(|c| (c, &upgrade));
-            match self.answer(host_raw, &route, resp, switch, retry).await {
+            match self.answer(host_raw, route, resp, switch, retry).await {
                 Some(r) => return r,
                 None => tokio::time::sleep(Duration::from_millis(20)).await,
             }

@@ -13,12 +13,13 @@ use std::time::Duration;
 
 /// What the proxy saw of one world's traffic, shared by all its routes
 /// (and every connection's copy of them): when its last request came and
-/// how many upgraded connections (WebSockets, HMR) are open now.
+/// how many requests (a reply being sent, an upgraded connection: a
+/// WebSocket, HMR) are open now.
 #[derive(Debug, Default)]
 pub struct Activity {
     /// [`coarse_now`] at its last request; 0: none since the daemon started.
     last: AtomicU64,
-    /// Upgraded connections open now.
+    /// Requests in flight and upgraded connections open now.
     open: AtomicUsize,
 }
 
@@ -35,29 +36,34 @@ impl PartialEq for Seen {
 }
 impl Eq for Seen {}
 
-/// Seconds since the process's first call, plus one (0 means never): a
-/// request stores this at most once a second, so a busy route's traffic
-/// does not write a shared cache line per request.
+/// Milliseconds since the process's first call, plus one (0 means never).
 fn coarse_now() -> u64 {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     EPOCH
         .get_or_init(std::time::Instant::now)
         .elapsed()
-        .as_secs()
+        .as_millis() as u64
         + 1
 }
+
+/// How stale the last-request time may get: a request stores it only when
+/// it moved by this much, so a busy route's traffic does not write a shared
+/// cache line per request, and the idle time is never read more than this
+/// too long.
+const TOUCH_EVERY_MS: u64 = 50;
 
 impl Seen {
     /// A request arrived now.
     pub(super) fn touch(&self) {
         let now = coarse_now();
-        if self.0.last.load(Ordering::Relaxed) != now {
+        let last = self.0.last.load(Ordering::Relaxed);
+        if last == 0 || now.saturating_sub(last) >= TOUCH_EVERY_MS {
             self.0.last.store(now, Ordering::Relaxed);
         }
     }
 
-    /// An upgraded connection opened; it counts as activity until the
-    /// guard is dropped (when the connection closes).
+    /// A request or an upgraded connection opened; it counts as activity
+    /// until the guard is dropped (its reply sent, the connection closed).
     pub(super) fn open(&self) -> OpenGuard {
         self.0.open.fetch_add(1, Ordering::Relaxed);
         self.touch();
@@ -65,17 +71,20 @@ impl Seen {
     }
 
     /// How long ago its last request came (`None`: none since the daemon
-    /// started), to whole seconds, and how many upgraded connections are
-    /// open: what the daemon's idle check reads.
+    /// started; at most [`TOUCH_EVERY_MS`] too long), and how many requests
+    /// and upgraded connections are open: what the daemon's idle check
+    /// reads.
     pub fn quiet(&self) -> (Option<Duration>, usize) {
         let last = self.0.last.load(Ordering::Relaxed);
-        let ago = (last != 0).then(|| Duration::from_secs(coarse_now().saturating_sub(last)));
+        let ago = (last != 0).then(|| Duration::from_millis(coarse_now().saturating_sub(last)));
         (ago, self.0.open.load(Ordering::Relaxed))
     }
 }
 
-/// Keeps one upgraded connection counted as open (see [`Seen::open`]).
-pub(super) struct OpenGuard(Seen);
+/// Keeps one request or upgraded connection counted as open (see
+/// [`Seen::open`]).
+#[derive(Debug)]
+pub(crate) struct OpenGuard(Seen);
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
@@ -166,6 +175,14 @@ mod tests {
         seen.touch();
         let (ago, open) = seen.quiet();
         assert!(ago.is_some_and(|a| a <= Duration::from_secs(1)), "{ago:?}");
+        std::thread::sleep(Duration::from_millis(TOUCH_EVERY_MS + 20));
+        let (before, _) = seen.quiet();
+        seen.touch();
+        let (after, _) = seen.quiet();
+        assert!(
+            after < before,
+            "a later request moves the time: {before:?} {after:?}"
+        );
         assert_eq!(open, 0);
         let guard = seen.open();
         assert_eq!(seen.quiet().1, 1);

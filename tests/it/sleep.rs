@@ -8,6 +8,7 @@ use crate::harness::*;
 use crate::project::*;
 use crate::proxy::{connect, proxy_port, request_response};
 use std::io::Write;
+use std::path::Path;
 use std::time::Duration;
 
 /// The echo fixture behind the proxy, in a project whose worlds sleep
@@ -131,6 +132,9 @@ fn an_idle_world_sleeps_gives_back_its_memory_and_a_get_wakes_it_with_the_real_a
     let up = repo.ok(&home, &["up", "nap", "--json"]).json();
     assert_eq!(up["world"]["state"], "running", "{up}");
     assert_eq!(up["world"]["idle_after_s"], 2, "{up}");
+    let woke = events_named(&home, "woke");
+    assert_eq!(woke.len(), 2, "{woke:?}");
+    assert_eq!(woke[1]["detail"], "`up`");
 }
 
 #[test]
@@ -280,4 +284,84 @@ fn a_wake_up_queued_for_room_gets_a_page_that_says_so_and_retries() {
         "{}",
         world(&repo, &home, "first")
     );
+}
+
+#[test]
+fn a_request_in_flight_or_a_stream_keeps_its_world_awake() {
+    let home = Home::new();
+    let repo = echo_sleeper("1s", "");
+    repo.ok(&home, &["up", "busy"]);
+    let port = proxy_port(&home);
+    // echo's /sse sends an event a second, three in all: three times the
+    // idle time, with no other request meanwhile.
+    let mut c = connect(port);
+    write!(
+        c,
+        "GET /sse HTTP/1.1\r\nHost: echo.busy.zz.localhost\r\n\r\n"
+    )
+    .unwrap();
+    let mut all = String::new();
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(c);
+    while !all.contains("data: event 2") {
+        let mut line = String::new();
+        if lines.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        all.push_str(&line);
+    }
+    for i in 0..3 {
+        assert!(
+            all.contains(&format!("data: event {i}")),
+            "cut short: {all}"
+        );
+    }
+    assert!(
+        events_named(&home, "slept").is_empty(),
+        "slept under a stream"
+    );
+    // Done, it sleeps.
+    wait_asleep(&repo, &home, "busy");
+}
+
+#[test]
+fn a_world_that_starts_slower_than_its_idle_time_answers_the_request_that_woke_it() {
+    let home = Home::new();
+    let fixture = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/echo.py"
+    ))
+    .unwrap();
+    let toml = format!(
+        "{}idle_after = \"1s\"\n[services.echo]\ncmd = \"sleep 2 && exec python3 echo.py\"\nurl = \"echo\"\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"30s\", interval = \"50ms\" }}\n",
+        project_header("zs", 10)
+    );
+    let repo = Repo::with("", &toml, &[("echo.py", &fixture)]);
+    repo.ok(&home, &["up", "slow"]);
+    wait_asleep(&repo, &home, "slow");
+    let (status, body) = get(proxy_port(&home), "echo.slow.zs.localhost");
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn a_wake_up_that_fails_leaves_the_world_failed_with_the_reason_on_its_page() {
+    let home = Home::new();
+    let repo = echo_sleeper("1s", "");
+    repo.ok(&home, &["up", "broke"]);
+    wait_asleep(&repo, &home, "broke");
+    let path = world(&repo, &home, "broke")["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    std::fs::write(Path::new(&path).join("binky.toml"), "[project\n").unwrap();
+    let (status, body) = get(proxy_port(&home), "echo.broke.zz.localhost");
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("waking failed"), "{body}");
+    let w = world(&repo, &home, "broke");
+    assert_eq!(w["state"], "failed", "{w}");
+    assert!(
+        w["error"].as_str().unwrap().contains("waking failed"),
+        "{w}"
+    );
+    assert_eq!(events_named(&home, "woke").len(), 1, "woken once");
 }

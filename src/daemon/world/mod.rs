@@ -123,6 +123,13 @@ impl Worlds {
             .unwrap_or_else(|p| p.into_inner())
             .insert(WorldKey::new(project, name))
     }
+    /// Whether a wake-up of world `key` (by a request, or `verify`) runs.
+    fn is_waking(&self, key: &WorldKey) -> bool {
+        self.waking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(key)
+    }
     fn done_waking(&self, key: &WorldKey) {
         self.waking
             .lock()

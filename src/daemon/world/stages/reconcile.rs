@@ -47,6 +47,16 @@ pub(crate) async fn reconcile(d: &Arc<Daemon>) {
         intent,
     } in worlds
     {
+        // A sleep the restart cut short: the world is taken back as
+        // running (what is left of it adopted, what died restarted), and
+        // the idle check puts it to sleep again.
+        let intent = match intent {
+            Some(crate::protocol::Intent::Sleep) => {
+                let _ = d.registry(|r| r.set_world_state(id, WorldState::Running, None, None));
+                None
+            }
+            other => other,
+        };
         if let Some(op) = intent {
             let reason = format!(
                 "`{op}` was interrupted by a daemon restart; run `{}` again",

@@ -32,9 +32,13 @@ pub(crate) fn parse_idle_after(text: Option<&str>) -> Result<Option<u64>, ApiErr
         return Ok(Some(u64::MAX));
     }
     let hint = r#"give a duration such as "20m", "off", or "default" (the project's idle_after)"#;
-    let d = humantime::parse_duration(t).map_err(|e| {
-        ApiError::new(format!("--idle-after `{t}` is not a duration ({e})")).hint(hint)
-    })?;
+    // A bare number is seconds, as in binky.toml.
+    let d = match t.parse::<u32>() {
+        Ok(secs) => Duration::from_secs(secs.into()),
+        Err(_) => humantime::parse_duration(t).map_err(|e| {
+            ApiError::new(format!("--idle-after `{t}` is not a duration ({e})")).hint(hint)
+        })?,
+    };
     if d < crate::config::MIN_IDLE_AFTER {
         return Err(ApiError::new(format!(
             "--idle-after `{t}` is shorter than {}",
@@ -48,13 +52,14 @@ pub(crate) fn parse_idle_after(text: Option<&str>) -> Result<Option<u64>, ApiErr
 /// Records, as world `id` comes up with `cfg`, how long it may idle:
 /// the `--idle-after` it was given now (see [`parse_idle_after`]) or
 /// before, else `[project] idle_after`; never when a process service
-/// says `sleep = false` (a worker keeps its world awake).
+/// says `sleep = false` (a worker keeps its world awake). Returns a note
+/// when an `--idle-after` given now is moot for that reason.
 pub(in crate::daemon::world) fn record_idle(
     d: &Daemon,
     id: i64,
     cfg: &Config,
     given: Option<u64>,
-) -> Result<(), ApiError> {
+) -> Result<Option<String>, ApiError> {
     let over = match given {
         Some(u64::MAX) => None,
         Some(ms) => Some(ms),
@@ -65,12 +70,22 @@ pub(in crate::daemon::world) fn record_idle(
         Some(ms) => Some(ms),
         None => cfg.project.idle_after.map(|t| t.as_millis() as u64),
     };
-    let awake = cfg
+    let awake: Vec<&str> = cfg
         .services
-        .values()
-        .any(|s| s.process().is_some_and(|p| !p.sleep));
-    let idle = idle.filter(|_| !awake);
-    Ok(d.registry(|r| r.set_idle(id, over, idle))?)
+        .iter()
+        .filter(|(_, s)| s.process().is_some_and(|p| !p.sleep))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let note = (given.is_some_and(|g| g != 0 && g != u64::MAX) && !awake.is_empty()).then(|| {
+        format!(
+            "this world never sleeps: {} {} `sleep = false`, so --idle-after has no effect",
+            awake.join(", "),
+            if awake.len() == 1 { "has" } else { "have" }
+        )
+    });
+    let idle = idle.filter(|_| awake.is_empty());
+    d.registry(|r| r.set_idle(id, over, idle))?;
+    Ok(note)
 }
 
 /// Puts running world `name` of `project` to sleep after `idle_for`
@@ -93,6 +108,14 @@ pub(crate) async fn sleep(
     let w = crate::daemon::world::stages::locate::world_row(d, project, name)?;
     if w.state != WorldState::Running || w.intent.is_some() {
         return Ok(false);
+    }
+    // A request since the check decided (every idle world's last one is at
+    // least the shortest idle time ago): not idle after all.
+    if let Some(seen) = d.routes.seen(project, name) {
+        let (ago, open) = seen.quiet();
+        if open > 0 || ago.is_some_and(|a| a < crate::config::MIN_IDLE_AFTER) {
+            return Ok(false);
+        }
     }
     d.registry(|r| r.set_world_state(w.id, w.state, Some(Intent::Sleep), None))?;
     // Sleeping before its processes stop, so a request meanwhile waits and
@@ -165,10 +188,31 @@ pub(crate) fn wake(d: &Arc<Daemon>, project: &str, name: &str, by: &str) {
                 d.idle.woke(key.clone(), t0.elapsed());
             }
             Ok(_) => {}
-            Err(e) => tracing::info!(world = %key.name, "waking failed: {}", e.message),
+            Err(e) => {
+                tracing::info!(world = %key.name, "waking failed: {}", e.message);
+                wake_failed(&d, &key, &e);
+            }
         }
         d.worlds.done_waking(&key);
     });
+}
+
+/// A wake-up that failed before it recorded anything (its branch's
+/// binky.toml no longer loads, its worktree is gone) leaves the world
+/// `failed` with the reason, as a failed `up` does, so its page and
+/// `status` say why instead of waking it again on every request.
+fn wake_failed(d: &Daemon, key: &WorldKey, e: &ApiError) {
+    let Ok(w) = crate::daemon::world::stages::locate::world_row(d, &key.project, &key.name) else {
+        return;
+    };
+    if w.state != WorldState::Sleeping {
+        return;
+    }
+    let why = format!("waking failed: {}", e.message);
+    let _ = d.registry(|r| r.set_world_state(w.id, WorldState::Failed, None, Some(&why)));
+    let first = why.lines().next().unwrap_or("").to_owned();
+    d.routes.fail_world(&key.project, &key.name, &first);
+    d.event(world_event(EventKind::UpFailed, &key.project, &key.name).detail(first));
 }
 
 /// Wakes sleeping world `w` for a verb that needs it running (`verify`),
@@ -190,5 +234,11 @@ pub(in crate::daemon::world) async fn wake_for(
         format!("{} was sleeping; waking it for `{verb}`", w.name),
     );
     let req = wake_request(d, w.id, project, &w.name);
-    crate::daemon::world::up(d, req, progress).await.map(|_| ())
+    let key = WorldKey::new(project, &w.name);
+    let ours = d.worlds.start_waking(project, &w.name);
+    let out = crate::daemon::world::up(d, req, progress).await.map(|_| ());
+    if ours {
+        d.worlds.done_waking(&key);
+    }
+    out
 }

@@ -123,13 +123,24 @@ pub(in crate::daemon::world) async fn up_locked(
     {
         if req.idle_after.is_some() {
             let idle = super::sleep::parse_idle_after(req.idle_after.as_deref())?;
-            super::sleep::record_idle(d, w.id, &loc.config, idle)?;
+            let note = super::sleep::record_idle(d, w.id, &loc.config, idle)?;
             crate::daemon::idle::ensure_idle_check(d);
+            let mut notes = moved_migrations(d, loc, w);
+            notes.extend(note);
+            return outcome(d, project, w.id, true, notes);
         }
         return outcome(d, project, w.id, true, moved_migrations(d, loc, w));
     }
     preflight(d, loc, existing.as_ref(), client_env)?;
     let mut notes = Vec::new();
+    if let Some(w) = &existing
+        && w.state == WorldState::Sleeping
+        && !d
+            .worlds
+            .is_waking(&crate::daemon::WorldKey::new(project, name.as_str()))
+    {
+        d.event(world_event(EventKind::Woke, project, name).detail("`up`".to_owned()));
+    }
     if let Some(w) = &existing
         && w.state != WorldState::Sleeping
     {
@@ -169,7 +180,7 @@ pub(in crate::daemon::world) async fn up_locked(
     };
     let world_id = record_world(d, &new, &cfg)?;
     let idle = super::sleep::parse_idle_after(req.idle_after.as_deref())?;
-    super::sleep::record_idle(d, world_id, &cfg, idle)?;
+    notes.extend(super::sleep::record_idle(d, world_id, &cfg, idle)?);
     if ensured.created || ensured.recreated {
         crate::daemon::world::stages::bootstrap::forget(d, project, name.slug());
     }
@@ -394,6 +405,7 @@ pub(in crate::daemon::world) async fn settle_up(
             d.registry(|r| r.set_world_state(world_id, WorldState::Running, None, None))?;
             d.event(world_event(EventKind::Up, project, name));
             // Its idle time, if it has one, starts now.
+            d.idle.ready(world_id);
             crate::daemon::idle::ensure_idle_check(d);
             outcome(d, project, world_id, false, notes)
         }

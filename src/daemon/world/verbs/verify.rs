@@ -40,9 +40,12 @@ pub(crate) async fn verify(
 ) -> Result<crate::protocol::VerifyReport, ApiError> {
     let loc = locate(d, &wref)?;
     let mut w = find_world(d, &loc, &wref.name)?;
-    if w.state == crate::protocol::WorldState::Sleeping {
-        // Its checks talk to its services: they must run.
-        super::sleep::wake_for(d, &loc.name, &w, "verify", progress).await?;
+    if w.intent == Some(crate::protocol::Intent::Sleep) {
+        // Going to sleep: let that finish (it holds the world), then wake it.
+        let lock = d
+            .worlds
+            .lock_for(&crate::daemon::WorldKey::new(&loc.name, &w.name));
+        drop(lock.lock().await);
         w = find_world(d, &loc, &wref.name)?;
     }
     let wf = world_facts(d, &loc, &w, &client_env).await?;
@@ -52,6 +55,11 @@ pub(crate) async fn verify(
     // Every command rendered (no `self` here) before the first runs: an
     // unset variable fails the verify, not one of its checks.
     let commands = verify_commands(&wf, &list, &w.name)?;
+    if w.state == crate::protocol::WorldState::Sleeping {
+        // Its checks talk to its services: they must run.
+        super::sleep::wake_for(d, &loc.name, &w, "verify", progress).await?;
+        w = find_world(d, &loc, &wref.name)?;
+    }
     let env = verify_env(d, &loc, &w, &wf)?;
     let client_env = wf.env.clone();
     let commit = worktree::head_commit(Path::new(&w.path));
