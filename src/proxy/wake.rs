@@ -71,7 +71,7 @@ impl Seen {
     }
 
     /// How long ago its last request came (`None`: none since the daemon
-    /// started; at most [`TOUCH_EVERY_MS`] too long), and how many requests
+    /// started; at most 50 ms too long), and how many requests
     /// and upgraded connections are open: what the daemon's idle check
     /// reads.
     pub fn quiet(&self) -> (Option<Duration>, usize) {
