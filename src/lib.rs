@@ -14,6 +14,7 @@ pub mod adapters;
 pub mod address;
 pub(crate) mod cli;
 pub(crate) mod client;
+pub(crate) mod clock;
 pub(crate) mod commands;
 pub mod config;
 pub(crate) mod daemon;

@@ -277,7 +277,6 @@ impl Worker {
                 &this.routes.all(),
             ));
         };
-        route.seen.touch();
         // A service that is (re)starting gets a moment to come up, so a
         // planned restart never fails a request that arrives during it.
         let route = if route.state == crate::protocol::ServiceState::Sleeping {

@@ -36,14 +36,9 @@ impl PartialEq for Seen {
 }
 impl Eq for Seen {}
 
-/// Milliseconds since the process's first call, plus one (0 means never).
+/// [`mono_ms`](crate::clock::mono_ms) plus one, so 0 means never.
 fn coarse_now() -> u64 {
-    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_millis() as u64
-        + 1
+    crate::clock::mono_ms() + 1
 }
 
 /// How stale the last-request time may get: a request stores it only when
@@ -63,10 +58,10 @@ impl Seen {
     }
 
     /// A request or an upgraded connection opened; it counts as activity
-    /// until the guard is dropped (its reply sent, the connection closed).
+    /// until the guard is dropped (its reply sent, the connection closed),
+    /// which is when its time is taken.
     pub(super) fn open(&self) -> OpenGuard {
         self.0.open.fetch_add(1, Ordering::Relaxed);
-        self.touch();
         OpenGuard(self.clone())
     }
 

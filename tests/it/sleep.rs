@@ -19,13 +19,24 @@ fn echo_sleeper(idle: &str, extra: &str) -> Repo {
 
 /// [`echo_sleeper`] for project `project`, with more files in the checkout.
 fn echo_sleeper_with(project: &str, idle: &str, extra: &str, files: &[(&str, &str)]) -> Repo {
+    echo_started_by(project, idle, "exec python3 echo.py", extra, files)
+}
+
+/// [`echo_sleeper_with`], the echo service started by `cmd`.
+fn echo_started_by(
+    project: &str,
+    idle: &str,
+    cmd: &str,
+    extra: &str,
+    files: &[(&str, &str)],
+) -> Repo {
     let fixture = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/echo.py"
     ))
     .unwrap();
     let toml = format!(
-        "{}idle_after = \"{idle}\"\n[services.echo]\ncmd = \"exec python3 echo.py\"\nurl = \"echo\"\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"20s\", interval = \"50ms\" }}\n{extra}",
+        "{}idle_after = \"{idle}\"\n[services.echo]\ncmd = \"{cmd}\"\nurl = \"echo\"\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"20s\", interval = \"50ms\" }}\n{extra}",
         project_header(project, 10)
     );
     let mut all = vec![("echo.py", fixture.as_str())];
@@ -327,16 +338,7 @@ fn a_request_in_flight_or_a_stream_keeps_its_world_awake() {
 #[test]
 fn a_world_that_starts_slower_than_its_idle_time_answers_the_request_that_woke_it() {
     let home = Home::new();
-    let fixture = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/echo.py"
-    ))
-    .unwrap();
-    let toml = format!(
-        "{}idle_after = \"1s\"\n[services.echo]\ncmd = \"sleep 2 && exec python3 echo.py\"\nurl = \"echo\"\nhealth = {{ tcp = \"localhost:${{self.port}}\", timeout = \"30s\", interval = \"50ms\" }}\n",
-        project_header("zs", 10)
-    );
-    let repo = Repo::with("", &toml, &[("echo.py", &fixture)]);
+    let repo = echo_started_by("zs", "1s", "sleep 2 && exec python3 echo.py", "", &[]);
     repo.ok(&home, &["up", "slow"]);
     wait_asleep(&repo, &home, "slow");
     let (status, body) = get(proxy_port(&home), "echo.slow.zs.localhost");

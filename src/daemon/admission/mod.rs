@@ -259,14 +259,8 @@ fn jittered(every: Duration) -> Duration {
     every + Duration::from_millis(shift) - Duration::from_millis(quarter)
 }
 
-/// Milliseconds on one monotonic clock, for [`steady::Trend`].
-fn mono_ms() -> u64 {
-    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_millis() as u64
-}
+// One monotonic clock, for `steady::Trend`.
+use crate::clock::mono_ms;
 
 impl State {
     /// World `key`'s hold now: [`hold`], or more after repeated suspends.

@@ -1,7 +1,8 @@
 //! `up` for an agent host's worktree hook ([`UpRequest::detach`]): the
 //! worktree at once, the world in the background.
 
-use super::up::{admit_and_up, make_worktree, register_project, world_config};
+use super::prepare::{make_worktree, register_project, world_config};
+use super::up::admit_and_up;
 use crate::daemon::admission;
 use crate::daemon::world::stages::locate::{Located, check_path, join_subdir};
 use crate::daemon::world::stages::plan::preflight;

@@ -7,6 +7,7 @@ pub(super) mod down;
 pub(super) mod env;
 pub(super) mod gc;
 pub(super) mod logs;
+mod prepare;
 pub(super) mod reload;
 pub(super) mod remove;
 pub(super) mod reset;

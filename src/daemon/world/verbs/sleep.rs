@@ -88,6 +88,37 @@ pub(in crate::daemon::world) fn record_idle(
     Ok(note)
 }
 
+/// `up` of world `id`, already running: an `--idle-after` it was given
+/// takes effect at once (the idle check looks again). Returns its note.
+pub(in crate::daemon::world) fn idle_of_running(
+    d: &Arc<Daemon>,
+    id: i64,
+    cfg: &Config,
+    req: &UpRequest,
+) -> Result<Option<String>, ApiError> {
+    let Some(given) = parse_idle_after(req.idle_after.as_deref())? else {
+        return Ok(None);
+    };
+    let note = record_idle(d, id, cfg, Some(given))?;
+    crate::daemon::idle::ensure_idle_check(d);
+    Ok(note)
+}
+
+/// A plain `up` (not a request's or `verify`'s wake-up, which say so
+/// themselves) of sleeping world `w` is what wakes it: the `woke` event.
+pub(in crate::daemon::world) fn woken_by_up(
+    d: &Daemon,
+    project: &str,
+    w: Option<&crate::registry::WorldRow>,
+) {
+    if let Some(w) = w
+        && w.state == WorldState::Sleeping
+        && !d.worlds.is_waking(&WorldKey::new(project, &w.name))
+    {
+        d.event(world_event(EventKind::Woke, project, &w.name).detail("`up`".to_owned()));
+    }
+}
+
 /// Puts running world `name` of `project` to sleep after `idle_for`
 /// without a request or CPU use: its processes stopped as `down` stops
 /// them, its routes and process services `sleeping`, its slot freed.
